@@ -1,0 +1,256 @@
+"""Topology graphs: the single description the simulator, the Mininet fabric and the controller share.
+
+A :class:`Topology` wraps an undirected ``networkx.Graph`` whose nodes are hosts and switches and whose
+edges are full-duplex links of one capacity each way.  Everything the three consumers need is an
+attribute here, so they can never disagree:
+
+* host nodes: ``kind="host"``, ``ip``, ``mac`` (hosts are ``h1..hN``);
+* switch nodes: ``kind="switch"``, ``layer`` (edge/agg/core, leaf/spine, or switch), ``dpid``;
+* edges: ``rate_bps`` and ``ports`` = {node: OpenFlow port number on that node}.  Port numbers are
+  given out per node in link-creation order starting at 1 and Mininet is told to use exactly them.
+
+Switch names say what they are (``e3`` edge, ``a2`` aggregation, ``c1`` core, ``l1`` leaf, ``p1``
+spine, ``s1`` anything else); a dpid carries the layer in its high bits (edge 1, agg 2, core 3, leaf 4,
+spine 5, other 6) and the switch's number in the low 16, so a dpid in a log reads back to a name.
+
+Equal-cost paths come from the known structure (fat-tree, leaf-spine), not from a graph search, so a
+k=16 fat-tree (1024 hosts) answers instantly; one of them is pinned per flow by a stable hash, so the
+simulator and the controller put the same flow on the same path.
+
+Kept Python 3.9 compatible: the controller imports it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from itertools import product
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import networkx as nx
+
+DirectedLink = Tuple[str, str]
+NodePath = Tuple[str, ...]
+
+LAYER_CODES = {"edge": 1, "agg": 2, "core": 3, "leaf": 4, "spine": 5, "switch": 6}
+LAYER_PREFIX = {"edge": "e", "agg": "a", "core": "c", "leaf": "l", "spine": "p", "switch": "s"}
+
+
+class TopologyError(ValueError):
+    """A topology that cannot be built as asked (bad kind or parameters)."""
+
+
+def host_ip(index: int) -> str:
+    """Address of host ``h<index>``; 10.0.0.0/8, never a .0 or .255 last octet."""
+    return f"10.0.{index // 254}.{index % 254 + 1}"
+
+
+def host_mac(index: int) -> str:
+    return "00:00:00:00:{:02x}:{:02x}".format((index >> 8) & 0xFF, index & 0xFF)
+
+
+class Topology:
+    """A named topology graph with path and capacity helpers."""
+
+    def __init__(self, name: str, kind: str, params: Dict[str, int], rate_bps: float) -> None:
+        self.name = name
+        self.kind = kind
+        self.params = dict(params)
+        self.rate_bps = float(rate_bps)
+        self.graph = nx.Graph()
+        self._next_port: Dict[str, int] = {}
+        self._counts: Dict[str, int] = {}
+
+    # ----------------------------------------------------------------- construction
+    def add_host(self) -> str:
+        index = self._counts.get("host", 0) + 1
+        self._counts["host"] = index
+        name = f"h{index}"
+        self.graph.add_node(name, kind="host", ip=host_ip(index), mac=host_mac(index), index=index)
+        return name
+
+    def add_switch(self, layer: str, pod: Optional[int] = None) -> str:
+        index = self._counts.get(layer, 0) + 1
+        self._counts[layer] = index
+        name = f"{LAYER_PREFIX[layer]}{index}"
+        self.graph.add_node(name, kind="switch", layer=layer, dpid=(LAYER_CODES[layer] << 16) | index, pod=pod)
+        return name
+
+    def add_link(self, a: str, b: str, rate_bps: Optional[float] = None) -> None:
+        ports = {}
+        for node in (a, b):
+            ports[node] = self._next_port.get(node, 0) + 1
+            self._next_port[node] = ports[node]
+        self.graph.add_edge(a, b, rate_bps=float(rate_bps or self.rate_bps), ports=ports)
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def hosts(self) -> List[str]:
+        return sorted((n for n, d in self.graph.nodes(data=True) if d["kind"] == "host"), key=_natural)
+
+    @property
+    def switches(self) -> List[str]:
+        return sorted((n for n, d in self.graph.nodes(data=True) if d["kind"] == "switch"), key=_natural)
+
+    def port(self, node: str, neighbour: str) -> int:
+        """OpenFlow port on ``node`` that leads to ``neighbour``."""
+        return self.graph.edges[node, neighbour]["ports"][node]
+
+    def neighbour_on_port(self, node: str, port_no: int) -> Optional[str]:
+        for nb in self.graph.neighbors(node):
+            if self.port(node, nb) == port_no:
+                return nb
+        return None
+
+    def host_switch(self, host: str) -> str:
+        (switch,) = list(self.graph.neighbors(host))
+        return switch
+
+    def capacity_bps(self) -> Dict[DirectedLink, float]:
+        """Capacity of every directed link (both directions of each full-duplex edge)."""
+        out: Dict[DirectedLink, float] = {}
+        for a, b, data in self.graph.edges(data=True):
+            out[(a, b)] = data["rate_bps"]
+            out[(b, a)] = data["rate_bps"]
+        return out
+
+    def equal_cost_paths(self, src: str, dst: str) -> List[NodePath]:
+        """All shortest node paths between two hosts, in a deterministic order."""
+        if src == dst:
+            raise TopologyError(f"a flow needs two different hosts, got {src!r} twice")
+        for host in (src, dst):
+            if host not in self.graph or self.graph.nodes[host]["kind"] != "host":
+                raise TopologyError(f"topology {self.name!r} has no host {host!r}")
+        if self.kind == "fattree":
+            return self._fattree_paths(src, dst)
+        if self.kind == "leafspine":
+            return self._leafspine_paths(src, dst)
+        return sorted(tuple(p) for p in nx.all_shortest_paths(self.graph, src, dst))
+
+    def path_for(self, src: str, dst: str, flow_key: str) -> NodePath:
+        """The one equal-cost path pinned to this flow (stable across processes and runs)."""
+        paths = self.equal_cost_paths(src, dst)
+        return paths[zlib.crc32(flow_key.encode()) % len(paths)]
+
+    @staticmethod
+    def links_of(path: Sequence[str]) -> Tuple[DirectedLink, ...]:
+        return tuple(zip(path[:-1], path[1:]))
+
+    # ----------------------------------------------------------------- structured paths
+    def _up(self, node: str, layer: str) -> List[str]:
+        return sorted(
+            (n for n in self.graph.neighbors(node) if self.graph.nodes[n].get("layer") == layer), key=_natural
+        )
+
+    def _fattree_paths(self, src: str, dst: str) -> List[NodePath]:
+        e_src, e_dst = self.host_switch(src), self.host_switch(dst)
+        if e_src == e_dst:
+            return [(src, e_src, dst)]
+        g = self.graph.nodes
+        if g[e_src]["pod"] == g[e_dst]["pod"]:
+            return [(src, e_src, a, e_dst, dst) for a in self._up(e_src, "agg")]
+        paths = []
+        for a_src in self._up(e_src, "agg"):
+            for core in self._up(a_src, "core"):
+                (a_dst,) = [a for a in self.graph.neighbors(core) if g[a]["pod"] == g[e_dst]["pod"]]
+                paths.append((src, e_src, a_src, core, a_dst, e_dst, dst))
+        return paths
+
+    def _leafspine_paths(self, src: str, dst: str) -> List[NodePath]:
+        l_src, l_dst = self.host_switch(src), self.host_switch(dst)
+        if l_src == l_dst:
+            return [(src, l_src, dst)]
+        return [(src, l_src, spine, l_dst, dst) for spine in self._up(l_src, "spine")]
+
+
+def _natural(name: str) -> Tuple[str, int]:
+    head = name.rstrip("0123456789")
+    tail = name[len(head):]
+    return head, int(tail) if tail else -1
+
+
+# --------------------------------------------------------------------- builders
+def two_hosts(rate_bps: float) -> Topology:
+    """h1 - s1 - h2: one bottleneck link each way (the paper's Fig. 2 setting)."""
+    topo = Topology("two_hosts", "two_hosts", {}, rate_bps)
+    s1 = topo.add_switch("switch")
+    for _ in range(2):
+        topo.add_link(topo.add_host(), s1)
+    return topo
+
+
+def dumbbell(rate_bps: float, hosts_per_side: int = 2) -> Topology:
+    """Hosts on two switches joined by one bottleneck link (h1..hn left, the rest right)."""
+    _check_positive("hosts_per_side", hosts_per_side)
+    topo = Topology(f"dumbbell{hosts_per_side}", "dumbbell", {"hosts_per_side": hosts_per_side}, rate_bps)
+    left, right = topo.add_switch("switch"), topo.add_switch("switch")
+    topo.add_link(left, right)
+    for side in (left, right):
+        for _ in range(hosts_per_side):
+            topo.add_link(topo.add_host(), side)
+    return topo
+
+
+def fattree(rate_bps: float, k: int = 4) -> Topology:
+    """Al-Fares k-ary fat-tree: k pods of k/2 edge and k/2 agg switches, (k/2)^2 cores, k^3/4 hosts."""
+    if not isinstance(k, int) or k < 2 or k % 2:
+        raise TopologyError(f"fat-tree k must be an even integer >= 2, got {k!r}")
+    half = k // 2
+    topo = Topology(f"fattree{k}", "fattree", {"k": k}, rate_bps)
+    cores = [topo.add_switch("core") for _ in range(half * half)]
+    for pod in range(k):
+        aggs = [topo.add_switch("agg", pod) for _ in range(half)]
+        edges = [topo.add_switch("edge", pod) for _ in range(half)]
+        for i, agg in enumerate(aggs):
+            for core in cores[i * half:(i + 1) * half]:
+                topo.add_link(agg, core)
+        for edge, agg in product(edges, aggs):
+            topo.add_link(edge, agg)
+        for edge in edges:
+            for _ in range(half):
+                topo.add_link(topo.add_host(), edge)
+    return topo
+
+
+def leaf_spine(rate_bps: float, leaves: int = 4, spines: int = 2, hosts_per_leaf: int = 4) -> Topology:
+    """Two-tier Clos: every leaf connects to every spine."""
+    for name, value in (("leaves", leaves), ("spines", spines), ("hosts_per_leaf", hosts_per_leaf)):
+        _check_positive(name, value)
+    topo = Topology(
+        f"leafspine{leaves}x{spines}",
+        "leafspine",
+        {"leaves": leaves, "spines": spines, "hosts_per_leaf": hosts_per_leaf},
+        rate_bps,
+    )
+    spine_names = [topo.add_switch("spine") for _ in range(spines)]
+    for _ in range(leaves):
+        leaf = topo.add_switch("leaf")
+        for spine in spine_names:
+            topo.add_link(leaf, spine)
+        for _ in range(hosts_per_leaf):
+            topo.add_link(topo.add_host(), leaf)
+    return topo
+
+
+BUILDERS = {"two_hosts": two_hosts, "dumbbell": dumbbell, "fattree": fattree, "leafspine": leaf_spine}
+
+
+def build(kind: str, rate_bps: float, **params: int) -> Topology:
+    """Build a topology by kind name; unknown kinds or parameters raise :class:`TopologyError`."""
+    if kind not in BUILDERS:
+        raise TopologyError(f"unknown topology {kind!r}; choose one of {', '.join(sorted(BUILDERS))}")
+    if not isinstance(rate_bps, (int, float)) or isinstance(rate_bps, bool) or rate_bps <= 0:
+        raise TopologyError(f"link rate must be a positive number of bits/s, got {rate_bps!r}")
+    try:
+        return BUILDERS[kind](rate_bps, **params)
+    except TypeError as exc:
+        raise TopologyError(f"topology {kind!r}: bad parameters {params!r} ({exc})") from None
+
+
+def _check_positive(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise TopologyError(f"{name} must be a positive integer, got {value!r}")
+
+
+def iter_host_pairs(topo: Topology) -> Iterable[Tuple[str, str]]:
+    hosts = topo.hosts
+    return ((a, b) for a in hosts for b in hosts if a != b)
