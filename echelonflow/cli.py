@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import List, Optional
 
 from echelonflow.errors import UserError
 
@@ -45,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)

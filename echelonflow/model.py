@@ -16,7 +16,7 @@ Kept Python 3.9 compatible: the controller (ryu-manager in the VM) imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Tuple, Union
+from typing import Union
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class ComputeTask:
     task_id: str
     host: str
     duration_s: float
-    deps: Tuple[str, ...] = ()
+    deps: tuple[str, ...] = ()
     label: str = ""
 
 
@@ -38,7 +38,7 @@ class FlowTask:
     src: str
     dst: str
     size_bytes: int
-    deps: Tuple[str, ...] = ()
+    deps: tuple[str, ...] = ()
     echelon_id: str = ""
     label: str = ""
 
@@ -51,12 +51,12 @@ class Job:
     """A named DAG of tasks; ``tasks`` keeps declaration order (used to break ties deterministically)."""
 
     job_id: str
-    tasks: Dict[str, Task] = field(default_factory=dict)
+    tasks: dict[str, Task] = field(default_factory=dict)
     # EchelonFlow id -> kind ("coflow" or "staggered"); informational, for reports.
-    echelon_kinds: Dict[str, str] = field(default_factory=dict)
+    echelon_kinds: dict[str, str] = field(default_factory=dict)
     # Optional explicit ideal finish offsets (seconds after the head flow) from a trace; when absent
     # they are derived from the DAG.
-    explicit_offsets_s: Dict[str, float] = field(default_factory=dict)
+    explicit_offsets_s: dict[str, float] = field(default_factory=dict)
 
     def add(self, task: Task) -> Task:
         if task.task_id in self.tasks:
@@ -65,17 +65,17 @@ class Job:
         return task
 
     @property
-    def flows(self) -> List[FlowTask]:
+    def flows(self) -> list[FlowTask]:
         return [t for t in self.tasks.values() if isinstance(t, FlowTask)]
 
     @property
-    def computes(self) -> List[ComputeTask]:
+    def computes(self) -> list[ComputeTask]:
         return [t for t in self.tasks.values() if isinstance(t, ComputeTask)]
 
     @property
-    def hosts(self) -> List[str]:
+    def hosts(self) -> list[str]:
         """Every host the job touches, in first-use order."""
-        seen: Dict[str, None] = {}
+        seen: dict[str, None] = {}
         for task in self.tasks.values():
             if isinstance(task, ComputeTask):
                 seen.setdefault(task.host)
@@ -84,9 +84,9 @@ class Job:
                 seen.setdefault(task.dst)
         return list(seen)
 
-    def dependants(self) -> Dict[str, List[str]]:
+    def dependants(self) -> dict[str, list[str]]:
         """task id -> ids of the tasks that depend on it (declaration order)."""
-        out: Dict[str, List[str]] = {tid: [] for tid in self.tasks}
+        out: dict[str, list[str]] = {tid: [] for tid in self.tasks}
         for task in self.tasks.values():
             for dep in task.deps:
                 out[dep].append(task.task_id)
@@ -96,3 +96,39 @@ class Job:
 def qualified(job_id: str, task_id: str) -> str:
     """Globally unique id of a task or EchelonFlow across jobs (jobs may reuse task ids)."""
     return f"{job_id}/{task_id}"
+
+
+def unknown_deps(job: Job) -> list[tuple[str, str]]:
+    """(task id, missing dependency id) pairs, in declaration order; empty when every dep exists."""
+    return [(task.task_id, dep) for task in job.tasks.values() for dep in task.deps if dep not in job.tasks]
+
+
+def find_cycle(job: Job) -> list[str]:
+    """Task ids along one dependency cycle (each depends on the next... and the last on the first).
+
+    Empty when the DAG is acyclic.  Unknown dependencies are ignored here (see :func:`unknown_deps`).
+    Iterative, so a job with tens of thousands of chained tasks cannot hit the recursion limit.
+    """
+    white, grey, black = 0, 1, 2
+    colour = {tid: white for tid in job.tasks}
+    for root in job.tasks:
+        if colour[root] != white:
+            continue
+        path: list[str] = [root]
+        iters = [iter(job.tasks[root].deps)]
+        colour[root] = grey
+        while path:
+            nxt = next(iters[-1], None)
+            if nxt is None:
+                colour[path.pop()] = black
+                iters.pop()
+                continue
+            if nxt not in colour:
+                continue
+            if colour[nxt] == grey:
+                return path[path.index(nxt):]
+            if colour[nxt] == white:
+                colour[nxt] = grey
+                path.append(nxt)
+                iters.append(iter(job.tasks[nxt].deps))
+    return []

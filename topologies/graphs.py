@@ -23,13 +23,13 @@ Kept Python 3.9 compatible: the controller imports it.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable, Sequence
 from itertools import product
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import networkx as nx
 
-DirectedLink = Tuple[str, str]
-NodePath = Tuple[str, ...]
+DirectedLink = tuple[str, str]
+NodePath = tuple[str, ...]
 
 LAYER_CODES = {"edge": 1, "agg": 2, "core": 3, "leaf": 4, "spine": 5, "switch": 6}
 LAYER_PREFIX = {"edge": "e", "agg": "a", "core": "c", "leaf": "l", "spine": "p", "switch": "s"}
@@ -45,20 +45,20 @@ def host_ip(index: int) -> str:
 
 
 def host_mac(index: int) -> str:
-    return "00:00:00:00:{:02x}:{:02x}".format((index >> 8) & 0xFF, index & 0xFF)
+    return f"00:00:00:00:{(index >> 8) & 0xFF:02x}:{index & 0xFF:02x}"
 
 
 class Topology:
     """A named topology graph with path and capacity helpers."""
 
-    def __init__(self, name: str, kind: str, params: Dict[str, int], rate_bps: float) -> None:
+    def __init__(self, name: str, kind: str, params: dict[str, int], rate_bps: float) -> None:
         self.name = name
         self.kind = kind
         self.params = dict(params)
         self.rate_bps = float(rate_bps)
         self.graph = nx.Graph()
-        self._next_port: Dict[str, int] = {}
-        self._counts: Dict[str, int] = {}
+        self._next_port: dict[str, int] = {}
+        self._counts: dict[str, int] = {}
 
     # ----------------------------------------------------------------- construction
     def add_host(self) -> str:
@@ -68,14 +68,15 @@ class Topology:
         self.graph.add_node(name, kind="host", ip=host_ip(index), mac=host_mac(index), index=index)
         return name
 
-    def add_switch(self, layer: str, pod: Optional[int] = None) -> str:
+    def add_switch(self, layer: str, pod: int | None = None) -> str:
         index = self._counts.get(layer, 0) + 1
         self._counts[layer] = index
         name = f"{LAYER_PREFIX[layer]}{index}"
-        self.graph.add_node(name, kind="switch", layer=layer, dpid=(LAYER_CODES[layer] << 16) | index, pod=pod)
+        dpid = (LAYER_CODES[layer] << 16) | index
+        self.graph.add_node(name, kind="switch", layer=layer, dpid=dpid, pod=pod)
         return name
 
-    def add_link(self, a: str, b: str, rate_bps: Optional[float] = None) -> None:
+    def add_link(self, a: str, b: str, rate_bps: float | None = None) -> None:
         ports = {}
         for node in (a, b):
             ports[node] = self._next_port.get(node, 0) + 1
@@ -84,18 +85,18 @@ class Topology:
 
     # ----------------------------------------------------------------- queries
     @property
-    def hosts(self) -> List[str]:
+    def hosts(self) -> list[str]:
         return sorted((n for n, d in self.graph.nodes(data=True) if d["kind"] == "host"), key=_natural)
 
     @property
-    def switches(self) -> List[str]:
+    def switches(self) -> list[str]:
         return sorted((n for n, d in self.graph.nodes(data=True) if d["kind"] == "switch"), key=_natural)
 
     def port(self, node: str, neighbour: str) -> int:
         """OpenFlow port on ``node`` that leads to ``neighbour``."""
         return self.graph.edges[node, neighbour]["ports"][node]
 
-    def neighbour_on_port(self, node: str, port_no: int) -> Optional[str]:
+    def neighbour_on_port(self, node: str, port_no: int) -> str | None:
         for nb in self.graph.neighbors(node):
             if self.port(node, nb) == port_no:
                 return nb
@@ -105,15 +106,15 @@ class Topology:
         (switch,) = list(self.graph.neighbors(host))
         return switch
 
-    def capacity_bps(self) -> Dict[DirectedLink, float]:
+    def capacity_bps(self) -> dict[DirectedLink, float]:
         """Capacity of every directed link (both directions of each full-duplex edge)."""
-        out: Dict[DirectedLink, float] = {}
+        out: dict[DirectedLink, float] = {}
         for a, b, data in self.graph.edges(data=True):
             out[(a, b)] = data["rate_bps"]
             out[(b, a)] = data["rate_bps"]
         return out
 
-    def equal_cost_paths(self, src: str, dst: str) -> List[NodePath]:
+    def equal_cost_paths(self, src: str, dst: str) -> list[NodePath]:
         """All shortest node paths between two hosts, in a deterministic order."""
         if src == dst:
             raise TopologyError(f"a flow needs two different hosts, got {src!r} twice")
@@ -132,16 +133,16 @@ class Topology:
         return paths[zlib.crc32(flow_key.encode()) % len(paths)]
 
     @staticmethod
-    def links_of(path: Sequence[str]) -> Tuple[DirectedLink, ...]:
+    def links_of(path: Sequence[str]) -> tuple[DirectedLink, ...]:
         return tuple(zip(path[:-1], path[1:]))
 
     # ----------------------------------------------------------------- structured paths
-    def _up(self, node: str, layer: str) -> List[str]:
+    def _up(self, node: str, layer: str) -> list[str]:
         return sorted(
             (n for n in self.graph.neighbors(node) if self.graph.nodes[n].get("layer") == layer), key=_natural
         )
 
-    def _fattree_paths(self, src: str, dst: str) -> List[NodePath]:
+    def _fattree_paths(self, src: str, dst: str) -> list[NodePath]:
         e_src, e_dst = self.host_switch(src), self.host_switch(dst)
         if e_src == e_dst:
             return [(src, e_src, dst)]
@@ -155,14 +156,14 @@ class Topology:
                 paths.append((src, e_src, a_src, core, a_dst, e_dst, dst))
         return paths
 
-    def _leafspine_paths(self, src: str, dst: str) -> List[NodePath]:
+    def _leafspine_paths(self, src: str, dst: str) -> list[NodePath]:
         l_src, l_dst = self.host_switch(src), self.host_switch(dst)
         if l_src == l_dst:
             return [(src, l_src, dst)]
         return [(src, l_src, spine, l_dst, dst) for spine in self._up(l_src, "spine")]
 
 
-def _natural(name: str) -> Tuple[str, int]:
+def _natural(name: str) -> tuple[str, int]:
     head = name.rstrip("0123456789")
     tail = name[len(head):]
     return head, int(tail) if tail else -1
@@ -251,6 +252,6 @@ def _check_positive(name: str, value: object) -> None:
         raise TopologyError(f"{name} must be a positive integer, got {value!r}")
 
 
-def iter_host_pairs(topo: Topology) -> Iterable[Tuple[str, str]]:
+def iter_host_pairs(topo: Topology) -> Iterable[tuple[str, str]]:
     hosts = topo.hosts
     return ((a, b) for a in hosts for b in hosts if a != b)

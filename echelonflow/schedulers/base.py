@@ -11,8 +11,8 @@ Kept Python 3.9 compatible: the controller imports it.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Dict, Hashable, Mapping, Sequence, Tuple
 
 LinkId = Hashable  # a directed link, e.g. ("s1", "s2"); only equality and hashing are used
 
@@ -23,7 +23,7 @@ class ActiveFlow:
 
     flow_id: str
     echelon_id: str  # the EchelonFlow (or Coflow) it belongs to
-    path: Tuple[LinkId, ...]  # directed links from source to destination
+    path: tuple[LinkId, ...]  # directed links from source to destination
     remaining_bytes: float
     ideal_finish_s: float  # absolute d_j = reference time + offset
     offset_s: float  # o_j = d_j - r, the arrangement function's value for this flow
@@ -44,10 +44,10 @@ class Snapshot:
 class Decision:
     """Per-flow rate (bits/s) and priority rank (0 = most urgent; equal ranks share a class)."""
 
-    rate_bps: Dict[str, float] = field(default_factory=dict)
-    rank: Dict[str, int] = field(default_factory=dict)
+    rate_bps: dict[str, float] = field(default_factory=dict)
+    rank: dict[str, int] = field(default_factory=dict)
 
-    def as_dict(self) -> Dict[str, Dict[str, float]]:
+    def as_dict(self) -> dict[str, dict[str, float]]:
         return {fid: {"rate_bps": self.rate_bps[fid], "rank": self.rank.get(fid, 0)} for fid in self.rate_bps}
 
 

@@ -1,0 +1,395 @@
+"""Event-driven fluid (flow-level) simulator: jobs' DAGs over a topology under one scheduler.
+
+Model.  A task starts as soon as all its dependencies are done.  A host runs its compute tasks one
+at a time (it is a GPU): among the ready ones it picks the job listed first, then the task declared
+first in ``job.tasks`` (the same tie rule as ``echelonflow.echelon.ideal_schedule``).  A flow takes
+the path ``topology.path_for(src, dst, "job/flow")`` (the same pinned path the controller installs)
+and moves as a fluid at the rate the scheduler gives it.  The scheduler is asked again at every flow
+arrival and completion; between those events every rate is constant, so the next event time is
+exact: the earliest compute finish or flow finish (remaining bits / rate).
+
+EchelonFlow bookkeeping comes from ``echelonflow.echelon``: each flow's offset o_j, and the group's
+reference time r recomputed from the actual starts whenever one of its flows starts, so a flow's
+ideal finish is r + o_j (the paper's arrangement function anchored at the head flow).
+
+Slowdown of a job = its completion time with all jobs together / its completion time when it runs
+alone on the same network with the same scheduler (one extra run per job when there are several).
+
+Pure: no os_ken, no mininet.  Invariants (no directed link over capacity, non-negative rates, every
+byte delivered) are checked on every decision unless ``check_invariants=False``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from echelonflow import echelon as echelon_mod
+from echelonflow.echelon import EchelonSpec
+from echelonflow.errors import UserError
+from echelonflow.model import ComputeTask, FlowTask, Job, qualified
+from echelonflow.results import EchelonResult, FlowResult, JobResult, RunResult, TaskResult
+from echelonflow.schedulers.base import ActiveFlow, Decision, Scheduler, Snapshot
+from topologies.graphs import Topology
+
+#: The simulator's result for one scheduler is exactly the shared result shape's run.
+SimulationResult = RunResult
+
+#: Relative tolerance: a flow whose finish lies within this fraction of a time step is finished.
+TIME_RTOL = 1e-9
+#: Bytes left below this count as delivered (floating-point dust).
+BYTES_ATOL = 1e-6
+#: Allowed relative excess of a link's summed rates over its capacity.
+CAPACITY_RTOL = 1e-6
+
+
+class SimulationError(RuntimeError):
+    """The simulation cannot make progress (a scheduler starving every flow, or a dependency cycle)."""
+
+
+@dataclass
+class _Flow:
+    """Mutable state of one started flow."""
+
+    qid: str
+    task: FlowTask
+    job_index: int
+    echelon_qid: str
+    offset_s: float
+    links: tuple[Any, ...]
+    start_s: float
+    remaining_bytes: float
+    rate_bps: float = 0.0
+
+
+@dataclass
+class _EchelonState:
+    spec: Any
+    job_id: str
+    starts_s: dict[str, float] = field(default_factory=dict)
+    reference_s: float = math.inf
+
+
+def check_placement(topology: Topology, jobs: Sequence[Job]) -> None:
+    """Every job id unique and every host a job uses present in the topology (UserError otherwise)."""
+    known = set(topology.hosts)
+    seen = set()
+    for job in jobs:
+        if job.job_id in seen:
+            raise UserError(f"duplicate job id {job.job_id!r}")
+        seen.add(job.job_id)
+        for task in job.tasks.values():
+            hosts = [task.host] if isinstance(task, ComputeTask) else [task.src, task.dst]
+            for host in hosts:
+                if host not in known:
+                    raise UserError(
+                        f"job {job.job_id!r} task {task.task_id!r}: host {host!r} is not in topology "
+                        f"{topology.name!r} (it has {len(known)} hosts, h1..h{len(known)})"
+                    )
+            if isinstance(task, FlowTask) and task.src == task.dst:
+                raise UserError(
+                    f"job {job.job_id!r} flow {task.task_id!r}: source and destination are both {task.src!r}"
+                )
+
+
+def simulate(
+    topology: Topology,
+    jobs: Sequence[Job],
+    scheduler: Scheduler,
+    placement_check: bool = True,
+    check_invariants: bool = True,
+) -> SimulationResult:
+    """Run all ``jobs`` together (and each alone, for slowdowns); return the shared result shape."""
+    if placement_check:
+        check_placement(topology, jobs)
+    together = _Run(topology, jobs, scheduler, check_invariants).run()
+    alone: dict[str, float] = {}
+    for job in jobs:
+        if len(jobs) == 1:
+            alone[job.job_id] = together.completion_s[job.job_id]
+        else:
+            solo = _Run(topology, [job], scheduler, check_invariants).run()
+            alone[job.job_id] = solo.completion_s[job.job_id]
+    return together.to_result(scheduler.name, alone)
+
+
+class _Outcome:
+    """Raw timings of one run, turned into the shared result shape by :meth:`to_result`."""
+
+    def __init__(self) -> None:
+        self.completion_s: dict[str, float] = {}
+        self.tasks: dict[str, TaskResult] = {}
+        self.flows: dict[str, FlowResult] = {}
+        self.echelons: dict[str, EchelonResult] = {}
+
+    def to_result(self, scheduler_name: str, alone_s: Mapping[str, float]) -> RunResult:
+        jobs = {}
+        for job_id, done_s in self.completion_s.items():
+            base = alone_s[job_id]
+            jobs[job_id] = JobResult(completion_time=done_s, slowdown=done_s / base if base > 0 else 1.0)
+        objective = sum(e.tardiness for e in self.echelons.values())
+        return RunResult(
+            scheduler_name, jobs, dict(self.echelons), dict(self.flows), dict(self.tasks), objective
+        )
+
+
+class _Run:
+    """One simulation of a set of jobs (internal; use :func:`simulate`)."""
+
+    def __init__(self, topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, check: bool) -> None:
+        self.topology = topology
+        self.jobs = list(jobs)
+        self.scheduler = scheduler
+        self.check = check
+        self.capacity_bps = topology.capacity_bps()
+        self.now_s = 0.0
+        self.task_of: dict[str, tuple[int, int, Job, Any]] = {}
+        self.waiting: dict[str, int] = {}
+        self.dependants: dict[str, list[str]] = {}
+        self.start_s: dict[str, float] = {}
+        self.finish_s: dict[str, float] = {}
+        self.host_ready: dict[str, list[tuple[int, int, str]]] = {}
+        self.host_busy: dict[str, bool] = {}
+        self.running: list[tuple[float, int, str]] = []  # (finish_s, seq, qid) of computes
+        self.active: dict[str, _Flow] = {}
+        self.flow_echelon: dict[str, tuple[str, float]] = {}  # flow qid -> (echelon qid, offset_s)
+        self.echelons: dict[str, _EchelonState] = {}
+        self.leftover_bytes: dict[str, float] = {}
+        for job_index, job in enumerate(self.jobs):
+            self._index_job(job_index, job)
+
+    # ------------------------------------------------------------------ setup
+    def _index_job(self, job_index: int, job: Job) -> None:
+        for decl, task in enumerate(job.tasks.values()):
+            qid = qualified(job.job_id, task.task_id)
+            self.task_of[qid] = (job_index, decl, job, task)
+            self.waiting[qid] = len(set(task.deps))
+            self.dependants[qid] = []
+        for task in job.tasks.values():
+            for dep in dict.fromkeys(task.deps):
+                self.dependants[qualified(job.job_id, dep)].append(qualified(job.job_id, task.task_id))
+        for echelon_id, spec in _specs(job):
+            eqid = qualified(job.job_id, echelon_id)
+            self.echelons[eqid] = _EchelonState(spec, job.job_id)
+            for flow_id, offset_s in _offsets(spec).items():
+                self.flow_echelon[qualified(job.job_id, flow_id)] = (eqid, float(offset_s))
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> _Outcome:
+        released = [qid for qid, n in self.waiting.items() if n == 0]
+        flows_changed = self._release(released)
+        while True:
+            self._dispatch_computes()
+            if flows_changed and self.active:
+                self._decide()
+            flows_changed = False
+            next_s = self.running[0][0] if self.running else math.inf
+            for flow in self.active.values():
+                if flow.rate_bps > 0:
+                    done_s = self.now_s + 8.0 * flow.remaining_bytes / flow.rate_bps
+                    if done_s < next_s:
+                        next_s = done_s
+            if next_s == math.inf:
+                if self.active:
+                    raise SimulationError(
+                        f"scheduler {self.scheduler.name!r} gives every active flow rate 0 at "
+                        f"t={self.now_s:.6f}s with nothing else pending ({len(self.active)} flows starve, "
+                        f"e.g. {min(self.active)!r})"
+                    )
+                break
+            finished = self._advance(next_s)
+            flows_changed = self._complete(finished)
+        undone = [qid for qid in self.task_of if qid not in self.finish_s]
+        if undone:
+            raise SimulationError(
+                f"{len(undone)} tasks never became ready (dependency cycle?), e.g. {undone[0]!r}"
+            )
+        if self.check:
+            self._check_delivered()
+        return self._outcome()
+
+    def _advance(self, next_s: float) -> list[str]:
+        """Move the clock to ``next_s``; return the qids of flows and computes that finish then."""
+        dt = next_s - self.now_s
+        tol = TIME_RTOL * max(1.0, next_s)
+        finished: list[str] = []
+        for qid, flow in self.active.items():
+            if flow.rate_bps <= 0:
+                continue
+            done_s = self.now_s + 8.0 * flow.remaining_bytes / flow.rate_bps
+            if done_s <= next_s + tol:
+                self.leftover_bytes[qid] = max(0.0, flow.remaining_bytes - flow.rate_bps * dt / 8.0)
+                flow.remaining_bytes = 0.0
+                finished.append(qid)
+            else:
+                flow.remaining_bytes -= flow.rate_bps * dt / 8.0
+                if flow.remaining_bytes <= BYTES_ATOL:
+                    self.leftover_bytes[qid] = max(0.0, flow.remaining_bytes)
+                    flow.remaining_bytes = 0.0
+                    finished.append(qid)
+        self.now_s = next_s
+        while self.running and self.running[0][0] <= next_s + tol:
+            _, _, qid = heapq.heappop(self.running)
+            finished.append(qid)
+        return finished
+
+    def _complete(self, qids: list[str]) -> bool:
+        """Finish tasks at ``now``; release their dependants.  True when the active flow set changed."""
+        changed = False
+        for qid in qids:
+            self.finish_s[qid] = self.now_s
+            task = self.task_of[qid][3]
+            if isinstance(task, ComputeTask):
+                self.host_busy[task.host] = False
+            else:
+                del self.active[qid]
+                changed = True
+        released = []
+        for qid in qids:
+            for dep in self.dependants[qid]:
+                self.waiting[dep] -= 1
+                if self.waiting[dep] == 0:
+                    released.append(dep)
+        return self._release(released) or changed
+
+    def _release(self, qids: list[str]) -> bool:
+        """Tasks whose dependencies are all done: computes queue on their host, flows start now."""
+        changed = False
+        pending = list(qids)
+        while pending:
+            qid = pending.pop(0)
+            job_index, decl, job, task = self.task_of[qid]
+            if isinstance(task, ComputeTask):
+                heapq.heappush(self.host_ready.setdefault(task.host, []), (job_index, decl, qid))
+                continue
+            self.start_s[qid] = self.now_s
+            self._note_start(qid, job.job_id, task)
+            if task.size_bytes <= 0:  # nothing to move: done the instant it starts
+                self.finish_s[qid] = self.now_s
+                for dep in self.dependants[qid]:
+                    self.waiting[dep] -= 1
+                    if self.waiting[dep] == 0:
+                        pending.append(dep)
+                continue
+            eqid, offset_s = self.flow_echelon.get(qid, (qualified(job.job_id, task.task_id), 0.0))
+            path = self.topology.path_for(task.src, task.dst, qid)
+            self.active[qid] = _Flow(
+                qid, task, job_index, eqid, offset_s, Topology.links_of(path), self.now_s,
+                float(task.size_bytes),
+            )
+            changed = True
+        return changed
+
+    def _note_start(self, qid: str, job_id: str, task: FlowTask) -> None:
+        """Record a flow's actual start and re-anchor its EchelonFlow's reference time."""
+        entry = self.flow_echelon.get(qid)
+        if entry is None:
+            return
+        state = self.echelons[entry[0]]
+        state.starts_s[task.task_id] = self.now_s
+        state.reference_s = float(echelon_mod.reference_time(state.spec, state.starts_s))
+
+    def _dispatch_computes(self) -> None:
+        for host, ready in self.host_ready.items():
+            if ready and not self.host_busy.get(host, False):
+                _, _, qid = heapq.heappop(ready)
+                task = self.task_of[qid][3]
+                self.host_busy[host] = True
+                self.start_s[qid] = self.now_s
+                heapq.heappush(self.running, (self.now_s + task.duration_s, len(self.start_s), qid))
+
+    # ------------------------------------------------------------------ scheduling
+    def _decide(self) -> None:
+        flows = []
+        for qid, flow in self.active.items():
+            state = self.echelons.get(flow.echelon_qid)
+            reference_s = state.reference_s if state is not None else flow.start_s
+            weight = 1.0
+            flows.append(
+                ActiveFlow(
+                    flow_id=qid,
+                    echelon_id=flow.echelon_qid,
+                    path=flow.links,
+                    remaining_bytes=flow.remaining_bytes,
+                    ideal_finish_s=reference_s + flow.offset_s,
+                    offset_s=flow.offset_s,
+                    reference_s=reference_s,
+                    weight=weight,
+                )
+            )
+        snapshot = Snapshot(self.now_s, self.capacity_bps, flows)
+        decision = self.scheduler.decide(snapshot)
+        if self.check:
+            check_decision(snapshot, decision)
+        for qid, flow in self.active.items():
+            flow.rate_bps = float(decision.rate_bps.get(qid, 0.0))
+
+    # ------------------------------------------------------------------ results
+    def _check_delivered(self) -> None:
+        for qid, left in self.leftover_bytes.items():
+            size = self.task_of[qid][3].size_bytes
+            if left > max(BYTES_ATOL, 1e-6 * size):
+                raise AssertionError(f"flow {qid}: {left} of {size} bytes undelivered at its finish")
+
+    def _outcome(self) -> _Outcome:
+        out = _Outcome()
+        for job in self.jobs:
+            finishes = [self.finish_s[qualified(job.job_id, tid)] for tid in job.tasks]
+            out.completion_s[job.job_id] = max(finishes) if finishes else 0.0
+        for qid, (_, _, job, task) in self.task_of.items():
+            if isinstance(task, ComputeTask):
+                out.tasks[qid] = TaskResult("compute", self.start_s[qid], self.finish_s[qid], host=task.host)
+                continue
+            start_s, finish_s = self.start_s[qid], self.finish_s[qid]
+            out.tasks[qid] = TaskResult("flow", start_s, finish_s, src=task.src, dst=task.dst)
+            eqid, offset_s = self.flow_echelon.get(qid, (qualified(job.job_id, task.task_id), 0.0))
+            state = self.echelons.get(eqid)
+            reference_s = state.reference_s if state is not None else self.start_s[qid]
+            out.flows[qid] = FlowResult(
+                start=self.start_s[qid],
+                finish=self.finish_s[qid],
+                ideal_finish=reference_s + offset_s,
+                src=task.src,
+                dst=task.dst,
+                size_bytes=task.size_bytes,
+                echelon=eqid,
+            )
+        for eqid, state in self.echelons.items():
+            job_id = state.job_id
+            flow_ids = list(_offsets(state.spec))
+            finishes = {fid: self.finish_s[qualified(job_id, fid)] for fid in flow_ids}
+            tardiness = float(echelon_mod.echelon_tardiness(state.spec, finishes, state.reference_s))
+            flow_qids = [qualified(job_id, fid) for fid in flow_ids]
+            out.echelons[eqid] = EchelonResult(tardiness, state.spec.kind, flow_qids)
+        return out
+
+
+def check_decision(snapshot: Snapshot, decision: Decision) -> None:
+    """The invariants every scheduler must keep: a rate per flow, non-negative, no link over capacity."""
+    load: dict[Any, float] = {}
+    for flow in snapshot.flows:
+        if flow.flow_id not in decision.rate_bps:
+            raise AssertionError(f"decision has no rate for flow {flow.flow_id}")
+        rate = decision.rate_bps[flow.flow_id]
+        if not rate >= 0 or math.isinf(rate):
+            raise AssertionError(f"flow {flow.flow_id}: bad rate {rate!r}")
+        for link in flow.path:
+            load[link] = load.get(link, 0.0) + rate
+    for link, used in load.items():
+        cap = snapshot.capacity_bps[link]
+        if used > cap * (1 + CAPACITY_RTOL):
+            raise AssertionError(f"link {link}: {used} bps allocated over capacity {cap} bps")
+
+
+# ---------------------------------------------------------------------- echelon helpers
+def _specs(job: Job) -> list[tuple[str, EchelonSpec]]:
+    """(echelon id, spec) pairs of a job, in ``echelons_of`` order (validates the DAG)."""
+    return list(echelon_mod.echelons_of(job).items())
+
+
+def _offsets(spec: EchelonSpec) -> dict[str, float]:
+    """flow id -> ideal finish offset o_j, in the spec's (head first) order."""
+    return {fid: float(spec.offsets_s[fid]) for fid in spec.flow_ids}

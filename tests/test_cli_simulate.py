@@ -1,0 +1,79 @@
+"""``echelon simulate`` end to end: the installed console script and ``echelonflow.cli.main``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from echelonflow.cli import main
+from echelonflow.results import Results, format_table
+
+ECHELON = str(Path(sys.executable).parent / "echelon")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([ECHELON, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_fig2_json_reproduces_the_paper_via_console_script() -> None:
+    proc = run_cli("simulate", "fig2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["scenario"] == "fig2" and doc["mode"] == "simulate"
+    completion = {run["scheduler"]: run["jobs"]["fig2"]["completion_time"] for run in doc["runs"]}
+    assert completion == pytest.approx({"fair": 8.5, "coflow": 10.0, "echelon": 8.0}, abs=1e-6)
+    echelon = next(run for run in doc["runs"] if run["scheduler"] == "echelon")
+    assert echelon["objective"] == pytest.approx(4.0, abs=1e-6)
+    flow = echelon["flows"]["fig2/" + sorted(k.split("/")[1] for k in echelon["flows"])[0]]
+    assert set(flow) == {"start", "finish", "ideal_finish", "src", "dst", "size_bytes", "echelon"}
+    assert flow["size_bytes"] == 2_500_000
+    tasks = echelon["tasks"]
+    assert {t["type"] for t in tasks.values()} == {"compute", "flow"}
+    # the document round-trips through the shared result dataclasses
+    assert Results.from_json_dict(doc).to_json_dict() == doc
+
+
+def test_human_table_and_scheduler_selection(capsys) -> None:
+    assert main(["simulate", "fig2", "--scheduler", "echelon", "--scheduler", "fair"]) == 0
+    out = capsys.readouterr().out
+    assert "fair" in out and "echelon" in out and "coflow" not in out
+    assert "8.000" in out and "8.500" in out
+
+
+def test_multi_job_fattree_scenario_json(capsys) -> None:
+    assert main(["simulate", "fattree-gpipe-ring", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [run["scheduler"] for run in doc["runs"]] == ["fair", "coflow", "echelon"]
+    for run in doc["runs"]:
+        assert set(run["jobs"]) == {"gpipe", "ring"}
+        for job in run["jobs"].values():
+            assert job["completion_time"] > 0 and job["slowdown"] > 0
+        assert run["objective"] == pytest.approx(sum(e["tardiness"] for e in run["echelonflows"].values()))
+    assert "gpipe" in format_table(Results.from_json_dict(doc))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["simulate", "nope"], "no scenario named 'nope'"),
+        (["simulate", "fig2", "--scheduler", "varys"], "unknown scheduler 'varys'"),
+        (["simulate", "/no/such.json"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, message) -> None:
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert message in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_bad_scenario_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"topology": {"kind": "two_hosts", "rate_mbps": 10}, "jobs": [{"trace": 3}]}))
+    proc = run_cli("simulate", str(path))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"echelon: error: scenario {path}: field jobs[0].trace")

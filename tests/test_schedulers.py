@@ -1,0 +1,188 @@
+"""Scheduler properties on random instances, every policy through ONE shared validator.
+
+Feasible (no directed link over capacity), non-negative, work-conserving (every flow with bytes left
+crosses a saturated link, so it could not go faster without overloading one), deterministic, ranks a
+permutation; plus echelon's optimality on one link (Jackson's rule: preemptive EDF reaches
+t* = max_j (C_j / B - (d_j - now))) and the paper's Fig. 2 worked table.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from echelonflow.errors import UserError
+from echelonflow.schedulers import SCHEDULERS, get_scheduler
+from echelonflow.schedulers.base import ActiveFlow, Decision, Snapshot
+from echelonflow.schedulers.echelon import CoflowScheduler, EchelonScheduler
+from topologies.graphs import Topology, build
+
+REL = 1e-6
+
+
+def validate(snapshot: Snapshot, decision: Decision) -> None:
+    """The invariants every scheduler keeps (shared by all policies)."""
+    active = [f for f in snapshot.flows if f.remaining_bytes > 1e-9]
+    assert set(decision.rate_bps) == {f.flow_id for f in snapshot.flows}
+    assert set(decision.rank) == {f.flow_id for f in snapshot.flows}
+    load: dict = {}
+    for flow in snapshot.flows:
+        rate = decision.rate_bps[flow.flow_id]
+        assert rate >= 0.0, (flow.flow_id, rate)
+        for link in flow.path:
+            load[link] = load.get(link, 0.0) + rate
+    for link, used in load.items():
+        assert used <= snapshot.capacity_bps[link] * (1 + REL), (link, used)
+    for flow in active:  # work conservation: some link of the path is full
+        slack = min(snapshot.capacity_bps[link] - load[link] for link in flow.path)
+        full = min(snapshot.capacity_bps[link] for link in flow.path)
+        assert slack <= full * REL, (flow.flow_id, slack)
+
+
+def _random_instance(seed: int, n_flows: int) -> Snapshot:
+    rng = random.Random(seed)
+    kind = rng.choice(["two_hosts", "dumbbell", "fattree", "leafspine"])
+    topo = {
+        "two_hosts": lambda: build("two_hosts", 1e6),
+        "dumbbell": lambda: build("dumbbell", 1e6, hosts_per_side=rng.randint(1, 3)),
+        "fattree": lambda: build("fattree", 1e6, k=rng.choice([2, 4])),
+        "leafspine": lambda: build("leafspine", 1e6, leaves=rng.randint(2, 3), spines=rng.randint(1, 2),
+                                   hosts_per_leaf=rng.randint(1, 2)),
+    }[kind]()
+    hosts = topo.hosts
+    now = rng.uniform(0, 5)
+    flows = []
+    n_groups = rng.randint(1, 4)
+    refs = [now - rng.uniform(0, 3) for _ in range(n_groups)]
+    for i in range(n_flows):
+        src, dst = rng.sample(hosts, 2)
+        g = rng.randrange(n_groups)
+        offset = rng.choice([0.0, rng.uniform(0, 4)])
+        remaining = rng.choice([0.0, rng.uniform(1e-3, 1e6), float(rng.randint(1, 10**6))])
+        path = Topology.links_of(topo.path_for(src, dst, f"f{i}"))
+        flows.append(ActiveFlow(f"f{i}", f"g{g}", path, remaining, refs[g] + offset, offset, refs[g]))
+    return Snapshot(now, topo.capacity_bps(), flows)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**9), n_flows=st.integers(1, 25))
+def test_every_scheduler_is_feasible_work_conserving_deterministic(
+    name: str, seed: int, n_flows: int
+) -> None:
+    snapshot = _random_instance(seed, n_flows)
+    first = get_scheduler(name).decide(snapshot)
+    validate(snapshot, first)
+    shuffled = Snapshot(snapshot.now_s, snapshot.capacity_bps, list(reversed(snapshot.flows)))
+    again = get_scheduler(name).decide(shuffled)
+    assert again.rate_bps == first.rate_bps
+    assert again.rank == first.rank
+    assert sorted(first.rank.values()) == (
+        [0] * len(first.rank) if name == "fair" else list(range(len(first.rank)))
+    )
+
+
+def _single_link_run(scheduler, flows, capacity_bps):
+    """Fluid-simulate ``flows`` (no arrivals) on one link to completion; return finish times."""
+    link = ("a", "b")
+    now = max(f[3] for f in flows)  # all have started by now
+    remaining = {fid: size for fid, size, _o, _r in flows}
+    meta = {fid: (o, r) for fid, _s, o, r in flows}
+    finish = {}
+    for _ in range(10 * len(flows) + 10):
+        live = [fid for fid in remaining if fid not in finish]
+        if not live:
+            break
+        active = [
+            ActiveFlow(fid, "g", (link,), remaining[fid], sum(meta[fid]), meta[fid][0], meta[fid][1])
+            for fid in live
+        ]
+        snap = Snapshot(now, {link: capacity_bps}, active)
+        decision = scheduler.decide(snap)
+        validate(snap, decision)
+        dt = min(8 * remaining[f] / decision.rate_bps[f] for f in live if decision.rate_bps[f] > 0)
+        now += dt
+        for fid in live:
+            left = remaining[fid] - decision.rate_bps[fid] * dt / 8
+            if left <= 1e-9 * max(1.0, remaining[fid]):
+                finish[fid] = now
+                remaining[fid] = 0.0
+            else:
+                remaining[fid] = left
+    assert len(finish) == len(flows)
+    return finish
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 10**6), min_size=1, max_size=8),
+    offsets=st.lists(st.floats(0, 5, allow_nan=False), min_size=8, max_size=8),
+    ref=st.floats(0, 3, allow_nan=False),
+)
+def test_echelon_reaches_optimal_max_tardiness_on_one_link(sizes, offsets, ref) -> None:
+    capacity_bps = 8e5
+    flows = [(f"f{i}", float(s), offsets[i], ref) for i, s in enumerate(sizes)]
+    now = ref
+    # t* of the reference doc: sort by due date, cumulative bytes / B - (d_j - now)
+    order = sorted(flows, key=lambda f: (f[3] + f[2], f[0]))
+    cumulative, t_star = 0.0, float("-inf")
+    for _fid, size, o, r in order:
+        cumulative += size
+        t_star = max(t_star, 8 * cumulative / capacity_bps - (r + o - now))
+    finish = _single_link_run(EchelonScheduler(), flows, capacity_bps)
+    achieved = max(finish[fid] - (r + o) for fid, _s, o, r in flows)
+    assert achieved == pytest.approx(t_star, rel=1e-6, abs=1e-6)
+
+
+def test_fig2_worked_table_of_the_reference() -> None:
+    """scheduling.md's table at t=3: remaining (1/2, 3/2, 2) of B=1 -> rates 1/4, 1/2, 1/4."""
+    link = ("h1", "s1")
+    remaining = [0.5, 1.5, 2.0]
+    flows = [ActiveFlow(f"f{i}", "g", (link,), rem, 1 + i, float(i), 1.0) for i, rem in enumerate(remaining)]
+    decision = EchelonScheduler().decide(Snapshot(3.0, {link: 8.0}, flows))
+    assert [decision.rate_bps[f"f{i}"] / 8 for i in range(3)] == pytest.approx([0.25, 0.5, 0.25])
+    coflow = CoflowScheduler().decide(Snapshot(3.0, {link: 8.0}, flows))
+    # Varys: MADD gives each flow remaining / Gamma with Gamma = 4 -> all finish together at 7
+    assert [coflow.rate_bps[f"f{i}"] / 8 for i in range(3)] == pytest.approx([0.125, 0.375, 0.5])
+
+
+def test_coflow_is_echelon_with_zero_offsets() -> None:
+    snapshot = _random_instance(7, 20)
+    zeroed = Snapshot(snapshot.now_s, snapshot.capacity_bps, [
+        ActiveFlow(f.flow_id, f.echelon_id, f.path, f.remaining_bytes, f.reference_s, 0.0, f.reference_s)
+        for f in snapshot.flows
+    ])
+    assert CoflowScheduler().decide(snapshot).rate_bps == EchelonScheduler().decide(zeroed).rate_bps
+
+
+def test_fair_shares_a_link_equally_and_gives_leftover_elsewhere() -> None:
+    a, b = ("x", "y"), ("y", "z")
+    flows = [ActiveFlow("long", "g1", (a, b), 10, 0, 0, 0), ActiveFlow("short", "g2", (b,), 10, 0, 0, 0),
+             ActiveFlow("other", "g3", (a,), 10, 0, 0, 0)]
+    decision = get_scheduler("fair").decide(Snapshot(0.0, {a: 10.0, b: 4.0}, flows))
+    assert decision.rate_bps == pytest.approx({"long": 2.0, "short": 2.0, "other": 8.0})
+
+
+def test_finished_and_tiny_flows_are_robust() -> None:
+    link = ("a", "b")
+    flows = [ActiveFlow("done", "g", (link,), 0.0, 1, 0, 1), ActiveFlow("dust", "g", (link,), 1e-12, 1, 0, 1),
+             ActiveFlow("real", "g", (link,), 100.0, 2, 1, 1)]
+    for name in SCHEDULERS:
+        decision = get_scheduler(name).decide(Snapshot(1.0, {link: 1e3}, flows))
+        validate(Snapshot(1.0, {link: 1e3}, flows), decision)
+        assert decision.rate_bps["done"] == 0.0
+
+
+def test_unknown_scheduler_lists_valid_names() -> None:
+    with pytest.raises(UserError, match="unknown scheduler 'varys'.*fair, coflow, echelon"):
+        get_scheduler("varys")
+
+
+def test_order_by_tardiness_option_is_validated_and_feasible() -> None:
+    with pytest.raises(ValueError, match="order_by"):
+        EchelonScheduler(order_by="size")
+    snapshot = _random_instance(3, 15)
+    validate(snapshot, EchelonScheduler(order_by="tardiness").decide(snapshot))

@@ -1,0 +1,145 @@
+"""The fluid simulator on hand-built jobs: the paper's Fig. 2 numbers, sharing, tie rule, guards."""
+
+from __future__ import annotations
+
+import pytest
+
+from echelonflow.errors import UserError
+from echelonflow.model import ComputeTask, FlowTask, Job
+from echelonflow.schedulers import SCHEDULERS, get_scheduler
+from echelonflow.schedulers.base import Decision, Scheduler, Snapshot
+from simulator.engine import SimulationError, check_decision, simulate
+from topologies.graphs import build
+
+B_BYTES_PER_S = 1.25e6  # 10 Mbit/s
+
+
+def fig2_job(job_id: str = "fig2", src: str = "h1", dst: str = "h2") -> Job:
+    """Paper Fig. 2: worker 1 computes 3 micro-batches, sends 2B bytes after each; worker 2 consumes."""
+    job = Job(job_id)
+    for i in range(3):
+        job.add(ComputeTask(f"w1_mb{i}", src, 1.0, (f"w1_mb{i - 1}",) if i else ()))
+        job.add(FlowTask(f"act{i}", src, dst, int(2 * B_BYTES_PER_S), (f"w1_mb{i}",), echelon_id="act"))
+    for i in range(3):
+        job.add(ComputeTask(f"w2_mb{i}", dst, 1.0, (f"act{i}",) + ((f"w2_mb{i - 1}",) if i else ())))
+    return job
+
+
+@pytest.mark.parametrize(
+    "name, completion, finishes, tardiness",
+    [
+        ("fair", 8.5, [4.5, 6.5, 7.0], 4.5),
+        ("coflow", 10.0, [7.0, 7.0, 7.0], 6.0),
+        ("echelon", 8.0, [5.0, 6.0, 7.0], 4.0),
+    ],
+)
+def test_fig2_reproduces_the_paper(name, completion, finishes, tardiness) -> None:
+    result = simulate(build("two_hosts", 10e6), [fig2_job()], get_scheduler(name))
+    assert result.jobs["fig2"].completion_time == pytest.approx(completion, abs=1e-6)
+    assert result.jobs["fig2"].slowdown == pytest.approx(1.0)
+    assert [result.flows[f"fig2/act{i}"].finish for i in range(3)] == pytest.approx(finishes, abs=1e-6)
+    assert [result.flows[f"fig2/act{i}"].ideal_finish for i in range(3)] == pytest.approx([1, 2, 3])
+    assert result.echelonflows["fig2/act"].tardiness == pytest.approx(tardiness, abs=1e-6)
+    assert result.echelonflows["fig2/act"].kind == "staggered"
+    assert result.objective == pytest.approx(tardiness, abs=1e-6)
+    assert result.tasks["fig2/w2_mb2"].finish == pytest.approx(completion, abs=1e-6)
+    assert result.tasks["fig2/act0"].start == pytest.approx(1.0)
+
+
+def _one_flow_job(job_id: str, src: str, dst: str, size: int) -> Job:
+    job = Job(job_id)
+    job.add(FlowTask("f", src, dst, size, echelon_id="e"))
+    return job
+
+
+def test_jobs_share_a_bottleneck_and_slowdowns_follow() -> None:
+    topo = build("dumbbell", 8e6, hosts_per_side=2)  # h1,h2 left; h3,h4 right; 1e6 B/s everywhere
+    jobs = [_one_flow_job("a", "h1", "h3", 10**6), _one_flow_job("b", "h2", "h4", 10**6)]
+    fair = simulate(topo, jobs, get_scheduler("fair"))
+    assert [fair.jobs[j].completion_time for j in "ab"] == pytest.approx([2.0, 2.0])
+    assert [fair.jobs[j].slowdown for j in "ab"] == pytest.approx([2.0, 2.0])
+    echelon = simulate(topo, jobs, get_scheduler("echelon"))  # equal bottlenecks: group id breaks the tie
+    assert [echelon.jobs[j].completion_time for j in "ab"] == pytest.approx([1.0, 2.0])
+    assert [echelon.jobs[j].slowdown for j in "ab"] == pytest.approx([1.0, 2.0])
+    assert echelon.objective == pytest.approx(1.0 + 2.0)  # ideal finish = start = 0 for both
+
+
+def test_smaller_coflow_goes_first_under_varys() -> None:
+    topo = build("dumbbell", 8e6, hosts_per_side=2)
+    jobs = [_one_flow_job("big", "h1", "h3", 3 * 10**6), _one_flow_job("small", "h2", "h4", 10**6)]
+    result = simulate(topo, jobs, get_scheduler("coflow"))
+    assert result.jobs["small"].completion_time == pytest.approx(1.0)
+    assert result.jobs["big"].completion_time == pytest.approx(4.0)
+
+
+def test_compute_tie_rule_declaration_order_one_at_a_time() -> None:
+    job = Job("j")
+    job.add(ComputeTask("second_declared_first", "h1", 2.0))
+    job.add(ComputeTask("x", "h1", 1.0))
+    job.add(ComputeTask("other_host", "h2", 1.0))
+    result = simulate(build("two_hosts", 1e6), [job], get_scheduler("fair"))
+    assert (result.tasks["j/second_declared_first"].start, result.tasks["j/x"].start) == (0.0, 2.0)
+    assert result.tasks["j/other_host"].start == 0.0
+    assert result.jobs["j"].completion_time == pytest.approx(3.0)
+
+
+def test_zero_size_flow_and_zero_duration_compute_complete_instantly() -> None:
+    job = Job("z")
+    job.add(ComputeTask("c0", "h1", 0.0))
+    job.add(FlowTask("f0", "h1", "h2", 0, ("c0",)))
+    job.add(ComputeTask("c1", "h2", 0.5, ("f0",)))
+    result = simulate(build("two_hosts", 1e6), [job], get_scheduler("echelon"))
+    assert result.flows["z/f0"].finish == 0.0
+    assert result.jobs["z"].completion_time == pytest.approx(0.5)
+
+
+class _Starver(Scheduler):
+    name = "starver"
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        return Decision({f.flow_id: 0.0 for f in snapshot.flows}, {f.flow_id: 0 for f in snapshot.flows})
+
+
+class _Greedy(Scheduler):
+    name = "greedy"
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        return Decision({f.flow_id: 2 * snapshot.capacity_bps[f.path[0]] for f in snapshot.flows}, {})
+
+
+def test_starvation_raises_instead_of_looping() -> None:
+    with pytest.raises(SimulationError, match="starve"):
+        simulate(build("two_hosts", 1e6), [fig2_job()], _Starver())
+
+
+def test_overcommitting_scheduler_trips_the_capacity_invariant() -> None:
+    with pytest.raises(AssertionError, match="over capacity"):
+        simulate(build("two_hosts", 1e6), [fig2_job()], _Greedy())
+    with pytest.raises(AssertionError, match="no rate"):
+        check_decision(Snapshot(0.0, {}, [_active("f")]), Decision({}, {}))
+
+
+def _active(fid):
+    from echelonflow.schedulers.base import ActiveFlow
+
+    return ActiveFlow(fid, "g", (), 1.0, 0.0, 0.0, 0.0)
+
+
+def test_bad_placement_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="host 'h9' is not in topology"):
+        simulate(build("two_hosts", 1e6), [fig2_job(dst="h9")], get_scheduler("fair"))
+    with pytest.raises(UserError, match="duplicate job id 'fig2'"):
+        simulate(build("two_hosts", 1e6), [fig2_job(), fig2_job()], get_scheduler("fair"))
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
+def test_many_jobs_on_a_fattree_deliver_everything(name: str) -> None:
+    topo = build("fattree", 10e6, k=4)
+    jobs = [fig2_job(f"p{i}", f"h{i + 1}", f"h{16 - i}") for i in range(6)]
+    result = simulate(topo, jobs, get_scheduler(name))  # invariants checked on every decision
+    assert len(result.flows) == 18
+    for flow in result.flows.values():
+        assert flow.finish >= flow.start + flow.size_bytes / B_BYTES_PER_S - 1e-9  # never beats line rate
+    for job_id, job in result.jobs.items():
+        assert job.completion_time >= 6.0 - 1e-9  # 3 s compute + 2 s transfer + 1 s compute, at best
+        assert job.slowdown >= 1.0 - 1e-9 or name != "fair", job_id
