@@ -186,3 +186,4 @@ def test_order_by_tardiness_option_is_validated_and_feasible() -> None:
         EchelonScheduler(order_by="size")
     snapshot = _random_instance(3, 15)
     validate(snapshot, EchelonScheduler(order_by="tardiness").decide(snapshot))
+    validate(snapshot, EchelonScheduler(order_by="bottleneck").decide(snapshot))
