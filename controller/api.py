@@ -1,0 +1,284 @@
+"""The controller's HTTP API as a plain WSGI application (routing, auth, validation, JSON errors).
+
+Framework-free on purpose: os-ken dropped Ryu's WSGI layer, and the standard WSGI interface runs under
+``eventlet.wsgi`` (the controller's hub, see ``controller.api_server``) as well as under any test server.
+Endpoints are documented in ``docs/api.md``.
+
+Every refusal is a JSON body ``{"error": {"field": ..., "problem": ...}}`` with a 4xx status, decided in
+this order: unknown route 404, wrong method 405, missing/bad token 401 (state-changing calls only), body
+over ``max_body_bytes`` 413, malformed JSON 400, missing/unknown/mistyped fields 400, unknown job /
+EchelonFlow / flow 404, duplicates and state conflicts 409.  The registry validates everything before it
+changes anything, so a refused request leaves no trace.  Bodies are parsed with ``json`` only.
+
+Kept Python 3.9 compatible; stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable
+from typing import Any, Callable
+from urllib.parse import parse_qs
+
+from controller.auth import bearer_ok
+from controller.registry import STATES, RegistryError
+from controller.service import SchedulingService
+from controller.store import StoreError
+
+LOG = logging.getLogger("echelon.api")
+PREFIX = "/v1"
+DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: ~8,000 flow declarations in one request
+
+StartResponse = Callable[..., Any]
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, field: str | None, problem: str,
+                 headers: Iterable[tuple[str, str]] = ()) -> None:
+        super().__init__(problem)
+        self.status = status
+        self.field = field
+        self.problem = problem
+        self.headers = list(headers)
+
+
+REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+           405: "Method Not Allowed", 409: "Conflict", 411: "Length Required", 413: "Payload Too Large",
+           415: "Unsupported Media Type", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+_ID = r"([^/]+)"
+# (pattern, {method: (handler name, needs auth)})
+ROUTES: list[tuple[re.Pattern[str], dict[str, tuple[str, bool]]]] = [
+    (re.compile(r"^/health$"), {"GET": ("health", False)}),
+    (re.compile(r"^/scheduler$"), {"GET": ("get_scheduler", False), "PUT": ("put_scheduler", True)}),
+    (re.compile(r"^/flows$"), {"GET": ("list_all_flows", False)}),
+    (re.compile(r"^/jobs$"), {"GET": ("list_jobs", False), "POST": ("post_job", True)}),
+    (re.compile(rf"^/jobs/{_ID}$"), {"GET": ("get_job", False)}),
+    (re.compile(rf"^/jobs/{_ID}/echelons$"),
+     {"GET": ("list_echelons", False), "POST": ("post_echelon", True)}),
+    (re.compile(rf"^/jobs/{_ID}/echelons/{_ID}$"), {"GET": ("get_echelon", False)}),
+    (re.compile(rf"^/jobs/{_ID}/echelons/{_ID}/flows$"), {"POST": ("post_flows", True)}),
+    (re.compile(rf"^/jobs/{_ID}/flows$"), {"GET": ("list_flows", False)}),
+    (re.compile(rf"^/jobs/{_ID}/flows/{_ID}$"), {"GET": ("get_flow", False)}),
+    (re.compile(rf"^/jobs/{_ID}/flows/{_ID}/start$"), {"POST": ("post_start", True)}),
+    (re.compile(rf"^/jobs/{_ID}/flows/{_ID}/progress$"), {"POST": ("post_progress", True)}),
+    (re.compile(rf"^/jobs/{_ID}/flows/{_ID}/finish$"), {"POST": ("post_finish", True)}),
+    (re.compile(rf"^/jobs/{_ID}/flows/{_ID}/allocation$"), {"GET": ("get_allocation", False)}),
+]
+
+
+def fields(body: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The body as a dict after checking it is an object with exactly the allowed keys."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "body", "must be a JSON object")
+    allowed = required + optional
+    for name in body:
+        if name not in allowed:
+            raise ApiError(400, name, f"unknown field (allowed: {', '.join(allowed)})")
+    for name in required:
+        if name not in body:
+            raise ApiError(400, name, "missing")
+    return body
+
+
+class Api:
+    """WSGI callable over one registry and its scheduling service."""
+
+    def __init__(self, service: SchedulingService, token: str,
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        self.service = service
+        self.registry = service.registry
+        self.token = token
+        self.max_body_bytes = int(max_body_bytes)
+
+    # ------------------------------------------------------------------ WSGI entry
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        try:
+            status, payload = self._dispatch(environ)
+            headers: list[tuple[str, str]] = []
+        except ApiError as err:
+            status, payload, headers = err.status, _error(err.field, err.problem), err.headers
+        except RegistryError as err:
+            status, payload, headers = err.status, _error(err.field, err.problem), []
+        except StoreError as err:
+            LOG.error("%s", err)
+            status, payload, headers = 503, _error("store", str(err)), []
+        except Exception as err:  # noqa: BLE001 - a bug must still answer in JSON, and be logged
+            LOG.exception("API request failed")
+            status, payload, headers = 500, _error(None, f"internal error: {type(err).__name__}"), []
+        body = json.dumps(payload, sort_keys=True).encode()
+        start_response(f"{status} {REASONS.get(status, '')}".rstrip(), [
+            ("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers])
+        return [body]
+
+    def _dispatch(self, environ: dict[str, Any]) -> tuple[int, Any]:
+        path = environ.get("PATH_INFO", "") or "/"
+        method = environ.get("REQUEST_METHOD", "GET").upper()
+        if not path.startswith(PREFIX + "/"):
+            raise ApiError(404, "path", f"no such endpoint {path!r} (the API lives under {PREFIX}/)")
+        route = path[len(PREFIX):]
+        for pattern, methods in ROUTES:
+            match = pattern.match(route)
+            if match is None:
+                continue
+            if method not in methods:
+                allow = ", ".join(sorted(methods))
+                raise ApiError(405, "method", f"{method} is not allowed on {path} (allowed: {allow})",
+                               [("Allow", allow)])
+            handler_name, needs_auth = methods[method]
+            if needs_auth and not bearer_ok(environ.get("HTTP_AUTHORIZATION"), self.token):
+                raise ApiError(401, "Authorization", "missing or wrong bearer token (see the token file)",
+                               [("WWW-Authenticate", 'Bearer realm="echelon"')])
+            body = self._body(environ) if method in ("POST", "PUT") else None
+            query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+            return getattr(self, handler_name)(*match.groups(), body=body, query=query)
+        raise ApiError(404, "path", f"no such endpoint {path!r}")
+
+    def _body(self, environ: dict[str, Any]) -> Any:
+        ctype = environ.get("CONTENT_TYPE", "")
+        if ctype and ctype.split(";")[0].strip().lower() != "application/json":
+            raise ApiError(415, "Content-Type", f"must be application/json, got {ctype!r}")
+        length_text = environ.get("CONTENT_LENGTH") or ""
+        stream = environ["wsgi.input"]
+        if length_text:
+            try:
+                length = int(length_text)
+            except ValueError:
+                raise ApiError(400, "Content-Length", f"not a number: {length_text!r}") from None
+            if length > self.max_body_bytes:
+                raise ApiError(413, "body", f"{length} bytes is over the limit of {self.max_body_bytes}")
+            raw = stream.read(length) if length > 0 else b""
+        else:
+            raw = stream.read(self.max_body_bytes + 1)
+            if len(raw) > self.max_body_bytes:
+                raise ApiError(413, "body", f"over the limit of {self.max_body_bytes} bytes")
+        if not raw.strip():
+            raise ApiError(400, "body", "empty; send a JSON object")
+        try:
+            return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        except UnicodeDecodeError:
+            raise ApiError(400, "body", "not UTF-8") from None
+        except ValueError as exc:
+            raise ApiError(400, "body", f"malformed JSON: {exc}") from None
+
+    # ------------------------------------------------------------------ reads
+    def health(self, body: Any, query: Any) -> tuple[int, Any]:
+        last = self.service.last_round
+        return 200, {"status": "ok", "scheduler": self.service.scheduler_name,
+                     "counts": self.registry.counts(),
+                     "topology": self.registry.topology.name,
+                     "last_round": None if last is None else {
+                         "reason": last.reason, "now_s": last.now_s, "active_flows": last.active_flows,
+                         "snapshot_s": last.snapshot_s, "decide_s": last.decide_s,
+                         "enforce_s": last.enforce_s, "error": last.error}}
+
+    def get_scheduler(self, body: Any, query: Any) -> tuple[int, Any]:
+        return 200, {"scheduler": self.service.scheduler_name, "available": self.service.available(),
+                     "enforces": self.service.scheduler.enforces}
+
+    def list_jobs(self, body: Any, query: Any) -> tuple[int, Any]:
+        return 200, {"jobs": [self.registry.job_view(j) for j in self.registry.jobs.values()]}
+
+    def get_job(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
+        return 200, self.registry.job_view(self.registry.job(job_id))
+
+    def list_echelons(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
+        self.registry.job(job_id)
+        echelons = [e for e in self.registry.echelons.values() if e.job_id == job_id]
+        return 200, {"echelons": [self.registry.echelon_view(e, with_flows=False) for e in echelons]}
+
+    def get_echelon(self, job_id: str, echelon_id: str, body: Any, query: Any) -> tuple[int, Any]:
+        return 200, self.registry.echelon_view(self.registry.echelon(job_id, echelon_id))
+
+    def list_flows(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
+        self.registry.job(job_id)
+        state = _state_filter(query)
+        flows = [f for f in self.registry.flows.values()
+                 if f.job_id == job_id and (state is None or f.state == state)]
+        return 200, {"flows": [self.registry.flow_view(f) for f in flows]}
+
+    def list_all_flows(self, body: Any, query: Any) -> tuple[int, Any]:
+        state = _state_filter(query)
+        flows = [f for f in self.registry.flows.values() if state is None or f.state == state]
+        return 200, {"flows": [self.registry.flow_view(f) for f in flows]}
+
+    def get_flow(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
+        return 200, self.registry.flow_view(self.registry.flow(job_id, flow_id))
+
+    def get_allocation(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
+        return 200, self.service.allocation(self.registry.flow(job_id, flow_id).key)
+
+    # ------------------------------------------------------------------ writes
+    def put_scheduler(self, body: Any, query: Any) -> tuple[int, Any]:
+        fields(body, ("scheduler",))
+        report = self.service.set_scheduler(body["scheduler"])
+        return 200, {"scheduler": self.service.scheduler_name, "available": self.service.available(),
+                     "enforces": self.service.scheduler.enforces,
+                     "pushed": {"installs": report.installs, "updates": report.updates,
+                                "removes": report.removes}}
+
+    def post_job(self, body: Any, query: Any) -> tuple[int, Any]:
+        fields(body, ("job_id",), ("weight",))
+        job = self.registry.add_job(body["job_id"], body.get("weight", 1.0))
+        return 201, self.registry.job_view(job)
+
+    def post_echelon(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
+        self.registry.job(job_id)
+        fields(body, ("echelon_id",), ("kind", "flows"))
+        ech, _flows = self.registry.add_echelon(job_id, body["echelon_id"], body.get("kind"),
+                                                body.get("flows", []))
+        return 201, self.registry.echelon_view(ech)
+
+    def post_flows(self, job_id: str, echelon_id: str, body: Any, query: Any) -> tuple[int, Any]:
+        self.registry.echelon(job_id, echelon_id)
+        fields(body, ("flows",))
+        flows = self.registry.add_flows(job_id, echelon_id, body["flows"])
+        return 201, {"flows": [self.registry.flow_view(f) for f in flows]}
+
+    def post_start(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
+        self.registry.flow(job_id, flow_id)
+        fields(body, ("src_port", "dst_port"), ("start_s",))
+        start_s = body.get("start_s")
+        flow = self.registry.flow_started(job_id, flow_id, body["src_port"], body["dst_port"],
+                                          self.service.now() if start_s is None else start_s)
+        self.service.on_arrival(flow.key)
+        return 200, {"flow": self.registry.flow_view(self.registry.flows[flow.key]),
+                     "allocation": self.service.allocation(flow.key)}
+
+    def post_progress(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
+        self.registry.flow(job_id, flow_id)
+        fields(body, ("bytes_sent",))
+        flow = self.registry.flow_progress(job_id, flow_id, body["bytes_sent"])
+        return 200, {"flow": self.registry.flow_view(flow), "allocation": self.service.allocation(flow.key)}
+
+    def post_finish(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
+        self.registry.flow(job_id, flow_id)
+        fields(body, (), ("finish_s", "bytes_sent"))
+        finish_s = body.get("finish_s")
+        if finish_s is None:
+            finish_s = self.service.now()
+        flow = self.registry.flow_finished(job_id, flow_id, finish_s, body.get("bytes_sent"))
+        self.service.on_departure(flow.key)
+        return 200, {"flow": self.registry.flow_view(flow)}
+
+
+def _error(field: str | None, problem: str) -> dict[str, Any]:
+    return {"error": {"field": field, "problem": problem}}
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _state_filter(query: dict[str, list[str]]) -> str | None:
+    for name in query:
+        if name != "state":
+            raise ApiError(400, name, "unknown query parameter (allowed: state)")
+    values = query.get("state")
+    if not values:
+        return None
+    if len(values) != 1 or values[0] not in STATES:
+        raise ApiError(400, "state", f"must be one of {', '.join(STATES)}, got {values!r}")
+    return values[0]

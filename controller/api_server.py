@@ -1,0 +1,257 @@
+"""Serve the API inside the controller's eventlet hub: TCP on loopback and a Unix socket.
+
+Why eventlet.wsgi: os-ken 3.x (osken-manager) and Ryu 4.34 both run on an eventlet hub, so the API's
+green threads share the one OS thread with the OpenFlow handlers and the scheduling loop: no locks, no
+thread/greenlet mismatch, no new dependency.  Why a Unix socket as well: Mininet hosts live in their
+own network namespaces and cannot reach the root namespace's 127.0.0.1, but they share the file system.
+
+* TCP: ``127.0.0.1:<port>`` by default (loopback only); pass a management address to widen it.
+* Unix: ``/run/echelon/controller-<port>.sock`` by default, mode 0600 (root only, like the token).
+  A stale socket file from a dead controller is replaced; a live one is an error (two controllers).
+
+In the controller: ``server = ApiServer(api, port=...); server.start()`` from the app's ``start()`` (the
+hub is running there) and ``server.stop()`` on close.  :func:`run_in_thread` runs a server in an OS thread
+with its own hub, for tests, benchmarks and non-eventlet programs.  ``python -m controller.api_server``
+serves a registry with no OpenFlow fabric (the service then enforces nothing; useful for agents'
+development and for the benchmarks).
+
+Kept Python 3.9 compatible; eventlet and stdlib only (no os_ken import).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import logging
+import os
+import signal
+import socket
+import stat
+import sys
+import threading
+import warnings
+from typing import Any, Callable
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # eventlet >= 0.36 warns that it is in maintenance mode
+    import eventlet
+    import eventlet.wsgi
+
+LOG = logging.getLogger("echelon.api_server")
+DEFAULT_PORT = 8181
+SOCKET_DIR = "/run/echelon"
+
+
+def default_socket_path(port: int) -> str:
+    return os.path.join(SOCKET_DIR, f"controller-{port}.sock")
+
+
+class ServerError(Exception):
+    """The API cannot listen where it was asked to (address in use, socket path busy, permissions)."""
+
+
+class _QuietLog:
+    """eventlet.wsgi access log -> our logger at DEBUG (a line per request would flood the controller log)."""
+
+    def write(self, line: str) -> None:
+        LOG.debug("%s", line.rstrip())
+
+    def flush(self) -> None:
+        pass
+
+
+class ApiServer:
+    """Listens on TCP and a Unix socket and serves one WSGI app on both, as green threads."""
+
+    def __init__(self, app: Callable[..., Any], host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+                 socket_path: str | None = None, unix: bool = True, socket_timeout_s: float = 30.0) -> None:
+        self.app = app
+        self.host = host
+        self.port = int(port)
+        self.socket_path = socket_path
+        self.unix = unix
+        self.socket_timeout_s = socket_timeout_s
+        self._sockets: list[Any] = []
+        self._threads: list[Any] = []
+        self._socket_inode: tuple[int, int] | None = None
+
+    @property
+    def tcp_address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    def start(self) -> None:
+        """Bind both listeners (errors raise :class:`ServerError` before anything is served)."""
+        try:
+            tcp = eventlet.listen((self.host, self.port))
+        except OSError as exc:
+            raise ServerError(f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
+        self._sockets.append(tcp)
+        self.port = tcp.getsockname()[1]
+        if self.unix:
+            if self.socket_path is None:
+                self.socket_path = default_socket_path(self.port)
+            try:
+                self._sockets.append(self._listen_unix(self.socket_path))
+            except ServerError:
+                tcp.close()
+                self._sockets.clear()
+                raise
+        for sock in self._sockets:
+            self._threads.append(eventlet.spawn(
+                eventlet.wsgi.server, sock, self.app, log=_QuietLog(), log_output=True,
+                socket_timeout=self.socket_timeout_s, debug=False))
+        LOG.info("API on http://%s:%d and unix:%s", self.host, self.port, self.socket_path)
+
+    def _listen_unix(self, path: str) -> Any:
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise ServerError(f"cannot create socket directory {directory!r}: {exc.strerror}") from None
+        _remove_stale_socket(path)
+        old_umask = os.umask(0o177)  # the socket file is born 0600
+        try:
+            sock = eventlet.listen(path, family=socket.AF_UNIX)
+        except OSError as exc:
+            raise ServerError(f"cannot listen on unix socket {path!r}: {exc.strerror}") from None
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, 0o600)
+        info = os.stat(path)
+        self._socket_inode = (info.st_dev, info.st_ino)
+        return sock
+
+    def stop(self) -> None:
+        """Stop serving, close the listeners and remove our socket file (only if it is still ours)."""
+        for thread in self._threads:
+            thread.kill()
+        self._threads.clear()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+        self._sockets.clear()
+        if self.socket_path and self._socket_inode is not None:
+            try:
+                info = os.stat(self.socket_path)
+                if (info.st_dev, info.st_ino) == self._socket_inode:
+                    os.unlink(self.socket_path)
+            except OSError:
+                pass
+            self._socket_inode = None
+
+
+def _remove_stale_socket(path: str) -> None:
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ServerError(f"{path!r} exists and is not a socket; refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+    except OSError as exc:
+        if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+            os.unlink(path)  # a dead controller's leftover
+            return
+        raise ServerError(f"unix socket {path!r} is unusable: {exc.strerror}") from None
+    finally:
+        probe.close()
+    raise ServerError(f"another process is serving on {path!r}")
+
+
+class ThreadedServer:
+    """An :class:`ApiServer` (plus optional green tasks) running in its own OS thread and eventlet hub."""
+
+    def __init__(self, server: ApiServer, tasks: tuple[Callable[[], Any], ...] = ()) -> None:
+        self.server = server
+        self.tasks = tasks
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="echelon-api", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.server.start()
+        except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
+            self._error = exc
+            self._ready.set()
+            return
+        green = [eventlet.spawn(task) for task in self.tasks]
+        self._ready.set()
+        while not self._stop.is_set():
+            eventlet.sleep(0.02)
+        for thread in green:
+            thread.kill()
+        self.server.stop()
+
+    def start(self) -> ThreadedServer:
+        self._thread.start()
+        self._ready.wait(10.0)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10.0)
+
+
+def run_in_thread(server: ApiServer, tasks: tuple[Callable[[], Any], ...] = ()) -> ThreadedServer:
+    """Start ``server`` in a new OS thread with its own hub; ``.stop()`` ends it and cleans up."""
+    return ThreadedServer(server, tasks).start()
+
+
+# --------------------------------------------------------------------------- standalone
+def main(argv: list[str] | None = None) -> int:
+    """Serve a registry with no OpenFlow fabric (enforcement disabled) until interrupted."""
+    from controller.api import Api
+    from controller.auth import DEFAULT_TOKEN_PATH, generate_token, write_token
+    from controller.registry import Registry
+    from controller.service import SchedulingService
+    from controller.store import open_registry
+    from topologies.graphs import TopologyError, build
+
+    parser = argparse.ArgumentParser(prog="python -m controller.api_server", description=main.__doc__)
+    parser.add_argument("--topology", default="fattree")
+    parser.add_argument("--k", type=int, default=4, help="fat-tree arity")
+    parser.add_argument("--rate-bps", type=float, default=20e6)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--socket", default=None,
+                        help="unix socket path (default /run/echelon/controller-PORT.sock)")
+    parser.add_argument("--store", default=None, help="SQLite path (default: memory only)")
+    parser.add_argument("--token-file", default=DEFAULT_TOKEN_PATH)
+    parser.add_argument("--interval-s", type=float, default=0.5)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        params = {"k": args.k} if args.topology == "fattree" else {}
+        topo = build(args.topology, args.rate_bps, **params)
+        registry = open_registry(topo, args.store) if args.store else Registry(topo)
+        service = SchedulingService(registry, None, interval_s=args.interval_s)
+        token = generate_token()
+        write_token(args.token_file, token)
+        server = ApiServer(Api(service, token), host=args.host, port=args.port, socket_path=args.socket)
+        server.start()
+    except (TopologyError, ServerError, Exception) as exc:  # noqa: BLE001 - one line, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    service.start()
+    signal.signal(signal.SIGTERM, lambda *_: service.stop())
+    print(f"serving on http://{args.host}:{server.port} and unix:{server.socket_path}; "
+          f"token in {args.token_file}", flush=True)
+    try:
+        service.run(eventlet.sleep)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

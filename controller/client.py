@@ -1,0 +1,201 @@
+"""A small stdlib-only client of the controller's API, for traffic agents and tools.
+
+Agents run inside Mininet hosts (other network namespaces), so the default transport is the controller's
+Unix socket, which every namespace reaches through the shared file system; ``url=`` selects TCP instead
+(for tools in the root namespace or on a management network).  One keep-alive connection is reused and
+re-opened once if the server closed it.  The bearer token is read from the token file only when a
+state-changing call needs it.
+
+Errors come back as :class:`ApiClientError` carrying the server's ``field`` and ``problem``.
+
+Kept Python 3.9 compatible; stdlib only, so it runs under any interpreter inside a Mininet host.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+from controller.auth import DEFAULT_TOKEN_PATH, read_token
+
+DEFAULT_SOCKET = "/run/echelon/controller-8181.sock"
+
+
+class ApiClientError(Exception):
+    """The API refused a request (``status`` 4xx/5xx) or could not be reached (``status`` 0)."""
+
+    def __init__(self, status: int, field: str | None, problem: str) -> None:
+        super().__init__(f"HTTP {status}: {field}: {problem}" if status else problem)
+        self.status = status
+        self.field = field
+        self.problem = problem
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class EchelonClient:
+    """Calls the ``/v1`` API; every method returns the decoded JSON answer."""
+
+    def __init__(self, socket_path: str | None = None, url: str | None = None, token: str | None = None,
+                 token_file: str = DEFAULT_TOKEN_PATH, timeout_s: float = 10.0) -> None:
+        if url is not None and socket_path is not None:
+            raise ValueError("give either socket_path or url, not both")
+        self.url = url
+        self.socket_path = None if url is not None else (socket_path or DEFAULT_SOCKET)
+        self._token = token
+        self.token_file = token_file
+        self.timeout_s = timeout_s
+        self._conn: http.client.HTTPConnection | None = None
+
+    # ------------------------------------------------------------------ transport
+    def _connect(self) -> http.client.HTTPConnection:
+        if self.url is not None:
+            parts = urlsplit(self.url)
+            if parts.scheme != "http" or not parts.hostname:
+                raise ValueError(f"url must look like http://host:port, got {self.url!r}")
+            return http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=self.timeout_s)
+        return _UnixConnection(self.socket_path or DEFAULT_SOCKET, self.timeout_s)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> EchelonClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def token(self) -> str:
+        if self._token is None:
+            self._token = read_token(self.token_file)
+        return self._token
+
+    def request(self, method: str, path: str, body: Any = None, auth: bool = False,
+                raw: bytes | None = None, headers: Mapping[str, str] | None = None) -> Any:
+        """Send one request to ``/v1<path>``; ``raw`` sends bytes as they are (tests of bad input)."""
+        send_headers = {"Accept": "application/json"}
+        payload = raw
+        if payload is None and body is not None:
+            payload = json.dumps(body).encode()
+        if payload is not None:
+            send_headers["Content-Type"] = "application/json"
+        if auth:
+            send_headers["Authorization"] = f"Bearer {self.token}"
+        send_headers.update(headers or {})
+        for attempt in (0, 1):
+            if self._conn is None:
+                self._conn = self._connect()
+            try:
+                self._conn.request(method, "/v1" + path, body=payload, headers=send_headers)
+                response = self._conn.getresponse()
+                data = response.read()
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
+                self.close()  # a keep-alive connection the server had closed: retry once on a new one
+                if attempt:
+                    raise ApiClientError(0, None, f"controller API unreachable: {exc}") from None
+            except OSError as exc:
+                self.close()
+                where = self.url or f"unix:{self.socket_path}"
+                raise ApiClientError(0, None, f"controller API at {where} unreachable: {exc}") from None
+        try:
+            decoded = json.loads(data.decode("utf-8")) if data else None
+        except ValueError:
+            raise ApiClientError(response.status, None, f"non-JSON answer: {data[:200]!r}") from None
+        if response.status >= 400:
+            err = (decoded or {}).get("error", {}) if isinstance(decoded, dict) else {}
+            raise ApiClientError(response.status, err.get("field"), err.get("problem", "unknown error"))
+        return decoded
+
+    # ------------------------------------------------------------------ reads
+    def health(self) -> dict[str, Any]:
+        return self.request("GET", "/health")
+
+    def scheduler(self) -> dict[str, Any]:
+        return self.request("GET", "/scheduler")
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/jobs")["jobs"]
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{_q(job_id)}")
+
+    def echelons(self, job_id: str) -> list[dict[str, Any]]:
+        return self.request("GET", f"/jobs/{_q(job_id)}/echelons")["echelons"]
+
+    def echelon(self, job_id: str, echelon_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{_q(job_id)}/echelons/{_q(echelon_id)}")
+
+    def flows(self, job_id: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
+        query = f"?{urlencode({'state': state})}" if state else ""
+        path = f"/jobs/{_q(job_id)}/flows" if job_id is not None else "/flows"
+        return self.request("GET", path + query)["flows"]
+
+    def flow(self, job_id: str, flow_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}")
+
+    def allocation(self, job_id: str, flow_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}/allocation")
+
+    # ------------------------------------------------------------------ writes
+    def set_scheduler(self, name: str) -> dict[str, Any]:
+        return self.request("PUT", "/scheduler", {"scheduler": name}, auth=True)
+
+    def register_job(self, job_id: str, weight: float = 1.0) -> dict[str, Any]:
+        return self.request("POST", "/jobs", {"job_id": job_id, "weight": weight}, auth=True)
+
+    def register_echelon(self, job_id: str, echelon_id: str, flows: Sequence[Mapping[str, Any]] = (),
+                         kind: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"echelon_id": echelon_id, "flows": [dict(f) for f in flows]}
+        if kind is not None:
+            body["kind"] = kind
+        return self.request("POST", f"/jobs/{_q(job_id)}/echelons", body, auth=True)
+
+    def add_flows(self, job_id: str, echelon_id: str, flows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{_q(job_id)}/echelons/{_q(echelon_id)}/flows",
+                            {"flows": [dict(f) for f in flows]}, auth=True)
+
+    def flow_started(self, job_id: str, flow_id: str, src_port: int, dst_port: int,
+                     start_s: float | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"src_port": src_port, "dst_port": dst_port}
+        if start_s is not None:
+            body["start_s"] = start_s
+        return self.request("POST", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}/start", body, auth=True)
+
+    def flow_progress(self, job_id: str, flow_id: str, bytes_sent: int) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}/progress",
+                            {"bytes_sent": bytes_sent}, auth=True)
+
+    def flow_finished(self, job_id: str, flow_id: str, finish_s: float | None = None,
+                      bytes_sent: int | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if finish_s is not None:
+            body["finish_s"] = finish_s
+        if bytes_sent is not None:
+            body["bytes_sent"] = bytes_sent
+        return self.request("POST", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}/finish", body, auth=True)
+
+
+def _q(part: str) -> str:
+    return quote(str(part), safe="")

@@ -1,0 +1,537 @@
+"""The controller's global echelon registry: jobs, EchelonFlows and flows, validated, in memory.
+
+This is pure state (no sockets, no OpenFlow): the HTTP API and the scheduling service are thin layers on
+top of it, and the SQLite store (``controller.store``) is only told what to write.  Every mutation
+follows one rule so that a bad request can never leave half of itself behind:
+
+    validate everything -> build the new records -> store.commit(...) in one transaction -> apply in memory
+
+If validation fails a :class:`RegistryError` names the field and the problem; if the store fails the
+in-memory state is untouched as well.
+
+Identifiers: a job id is global; EchelonFlow ids and flow ids are unique within their job (like task ids in
+``echelonflow.model``); across jobs the scheduler and the enforcement see ``model.qualified(job, id)`` =
+``"job/id"``, the same key the simulator uses, so ``Topology.path_for`` pins a flow to the same path in
+both.
+
+Reference time ``r`` of an EchelonFlow (the paper's r = s_0, generalised to late or missing heads):
+``r = min over started flows j of (start_j - ideal_start_offset_j)``, where ``ideal_start_offset_j`` is
+the flow's declared ``start_offset_s`` (its ideal start relative to the head flow's ideal start).  Only
+flows that declared it take part, plus always the first flow to start, which falls back to its
+ideal-finish offset ``offset_s`` when it gave no start offset ("r = start of the first flow to start minus
+its offset").  The fallback is deliberately limited to the first flow: a flow that starts long before it
+is needed (an FSDP all-gather prefetched with the others) would otherwise drag r back by its offset.  For a
+punctual head both rules give exactly r = s_0.  A flow's ideal finish is ``d_j = r + offset_s``.
+
+Kept Python 3.9 compatible: the controller imports it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from echelonflow.errors import UserError
+from echelonflow.model import qualified
+from echelonflow.schedulers.base import ActiveFlow, Snapshot
+from topologies.graphs import Topology
+
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+KINDS = ("coflow", "staggered")
+STATES = ("declared", "active", "finished")
+FLOW_FIELDS = ("flow_id", "src", "dst", "size_bytes", "offset_s", "start_offset_s")
+FLOW_REQUIRED = ("flow_id", "src", "dst", "size_bytes")
+#: Largest flow size accepted (1 PB): anything bigger is a unit mistake, not a training flow.
+MAX_SIZE_BYTES = 10**15
+#: Largest ideal-finish offset accepted (one week).
+MAX_OFFSET_S = 7 * 24 * 3600.0
+
+
+class RegistryError(UserError):
+    """A request the registry refuses; ``field`` and ``problem`` say what and why, ``status`` is HTTP's."""
+
+    def __init__(self, field: str, problem: str, status: int = 400) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+        self.status = status
+
+
+class NotFoundError(RegistryError):
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(field, problem, 404)
+
+
+class ConflictError(RegistryError):
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(field, problem, 409)
+
+
+# --------------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class EchelonRecord:
+    job_id: str
+    echelon_id: str
+    kind: str  # "coflow" (every offset 0) or "staggered"
+
+    @property
+    def key(self) -> str:
+        return qualified(self.job_id, self.echelon_id)
+
+
+@dataclass(frozen=True)
+class FlowRecord:
+    """One flow; ``seq`` keeps global declaration order (stable listings and store reloads)."""
+
+    job_id: str
+    flow_id: str
+    echelon_id: str
+    src: str
+    dst: str
+    size_bytes: int
+    offset_s: float
+    start_offset_s: float | None
+    seq: int
+    state: str = "declared"
+    src_port: int | None = None
+    dst_port: int | None = None
+    bytes_sent: int = 0
+    start_s: float | None = None
+    finish_s: float | None = None
+
+    @property
+    def key(self) -> str:
+        return qualified(self.job_id, self.flow_id)
+
+    @property
+    def echelon_key(self) -> str:
+        return qualified(self.job_id, self.echelon_id)
+
+
+class StorePort:
+    """What the registry needs from a store (``controller.store.Store`` implements it).
+
+    ``commit`` must write all given rows in ONE transaction and raise without writing anything on failure.
+    """
+
+    def commit(
+        self,
+        jobs: Sequence[JobRecord] = (),
+        echelons: Sequence[EchelonRecord] = (),
+        flows: Sequence[FlowRecord] = (),
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
+        raise NotImplementedError
+
+
+#: What ``Store.load`` returns and a registry starts from.
+LoadedRows = tuple[Iterable[JobRecord], Iterable[EchelonRecord], Iterable[FlowRecord], Mapping[str, str]]
+
+
+# --------------------------------------------------------------------------- value checks
+def check_id(field: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise RegistryError(field, f"must be a string, got {_type(value)}")
+    if not ID_PATTERN.match(value):
+        raise RegistryError(field, f"{value!r} is not a valid id (1-128 of A-Z a-z 0-9 . _ : -, not starting "
+                                   "with a punctuation character)")
+    return value
+
+
+def check_number(field: str, value: Any, minimum: float, maximum: float, allow_min: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RegistryError(field, f"must be a number, got {_type(value)}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise RegistryError(field, f"must be finite, got {value!r}")
+    if number < minimum or (number == minimum and not allow_min):
+        bound = ">=" if allow_min else ">"
+        raise RegistryError(field, f"must be {bound} {minimum:g}, got {value!r}")
+    if number > maximum:
+        raise RegistryError(field, f"must be <= {maximum:g}, got {value!r}")
+    return number
+
+
+def check_int(field: str, value: Any, minimum: int, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise RegistryError(field, f"must be an integer, got {_type(value)}")
+    if value < minimum or value > maximum:
+        raise RegistryError(field, f"must be between {minimum} and {maximum}, got {value!r}")
+    return value
+
+
+def check_time(field: str, value: Any) -> float:
+    return check_number(field, value, 0.0, 1e12)
+
+
+def _type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {str: "a string", int: "an integer", float: "a number", list: "an array", dict: "an object"}.get(
+        type(value), type(value).__name__
+    )
+
+
+# --------------------------------------------------------------------------- registry
+class Registry:
+    """All jobs, EchelonFlows and flows the controller knows, with their live state."""
+
+    def __init__(self, topology: Topology, store: StorePort | None = None,
+                 loaded: LoadedRows | None = None) -> None:
+        self.topology = topology
+        self.store = store
+        self._hosts: set[str] = set(topology.hosts)
+        self._capacity_bps = topology.capacity_bps()
+        self.jobs: dict[str, JobRecord] = {}
+        self.echelons: dict[str, EchelonRecord] = {}  # qualified echelon id -> record
+        self.members: dict[str, list[str]] = {}  # qualified echelon id -> qualified flow ids
+        self.flows: dict[str, FlowRecord] = {}  # qualified flow id -> record
+        self.settings: dict[str, str] = {}
+        self._paths: dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = {}
+        self._active: dict[str, None] = {}  # ordered set of active flow keys
+        self._by_tuple: dict[tuple[str, str, int, int], str] = {}
+        self._reference_s: dict[str, float] = {}
+        self._observed_bytes: dict[str, float] = {}
+        self._next_seq = 0
+        #: Incremented by every mutation; lets the service skip work when nothing changed.
+        self.version = 0
+        if loaded is not None:
+            self._load(*loaded)
+
+    # ------------------------------------------------------------------ loading
+    def _load(self, jobs, echelons, flows, settings) -> None:
+        """Rebuild memory from stored rows (never re-written: they are the store's own content)."""
+        stored_topo = settings.get("topology")
+        if stored_topo is not None and stored_topo != self.topology.name:
+            raise RegistryError("topology", f"the store belongs to topology {stored_topo!r}, the controller "
+                                            f"runs {self.topology.name!r}; use another store path")
+        self.settings.update(settings)
+        for job in jobs:
+            self.jobs[job.job_id] = job
+        for ech in echelons:
+            self.echelons[ech.key] = ech
+            self.members[ech.key] = []
+        for flow in sorted(flows, key=lambda f: f.seq):
+            self._paths[flow.key] = self._path(flow.key, flow.src, flow.dst, "flow " + flow.key)
+            self.flows[flow.key] = flow
+            self.members[flow.echelon_key].append(flow.key)
+            self._next_seq = max(self._next_seq, flow.seq + 1)
+            if flow.state == "active":
+                self._active[flow.key] = None
+                self._by_tuple[self._tuple(flow)] = flow.key
+        for key in self.echelons:
+            self._refresh_reference(key)
+
+    def bind_topology_name(self) -> None:
+        """Record which topology this registry (and its store) belongs to, once."""
+        if self.settings.get("topology") != self.topology.name:
+            self.set_setting("topology", self.topology.name)
+
+    # ------------------------------------------------------------------ commit
+    def _commit(self, jobs=(), echelons=(), flows=(), settings=None) -> None:
+        if self.store is not None:
+            self.store.commit(jobs=jobs, echelons=echelons, flows=flows, settings=settings)
+        self.version += 1
+
+    # ------------------------------------------------------------------ lookups
+    def job(self, job_id: Any) -> JobRecord:
+        check_id("job_id", job_id)
+        try:
+            return self.jobs[job_id]
+        except KeyError:
+            raise NotFoundError("job_id", f"no job {job_id!r}") from None
+
+    def echelon(self, job_id: Any, echelon_id: Any) -> EchelonRecord:
+        self.job(job_id)
+        check_id("echelon_id", echelon_id)
+        try:
+            return self.echelons[qualified(job_id, echelon_id)]
+        except KeyError:
+            raise NotFoundError("echelon_id", f"job {job_id!r} has no EchelonFlow {echelon_id!r}") from None
+
+    def flow(self, job_id: Any, flow_id: Any) -> FlowRecord:
+        self.job(job_id)
+        check_id("flow_id", flow_id)
+        try:
+            return self.flows[qualified(job_id, flow_id)]
+        except KeyError:
+            raise NotFoundError("flow_id", f"job {job_id!r} has no flow {flow_id!r}") from None
+
+    def flows_of(self, echelon_key: str) -> list[FlowRecord]:
+        return [self.flows[k] for k in self.members.get(echelon_key, ())]
+
+    def active_keys(self) -> list[str]:
+        return list(self._active)
+
+    def path_of(self, flow_key: str) -> tuple[str, ...]:
+        """Node path (hosts included) the flow is pinned to."""
+        return self._paths[flow_key][0]
+
+    def reference_s(self, echelon_key: str) -> float | None:
+        return self._reference_s.get(echelon_key)
+
+    def bytes_done(self, flow: FlowRecord) -> float:
+        """Best estimate of bytes delivered: the larger of the agent's report and the switch counters."""
+        return max(float(flow.bytes_sent), self._observed_bytes.get(flow.key, 0.0))
+
+    # ------------------------------------------------------------------ mutations
+    def add_job(self, job_id: Any, weight: Any = 1.0) -> JobRecord:
+        check_id("job_id", job_id)
+        weight_f = check_number("weight", weight, 0.0, 1e6, allow_min=False)
+        if job_id in self.jobs:
+            raise ConflictError("job_id", f"job {job_id!r} is already registered")
+        record = JobRecord(job_id, weight_f)
+        self._commit(jobs=[record])
+        self.jobs[job_id] = record
+        return record
+
+    def add_echelon(self, job_id: Any, echelon_id: Any, kind: Any = None,
+                    flows: Any = ()) -> tuple[EchelonRecord, list[FlowRecord]]:
+        """Register an EchelonFlow and (optionally) its flows in one step."""
+        self.job(job_id)
+        check_id("echelon_id", echelon_id)
+        key = qualified(job_id, echelon_id)
+        if key in self.echelons:
+            raise ConflictError("echelon_id", f"job {job_id!r} already has EchelonFlow {echelon_id!r}")
+        if kind is not None and kind not in KINDS:
+            raise RegistryError("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+        new_flows = self._parse_flows(job_id, echelon_id, flows, kind)
+        if kind is None:
+            kind = "coflow" if all(f.offset_s == 0 for f in new_flows) else "staggered"
+        record = EchelonRecord(job_id, echelon_id, kind)
+        self._commit(echelons=[record], flows=new_flows)
+        self.echelons[key] = record
+        self.members[key] = []
+        self._apply_new_flows(new_flows)
+        return record, new_flows
+
+    def add_flows(self, job_id: Any, echelon_id: Any, flows: Any) -> list[FlowRecord]:
+        """Declare more flows of an existing EchelonFlow (all or none)."""
+        ech = self.echelon(job_id, echelon_id)
+        if not isinstance(flows, list) or not flows:
+            raise RegistryError("flows", "must be a non-empty array of flow objects")
+        new_flows = self._parse_flows(job_id, echelon_id, flows, ech.kind)
+        self._commit(flows=new_flows)
+        self._apply_new_flows(new_flows)
+        return new_flows
+
+    def flow_started(self, job_id: Any, flow_id: Any, src_port: Any, dst_port: Any,
+                     start_s: Any) -> FlowRecord:
+        flow = self.flow(job_id, flow_id)
+        sport = check_int("src_port", src_port, 1, 65535)
+        dport = check_int("dst_port", dst_port, 1, 65535)
+        start = check_time("start_s", start_s)
+        if flow.state != "declared":
+            raise ConflictError("flow_id", f"flow {flow.key!r} is already {flow.state}")
+        updated = replace(flow, state="active", src_port=sport, dst_port=dport, start_s=start)
+        owner = self._by_tuple.get(self._tuple(updated))
+        if owner is not None:
+            raise ConflictError("src_port", f"active flow {owner!r} already uses {updated.src}:{sport} -> "
+                                       f"{updated.dst}:{dport}")
+        self._commit(flows=[updated])
+        self.flows[flow.key] = updated
+        self._active[flow.key] = None
+        self._by_tuple[self._tuple(updated)] = flow.key
+        self._refresh_reference(flow.echelon_key)
+        return updated
+
+    def flow_progress(self, job_id: Any, flow_id: Any, bytes_sent: Any) -> FlowRecord:
+        """Agent progress; lower values than already known are kept as the known maximum (reordering)."""
+        flow = self.flow(job_id, flow_id)
+        sent = check_int("bytes_sent", bytes_sent, 0, flow.size_bytes)
+        if flow.state != "active":
+            raise ConflictError("flow_id", f"flow {flow.key!r} is {flow.state}; progress needs it active")
+        if sent <= flow.bytes_sent:
+            return flow
+        updated = replace(flow, bytes_sent=sent)
+        self._commit(flows=[updated])
+        self.flows[flow.key] = updated
+        return updated
+
+    def flow_finished(self, job_id: Any, flow_id: Any, finish_s: Any, bytes_sent: Any = None) -> FlowRecord:
+        flow = self.flow(job_id, flow_id)
+        finish = check_time("finish_s", finish_s)
+        sent = flow.size_bytes
+        if bytes_sent is not None:
+            sent = check_int("bytes_sent", bytes_sent, 0, flow.size_bytes)
+        if flow.state != "active":
+            raise ConflictError("flow_id", f"flow {flow.key!r} is {flow.state}; only an active flow finishes")
+        if flow.start_s is not None and finish < flow.start_s:
+            raise RegistryError("finish_s", f"{finish!r} is before the flow's start {flow.start_s!r}")
+        updated = replace(flow, state="finished", finish_s=finish, bytes_sent=max(sent, flow.bytes_sent))
+        self._commit(flows=[updated])
+        self.flows[flow.key] = updated
+        self._active.pop(flow.key, None)
+        self._by_tuple.pop(self._tuple(flow), None)
+        self._observed_bytes.pop(flow.key, None)
+        return updated
+
+    def set_setting(self, name: str, value: str) -> None:
+        self._commit(settings={name: value})
+        self.settings[name] = value
+
+    def observe_bytes(self, flow_key: str, byte_count: float) -> None:
+        """Switch-counter estimate of a live flow's delivered bytes (memory only; counters re-feed it)."""
+        flow = self.flows.get(flow_key)
+        if flow is None or flow.state != "active":
+            return
+        value = min(float(byte_count), float(flow.size_bytes))
+        if value > self._observed_bytes.get(flow_key, 0.0):
+            self._observed_bytes[flow_key] = value
+
+    # ------------------------------------------------------------------ scheduler view
+    def snapshot(self, now_s: float) -> Snapshot:
+        """Active flows with paths, remaining bytes and ideal finish times, for any ``Scheduler``."""
+        out = []
+        for key in self._active:
+            flow = self.flows[key]
+            ref = self._reference_s[flow.echelon_key]
+            out.append(ActiveFlow(
+                flow_id=key,
+                echelon_id=flow.echelon_key,
+                path=self._paths[key][1],
+                remaining_bytes=max(0.0, flow.size_bytes - self.bytes_done(flow)),
+                ideal_finish_s=ref + flow.offset_s,
+                offset_s=flow.offset_s,
+                reference_s=ref,
+                weight=self.jobs[flow.job_id].weight,
+            ))
+        return Snapshot(now_s=now_s, capacity_bps=self._capacity_bps, flows=out)
+
+    # ------------------------------------------------------------------ views (JSON-ready)
+    def job_view(self, job: JobRecord) -> dict[str, Any]:
+        ids = [e.echelon_id for e in self.echelons.values() if e.job_id == job.job_id]
+        return {"job_id": job.job_id, "weight": job.weight, "echelons": ids}
+
+    def echelon_view(self, ech: EchelonRecord, with_flows: bool = True) -> dict[str, Any]:
+        view: dict[str, Any] = {"job_id": ech.job_id, "echelon_id": ech.echelon_id, "kind": ech.kind,
+                                "reference_s": self._reference_s.get(ech.key)}
+        if with_flows:
+            view["flows"] = [self.flow_view(f) for f in self.flows_of(ech.key)]
+        return view
+
+    def flow_view(self, flow: FlowRecord) -> dict[str, Any]:
+        ref = self._reference_s.get(flow.echelon_key)
+        src_ip, dst_ip = self._ips(flow)
+        return {
+            "job_id": flow.job_id, "flow_id": flow.flow_id, "echelon_id": flow.echelon_id,
+            "src": flow.src, "dst": flow.dst, "src_ip": src_ip, "dst_ip": dst_ip,
+            "src_port": flow.src_port, "dst_port": flow.dst_port,
+            "size_bytes": flow.size_bytes, "offset_s": flow.offset_s, "start_offset_s": flow.start_offset_s,
+            "state": flow.state, "bytes_sent": flow.bytes_sent, "bytes_done_estimate": self.bytes_done(flow),
+            "start_s": flow.start_s, "finish_s": flow.finish_s,
+            "ideal_finish_s": None if ref is None else ref + flow.offset_s,
+            "path": list(self._paths[flow.key][0]),
+        }
+
+    def dump(self) -> dict[str, Any]:
+        """Everything persistent, in a canonical form (tests compare dumps for 'unchanged')."""
+        return {
+            "jobs": [self.job_view(j) for j in self.jobs.values()],
+            "echelons": [self.echelon_view(e) for e in self.echelons.values()],
+            "settings": dict(sorted(self.settings.items())),
+        }
+
+    def counts(self) -> dict[str, int]:
+        states = {s: 0 for s in STATES}
+        for flow in self.flows.values():
+            states[flow.state] += 1
+        return {"jobs": len(self.jobs), "echelons": len(self.echelons), **states}
+
+    # ------------------------------------------------------------------ helpers
+    def _parse_flows(self, job_id: str, echelon_id: str, specs: Any, kind: str | None) -> list[FlowRecord]:
+        if not isinstance(specs, (list, tuple)):
+            raise RegistryError("flows", f"must be an array of flow objects, got {_type(specs)}")
+        out: list[FlowRecord] = []
+        seen: set[str] = set()
+        seq = self._next_seq
+        for i, spec in enumerate(specs):
+            where = f"flows[{i}]"
+            if not isinstance(spec, Mapping):
+                raise RegistryError(where, f"must be an object, got {_type(spec)}")
+            unknown = sorted(set(spec) - set(FLOW_FIELDS))
+            if unknown:
+                raise RegistryError(f"{where}.{unknown[0]}",
+                                    f"unknown field (allowed: {', '.join(FLOW_FIELDS)})")
+            for name in FLOW_REQUIRED:
+                if name not in spec:
+                    raise RegistryError(f"{where}.{name}", "missing")
+            flow_id = check_id(f"{where}.flow_id", spec["flow_id"])
+            key = qualified(job_id, flow_id)
+            if key in self.flows or flow_id in seen:
+                raise ConflictError(f"{where}.flow_id", f"job {job_id!r} already has a flow {flow_id!r}")
+            seen.add(flow_id)
+            src = self._host(f"{where}.src", spec["src"])
+            dst = self._host(f"{where}.dst", spec["dst"])
+            if src == dst:
+                raise RegistryError(f"{where}.dst", f"a flow needs two different hosts, got {src!r} twice")
+            size = check_int(f"{where}.size_bytes", spec["size_bytes"], 1, MAX_SIZE_BYTES)
+            offset = check_number(f"{where}.offset_s", spec.get("offset_s", 0.0), 0.0, MAX_OFFSET_S)
+            if kind == "coflow" and offset != 0.0:
+                raise RegistryError(f"{where}.offset_s",
+                                    f"a coflow's flows all have offset 0, got {offset!r}")
+            start_offset = spec.get("start_offset_s")
+            if start_offset is not None:
+                start_offset = check_number(f"{where}.start_offset_s", start_offset, 0.0, MAX_OFFSET_S)
+            out.append(FlowRecord(job_id, flow_id, echelon_id, src, dst, size, offset, start_offset, seq))
+            seq += 1
+        return out
+
+    def _apply_new_flows(self, flows: Sequence[FlowRecord]) -> None:
+        for flow in flows:
+            self._paths[flow.key] = self._path(flow.key, flow.src, flow.dst, "flow")
+            self.flows[flow.key] = flow
+            self.members[flow.echelon_key].append(flow.key)
+            self._next_seq = max(self._next_seq, flow.seq + 1)
+
+    def _host(self, field: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise RegistryError(field, f"must be a host name string, got {_type(value)}")
+        if value not in self._hosts:
+            raise RegistryError(field, f"topology {self.topology.name!r} has no host {value!r} "
+                                       f"(hosts are h1..h{len(self._hosts)})")
+        return value
+
+    def _path(self, key: str, src: str, dst: str, what: str):
+        try:
+            nodes = self.topology.path_for(src, dst, key)
+        except ValueError as exc:
+            raise RegistryError("src", f"{what}: {exc}") from None
+        return tuple(nodes), Topology.links_of(nodes)
+
+    def _ips(self, flow: FlowRecord) -> tuple[str, str]:
+        nodes = self.topology.graph.nodes
+        return nodes[flow.src]["ip"], nodes[flow.dst]["ip"]
+
+    def _tuple(self, flow: FlowRecord) -> tuple[str, str, int, int]:
+        src_ip, dst_ip = self._ips(flow)
+        return src_ip, dst_ip, int(flow.src_port or 0), int(flow.dst_port or 0)
+
+    def five_tuple(self, flow_key: str) -> tuple[str, str, int, int]:
+        """(src_ip, dst_ip, src_port, dst_port) of a started flow, for the enforcement match."""
+        return self._tuple(self.flows[flow_key])
+
+    def _refresh_reference(self, echelon_key: str) -> None:
+        started = [f for f in self.flows_of(echelon_key) if f.start_s is not None]
+        if not started:
+            self._reference_s.pop(echelon_key, None)
+            return
+        first = min(started, key=lambda f: (f.start_s, f.seq))
+        first_offset = first.start_offset_s if first.start_offset_s is not None else first.offset_s
+        anchors = [first.start_s - first_offset]
+        anchors.extend(f.start_s - f.start_offset_s for f in started if f.start_offset_s is not None)
+        self._reference_s[echelon_key] = min(anchors)

@@ -1,0 +1,342 @@
+"""The scheduling service: registry snapshot -> the selected scheduler -> the smallest enforcement change.
+
+Runs on every arrival (flow started), departure (flow finished), scheduler switch and every ``interval_s``.
+It calls the very scheduler classes the simulator runs (``echelonflow.schedulers.get_scheduler``) on a
+``Snapshot`` built by the registry, then turns the ``Decision`` into enforcement through an
+:class:`EnforcementPort` (the controller's ``Enforcer``; a recording port in unit tests):
+
+* **rank -> priority queue.** Queue 0 is the default class of unscheduled traffic; scheduled flows use
+  queues ``1..queues-1`` (1 = most urgent).  Ranks are compressed *by group order*: EchelonFlows with a
+  sending flow are ordered by the best (lowest) rank of their sending flows, the i-th gets queue
+  ``1 + min(i, queues - 2)``, so the ``queues - 2`` most urgent groups each get a class of their own and
+  every later group shares the last one.
+  Inside a group the scheduler's just-in-time rates already stagger the flows, so they share a class.
+  A flow the scheduler gives (almost) no rate (its group is blocked, or it has no bytes left) goes to the
+  last queue without a meter: it only gets what more urgent classes leave, and is never starved by a meter.
+* **rate -> meter.** ``rate_bps * headroom``; ``headroom`` defaults to 1.0 and is a knob for the fabric
+  measurements (a drop meter polices, so TCP tends to get less than the rate).  A rate below
+  ``min_meter_bps`` (default 8 kbit/s, the meter granularity is kbit/s) counts as paused (see above).
+* **diff.** Only what changed is pushed: a new flow is installed, a gone flow removed, a queue change or a
+  meter rate that moved by more than ``rate_tolerance`` (relative) is updated; everything else is left.
+* ``fair`` (``enforces = False``) means plain TCP sharing: nothing is installed, and switching to it
+  removes everything that is.
+
+Remaining bytes come from the registry: the larger of the agents' progress reports and the switch
+counters fed through :meth:`SchedulingService.observe_bytes` (scaled by ``payload_fraction`` because the
+counters include Ethernet/IP/TCP headers).  The clock is passed in, so tests control time.
+
+After a controller restart the registry is loaded from the store; :meth:`SchedulingService.start`
+reschedules at once and installs every live flow again without any agent doing anything.
+
+Kept Python 3.9 compatible; no os_ken import (the app wires the real ``Enforcer`` in).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+
+from controller.registry import Registry, RegistryError
+from echelonflow.errors import UserError
+from echelonflow.schedulers import SCHEDULERS, get_scheduler
+from echelonflow.schedulers.base import Decision, Scheduler
+
+try:  # Python >= 3.8
+    from typing import Protocol
+except ImportError:  # pragma: no cover
+    Protocol = object  # type: ignore[assignment,misc]
+
+LOG = logging.getLogger("echelon.service")
+DEFAULT_SCHEDULER = "echelon"
+#: TCP payload per full-size frame (MSS 1448 with timestamps in a 1514-byte Ethernet frame).
+PAYLOAD_FRACTION = 1448.0 / 1514.0
+
+
+class FiveTuple(NamedTuple):
+    """Default match object (field-compatible with ``controller.enforcement.FlowMatch``)."""
+
+    src_ip: str
+    dst_ip: str
+    src_port: int
+    dst_port: int
+    ip_proto: int = 6
+
+
+class EnforcementPort(Protocol):
+    """What the service drives; ``controller.enforcement.Enforcer`` has exactly these methods."""
+
+    def install(self, flow_id: str, match: Any, path: Sequence[str], queue: int,
+                rate_bps: float | None) -> Any: ...
+
+    def update(self, flow_id: str, queue: int | None = None, rate_bps: float | None = None,
+               clear_rate: bool = False) -> Any: ...
+
+    def remove(self, flow_id: str) -> Any: ...
+
+
+def default_dscp(queue: int) -> int:
+    """DSCP that marks queue ``q`` (class selector CSq: 8 * q); must match the Enforcer's mapping."""
+    return 8 * queue
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What the port was last told for one flow (``rate_bps`` None = no meter)."""
+
+    queue: int
+    rate_bps: float | None
+
+
+@dataclass
+class RoundReport:
+    """One reschedule: why, how long snapshot, decision and enforcement diff took, what was pushed."""
+
+    reason: str
+    now_s: float
+    active_flows: int = 0
+    snapshot_s: float = 0.0
+    decide_s: float = 0.0
+    enforce_s: float = 0.0
+    installs: int = 0
+    updates: int = 0
+    removes: int = 0
+    error: str = ""
+
+
+@dataclass
+class _State:
+    decision: Decision = field(default_factory=Decision)
+    queue: dict[str, int] = field(default_factory=dict)
+    decided_at_s: float | None = None
+
+
+class SchedulingService:
+    """Keeps the network's enforcement equal to the selected scheduler's latest decision."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        port: EnforcementPort | None = None,
+        now: Callable[[], float] = time.time,
+        interval_s: float = 0.5,
+        queues: int = 4,
+        headroom: float = 1.0,
+        rate_tolerance: float = 0.01,
+        min_meter_bps: float = 8000.0,
+        payload_fraction: float = PAYLOAD_FRACTION,
+        match_factory: Callable[..., Any] = FiveTuple,
+        dscp_of_queue: Callable[[int], int] = default_dscp,
+    ) -> None:
+        if queues < 2:
+            raise ValueError(f"queues must be >= 2 (queue 0 plus at least one scheduled class), got {queues}")
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.registry = registry
+        self.port = port
+        self.now = now
+        self.interval_s = float(interval_s)
+        self.queues = int(queues)
+        self.headroom = float(headroom)
+        self.rate_tolerance = float(rate_tolerance)
+        self.min_meter_bps = float(min_meter_bps)
+        self.payload_fraction = float(payload_fraction)
+        self.match_factory = match_factory
+        self.dscp_of_queue = dscp_of_queue
+        name = registry.settings.get("scheduler", DEFAULT_SCHEDULER)
+        self.scheduler: Scheduler = get_scheduler(name)
+        self.installed: dict[str, Installed] = {}
+        self.state = _State()
+        self.last_round: RoundReport | None = None
+        self._last_run_s = float("-inf")
+        self._stopped = False
+
+    # ------------------------------------------------------------------ scheduler selection
+    @property
+    def scheduler_name(self) -> str:
+        return self.scheduler.name
+
+    @staticmethod
+    def available() -> list[str]:
+        return list(SCHEDULERS)
+
+    def set_scheduler(self, name: Any) -> RoundReport:
+        """Switch policy (validated first, persisted, then applied at once)."""
+        if not isinstance(name, str):
+            raise RegistryError("scheduler", f"must be a string, one of {', '.join(SCHEDULERS)}")
+        try:
+            scheduler = get_scheduler(name)
+        except UserError as exc:
+            raise RegistryError("scheduler", str(exc)) from None
+        self.registry.set_setting("scheduler", name)
+        self.scheduler = scheduler
+        return self.reschedule("scheduler")
+
+    # ------------------------------------------------------------------ events
+    def start(self) -> RoundReport:
+        """First round after (re)start: re-enforces every live flow loaded from the store."""
+        return self.reschedule("start")
+
+    def on_arrival(self, flow_key: str) -> RoundReport:
+        return self.reschedule("arrival")
+
+    def on_departure(self, flow_key: str) -> RoundReport:
+        return self.reschedule("departure")
+
+    def observe_bytes(self, flow_id: str, byte_count: float, now: float | None = None) -> None:
+        """Switch-counter bytes of a flow's first-hop rule (frames incl. headers) -> payload estimate."""
+        self.registry.observe_bytes(flow_id, float(byte_count) * self.payload_fraction)
+
+    def forget(self, flow_id: str) -> None:
+        """The enforcement dropped this flow by itself (rule idle timeout): install it again next round."""
+        self.installed.pop(flow_id, None)
+
+    def tick(self) -> RoundReport | None:
+        """Reschedule if the interval has passed since the last round (of any reason)."""
+        if self.now() - self._last_run_s >= self.interval_s:
+            return self.reschedule("interval")
+        return None
+
+    def run(self, sleep: Callable[[float], Any]) -> None:
+        """Interval loop for a green thread: ``hub.spawn(service.run, hub.sleep)``; ends on :meth:`stop`."""
+        while not self._stopped:
+            sleep(self.interval_s)
+            if self._stopped:
+                break
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - the loop must outlive one bad round
+                LOG.exception("scheduling round failed")
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    # ------------------------------------------------------------------ the round
+    def reschedule(self, reason: str) -> RoundReport:
+        now_s = self.now()
+        self._last_run_s = now_s
+        report = RoundReport(reason=reason, now_s=now_s)
+        started = time.perf_counter()
+        snapshot = self.registry.snapshot(now_s)
+        report.active_flows = len(snapshot.flows)
+        report.snapshot_s = time.perf_counter() - started
+        started = time.perf_counter()
+        try:
+            decision = self.scheduler.decide(snapshot)
+        except Exception as exc:  # noqa: BLE001 - keep the last good enforcement
+            LOG.exception("scheduler %s failed; enforcement left as it was", self.scheduler.name)
+            report.error = f"{type(exc).__name__}: {exc}"
+            self.last_round = report
+            return report
+        report.decide_s = time.perf_counter() - started
+        started = time.perf_counter()
+        queue = self.queues_for(decision)
+        self.state = _State(decision=decision, queue=queue, decided_at_s=now_s)
+        desired = self._desired(decision, queue) if self.scheduler.enforces else {}
+        self._push(desired, report)
+        report.enforce_s = time.perf_counter() - started
+        self.last_round = report
+        return report
+
+    def queues_for(self, decision: Decision) -> dict[str, int]:
+        """Compress ranks into queues 1..queues-1 by group order (see the module docstring)."""
+        group_best: dict[str, int] = {}
+        flows = self.registry.flows
+        for fid, rank in decision.rank.items():
+            if self.paused(decision.rate_bps.get(fid, 0.0)):
+                continue  # waiting flows do not claim a class for their group
+            group = flows[fid].echelon_key
+            if group not in group_best or rank < group_best[group]:
+                group_best[group] = rank
+        order = sorted(group_best, key=lambda g: (group_best[g], g))
+        last = self.queues - 1
+        group_queue = {g: 1 + min(i, self.queues - 2) for i, g in enumerate(order)}
+        out = {}
+        for fid in decision.rank:
+            paused = self.paused(decision.rate_bps.get(fid, 0.0))
+            out[fid] = last if paused else group_queue[flows[fid].echelon_key]
+        return out
+
+    def paused(self, rate_bps: float) -> bool:
+        """A rate below ``min_meter_bps`` (incl. 0) means "wait": last queue, no meter (leftovers only)."""
+        return rate_bps < self.min_meter_bps
+
+    def _desired(self, decision: Decision, queue: dict[str, int]) -> dict[str, Installed]:
+        out = {}
+        for fid, q in queue.items():
+            rate = decision.rate_bps.get(fid, 0.0)
+            meter = None if self.paused(rate) else rate * self.headroom
+            out[fid] = Installed(q, meter)
+        return out
+
+    def _push(self, desired: dict[str, Installed], report: RoundReport) -> None:
+        port = self.port
+        for fid in [f for f in self.installed if f not in desired]:
+            if port is not None and not self._call(port.remove, fid):
+                continue
+            del self.installed[fid]
+            report.removes += 1
+        for fid, want in desired.items():
+            have = self.installed.get(fid)
+            if have is None:
+                if port is not None:
+                    match = self.match_factory(*self.registry.five_tuple(fid), 6)
+                    if not self._call(port.install, fid, match, self.registry.path_of(fid), want.queue,
+                                      want.rate_bps):
+                        continue
+                self.installed[fid] = want
+                report.installs += 1
+                continue
+            kwargs: dict[str, Any] = {}
+            if want.queue != have.queue:
+                kwargs["queue"] = want.queue
+            if want.rate_bps is None and have.rate_bps is not None:
+                kwargs["clear_rate"] = True
+            elif want.rate_bps is not None and (
+                have.rate_bps is None
+                or abs(want.rate_bps - have.rate_bps) > self.rate_tolerance * have.rate_bps
+            ):
+                kwargs["rate_bps"] = want.rate_bps
+            if not kwargs:
+                continue
+            if port is not None and not self._call(port.update, fid, **kwargs):
+                # the port may have dropped the flow (idle timeout): forget it, the next round installs it
+                del self.installed[fid]
+                continue
+            rate_changed = "rate_bps" in kwargs or "clear_rate" in kwargs
+            self.installed[fid] = Installed(want.queue, want.rate_bps if rate_changed else have.rate_bps)
+            report.updates += 1
+
+    @staticmethod
+    def _call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+        """Call the port; a failure is logged and the flow retried next round (state not recorded)."""
+        try:
+            method(*args, **kwargs)
+            return True
+        except Exception:  # noqa: BLE001 - one switch's trouble must not stop the others
+            LOG.exception("enforcement %s%r failed", getattr(method, "__name__", "call"), args[:1])
+            return False
+
+    # ------------------------------------------------------------------ reads
+    def allocation(self, flow_key: str) -> dict[str, Any]:
+        """The flow's current allocation as the API reports it."""
+        flow = self.registry.flows[flow_key]
+        decision = self.state.decision
+        decided = flow_key in decision.rate_bps and flow.state == "active"
+        installed = self.installed.get(flow_key)
+        queue = self.state.queue.get(flow_key) if decided and self.scheduler.enforces else None
+        return {
+            "job_id": flow.job_id,
+            "flow_id": flow.flow_id,
+            "state": flow.state,
+            "scheduler": self.scheduler.name,
+            "enforced": installed is not None,
+            "rate_bps": decision.rate_bps[flow_key] if decided else None,
+            "rank": decision.rank.get(flow_key) if decided else None,
+            "queue": queue if queue is not None else (0 if decided else None),
+            "dscp": self.dscp_of_queue(queue) if queue is not None else (0 if decided else None),
+            "meter_rate_bps": installed.rate_bps if installed is not None else None,
+            "decided_at_s": self.state.decided_at_s if decided else None,
+        }

@@ -1,0 +1,144 @@
+"""SQLite persistence of the registry, so jobs and live flows survive a controller restart.
+
+The registry validates a mutation, hands the resulting rows to :meth:`Store.commit` (one transaction: all
+rows or none), and only then changes memory; :meth:`Store.load` returns the rows a new registry starts
+from.  Rows are whole records written with upserts, so a commit never depends on what is already stored.
+
+Default location ``/var/lib/echelon/registry.sqlite`` (directory created 0700, file 0600: it holds the
+cluster's traffic plan).  Switch byte counters are not stored: after a restart the switches report them
+again.
+
+Kept Python 3.9 compatible; stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Mapping, Sequence
+
+from controller.registry import EchelonRecord, FlowRecord, JobRecord, Registry, StorePort
+
+DEFAULT_PATH = "/var/lib/echelon/registry.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY,
+    weight REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS echelons (
+    job_id TEXT NOT NULL REFERENCES jobs(job_id),
+    echelon_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    PRIMARY KEY (job_id, echelon_id)
+);
+CREATE TABLE IF NOT EXISTS flows (
+    job_id TEXT NOT NULL,
+    flow_id TEXT NOT NULL,
+    echelon_id TEXT NOT NULL,
+    src TEXT NOT NULL,
+    dst TEXT NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    offset_s REAL NOT NULL,
+    start_offset_s REAL,
+    seq INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    src_port INTEGER,
+    dst_port INTEGER,
+    bytes_sent INTEGER NOT NULL,
+    start_s REAL,
+    finish_s REAL,
+    PRIMARY KEY (job_id, flow_id),
+    FOREIGN KEY (job_id, echelon_id) REFERENCES echelons(job_id, echelon_id)
+);
+CREATE TABLE IF NOT EXISTS settings (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+FLOW_COLUMNS = ("job_id", "flow_id", "echelon_id", "src", "dst", "size_bytes", "offset_s", "start_offset_s",
+                "seq", "state", "src_port", "dst_port", "bytes_sent", "start_s", "finish_s")
+
+
+class StoreError(Exception):
+    """The database cannot be opened or written (path, permissions, corruption)."""
+
+
+class Store(StorePort):
+    """One SQLite file; ``commit`` is atomic, ``load`` returns everything in declaration order."""
+
+    def __init__(self, path: str = DEFAULT_PATH) -> None:
+        self.path = path
+        if path != ":memory:":
+            directory = os.path.dirname(os.path.abspath(path))
+            try:
+                os.makedirs(directory, mode=0o700, exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                os.close(fd)
+            except OSError as exc:
+                raise StoreError(f"cannot create registry store {path!r}: {exc.strerror}") from None
+        try:
+            # isolation_level=None: we issue BEGIN/COMMIT ourselves, so one commit() is one transaction.
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open registry store {path!r}: {exc}") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    def commit(
+        self,
+        jobs: Sequence[JobRecord] = (),
+        echelons: Sequence[EchelonRecord] = (),
+        flows: Sequence[FlowRecord] = (),
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany("INSERT INTO jobs (job_id, weight) VALUES (?, ?) "
+                               "ON CONFLICT (job_id) DO UPDATE SET weight = excluded.weight",
+                               [(j.job_id, j.weight) for j in jobs])
+                db.executemany("INSERT INTO echelons (job_id, echelon_id, kind) VALUES (?, ?, ?) "
+                               "ON CONFLICT (job_id, echelon_id) DO UPDATE SET kind = excluded.kind",
+                               [(e.job_id, e.echelon_id, e.kind) for e in echelons])
+                db.executemany(
+                    "INSERT OR REPLACE INTO flows ({}) VALUES ({})".format(
+                        ", ".join(FLOW_COLUMNS), ", ".join("?" * len(FLOW_COLUMNS))),
+                    [tuple(getattr(f, c) for c in FLOW_COLUMNS) for f in flows])
+                db.executemany("INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)",
+                               list((settings or {}).items()))
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"registry store {self.path!r}: write failed: {exc}") from None
+
+    def load(self) -> tuple[list[JobRecord], list[EchelonRecord], list[FlowRecord], dict[str, str]]:
+        db = self._db
+        try:
+            jobs = [JobRecord(job_id, weight) for job_id, weight in
+                    db.execute("SELECT job_id, weight FROM jobs ORDER BY rowid")]
+            echelons = [EchelonRecord(*row) for row in
+                        db.execute("SELECT job_id, echelon_id, kind FROM echelons ORDER BY rowid")]
+            flows = [FlowRecord(**dict(zip(FLOW_COLUMNS, row))) for row in
+                     db.execute("SELECT {} FROM flows ORDER BY seq".format(", ".join(FLOW_COLUMNS)))]
+            settings = dict(db.execute("SELECT name, value FROM settings"))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot read registry store {self.path!r}: {exc}") from None
+        return jobs, echelons, flows, settings
+
+
+def open_registry(topology, path: str = DEFAULT_PATH):
+    """A :class:`Registry` backed by the store at ``path``, holding whatever was stored there before."""
+    store = Store(path)
+    registry = Registry(topology, store=store, loaded=store.load())
+    registry.bind_topology_name()
+    return registry

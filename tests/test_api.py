@@ -1,0 +1,328 @@
+"""The real API server (eventlet.wsgi on a loopback TCP port and a Unix socket) through the real client.
+
+Every class of bad input is sent over a real socket and must come back as a 4xx JSON error naming the
+field, with the registry unchanged afterwards.
+"""
+
+from __future__ import annotations
+
+import copy
+import http.client
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from controller.api import Api
+from controller.api_server import ApiServer, ServerError, run_in_thread
+from controller.auth import read_token, write_token
+from controller.client import ApiClientError, EchelonClient
+from controller.registry import Registry
+from controller.service import SchedulingService
+from controller.store import open_registry
+from topologies.graphs import fattree
+
+TOKEN = "test-token-0123456789"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def install(self, flow_id, match, path, queue, rate_bps):
+        self.calls.append(("install", flow_id))
+
+    def update(self, flow_id, queue=None, rate_bps=None, clear_rate=False):
+        self.calls.append(("update", flow_id))
+
+    def remove(self, flow_id):
+        self.calls.append(("remove", flow_id))
+
+
+class Served:
+    """A registry + service + API served in its own thread/hub; stop() cleans up."""
+
+    def __init__(self, tmp_path, registry=None, max_body_bytes=64 * 1024, name="c.sock"):
+        self.registry = registry or Registry(fattree(20e6, 4))
+        self.port = Recorder()
+        self.service = SchedulingService(self.registry, self.port)
+        self.api = Api(self.service, TOKEN, max_body_bytes=max_body_bytes)
+        self.server = ApiServer(self.api, port=0, socket_path=str(tmp_path / name))
+        self.thread = run_in_thread(self.server)
+        self.unix = EchelonClient(socket_path=self.server.socket_path, token=TOKEN)
+        self.tcp = EchelonClient(url=f"http://127.0.0.1:{self.server.port}", token=TOKEN)
+
+    def stop(self):
+        self.unix.close()
+        self.tcp.close()
+        self.thread.stop()
+
+
+@pytest.fixture()
+def served(tmp_path):
+    s = Served(tmp_path)
+    yield s
+    s.stop()
+
+
+def flows(*specs):
+    return [{"flow_id": f, "src": a, "dst": b, "size_bytes": n} for f, a, b, n in specs]
+
+
+def test_lifecycle_over_the_unix_socket_and_tcp(served):
+    c = served.unix
+    assert c.health()["status"] == "ok"
+    assert c.register_job("j1", 2.0) == {"job_id": "j1", "weight": 2.0, "echelons": []}
+    ech = c.register_echelon("j1", "e1", flows(("f1", "h1", "h5", 10**6)))
+    assert ech["kind"] == "coflow" and ech["flows"][0]["state"] == "declared"
+    added = c.add_flows("j1", "e1", [{"flow_id": "f2", "src": "h2", "dst": "h5", "size_bytes": 10**6}])
+    assert [f["flow_id"] for f in added["flows"]] == ["f2"]
+    started = served.tcp.flow_started("j1", "f1", 40000, 5201, start_s=100.0)
+    assert started["flow"]["state"] == "active" and started["flow"]["src_ip"] == "10.0.0.2"
+    alloc = started["allocation"]
+    assert alloc["enforced"] and alloc["queue"] == 1 and alloc["rate_bps"] == pytest.approx(20e6)
+    assert ("install", "j1/f1") in served.port.calls
+    assert c.allocation("j1", "f1") == served.tcp.allocation("j1", "f1")
+    assert c.flow_progress("j1", "f1", 4000)["flow"]["bytes_sent"] == 4000
+    assert c.flows(state="active")[0]["flow_id"] == "f1"
+    assert [f["flow_id"] for f in c.flows("j1")] == ["f1", "f2"]
+    assert c.echelon("j1", "e1")["reference_s"] == 100.0
+    assert c.flow_finished("j1", "f1", finish_s=101.0)["flow"]["state"] == "finished"
+    assert ("remove", "j1/f1") in served.port.calls
+    assert c.jobs()[0]["echelons"] == ["e1"] and c.job("j1")["weight"] == 2.0
+    assert c.echelons("j1")[0]["echelon_id"] == "e1"
+    assert c.flow("j1", "f1")["bytes_sent"] == 10**6
+    assert c.health()["counts"] == {"jobs": 1, "echelons": 1, "declared": 1, "active": 0, "finished": 1}
+
+
+def test_scheduler_get_and_switch(served):
+    assert served.unix.scheduler()["scheduler"] == "echelon"
+    answer = served.unix.set_scheduler("fair")
+    assert answer["scheduler"] == "fair" and answer["enforces"] is False
+    assert served.registry.settings["scheduler"] == "fair"
+    with pytest.raises(ApiClientError) as info:
+        served.unix.set_scheduler("pfabric")
+    assert info.value.status == 400 and info.value.field == "scheduler" and "echelon" in info.value.problem
+    assert served.tcp.scheduler()["scheduler"] == "fair"
+
+
+def seed(served):
+    served.unix.register_job("j1")
+    served.unix.register_echelon("j1", "e1", flows(("f1", "h1", "h5", 1000), ("f2", "h2", "h6", 1000)))
+    served.unix.flow_started("j1", "f2", 40000, 5201)
+
+
+BIG = b'{"job_id": "' + b"x" * (70 * 1024) + b'"}'
+
+# (method, path, raw body or JSON-able body, headers, expected status, expected field)
+BAD = [
+    ("POST", "/jobs", b"{not json", {}, 400, "body"),
+    ("POST", "/jobs", b"", {}, 400, "body"),
+    ("POST", "/jobs", b"\xff\xfe", {}, 400, "body"),
+    ("POST", "/jobs", b'{"job_id": NaN}', {}, 400, "body"),
+    ("POST", "/jobs", [1, 2], {}, 400, "body"),
+    ("POST", "/jobs", {}, {}, 400, "job_id"),
+    ("POST", "/jobs", {"job_id": "j2", "colour": "red"}, {}, 400, "colour"),
+    ("POST", "/jobs", {"job_id": 5}, {}, 400, "job_id"),
+    ("POST", "/jobs", {"job_id": "j2", "weight": True}, {}, 400, "weight"),
+    ("POST", "/jobs", {"job_id": "j2", "weight": -1}, {}, 400, "weight"),
+    ("POST", "/jobs", {"job_id": "j1"}, {}, 409, "job_id"),
+    ("POST", "/jobs", BIG, {}, 413, "body"),
+    ("POST", "/jobs", {"job_id": "j2"}, {"Content-Type": "text/plain"}, 415, "Content-Type"),
+    ("POST", "/jobs/nope/echelons", {"echelon_id": "e"}, {}, 404, "job_id"),
+    ("POST", "/jobs/j1/echelons", {"echelon_id": "e1"}, {}, 409, "echelon_id"),
+    ("POST", "/jobs/j1/echelons", {"echelon_id": "e2", "flows": flows(("a", "h1", "h2", 0))}, {}, 400,
+     "flows[0].size_bytes"),
+    ("POST", "/jobs/j1/echelons", {"echelon_id": "e2", "flows": flows(("a", "h1", "h2", -10))}, {}, 400,
+     "flows[0].size_bytes"),
+    ("POST", "/jobs/j1/echelons", {"echelon_id": "e2", "flows": flows(("a", "h1", "h2", "10"))}, {}, 400,
+     "flows[0].size_bytes"),
+    ("POST", "/jobs/j1/echelons", {"echelon_id": "e2", "flows": flows(("a", "h1", "h2", False))}, {}, 400,
+     "flows[0].size_bytes"),
+    ("POST", "/jobs/j1/echelons",
+     {"echelon_id": "e2", "flows": flows(("a", "h1", "h2", 5), ("b", "h1", "h77", 5))}, {}, 400,
+     "flows[1].dst"),
+    ("POST", "/jobs/j1/echelons", {"echelon_id": "e2", "flows": flows(("a", "h4", "h4", 5))}, {}, 400,
+     "flows[0].dst"),
+    ("POST", "/jobs/j1/echelons",
+     {"echelon_id": "e2", "flows": flows(("a", "h1", "h2", 5), ("a", "h3", "h2", 5))}, {}, 409,
+     "flows[1].flow_id"),
+    ("POST", "/jobs/j1/echelons/e1/flows", {"flows": flows(("f1", "h1", "h2", 5))}, {}, 409,
+     "flows[0].flow_id"),
+    ("POST", "/jobs/j1/echelons/e9/flows", {"flows": flows(("z", "h1", "h2", 5))}, {}, 404, "echelon_id"),
+    ("POST", "/jobs/j1/flows/f9/start", {"src_port": 1, "dst_port": 2}, {}, 404, "flow_id"),
+    ("POST", "/jobs/j1/flows/f1/start", {"src_port": 1}, {}, 400, "dst_port"),
+    ("POST", "/jobs/j1/flows/f1/start", {"src_port": 1.5, "dst_port": 2}, {}, 400, "src_port"),
+    ("POST", "/jobs/j1/flows/f1/start", {"src_port": 1, "dst_port": 2, "start_s": "now"}, {}, 400, "start_s"),
+    ("POST", "/jobs/j1/flows/f2/start", {"src_port": 1, "dst_port": 2}, {}, 409, "flow_id"),
+    ("POST", "/jobs/j1/flows/f2/progress", {"bytes_sent": 10**9}, {}, 400, "bytes_sent"),
+    ("POST", "/jobs/j1/flows/f1/progress", {"bytes_sent": 10}, {}, 409, "flow_id"),
+    ("POST", "/jobs/j1/flows/f2/finish", {"finish_s": 1.0}, {}, 400, "finish_s"),  # before its start
+    ("PUT", "/scheduler", {"scheduler": "nope"}, {}, 400, "scheduler"),
+    ("GET", "/flows?state=running", None, {}, 400, "state"),
+    ("GET", "/flows?colour=1", None, {}, 400, "colour"),
+    ("GET", "/jobs/nope", None, {}, 404, "job_id"),
+    ("GET", "/jobs/j1/flows/nope/allocation", None, {}, 404, "flow_id"),
+    ("GET", "/nothing-here", None, {}, 404, "path"),
+    ("DELETE", "/jobs", None, {}, 405, "method"),
+    ("GET", "/jobs/j1/flows/f1/start", None, {}, 405, "method"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "headers", "status", "field"), BAD,
+                         ids=[f"{m} {p} {s} {f}" for m, p, _b, _h, s, f in BAD])
+def test_bad_request_is_a_json_error_and_changes_nothing(served, method, path, body, headers, status, field):
+    seed(served)
+    before, version = copy.deepcopy(served.registry.dump()), served.registry.version
+    calls = list(served.port.calls)
+    raw = body if isinstance(body, bytes) else None
+    payload = None if isinstance(body, bytes) else body
+    needs_auth = method in ("POST", "PUT")
+    for client in (served.unix, served.tcp):
+        with pytest.raises(ApiClientError) as info:
+            client.request(method, path, payload, auth=needs_auth, raw=raw, headers=headers)
+        assert (info.value.status, info.value.field) == (status, field), info.value
+        assert info.value.problem
+    assert served.registry.dump() == before and served.registry.version == version
+    assert served.port.calls == calls
+
+
+@pytest.mark.parametrize("token", [None, "wrong", ""])
+def test_state_changes_need_the_token(served, token):
+    seed(served)
+    before = copy.deepcopy(served.registry.dump())
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    attempts = (("/jobs", {"job_id": "j2"}), ("/jobs/j1/flows/f1/start", {"src_port": 1, "dst_port": 2}))
+    for path, body in attempts:
+        with pytest.raises(ApiClientError) as info:
+            served.unix.request("POST", path, body, auth=False, headers=headers)
+        assert (info.value.status, info.value.field) == (401, "Authorization")
+    with pytest.raises(ApiClientError) as info:
+        served.tcp.request("PUT", "/scheduler", {"scheduler": "fair"}, headers=headers)
+    assert info.value.status == 401
+    assert served.registry.dump() == before
+    assert served.unix.request("GET", "/jobs")["jobs"]  # reads stay open
+
+
+def test_raw_http_error_shape_and_headers(served):
+    conn = http.client.HTTPConnection("127.0.0.1", served.server.port, timeout=5)
+    conn.request("DELETE", "/v1/scheduler")
+    resp = conn.getresponse()
+    body = json.loads(resp.read())
+    assert resp.status == 405 and resp.getheader("Allow") == "GET, PUT"
+    assert resp.getheader("Content-Type") == "application/json"
+    assert set(body) == {"error"} and set(body["error"]) == {"field", "problem"}
+    conn.request("POST", "/v1/jobs", body=b'{"job_id": "j"}', headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    resp.read()
+    assert resp.status == 401 and resp.getheader("WWW-Authenticate", "").startswith("Bearer")
+    conn.close()
+
+
+def test_oversized_body_without_content_length_is_refused(served):
+    """Chunked upload: no Content-Length, the server must still stop at the limit."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    sock.connect(served.server.socket_path)
+    chunk = b"x" * 8192
+    head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+            + b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    sock.sendall(head + (b"%x\r\n" % len(chunk) + chunk + b"\r\n") * 10 + b"0\r\n\r\n")
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+        data = sock.recv(65536)
+        if not data:
+            break
+        answer += data
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 413")
+    assert served.registry.jobs == {}
+
+
+def test_socket_and_token_file_are_root_only(tmp_path, served):
+    mode = os.stat(served.server.socket_path).st_mode
+    assert stat.S_ISSOCK(mode) and mode & 0o777 == 0o600
+    token_path = str(tmp_path / "sub" / "token")
+    write_token(token_path, TOKEN)
+    assert os.stat(token_path).st_mode & 0o777 == 0o600
+    client = EchelonClient(socket_path=served.server.socket_path, token_file=token_path)
+    assert read_token(token_path) == TOKEN
+    assert client.register_job("via-file")["job_id"] == "via-file"
+    client.close()
+
+
+def test_socket_path_rules(tmp_path, served):
+    # a live socket belongs to someone else: refuse, and leave it alone
+    other = ApiServer(served.api, port=0, socket_path=served.server.socket_path)
+    with pytest.raises(ServerError, match="another process"):
+        run_in_thread(other)
+    assert served.unix.health()["status"] == "ok"
+    # a non-socket file is never replaced
+    plain = tmp_path / "plain.sock"
+    plain.write_text("keep me")
+    with pytest.raises(ServerError, match="not a socket"):
+        run_in_thread(ApiServer(served.api, port=0, socket_path=str(plain)))
+    assert plain.read_text() == "keep me"
+    # a dead controller's leftover socket is replaced
+    stale = str(tmp_path / "stale.sock")
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(stale)
+    dead.close()
+    revived = run_in_thread(ApiServer(served.api, port=0, socket_path=stale))
+    with EchelonClient(socket_path=stale) as client:
+        assert client.health()["status"] == "ok"
+    revived.stop()
+    assert not os.path.exists(stale)  # stop() removes what it created
+
+
+def test_unreachable_controller_is_a_clear_client_error(tmp_path):
+    client = EchelonClient(socket_path=str(tmp_path / "absent.sock"))
+    with pytest.raises(ApiClientError) as info:
+        client.health()
+    assert info.value.status == 0 and "absent.sock" in str(info.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_client_in_another_network_namespace_reaches_the_unix_socket(served):
+    """What Mininet hosts do: no route to the root namespace's 127.0.0.1, same file system."""
+    code = (
+        "import sys; from controller.client import EchelonClient, ApiClientError\n"
+        f"c = EchelonClient(socket_path={served.server.socket_path!r}, token={TOKEN!r})\n"
+        "print(c.register_job('from-netns')['job_id'])\n"
+        f"t = EchelonClient(url='http://127.0.0.1:{served.server.port}', timeout_s=2)\n"
+        "try:\n    t.health()\nexcept ApiClientError:\n    print('tcp-unreachable')\n"
+    )
+    out = subprocess.run(["unshare", "--net", sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["from-netns", "tcp-unreachable"]
+    assert "from-netns" in served.registry.jobs
+
+
+def test_restart_keeps_the_registry_and_reenforces(tmp_path):
+    path = str(tmp_path / "reg.sqlite")
+    topo = fattree(20e6, 4)
+    first = Served(tmp_path, registry=open_registry(topo, path), name="a.sock")
+    try:
+        seed(first)
+        first.unix.set_scheduler("coflow")
+        dump = first.registry.dump()
+    finally:
+        first.stop()
+        first.registry.store.close()
+    second = Served(tmp_path, registry=open_registry(topo, path), name="b.sock")
+    try:
+        assert second.registry.dump() == dump
+        assert second.unix.scheduler()["scheduler"] == "coflow"
+        second.service.start()  # what the app does once it is up
+        assert second.port.calls == [("install", "j1/f2")]
+        assert second.unix.allocation("j1", "f2")["enforced"] is True
+    finally:
+        second.stop()
+        second.registry.store.close()

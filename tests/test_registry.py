@@ -1,0 +1,256 @@
+"""Registry state, validation (nothing half-applied) and the SQLite store round trip."""
+
+from __future__ import annotations
+
+import copy
+import os
+import sqlite3
+
+import pytest
+
+from controller.registry import ConflictError, NotFoundError, Registry, RegistryError
+from controller.store import Store, StoreError, open_registry
+from topologies.graphs import fattree, two_hosts
+
+RATE_BPS = 20e6
+
+
+@pytest.fixture()
+def topo():
+    return fattree(RATE_BPS, 4)
+
+
+@pytest.fixture()
+def reg(topo):
+    registry = Registry(topo)
+    registry.add_job("j1", 2.0)
+    registry.add_echelon("j1", "e1", flows=[
+        {"flow_id": "f1", "src": "h1", "dst": "h5", "size_bytes": 1_000_000},
+        {"flow_id": "f2", "src": "h2", "dst": "h5", "size_bytes": 2_000_000, "offset_s": 1.5},
+    ])
+    return registry
+
+
+def flow(fid, src="h1", dst="h2", size=1000, **extra):
+    return {"flow_id": fid, "src": src, "dst": dst, "size_bytes": size, **extra}
+
+
+def test_declared_flows_are_pinned_to_the_simulators_path(reg, topo):
+    f2 = reg.flows["j1/f2"]
+    assert reg.path_of("j1/f2") == topo.path_for("h2", "h5", "j1/f2")
+    assert (f2.state, f2.offset_s, f2.size_bytes) == ("declared", 1.5, 2_000_000)
+    assert reg.echelons["j1/e1"].kind == "staggered"
+    reg.add_echelon("j1", "c1", flows=[flow("g1"), flow("g2", "h3", "h4")])
+    assert reg.echelons["j1/c1"].kind == "coflow"  # every offset 0
+    assert reg.snapshot(0.0).flows == []  # declared is not active
+
+
+def test_snapshot_has_active_flows_with_reference_time_and_remaining(reg, topo):
+    reg.flow_started("j1", "f1", 40000, 5201, 100.0)
+    snap = reg.snapshot(101.0)
+    (active,) = snap.flows
+    assert active.flow_id == "j1/f1" and active.echelon_id == "j1/e1"
+    assert active.reference_s == 100.0 and active.ideal_finish_s == 100.0
+    assert active.path == topo.links_of(topo.path_for("h1", "h5", "j1/f1"))
+    assert active.weight == 2.0
+    assert all(snap.capacity_bps[link] == RATE_BPS for link in active.path)
+    reg.flow_started("j1", "f2", 40001, 5201, 100.5)
+    reg.flow_progress("j1", "f2", 500_000)
+    by_id = {f.flow_id: f for f in reg.snapshot(102.0).flows}
+    assert by_id["j1/f2"].remaining_bytes == 1_500_000
+    assert by_id["j1/f2"].ideal_finish_s == 101.5  # r + o
+    # switch counters above the agent's report win; below it they are ignored
+    reg.observe_bytes("j1/f2", 800_000)
+    reg.observe_bytes("j1/f2", 100_000)
+    assert {f.flow_id: f for f in reg.snapshot(102.0).flows}["j1/f2"].remaining_bytes == 1_200_000
+    reg.flow_finished("j1", "f1", 103.0)
+    assert [f.flow_id for f in reg.snapshot(103.0).flows] == ["j1/f2"]
+    assert reg.flows["j1/f1"].bytes_sent == 1_000_000
+
+
+def test_reference_time_follows_the_earliest_anchor(topo):
+    reg = Registry(topo)
+    reg.add_job("j")
+    reg.add_echelon("j", "p", flows=[flow(name, offset_s=float(i)) for i, name in enumerate("abc")])
+    reg.flow_started("j", "b", 1, 2, 11.0)  # head not started yet: anchor 11 - 1
+    assert reg.reference_s("j/p") == 10.0
+    reg.flow_started("j", "a", 3, 4, 12.0)  # a late head does not move r later
+    assert reg.reference_s("j/p") == 10.0
+    reg.add_echelon("j", "fsdp", flows=[flow(f"g{i}", offset_s=float(i)) for i in range(3)])
+    for i in (2, 1, 0):  # prefetched: all start at once, needed one after another
+        reg.flow_started("j", f"g{i}", 100 + i, 200, 30.0)
+    # the first to start anchors r (simultaneous starts: declaration order, i.e. the head); a min over
+    # start - offset would have dragged r back to 28
+    assert reg.reference_s("j/fsdp") == 30.0
+    reg.add_echelon("j", "q", flows=[flow("x", start_offset_s=0.0),
+                                     flow("y", offset_s=3.0, start_offset_s=0.5)])
+    reg.flow_started("j", "y", 5, 6, 20.5)  # explicit ideal start offset is used when given
+    assert reg.reference_s("j/q") == 20.0
+    assert {f.flow_id: f.ideal_finish_s for f in reg.snapshot(21.0).flows}["j/y"] == 23.0
+
+
+BAD_REQUESTS = [
+    # (call, field, exception type)
+    (lambda r: r.add_job("j1"), "job_id", ConflictError),
+    (lambda r: r.add_job("bad/id"), "job_id", RegistryError),
+    (lambda r: r.add_job(7), "job_id", RegistryError),
+    (lambda r: r.add_job("j2", weight=True), "weight", RegistryError),
+    (lambda r: r.add_job("j2", weight=0), "weight", RegistryError),
+    (lambda r: r.add_job("j2", weight=float("nan")), "weight", RegistryError),
+    (lambda r: r.add_echelon("nope", "e"), "job_id", NotFoundError),
+    (lambda r: r.add_echelon("j1", "e1"), "echelon_id", ConflictError),
+    (lambda r: r.add_echelon("j1", "e2", kind="ring"), "kind", RegistryError),
+    (lambda r: r.add_echelon("j1", "e2", flows="f"), "flows", RegistryError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a"), 3]), "flows[1]", RegistryError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a"), flow("b", size=0)]), "flows[1].size_bytes",
+     RegistryError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", size=-5)]), "flows[0].size_bytes", RegistryError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", size="10")]), "flows[0].size_bytes", RegistryError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", size=True)]), "flows[0].size_bytes", RegistryError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", size=1.5)]), "flows[0].size_bytes", RegistryError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", offset_s=-1)]), "flows[0].offset_s", RegistryError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", "h1", "h99")]), "flows[0].dst", RegistryError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", "h3", "h3")]), "flows[0].dst", RegistryError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a"), flow("a")]), "flows[1].flow_id", ConflictError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("f1")]), "flows[0].flow_id", ConflictError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[{**flow("a"), "colour": 1}]), "flows[0].colour",
+     RegistryError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[{"flow_id": "a", "src": "h1", "dst": "h2"}]),
+     "flows[0].size_bytes", RegistryError),
+    (lambda r: r.add_echelon("j1", "e2", kind="coflow", flows=[flow("a", offset_s=1)]), "flows[0].offset_s",
+     RegistryError),
+    (lambda r: r.add_flows("j1", "e9", [flow("a")]), "echelon_id", NotFoundError),
+    (lambda r: r.add_flows("j1", "e1", []), "flows", RegistryError),
+    (lambda r: r.flow_started("j1", "nope", 1, 2, 0.0), "flow_id", NotFoundError),
+    (lambda r: r.flow_started("j1", "f1", 0, 2, 0.0), "src_port", RegistryError),
+    (lambda r: r.flow_started("j1", "f1", 1, 70000, 0.0), "dst_port", RegistryError),
+    (lambda r: r.flow_started("j1", "f1", 1, 2, -3.0), "start_s", RegistryError),
+    (lambda r: r.flow_progress("j1", "f1", 10), "flow_id", ConflictError),  # not started
+    (lambda r: r.flow_finished("j1", "f1", 5.0), "flow_id", ConflictError),  # not started
+]
+
+
+@pytest.mark.parametrize(("call", "field", "kind"), BAD_REQUESTS)
+def test_bad_input_names_the_field_and_changes_nothing(reg, call, field, kind):
+    before, version = copy.deepcopy(reg.dump()), reg.version
+    with pytest.raises(kind) as info:
+        call(reg)
+    assert info.value.field == field, info.value
+    assert info.value.problem
+    assert reg.dump() == before and reg.version == version
+
+
+def test_state_conflicts_after_start(reg):
+    reg.flow_started("j1", "f1", 40000, 5201, 1.0)
+    before, version = copy.deepcopy(reg.dump()), reg.version
+    for call, field in [
+        (lambda: reg.flow_started("j1", "f1", 40000, 5201, 1.0), "flow_id"),  # started twice
+        (lambda: reg.flow_progress("j1", "f1", 2_000_000), "bytes_sent"),  # more than the size
+        (lambda: reg.flow_finished("j1", "f1", 0.5), "finish_s"),  # before its start
+        (lambda: reg.flow_finished("j1", "f1", 2.0, bytes_sent=-1), "bytes_sent"),
+    ]:
+        with pytest.raises(RegistryError) as info:
+            call()
+        assert info.value.field == field
+    assert reg.dump() == before and reg.version == version
+
+
+def test_same_five_tuple_twice_is_a_conflict(topo):
+    reg = Registry(topo)
+    reg.add_job("j")
+    reg.add_echelon("j", "e", flows=[flow("a", "h1", "h2"), flow("b", "h1", "h2")])
+    reg.flow_started("j", "a", 40000, 5201, 1.0)
+    with pytest.raises(ConflictError) as info:
+        reg.flow_started("j", "b", 40000, 5201, 1.0)
+    assert info.value.field == "src_port" and "j/a" in info.value.problem
+    assert reg.flows["j/b"].state == "declared"
+    reg.flow_finished("j", "a", 2.0)
+    reg.flow_started("j", "b", 40000, 5201, 3.0)  # the tuple is free again
+
+
+def test_progress_never_goes_backwards(reg):
+    reg.flow_started("j1", "f1", 40000, 5201, 1.0)
+    reg.flow_progress("j1", "f1", 600)
+    reg.flow_progress("j1", "f1", 500)  # reordered report
+    assert reg.flows["j1/f1"].bytes_sent == 600
+
+
+# ----------------------------------------------------------------------------- store
+def populate(reg):
+    reg.add_job("j1", 1.5)
+    reg.add_echelon("j1", "pp", flows=[flow("a", "h1", "h6", 5000),
+                                       flow("b", "h2", "h6", 7000, offset_s=0.25)])
+    reg.add_flows("j1", "pp", [flow("c", "h3", "h6", 9000, offset_s=0.5, start_offset_s=0.4)])
+    reg.add_job("j2")
+    reg.add_echelon("j2", "ar", flows=[flow("x", "h7", "h8"), flow("y", "h8", "h7")])
+    reg.flow_started("j1", "a", 40000, 5201, 10.0)
+    reg.flow_started("j1", "b", 40001, 5201, 10.3)
+    reg.flow_progress("j1", "b", 3500)
+    reg.flow_finished("j1", "a", 11.0)
+    reg.flow_started("j2", "x", 40002, 5202, 12.0)
+    reg.set_setting("scheduler", "coflow")
+
+
+def test_store_round_trip_gives_identical_state(tmp_path, topo):
+    path = str(tmp_path / "reg.sqlite")
+    reg = open_registry(topo, path)
+    populate(reg)
+    dump, snap = reg.dump(), reg.snapshot(13.0)
+    reg.store.close()
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    again = open_registry(topo, path)
+    assert again.dump() == dump
+    assert again.snapshot(13.0) == snap
+    assert again.active_keys() == reg.active_keys()
+    assert again.five_tuple("j2/x") == reg.five_tuple("j2/x")
+    # it keeps working after the restart, and ids continue without clashes
+    again.add_echelon("j2", "ar2", flows=[flow("z", "h1", "h16")])
+    assert again.flows["j2/z"].seq > max(f.seq for f in reg.flows.values())
+    with pytest.raises(ConflictError):
+        again.flow_started("j2", "x", 1, 2, 14.0)
+
+
+def test_store_of_another_topology_is_refused(tmp_path):
+    path = str(tmp_path / "reg.sqlite")
+    reg = open_registry(fattree(RATE_BPS, 4), path)
+    reg.add_job("j")
+    reg.store.close()
+    with pytest.raises(RegistryError) as info:
+        open_registry(two_hosts(RATE_BPS), path)
+    assert info.value.field == "topology" and "fattree4" in info.value.problem
+
+
+def test_store_failure_leaves_memory_unchanged(tmp_path, topo):
+    reg = open_registry(topo, str(tmp_path / "reg.sqlite"))
+    reg.add_job("j1")
+    before, version = copy.deepcopy(reg.dump()), reg.version
+    reg.store.close()  # a real failure: every write now raises inside sqlite3
+    with pytest.raises(StoreError):
+        reg.add_job("j2")
+    with pytest.raises(StoreError):
+        reg.add_echelon("j1", "e", flows=[flow("a")])
+    assert reg.dump() == before and reg.version == version
+
+
+def test_store_commit_is_one_transaction(tmp_path):
+    from controller.registry import FlowRecord, JobRecord
+
+    store = Store(str(tmp_path / "s.sqlite"))
+    orphan = FlowRecord("j9", "f", "no-such-echelon", "h1", "h2", 10, 0.0, None, 0)
+    with pytest.raises(StoreError):
+        store.commit(jobs=[JobRecord("j9", 1.0)], flows=[orphan])  # the flow violates a foreign key
+    assert store.load() == ([], [], [], {})
+    store.close()
+
+
+def test_unusable_store_path_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StoreError) as info:
+        Store(str(blocker / "reg.sqlite"))
+    assert str(blocker) in str(info.value)
+    corrupt = tmp_path / "corrupt.sqlite"
+    corrupt.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError):
+        Store(str(corrupt))
+    assert sqlite3.sqlite_version  # stdlib sqlite only

@@ -1,0 +1,345 @@
+"""The scheduling service against a recording EnforcementPort (the pure unit-test layer, Faucet-style).
+
+The port only records what the service tells it; the real Enforcer is exercised by the fabric tests.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.registry import Registry, RegistryError
+from controller.service import FiveTuple, SchedulingService
+from controller.store import open_registry
+from echelonflow.schedulers import get_scheduler
+from topologies.graphs import fattree, two_hosts
+
+MB = 1_000_000
+B_BPS = 8 * MB  # 1 MB/s: the paper's B = 1 in MB and seconds
+
+
+class RecordingPort:
+    """EnforcementPort that records calls (and can be told to fail for one flow)."""
+
+    def __init__(self) -> None:
+        self.calls = []
+        self.fail_for = set()
+
+    def install(self, flow_id, match, path, queue, rate_bps):
+        self._maybe_fail(flow_id)
+        self.calls.append(("install", flow_id, match, tuple(path), queue, rate_bps))
+
+    def update(self, flow_id, queue=None, rate_bps=None, clear_rate=False):
+        self._maybe_fail(flow_id)
+        self.calls.append(("update", flow_id, queue, rate_bps, clear_rate))
+
+    def remove(self, flow_id):
+        self._maybe_fail(flow_id)
+        self.calls.append(("remove", flow_id))
+
+    def _maybe_fail(self, flow_id):
+        if flow_id in self.fail_for:
+            raise OSError(f"switch unreachable for {flow_id}")
+
+    def take(self):
+        calls, self.calls = self.calls, []
+        return calls
+
+
+class Clock:
+    def __init__(self, now=0.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def fig2_registry():
+    """The paper's Fig. 2: three 2 MB flows over one 1 MB/s link, ideal finishes 1, 2, 3 s apart by 1 s."""
+    reg = Registry(two_hosts(B_BPS))
+    reg.add_job("pp")
+    reg.add_echelon("pp", "act", flows=[
+        {"flow_id": f"mb{i}", "src": "h1", "dst": "h2", "size_bytes": 2 * MB, "offset_s": float(i)}
+        for i in range(3)
+    ])
+    return reg
+
+
+def test_fig2_rates_match_the_worked_example():
+    reg, clock, port = fig2_registry(), Clock(1.0), RecordingPort()
+    svc = SchedulingService(reg, port, now=clock)
+    reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
+    svc.on_arrival("pp/mb0")
+    assert svc.allocation("pp/mb0")["rate_bps"] == pytest.approx(B_BPS)
+    clock.now = 2.0
+    reg.flow_progress("pp", "mb0", 1 * MB)
+    reg.flow_started("pp", "mb1", 40001, 5201, 2.0)
+    svc.on_arrival("pp/mb1")
+    # scheduling.md at t=2: t* = 3, f1 1/2, f2 2/3 capped to the 1/2 left
+    assert svc.allocation("pp/mb0")["rate_bps"] == pytest.approx(B_BPS / 2)
+    assert svc.allocation("pp/mb1")["rate_bps"] == pytest.approx(B_BPS / 2)
+    assert svc.allocation("pp/mb0")["rank"] < svc.allocation("pp/mb1")["rank"]
+
+
+def test_arrival_installs_with_match_path_queue_and_meter():
+    topo = fattree(20e6, 4)
+    reg, port = Registry(topo), RecordingPort()
+    svc = SchedulingService(reg, port, now=Clock(5.0))
+    reg.add_job("j")
+    reg.add_echelon("j", "e", flows=[{"flow_id": "f", "src": "h1", "dst": "h9", "size_bytes": MB}])
+    assert svc.start().installs == 0 and port.take() == []  # declared flows are not enforced
+    reg.flow_started("j", "f", 40000, 5201, 5.0)
+    svc.on_arrival("j/f")
+    ((op, fid, match, path, queue, rate),) = port.take()
+    assert (op, fid, queue) == ("install", "j/f", 1)
+    assert match == FiveTuple("10.0.0.2", "10.0.0.10", 40000, 5201, 6)
+    assert path == topo.path_for("h1", "h9", "j/f")
+    assert rate == pytest.approx(20e6)  # alone: the whole path (back-fill)
+    alloc = svc.allocation("j/f")
+    assert alloc["enforced"] and alloc["queue"] == 1 and alloc["dscp"] == 8
+    assert alloc["meter_rate_bps"] == rate
+
+
+def test_only_changes_are_pushed():
+    reg, clock, port = fig2_registry(), Clock(1.0), RecordingPort()
+    svc = SchedulingService(reg, port, now=clock, rate_tolerance=0.05)
+    reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
+    svc.on_arrival("pp/mb0")
+    assert [c[0] for c in port.take()] == ["install"]
+    clock.now = 1.5
+    report = svc.tick()
+    assert report is not None and (report.installs, report.updates, report.removes) == (0, 0, 0)
+    assert port.take() == []  # nothing changed: nothing pushed
+    reg.flow_started("pp", "mb1", 40001, 5201, 1.5)
+    svc.on_arrival("pp/mb1")
+    calls = port.take()
+    # mb1 is new (install); mb0's rate halves (one update, same queue: no queue field)
+    assert [(c[0], c[1]) for c in calls] == [("update", "pp/mb0"), ("install", "pp/mb1")]
+    assert calls[0][2] is None and calls[0][3] == pytest.approx(svc.state.decision.rate_bps["pp/mb0"])
+    reg.flow_finished("pp", "mb0", 2.0)
+    svc.on_departure("pp/mb0")
+    calls = port.take()
+    assert ("remove", "pp/mb0") in calls
+    assert [c[0] for c in calls if c[1] == "pp/mb1"] in ([], ["update"])
+
+
+def test_small_rate_moves_within_tolerance_are_not_pushed():
+    reg, clock, port = fig2_registry(), Clock(1.0), RecordingPort()
+    svc = SchedulingService(reg, port, now=clock, rate_tolerance=0.10)
+    for i, start in ((0, 1.0), (1, 1.0)):
+        reg.flow_started("pp", f"mb{i}", 40000 + i, 5201, start)
+    svc.start()
+    port.take()
+    before = dict(svc.installed)
+    reg.flow_progress("pp", "mb0", 20_000)  # a 1% change of remaining bytes
+    clock.now = 1.01
+    svc.reschedule("interval")
+    assert port.take() == [] and svc.installed == before
+
+
+def test_fair_enforces_nothing_and_switching_removes_everything():
+    reg, port = fig2_registry(), RecordingPort()
+    reg.set_setting("scheduler", "fair")
+    svc = SchedulingService(reg, port, now=Clock(1.0))
+    for i in range(3):
+        reg.flow_started("pp", f"mb{i}", 40000 + i, 5201, 1.0 + i * 0.1)
+        svc.on_arrival(f"pp/mb{i}")
+    assert port.take() == []
+    alloc = svc.allocation("pp/mb1")
+    assert alloc["scheduler"] == "fair" and not alloc["enforced"] and alloc["queue"] == 0
+    assert alloc["rate_bps"] == pytest.approx(B_BPS / 3)  # informative: what fair sharing would give
+    svc.set_scheduler("echelon")
+    assert sorted(c[1] for c in port.take() if c[0] == "install") == ["pp/mb0", "pp/mb1", "pp/mb2"]
+    svc.set_scheduler("fair")
+    assert sorted(c[1] for c in port.take()) == ["pp/mb0", "pp/mb1", "pp/mb2"]
+    assert svc.installed == {}
+    assert reg.settings["scheduler"] == "fair"
+
+
+def test_unknown_scheduler_is_refused_and_nothing_changes():
+    reg, port = fig2_registry(), RecordingPort()
+    svc = SchedulingService(reg, port, now=Clock(1.0))
+    version = reg.version
+    for bad in ("sincronia", 3, None):
+        with pytest.raises(RegistryError) as info:
+            svc.set_scheduler(bad)
+        assert info.value.field == "scheduler"
+    assert "echelon" in str(info.value.problem) or "one of" in str(info.value.problem)
+    assert svc.scheduler_name == "echelon" and reg.version == version and port.take() == []
+
+
+def test_ranks_compress_into_queues_by_group_order():
+    """Four coflows of 1..4 MB on disjoint paths all send: SEBF order -> queues 1, 2, then a shared 3."""
+    topo = fattree(B_BPS, 4)
+    reg, port = Registry(topo), RecordingPort()
+    svc = SchedulingService(reg, port, now=Clock(0.0), queues=4)
+    reg.add_job("j")
+    pairs = {3: ("h1", "h2"), 1: ("h3", "h4"), 4: ("h5", "h6"), 2: ("h7", "h8")}  # one edge switch each
+    for size, (src, dst) in pairs.items():
+        reg.add_echelon("j", f"c{size}", flows=[
+            {"flow_id": f"c{size}-{k}", "src": src, "dst": dst, "size_bytes": size * MB // 2}
+            for k in range(2)
+        ])
+        for k in range(2):
+            reg.flow_started("j", f"c{size}-{k}", 40000 + k, 5201, 0.0)
+    svc.reschedule("test")
+    decision = get_scheduler("echelon").decide(reg.snapshot(0.0))  # the scheduler's own order
+    assert decision.rank == svc.state.decision.rank
+    assert all(rate >= svc.min_meter_bps for rate in decision.rate_bps.values())
+    expected = {"c1": 1, "c2": 2, "c3": 3, "c4": 3}
+    queue = {fid: svc.state.queue[fid] for fid in reg.active_keys()}
+    assert queue == {fid: expected[reg.flows[fid].echelon_id] for fid in queue}
+    installed = {c[1]: c[4] for c in port.take() if c[0] == "install"}
+    assert installed == queue
+
+
+def test_paused_flows_wait_unmetered_in_the_last_queue():
+    """Four coflows on ONE link: only the smallest sends; the others wait below it, without a meter."""
+    reg, port = Registry(two_hosts(B_BPS)), RecordingPort()
+    svc = SchedulingService(reg, port, now=Clock(0.0), queues=4)
+    reg.add_job("j")
+    sport = 40000
+    for size in (3, 1, 4, 2):
+        reg.add_echelon("j", f"c{size}", flows=[
+            {"flow_id": f"c{size}-{k}", "src": "h1", "dst": "h2", "size_bytes": size * MB // 2}
+            for k in range(2)
+        ])
+        for k in range(2):
+            reg.flow_started("j", f"c{size}-{k}", sport, 5201, 0.0)
+            sport += 1
+    svc.reschedule("test")
+    installed = {c[1]: (c[4], c[5]) for c in port.take() if c[0] == "install"}
+    for fid, (queue, meter) in installed.items():
+        if reg.flows[fid].echelon_id == "c1":
+            assert queue == 1 and meter == pytest.approx(B_BPS / 2)
+        else:
+            assert queue == 3 and meter is None
+
+
+def test_observed_switch_bytes_lower_the_remaining_estimate():
+    reg = fig2_registry()
+    svc = SchedulingService(reg, RecordingPort(), now=Clock(1.0), payload_fraction=0.5)
+    reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
+    reg.flow_progress("pp", "mb0", 100_000)
+    svc.observe_bytes("pp/mb0", 1_000_000, now=1.5)  # frames -> 500 kB payload
+    assert reg.snapshot(1.5).flows[0].remaining_bytes == 2 * MB - 500_000
+    svc.observe_bytes("pp/mb0", 100)  # counter reset after a rule reinstall: the max stays
+    assert reg.snapshot(1.5).flows[0].remaining_bytes == 2 * MB - 500_000
+    svc.observe_bytes("pp/nope", 5)  # unknown flows are ignored (stats can race a finish)
+
+
+def test_tick_respects_the_interval():
+    reg, clock = fig2_registry(), Clock(10.0)
+    svc = SchedulingService(reg, RecordingPort(), now=clock, interval_s=0.5)
+    assert svc.tick() is not None
+    clock.now = 10.3
+    assert svc.tick() is None
+    clock.now = 10.5
+    assert svc.tick().reason == "interval"
+
+
+def test_interval_loop_stops():
+    svc = SchedulingService(fig2_registry(), RecordingPort(), now=Clock(0.0), interval_s=0.01)
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) == 3:
+            svc.stop()
+
+    svc.run(sleep)
+    assert sleeps == [0.01, 0.01, 0.01]
+
+
+def test_failed_push_is_retried_next_round():
+    reg, port = fig2_registry(), RecordingPort()
+    svc = SchedulingService(reg, port, now=Clock(1.0))
+    reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
+    port.fail_for.add("pp/mb0")
+    report = svc.on_arrival("pp/mb0")
+    assert report.installs == 0 and "pp/mb0" not in svc.installed
+    port.fail_for.clear()
+    assert svc.reschedule("interval").installs == 1 and "pp/mb0" in svc.installed
+
+
+def test_flow_dropped_by_the_port_is_installed_again():
+    reg, port = fig2_registry(), RecordingPort()
+    svc = SchedulingService(reg, port, now=Clock(1.0))
+    reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
+    svc.on_arrival("pp/mb0")
+    port.take()
+    svc.forget("pp/mb0")  # what the app calls when the Enforcer reports an idle-timeout removal
+    svc.reschedule("interval")
+    assert [c[0] for c in port.take()] == ["install"]
+    # an update the port refuses (it lost the flow) is forgotten, then re-installed the round after
+    reg.flow_started("pp", "mb1", 40001, 5201, 1.0)
+    port.fail_for.add("pp/mb0")
+    svc.on_arrival("pp/mb1")
+    assert "pp/mb0" not in svc.installed
+    port.fail_for.clear()
+    svc.reschedule("interval")
+    assert ("pp/mb0") in [c[1] for c in port.take() if c[0] == "install"]
+
+
+def test_restart_reenforces_live_flows_from_the_store(tmp_path):
+    path = str(tmp_path / "reg.sqlite")
+    topo = fattree(20e6, 4)
+    reg = open_registry(topo, path)
+    first_port = RecordingPort()
+    svc = SchedulingService(reg, first_port, now=Clock(3.0))
+    svc.set_scheduler("coflow")
+    reg.add_job("j")
+    reg.add_echelon("j", "ar", flows=[
+        {"flow_id": f"f{i}", "src": f"h{i + 1}", "dst": f"h{i + 9}", "size_bytes": MB} for i in range(4)
+    ])
+    for i in range(3):
+        reg.flow_started("j", f"f{i}", 41000 + i, 5201, 3.0)
+    reg.flow_finished("j", "f0", 3.5)
+    svc.reschedule("before-crash")
+    before = {c[1]: c for c in first_port.take() if c[0] == "install"}
+    reg.store.close()
+
+    # a new controller process: same store, fresh service and port, no agent says anything
+    reg2 = open_registry(topo, path)
+    port2 = RecordingPort()
+    svc2 = SchedulingService(reg2, port2, now=Clock(3.0))
+    assert svc2.scheduler_name == "coflow"
+    svc2.start()
+    after = {c[1]: c for c in port2.take() if c[0] == "install"}
+    assert sorted(after) == ["j/f1", "j/f2"]
+    for fid in after:
+        assert after[fid][2:5] == before[fid][2:5]  # same match, path and queue
+
+
+def test_drives_the_real_enforcer_unchanged():
+    """The contract with controller.enforcement: the real Enforcer (pure, recording send) accepts the
+    service's match objects, paths, queues and rates, and ends up holding exactly the service's view."""
+    from controller import flowmods as fm
+    from controller.enforcement import Enforcer, FlowMatch
+    from topologies import qos
+
+    topo = fattree(20e6, 4)
+    sent = []
+    enforcer = Enforcer(topo, lambda dpid, ops: sent.append((dpid, list(ops))))
+    reg = Registry(topo)
+    svc = SchedulingService(reg, enforcer, now=Clock(0.0), queues=enforcer.queues, match_factory=FlowMatch,
+                            dscp_of_queue=qos.dscp_for_queue)
+    reg.add_job("j")
+    reg.add_echelon("j", "small", flows=[{"flow_id": "s", "src": "h1", "dst": "h5", "size_bytes": MB}])
+    reg.add_echelon("j", "big", flows=[{"flow_id": "b", "src": "h2", "dst": "h5", "size_bytes": 5 * MB}])
+    reg.flow_started("j", "s", 40000, 5201, 0.0)
+    reg.flow_started("j", "b", 40001, 5202, 0.0)
+    report = svc.reschedule("test")
+    assert report.installs == 2 and not report.error
+    live = enforcer.live_flows()
+    assert sorted(live) == sorted(svc.installed) == ["j/b", "j/s"]
+    for fid, flow in live.items():
+        assert flow.path == reg.path_of(fid)
+        assert flow.queue == svc.installed[fid].queue and flow.rate_bps == svc.installed[fid].rate_bps
+    assert live["j/s"].queue == 1 and live["j/s"].rate_bps == pytest.approx(20e6)  # smallest first
+    dpids = {topo.graph.nodes[n]["dpid"] for n in reg.path_of("j/s")[1:-1]}
+    rules = [op for dpid, ops in sent if dpid in dpids for op in ops if isinstance(op, fm.FlowRule)]
+    marks = {a.dscp for r in rules for a in r.actions if isinstance(a, fm.SetDscp)}
+    assert qos.dscp_for_queue(1) in marks
+    assert any(isinstance(op, fm.MeterSet) and op.rate_kbps == 20000 for _d, ops in sent for op in ops)
+    svc.set_scheduler("fair")
+    assert enforcer.live_flows() == {} and svc.installed == {}
