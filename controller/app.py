@@ -1,0 +1,233 @@
+"""The EchelonFlow OpenFlow 1.3 app: a thin shell around :class:`Router` and :class:`Enforcer`.
+
+Load it with ``osken-manager controller/app.py`` (or ``ryu-manager controller/app.py`` on the Ryu VM);
+``controller.launcher.ControllerProcess`` does that and sets the environment:
+
+* ``ECHELON_TOPOLOGY``: the topology spec file (required).  The app learns the fabric from the very
+  graph the simulator and the Mininet fabric are built from, not by LLDP discovery: that graph gives
+  ports, dpids and host addresses deterministically and at once, while discovery would inject LLDP
+  packets into shaped queues, take seconds to converge, and could disagree with the simulator.
+* ``ECHELON_QUEUES`` (default 4): priority classes per port, as the fabric was built with.
+* ``ECHELON_METER_BURST_S`` / ``ECHELON_METER_MIN_BURST_KBIT``: meter bucket sizing (see enforcement).
+* ``ECHELON_CONTROL_SOCKET`` (optional): a Unix socket taking one JSON request per line that drives
+  the enforcement primitives (install/update/remove/live, ping).  Tests and benchmarks/bench_rules.py use
+  it; it is deliberately minimal.
+
+Every handler decodes the event, asks a pure object what to do and sends the op list it returns
+(:func:`send_ops`); no forwarding logic lives here.  Where the scheduling service plugs in: it takes
+``app.enforcer`` (install/update/remove return an :class:`~controller.enforcement.Ack` resolved on
+barrier replies) and may append callables to ``app.switch_ready_hooks`` (called with the dpid after a
+switch (re)connected and got its routing and enforcement state back).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+# osken-manager loads this file by path, so the project root may not be on sys.path yet.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from controller import compat  # noqa: E402
+from controller import flowmods as fm  # noqa: E402
+from controller.compat import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, ofp_event, set_ev_cls  # noqa: E402  # noqa: E402
+from controller.enforcement import Ack, Enforcer, FlowMatch  # noqa: E402
+from controller.routing import Router  # noqa: E402
+from controller.topology_spec import load_spec  # noqa: E402
+from echelonflow.errors import UserError  # noqa: E402
+
+LOG = logging.getLogger("echelon.controller")
+OFP_ERROR_MARK = "OFP-ERROR"  # the launcher fails tests on log lines carrying it
+
+
+class EchelonApp(compat.BaseApp):
+    OFP_VERSIONS = [compat.ofproto_v1_3.OFP_VERSION]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.topology = load_spec()
+        self.router = Router(self.topology, idle_timeout_s=int(os.environ.get("ECHELON_ROUTE_IDLE_S", "30")))
+        self.datapaths: dict[int, Any] = {}
+        self._barrier_tickets: dict[tuple[int, int], Ack] = {}
+        self.enforcer = Enforcer(
+            self.topology, self.send_ops, queues=int(os.environ.get("ECHELON_QUEUES", "4")),
+            event_factory=compat.hub.Event,
+            meter_burst_s=float(os.environ.get("ECHELON_METER_BURST_S", "0.2")),
+            min_burst_kbit=int(os.environ.get("ECHELON_METER_MIN_BURST_KBIT", "1000")),
+        )
+        self.switch_ready_hooks: list[Callable[[int], None]] = []
+        socket_path = os.environ.get("ECHELON_CONTROL_SOCKET")
+        if socket_path:
+            compat.hub.spawn(ControlChannel(self, socket_path).serve)
+        LOG.info("echelon app up (%s): topology %s, %d switches", compat.FRAMEWORK, self.topology.name,
+                 len(self.topology.switches))
+
+    # ----------------------------------------------------------------------- sending
+    def send_ops(self, dpid: int, ops: list[fm.Op]) -> None:
+        """Encode and send ``ops`` to one switch; barrier tickets resolve on the matching reply."""
+        dp = self.datapaths.get(dpid)
+        if dp is None:
+            for op in ops:
+                if isinstance(op, fm.Barrier) and op.ticket is not None:
+                    op.ticket.switch_unreachable(dpid)
+            return
+        for op in ops:
+            msg = fm.encode(op, dp.ofproto, dp.ofproto_parser)
+            msg.datapath = dp
+            if isinstance(op, fm.Barrier) and op.ticket is not None:
+                dp.set_xid(msg)
+                self._barrier_tickets[(dpid, msg.xid)] = op.ticket
+            dp.send_msg(msg)
+
+    # ----------------------------------------------------------------------- switch life cycle
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def _on_features(self, ev: Any) -> None:
+        dp = ev.msg.datapath
+        if dp.id not in self.router.switch_by_dpid:
+            LOG.warning("switch dpid %#x is not in topology %s; ignoring it", dp.id, self.topology.name)
+            return
+        self.datapaths[dp.id] = dp
+        self.send_ops(dp.id, self.router.ops_for_switch(dp.id))
+        self.enforcer.reinstall(dp.id)
+        LOG.info("switch %s (dpid %#x) ready", self.router.switch_by_dpid[dp.id], dp.id)
+        for hook in self.switch_ready_hooks:
+            hook(dp.id)
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
+    def _on_dead(self, ev: Any) -> None:
+        dp = ev.datapath
+        if dp.id is not None and self.datapaths.get(dp.id) is dp:
+            del self.datapaths[dp.id]
+            for key in [k for k in self._barrier_tickets if k[0] == dp.id]:
+                self._barrier_tickets.pop(key).switch_unreachable(dp.id)
+            LOG.info("switch dpid %#x disconnected", dp.id)
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def _on_barrier_reply(self, ev: Any) -> None:
+        ticket = self._barrier_tickets.pop((ev.msg.datapath.id, ev.msg.xid), None)
+        if ticket is not None:
+            ticket.switch_done(ev.msg.datapath.id)
+
+    @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
+    def _on_flow_removed(self, ev: Any) -> None:
+        msg = ev.msg
+        idle = msg.reason == msg.datapath.ofproto.OFPRR_IDLE_TIMEOUT
+        flow_id = self.enforcer.on_flow_removed(msg.datapath.id, msg.cookie, idle)
+        if flow_id is not None:
+            LOG.info("enforced flow %s idled out; rules and meter removed", flow_id)
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _on_error(self, ev: Any) -> None:
+        msg = ev.msg
+        LOG.error("%s switch dpid %#x rejected a message: type=%d code=%d", OFP_ERROR_MARK,
+                  msg.datapath.id, msg.type, msg.code)
+
+    # ----------------------------------------------------------------------- packets
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def _on_packet_in(self, ev: Any) -> None:
+        msg = ev.msg
+        dpid, in_port = msg.datapath.id, msg.match["in_port"]
+        pkt = compat.packet.Packet(msg.data)
+        request = pkt.get_protocol(compat.arp.arp)
+        if request is not None:
+            self._answer_arp(dpid, in_port, request)
+            return
+        ip = pkt.get_protocol(compat.ipv4.ipv4)
+        if ip is not None:
+            decision = self.router.on_ipv4(dpid, in_port, ip.src, ip.dst, msg.data, time.monotonic())
+            for target, ops in decision.items():
+                self.send_ops(target, ops)
+
+    def _answer_arp(self, dpid: int, in_port: int, request: Any) -> None:
+        if request.opcode != compat.arp.ARP_REQUEST:
+            return
+        mac = self.router.arp_reply_mac(request.dst_ip)
+        if mac is None:
+            return
+        reply = compat.packet.Packet()
+        reply.add_protocol(compat.ethernet.ethernet(
+            ethertype=compat.ether_types.ETH_TYPE_ARP, dst=request.src_mac, src=mac))
+        reply.add_protocol(compat.arp.arp(
+            opcode=compat.arp.ARP_REPLY, src_mac=mac, src_ip=request.dst_ip,
+            dst_mac=request.src_mac, dst_ip=request.src_ip))
+        reply.serialize()
+        self.send_ops(dpid, [fm.PacketOut(fm.OFPP_CONTROLLER, in_port, bytes(reply.data))])
+
+
+class ControlChannel:
+    """One JSON request per line on a Unix socket, one JSON reply per line (tests and benchmarks).
+
+    Requests: ``{"op": "ping"}``; ``{"op": "install", "flow_id", "match": {src_ip, dst_ip, src_port,
+    dst_port, ip_proto?}, "path"?: [...], "queue", "rate_bps"?}``; ``{"op": "update", "flow_id", "queue"?,
+    "rate_bps"?, "clear_rate"?}``; ``{"op": "remove", "flow_id"}``; ``{"op": "live"}``; and ``{"op":
+    "batch", "requests": [...]}`` which times all of them together.  Install/update/remove wait (up to
+    ``wait_s``, default 5) for the barrier acks and report ``latency_s`` from the call to the last ack.
+    Without ``path`` a flow takes ``Topology.path_for(src, dst, flow_id)``.
+    """
+
+    def __init__(self, app: EchelonApp, path: str) -> None:
+        self.app = app
+        self.path = path
+
+    def serve(self) -> None:
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        compat.hub.StreamServer((self.path, 0), self._handle).serve_forever()
+
+    def _handle(self, sock: Any, _addr: Any) -> None:
+        reader = sock.makefile("r")
+        try:
+            for line in reader:
+                try:
+                    reply = self.dispatch(json.loads(line))
+                except (UserError, ValueError, KeyError, TypeError) as exc:
+                    reply = {"ok": False, "error": str(exc)}
+                sock.sendall((json.dumps(reply) + "\n").encode())
+        finally:
+            reader.close()
+            sock.close()
+
+    def dispatch(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "ping":
+            expected = len(self.app.topology.switches)
+            return {"ok": True, "switches": len(self.app.datapaths), "expected": expected}
+        if op == "live":
+            return {"ok": True, "flows": {
+                fid: {"path": list(f.path), "queue": f.queue, "rate_bps": f.rate_bps, "meter_id": f.meter_id}
+                for fid, f in self.app.enforcer.live_flows().items()}}
+        requests = request.get("requests") if op == "batch" else [request]
+        if not isinstance(requests, list):
+            raise ValueError("a batch needs a list of requests")
+        start_s = time.monotonic()
+        acks = [self._apply(r) for r in requests]
+        wait_s = float(request.get("wait_s", 5.0))
+        ok = all(ack.wait(max(0.0, start_s + wait_s - time.monotonic())) and ack.ok for ack in acks)
+        done = [ack.done_s for ack in acks if ack.done_s is not None]
+        return {"ok": ok, "latency_s": (max(done) - start_s) if done and ok else None}
+
+    def _apply(self, request: dict[str, Any]) -> Ack:
+        enforcer, op = self.app.enforcer, request.get("op")
+        if op == "install":
+            match = FlowMatch(**request["match"])
+            path = request.get("path")
+            if path is None:
+                src, dst = (self.app.router.host_by_ip.get(ip) for ip in (match.src_ip, match.dst_ip))
+                path = self.app.topology.path_for(src, dst, request["flow_id"]) if src and dst else []
+            rate_bps = request.get("rate_bps")
+            return enforcer.install(request["flow_id"], match, path, request["queue"], rate_bps)
+        if op == "update":
+            return enforcer.update(
+                request["flow_id"], queue=request.get("queue"), rate_bps=request.get("rate_bps"),
+                clear_rate=bool(request.get("clear_rate")),
+            )
+        if op == "remove":
+            return enforcer.remove(request["flow_id"])
+        raise ValueError(f"unknown op {op!r}; use ping, live, install, update, remove or batch")

@@ -1,0 +1,64 @@
+"""``echelon controller``: run the OpenFlow controller for a topology in the foreground until Ctrl-C.
+
+Start it before ``echelon fabric`` (Mininet's RemoteController default port is 6653, ours too); the
+fabric's switches connect to it and it routes and enforces as :mod:`controller.app` describes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from echelonflow.errors import UserError
+
+DEFAULT_OFP_PORT = 6653
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "controller", help="run the OpenFlow controller (os-ken/Ryu) for a topology",
+        description="Run the EchelonFlow OpenFlow 1.3 controller in the foreground (Ctrl-C stops it).",
+    )
+    parser.add_argument("--topology", default="fattree", help="fattree, leafspine, dumbbell or two_hosts")
+    parser.add_argument("--k", type=int, default=4, help="fat-tree arity (even, >= 2)")
+    parser.add_argument("--leaves", type=int, default=4, help="leaf-spine: leaf switches")
+    parser.add_argument("--spines", type=int, default=2, help="leaf-spine: spine switches")
+    parser.add_argument("--hosts-per-leaf", type=int, default=4, help="leaf-spine: hosts per leaf")
+    parser.add_argument("--hosts-per-side", type=int, default=2, help="dumbbell: hosts per side")
+    parser.add_argument("--rate-mbps", type=float, default=10.0, help="link rate in Mbit/s")
+    parser.add_argument("--queues", type=int, default=4, help="priority queues per port (as the fabric)")
+    parser.add_argument("--ofp-port", type=int, default=DEFAULT_OFP_PORT, help="OpenFlow listen port")
+    parser.set_defaults(run=run)
+
+
+def topology_params(args: argparse.Namespace) -> dict[str, int]:
+    """The builder parameters the chosen topology kind takes, from the command line."""
+    return {
+        "fattree": {"k": args.k},
+        "leafspine": {"leaves": args.leaves, "spines": args.spines, "hosts_per_leaf": args.hosts_per_leaf},
+        "dumbbell": {"hosts_per_side": args.hosts_per_side},
+    }.get(args.topology, {})
+
+
+def run(args: argparse.Namespace) -> int:
+    from controller.launcher import ControllerProcess
+    from topologies import graphs
+
+    if args.rate_mbps <= 0:
+        raise UserError(f"--rate-mbps must be positive, got {args.rate_mbps}")
+    try:
+        topology = graphs.build(args.topology, args.rate_mbps * 1e6, **topology_params(args))
+    except graphs.TopologyError as exc:
+        raise UserError(str(exc)) from None
+    controller = ControllerProcess(topology, ofp_port=args.ofp_port, queues=args.queues)
+    controller.start()
+    try:
+        print(f"echelon controller: pid {controller.pid}, topology {topology.name}, "
+              f"OpenFlow on port {args.ofp_port}, log {controller.log_path}; Ctrl-C stops it", flush=True)
+        while controller.proc is not None and controller.proc.poll() is None:
+            time.sleep(0.5)
+        status = controller.proc.returncode if controller.proc is not None else 0
+        raise UserError(f"the controller exited with status {status}: {controller._tail()}")
+    finally:
+        controller.stop()

@@ -1,0 +1,66 @@
+"""How the controller learns the fabric: a small JSON file naming the topology, rebuilt with graphs.py.
+
+The file holds only ``{"kind": ..., "params": {...}, "rate_bps": ...}``; the controller rebuilds the very
+same :class:`~topologies.graphs.Topology` the simulator and the Mininet fabric use, so ports, dpids and
+host addresses agree by construction.  Its path comes from the ``ECHELON_TOPOLOGY`` environment
+variable (the launcher sets it) because os-ken and Ryu parse their own command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from echelonflow.errors import UserError
+from topologies import graphs
+
+ENV_VAR = "ECHELON_TOPOLOGY"
+
+
+class SpecError(UserError):
+    """A topology spec file that is missing or cannot be turned into a topology."""
+
+
+def spec_of(topology: graphs.Topology) -> dict[str, Any]:
+    return {"kind": topology.kind, "params": dict(topology.params), "rate_bps": topology.rate_bps}
+
+
+def write_spec(topology: graphs.Topology, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(spec_of(topology), handle, indent=2, sort_keys=True)
+        handle.write("\n")
+
+
+def topology_from_spec(spec: Any, source: str = "topology spec") -> graphs.Topology:
+    """Build the topology a spec describes; every problem names the field and the value."""
+    if not isinstance(spec, dict):
+        raise SpecError(f"{source}: expected a JSON object, got {type(spec).__name__}")
+    unknown = sorted(set(spec) - {"kind", "params", "rate_bps"})
+    if unknown:
+        raise SpecError(f"{source}: unknown field(s) {', '.join(unknown)}; expected kind, params, rate_bps")
+    for field in ("kind", "rate_bps"):
+        if field not in spec:
+            raise SpecError(f"{source}: missing field {field!r}")
+    params = spec.get("params", {})
+    if not isinstance(params, dict):
+        raise SpecError(f"{source}: 'params' must be an object, got {params!r}")
+    try:
+        return graphs.build(spec["kind"], spec["rate_bps"], **params)
+    except graphs.TopologyError as exc:
+        raise SpecError(f"{source}: {exc}") from None
+
+
+def load_spec(path: str | None = None) -> graphs.Topology:
+    """The topology named by ``path`` (default: the ``ECHELON_TOPOLOGY`` environment variable)."""
+    path = path or os.environ.get(ENV_VAR, "")
+    if not path:
+        raise SpecError(f"no topology spec: set {ENV_VAR} to a JSON file (the launcher writes one)")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            spec = json.load(handle)
+    except OSError as exc:
+        raise SpecError(f"cannot read topology spec {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise SpecError(f"topology spec {path} is not valid JSON: {exc}") from None
+    return topology_from_spec(spec, source=path)

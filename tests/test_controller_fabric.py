@@ -1,0 +1,190 @@
+"""The controller on a real fabric: k=4 fat-tree of OVS switches, Mininet hosts, TCP via iperf3.
+
+One controller and one fabric serve the whole module (bring-up is a few seconds); the restart test runs
+last because it replaces the controller.  Teardown stops both and fails if the controller logged a
+traceback or a switch rejected a message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from controller.launcher import ControllerProcess
+from tests.fabric_helpers import _wait_listening, assert_within, ping_loss
+from topologies import graphs
+
+pytestmark = [pytest.mark.fabric, pytest.mark.slow]
+
+LINK_BPS = 50e6
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def env(require_fabric):
+    from topologies.fabric import Fabric
+
+    topo = graphs.fattree(LINK_BPS, k=4)
+    port = _free_port()
+    state = SimpleNamespace(topo=topo, port=port, fabric=None, ctl=ControllerProcess(topo, ofp_port=port))
+    try:
+        state.ctl.start()
+        state.fabric = Fabric(topo, controller_port=port, queues=4).start()
+        state.ctl.wait_switches(timeout_s=20)
+        yield state
+    finally:
+        if state.fabric is not None:
+            state.fabric.stop()
+        state.ctl.stop()
+    assert state.ctl.log_problems() == [], "controller log shows problems"
+
+
+def _host_ip(topo, host):
+    return topo.graph.nodes[host]["ip"]
+
+
+def _install(env, flow_id, src, dst, cport, sport, queue, rate_bps=None, path=None):
+    match = {"src_ip": _host_ip(env.topo, src), "dst_ip": _host_ip(env.topo, dst), "src_port": cport,
+             "dst_port": sport}
+    reply = env.ctl.request({"op": "install", "flow_id": flow_id, "match": match, "path": path,
+                             "queue": queue, "rate_bps": rate_bps})
+    assert reply["ok"], reply
+    return reply
+
+
+def _iperf(env, flows, seconds=5.0):
+    """Concurrent TCP flows ``(src, dst, client_port, server_port)``; received bits/s of each.
+
+    Fixed client ports make the data connection's 5-tuple known, so the Enforcer can match it.
+    """
+    servers, clients = [], []
+    try:
+        for _src, dst, _cport, sport in flows:
+            servers.append(env.fabric.host(dst).popen(["iperf3", "-s", "-1", "-p", str(sport)],
+                                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        _wait_listening(env.fabric, [(dst, sport) for _s, dst, _c, sport in flows])
+        for src, dst, cport, sport in flows:
+            argv = ["iperf3", "-c", _host_ip(env.topo, dst), "-p", str(sport), "--cport", str(cport),
+                    "-t", str(seconds), "-J"]
+            clients.append(env.fabric.host(src).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        rates = []
+        for proc in clients:
+            out, err = proc.communicate(timeout=seconds + 30)
+            data = json.loads(out.decode() or "{}")
+            assert proc.returncode == 0 and "error" not in data, f"iperf3: {data.get('error')} {err[-300:]!r}"
+            rates.append(float(data["end"]["sum_received"]["bits_per_second"]))
+        return rates
+    finally:
+        for proc in clients + servers:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+def _dump(bridge, what="dump-flows"):
+    return subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", what, bridge], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_pingall_has_no_loss(env):
+    assert env.fabric.net.pingAll(timeout=2) == 0.0
+
+
+def test_tcp_between_pods(env):
+    (rate,) = _iperf(env, [("h1", "h16", 41001, 5401)], seconds=3)
+    assert_within(rate, LINK_BPS, 0.5, 1.1, "unenforced TCP h1->h16 over its 50 Mbit/s path")
+
+
+def test_pairs_between_two_pods_use_the_predicted_cores(env):
+    pod0, pod1 = env.topo.hosts[:4], env.topo.hosts[4:8]
+    for src in pod0:  # traffic for every pair, so every pair is routed
+        for dst in pod1:
+            assert ping_loss(env.fabric, src, dst, count=1) == 0.0
+    seen = {}
+    for core in ("c1", "c2", "c3", "c4"):
+        for line in _dump(core).splitlines():
+            found = re.search(r"priority=10,ip,nw_src=([\d.]+),nw_dst=([\d.]+)", line)
+            if found:
+                seen[(found.group(1), found.group(2))] = core
+    cores_used = set()
+    for src in pod0:
+        for dst in pod1:
+            want = env.topo.path_for(src, dst, f"{src}->{dst}")[3]
+            assert seen.get((_host_ip(env.topo, src), _host_ip(env.topo, dst))) == want, (src, dst)
+            cores_used.add(want)
+    assert len(cores_used) > 1, f"all pod0->pod1 pairs on {cores_used}"
+
+
+@pytest.mark.parametrize("rate_mbps", [5, 10, 20])
+def test_metered_tcp_reaches_its_meter_rate(env, rate_mbps):
+    flow_id = f"meter{rate_mbps}"
+    _install(env, flow_id, "h1", "h16", 42000 + rate_mbps, 5402, queue=1, rate_bps=rate_mbps * 1e6)
+    try:
+        (rate,) = _iperf(env, [("h1", "h16", 42000 + rate_mbps, 5402)], seconds=5)
+    finally:
+        assert env.ctl.request({"op": "remove", "flow_id": flow_id})["ok"]
+    print(f"metered TCP: {rate / 1e6:.2f} Mbit/s of {rate_mbps} ({rate / (rate_mbps * 1e6):.1%})")
+    assert_within(rate, rate_mbps * 1e6, 0.90, 1.05, f"TCP through a {rate_mbps} Mbit/s meter")
+
+
+def _two_flows(env, queues):
+    # h1->h3 and h2->h4 share e1->a1->e2 (hosts h1,h2 on e1; h3,h4 on e2).
+    paths = [["h1", "e1", "a1", "e2", "h3"], ["h2", "e1", "a1", "e2", "h4"]]
+    flows = [("h1", "h3", 43001, 5403), ("h2", "h4", 43002, 5404)]
+    for i, ((src, dst, cport, sport), path, queue) in enumerate(zip(flows, paths, queues)):
+        _install(env, f"prio{i}", src, dst, cport, sport, queue=queue, path=path)
+    try:
+        return _iperf(env, flows, seconds=5)
+    finally:
+        for i in range(2):
+            assert env.ctl.request({"op": "remove", "flow_id": f"prio{i}"})["ok"]
+
+
+def test_higher_class_takes_the_link(env):
+    high, low = _two_flows(env, queues=(1, 3))
+    print(f"queue 1: {high / 1e6:.1f} Mbit/s, queue 3: {low / 1e6:.1f} Mbit/s")
+    assert high >= 0.9 * LINK_BPS, f"queue 1 got {high / 1e6:.1f} Mbit/s, queue 3 {low / 1e6:.1f}"
+
+
+def test_equal_classes_share_the_link(env):
+    a, b = _two_flows(env, queues=(2, 2))
+    print(f"equal classes: {a / 1e6:.1f} / {b / 1e6:.1f} Mbit/s")
+    assert 0.4 <= a / (a + b) <= 0.6, f"equal classes split {a / 1e6:.1f} / {b / 1e6:.1f} Mbit/s"
+
+
+def test_removed_flow_leaves_no_rules_or_meter(env):
+    _install(env, "gone", "h1", "h16", 44001, 5405, queue=2, rate_bps=8e6)
+    path = env.ctl.request({"op": "live"})["flows"]["gone"]["path"]
+    switches = path[1:-1]
+    meter = env.ctl.request({"op": "live"})["flows"]["gone"]["meter_id"]
+    assert f"meter={meter} " in _dump(switches[0], "dump-meters")
+    assert all("tp_src=44001" in _dump(s) or "tcp_src=44001" in _dump(s) for s in switches)
+    assert env.ctl.request({"op": "remove", "flow_id": "gone"})["ok"]
+    for switch in switches:
+        assert "44001" not in _dump(switch), f"rules left on {switch}"
+    assert f"meter={meter} " not in _dump(switches[0], "dump-meters")
+    assert env.ctl.request({"op": "live"})["flows"] == {}
+
+
+def test_controller_restart_routing_back_within_10s(env):
+    env.ctl.stop()
+    assert env.ctl.log_problems() == []
+    start = time.monotonic()
+    env.ctl = ControllerProcess(env.topo, ofp_port=env.port).start()
+    env.ctl.wait_switches(timeout_s=10)
+    while ping_loss(env.fabric, "h2", "h15", count=1) > 0:
+        assert time.monotonic() - start < 10, "routing not back 10 s after the controller restarted"
+    elapsed = time.monotonic() - start
+    print(f"routing back {elapsed:.2f} s after controller restart")
+    assert elapsed < 10
