@@ -1,0 +1,136 @@
+"""Shared helpers for tests that run a real fabric (Mininet + OVS): traffic, tolerances, leftovers.
+
+``install_static_flows`` is TEST SCAFFOLDING: it gives switches destination-based forwarding without
+the os-ken controller, so fabric tests do not depend on the controller.  It is not the project's
+routing (that is controller/routing.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Sequence
+
+import networkx as nx
+
+from topologies import cleanup, ovs
+from topologies.graphs import Topology
+
+
+def assert_within(value: float, target: float, lo: float, hi: float, what: str) -> None:
+    """Assert ``lo * target <= value <= hi * target`` with a message giving the ratio."""
+    if target <= 0:
+        raise ValueError(f"{what}: target must be positive, got {target!r}")
+    ratio = value / target
+    assert lo <= ratio <= hi, (
+        f"{what}: {value:.4g} is {ratio:.1%} of {target:.4g}, expected {lo:.0%}..{hi:.0%}"
+    )
+
+
+# --------------------------------------------------------------------------- traffic
+def iperf3_flows(
+    fabric, flows: Sequence[tuple[str, str, int | None]], seconds: float = 5.0, base_port: int = 5301,
+    omit_s: int = 1,
+) -> list[float]:
+    """Run TCP iperf3 flows ``(src, dst, tos)`` concurrently; return each one's received bits/s.
+
+    Servers are one-off (``-1``) and every process started here is waited for or killed by pid.
+    ``omit_s`` seconds of slow start are left out of the average.
+    """
+    servers, clients = [], []
+    try:
+        for i, (_src, dst, _tos) in enumerate(flows):
+            servers.append(fabric.host(dst).popen(["iperf3", "-s", "-1", "-p", str(base_port + i)],
+                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        _wait_listening(fabric, [(dst, base_port + i) for i, (_s, dst, _t) in enumerate(flows)])
+        for i, (src, dst, tos) in enumerate(flows):
+            argv = ["iperf3", "-c", fabric.host(dst).IP(), "-p", str(base_port + i), "-t", str(seconds),
+                    "-O", str(omit_s), "-J"]
+            if tos is not None:
+                argv += ["--tos", str(tos)]
+            clients.append(fabric.host(src).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        results = []
+        for proc in clients:
+            out, err = proc.communicate(timeout=seconds + omit_s + 30)
+            data = json.loads(out.decode() or "{}")
+            if "error" in data or proc.returncode != 0:
+                raise AssertionError(f"iperf3 failed: {data.get('error')} {err.decode()[-300:]}")
+            results.append(float(data["end"]["sum_received"]["bits_per_second"]))
+        return results
+    finally:
+        for proc in clients + servers:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+def iperf3_bps(fabric, src: str, dst: str, seconds: float = 5.0, tos: int | None = None) -> float:
+    """Received bits/s of one TCP iperf3 flow from ``src`` to ``dst``."""
+    return iperf3_flows(fabric, [(src, dst, tos)], seconds=seconds)[0]
+
+
+def _wait_listening(fabric, endpoints: Sequence[tuple[str, int]], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    for host, port in endpoints:
+        while f":{port} " not in fabric.host(host).cmd("ss -ltn"):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"iperf3 server on {host}:{port} did not start")
+            time.sleep(0.05)
+
+
+def ping_loss(fabric, src: str, dst: str, count: int = 3) -> float:
+    """Packet loss fraction of ``count`` pings from ``src`` to ``dst``."""
+    out = fabric.host(src).cmd(f"ping -c {count} -i 0.2 -W 1 {fabric.host(dst).IP()}")
+    for part in out.split(","):
+        if "packet loss" in part:
+            return float(part.split("%")[0]) / 100.0
+    raise AssertionError(f"no ping summary in: {out[-300:]}")
+
+
+# --------------------------------------------------------------------------- static flows (scaffolding)
+def static_flow_table(topology: Topology) -> dict[str, list[str]]:
+    """Switch -> ovs-ofctl flow lines: per destination host, forward IP and ARP along a shortest-path
+    tree rooted at that host (a tree, so no loops even on the fat-tree)."""
+    g = topology.graph
+    flows: dict[str, list[str]] = {s: [] for s in topology.switches}
+    for dst in topology.hosts:
+        ip = g.nodes[dst]["ip"]
+        paths = nx.single_source_shortest_path(g, dst)  # deterministic BFS tree
+        for switch in topology.switches:
+            next_hop = paths[switch][-2]
+            port = topology.port(switch, next_hop)
+            flows[switch].append(f"priority=100,ip,nw_dst={ip},actions=output:{port}")
+            flows[switch].append(f"priority=100,arp,arp_tpa={ip},actions=output:{port}")
+    return flows
+
+
+def install_static_flows(topology: Topology) -> None:
+    """Install :func:`static_flow_table` with ovs-ofctl (OpenFlow 1.3), replacing each switch's table."""
+    for switch, lines in static_flow_table(topology).items():
+        proc = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "replace-flows", switch, "-"],
+                              input="\n".join(lines) + "\n", text=True, capture_output=True)
+        assert proc.returncode == 0, f"ovs-ofctl replace-flows {switch}: {proc.stderr}"
+
+
+# --------------------------------------------------------------------------- leftovers
+def leftovers(tag: str, bridges: Sequence[str], interfaces: Sequence[str],
+              pids: Sequence[dict[str, int]]) -> dict[str, list]:
+    """Anything of a fabric that still exists: tagged rows/bridges, its interfaces, live pids, state file."""
+    present = set(ovs.existing_links())
+    return {
+        "tagged_bridges": sorted(ovs.bridges_owned(tag)),
+        "bridges": sorted(set(bridges) & set(ovs.list_bridges())),
+        "qos_rows": sorted(ovs.rows_owned("QoS", tag)),
+        "queue_rows": sorted(ovs.rows_owned("Queue", tag)),
+        "interfaces": sorted(set(interfaces) & present),
+        "pids": [r["pid"] for r in pids if cleanup.same_process(r)],
+        "state_file": [cleanup.state_path(tag)] if os.path.exists(cleanup.state_path(tag)) else [],
+    }
+
+
+def assert_nothing_left(tag: str, bridges: Sequence[str], interfaces: Sequence[str],
+                        pids: Sequence[dict[str, int]]) -> None:
+    found = {k: v for k, v in leftovers(tag, bridges, interfaces, pids).items() if v}
+    assert not found, f"fabric {tag} left behind: {found}"

@@ -1,0 +1,226 @@
+"""The emulated fabric for real: Mininet hosts, OVS bridges (userspace datapath), htb queues, cleanup.
+
+Switches run without the project's controller here: loop-free topologies use OVS's standalone
+learning mode, the fat-tree gets static destination-based flows from tests/fabric_helpers.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.fabric_helpers import (
+    assert_nothing_left,
+    assert_within,
+    install_static_flows,
+    iperf3_bps,
+    iperf3_flows,
+    ping_loss,
+    static_flow_table,
+)
+from topologies import graphs, ovs, qos
+from topologies.fabric import Fabric, FabricError, fabric_lock
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+RATE_BPS = 10e6
+
+
+def snapshot(fab: Fabric):
+    """What a fabric owns, captured while it runs (to check later that all of it is gone)."""
+    assert fab.state is not None
+    return fab.tag, list(fab.bridges), list(fab.interfaces), list(fab.state.pids)
+
+
+# --------------------------------------------------------------------------- no root needed
+def test_bad_arguments_are_clear_errors():
+    topo = graphs.two_hosts(RATE_BPS)
+    with pytest.raises(FabricError, match="queues must be an integer from 2 to 8"):
+        Fabric(topo, queues=1)
+    with pytest.raises(FabricError, match="datapath must be"):
+        Fabric(topo, datapath="dpdk")
+    with pytest.raises(FabricError, match="tag must be"):
+        Fabric(topo, tag="bad tag!")
+    with pytest.raises(FabricError, match="controller_port"):
+        Fabric(topo, controller_port=70000)
+    with pytest.raises(FabricError, match="Topology"):
+        Fabric("fattree")  # type: ignore[arg-type]
+
+
+def test_queue_dscp_mapping_and_filter_parsing():
+    assert [Fabric.dscp_for_queue(q) for q in range(4)] == [0, 8, 16, 24]
+    with pytest.raises(ValueError, match="queue must be"):
+        Fabric.dscp_for_queue(8)
+    lines = qos.filter_lines("s1-eth1", 4)
+    assert lines[0].endswith("match ip dsfield 0x20 0xfc flowid 1:2") and len(lines) == 3
+    dump = (
+        "qdisc htb 1: root refcnt 3 r2q 10 default 0x1\n"
+        "filter protocol ip pref 1 u32 chain 0 fh 800::800 order 2048 key ht 800 bkt 0 "
+        "*flowid 1:2 not_in_hw\n"
+        "  match 00200000/00fc0000 at 0\n"
+        "qdisc noqueue 0: root refcnt 2\n"
+    )
+    assert qos.parse_filter_dump(dump) == [("htb 1:", {(0x20, 2)}), ("noqueue 0:", set())]
+
+
+def test_static_flows_are_loop_free_trees():
+    topo = graphs.fattree(RATE_BPS, k=4)
+    table = static_flow_table(topo)
+    # Follow every (switch, destination) along the installed ports: it must reach the host in <= 5 hops.
+    for dst in topo.hosts:
+        ip = topo.graph.nodes[dst]["ip"]
+        for start in topo.switches:
+            node, hops = start, 0
+            while topo.graph.nodes[node]["kind"] == "switch":
+                (line,) = [f for f in table[node] if f",ip,nw_dst={ip}," in f]
+                node = topo.neighbour_on_port(node, int(line.rsplit(":", 1)[1]))
+                hops += 1
+                assert hops <= 5, f"loop from {start} towards {dst}"
+            assert node == dst
+
+
+# --------------------------------------------------------------------------- real fabric
+@pytest.mark.fabric
+def test_mn_custom_builds_our_topologies(require_fabric, tmp_path):
+    """Debian's `mn` loads the file by path and builds working networks from graphs.py."""
+    custom = os.path.join(ROOT, "topologies", "mininet_topo.py")
+    with fabric_lock(timeout_s=600):  # mn uses machine-global bridge/interface names too
+        before = set(ovs.list_bridges()), set(ovs.existing_links())
+        ping = subprocess.run(
+            ["mn", "--custom", custom, "--topo", "dumbbell,2", "--switch", "ovsbr,datapath=user",
+             "--controller", "none", "--test", "pingall"],
+            capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
+        )
+        build = subprocess.run(
+            ["mn", "--custom", custom, "--topo", "fattree,4", "--switch", "ovs,datapath=user",
+             "--controller", "none", "--test", "none"],
+            capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
+        )
+        after = set(ovs.list_bridges()), set(ovs.existing_links())
+    assert "Results: 0% dropped (12/12 received)" in ping.stdout + ping.stderr, ping.stderr[-2000:]
+    log = build.stdout + build.stderr
+    assert build.returncode == 0, log[-2000:]
+    switches = log.split("*** Adding switches:")[1].split("***")[0].split()
+    assert sorted(switches) == sorted(graphs.fattree(RATE_BPS, 4).switches)
+    assert after == before, "mn left bridges or interfaces behind"
+
+
+@pytest.mark.fabric
+def test_two_hosts_ping_shaped_rate_and_clean_stop(require_fabric):
+    fab = Fabric(graphs.two_hosts(RATE_BPS), controller_port=None, fail_mode="standalone")
+    with fab:
+        owned = snapshot(fab)
+        assert ovs.bridges_owned(fab.tag) == {"s1": fab.tag}
+        assert ping_loss(fab, "h1", "h2") == 0.0
+        assert_within(iperf3_bps(fab, "h1", "h2", seconds=5), RATE_BPS, 0.90, 1.05, "shaped 10 Mbit/s link")
+    assert_nothing_left(*owned)
+
+
+@pytest.mark.fabric
+def test_dumbbell_priority_and_equal_share(require_fabric):
+    """Two senders into the shared 10 Mbit/s link: queue 1 beats queue 3; equal classes share."""
+    tos = qos.tos_for_queue
+    with Fabric(graphs.dumbbell(RATE_BPS, 2), controller_port=None, fail_mode="standalone") as fab:
+        assert ping_loss(fab, "h1", "h3") == 0.0 and ping_loss(fab, "h2", "h3") == 0.0
+        high, low = iperf3_flows(fab, [("h1", "h3", tos(1)), ("h2", "h3", tos(3))], seconds=5)
+        assert high / (high + low) >= 0.90, f"queue 1 got {high:.3g} bps, queue 3 got {low:.3g} bps"
+        assert_within(high + low, RATE_BPS, 0.85, 1.05, "priority pair total")
+        a, b = iperf3_flows(fab, [("h1", "h3", tos(2)), ("h2", "h3", tos(2))], seconds=5)
+        assert_within(a / (a + b), 0.5, 0.8, 1.2, "equal-class share of flow 1")
+        assert_within(a + b, RATE_BPS, 0.85, 1.05, "equal pair total")
+
+
+@pytest.mark.fabric
+def test_watchdog_restores_filters_after_ovs_rebuilds_qos(require_fabric):
+    with Fabric(graphs.two_hosts(RATE_BPS), controller_port=None, fail_mode="standalone") as fab:
+        assert fab.watchdog is not None and fab.watchdog.missing() == []
+        qos_uuid = ovs.run(["ovs-vsctl", "get", "Port", "s1-eth2", "qos"]).strip()
+        ovs.run(["ovs-vsctl", "clear", "Port", "s1-eth2", "qos"])  # OVS deletes the htb root ...
+        ovs.run(["ovs-vsctl", "set", "Port", "s1-eth2", f"qos={qos_uuid}"])  # ... and builds a new one
+        deadline = time.monotonic() + 5
+        while fab.watchdog.reapplied == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert fab.watchdog.reapplied >= 1
+        assert fab.watchdog.missing() == []
+
+
+@pytest.mark.fabric
+def test_fattree_k4_pingall_with_static_flows_and_clean_stop(require_fabric):
+    topo = graphs.fattree(RATE_BPS, k=4)
+    fab = Fabric(topo, controller_port=None)
+    with fab:
+        owned = snapshot(fab)
+        assert len(owned[3]) == 16 + 20  # host and switch shells recorded
+        install_static_flows(topo)
+        assert fab.net.pingAll(timeout=1) == 0.0
+        dpids = ovs.run(["ovs-vsctl", "get", "Bridge", "c1", "other_config:datapath-id"]).strip().strip('"')
+        assert int(dpids, 16) == topo.graph.nodes["c1"]["dpid"]
+        protocols = ovs.run(["ovs-vsctl", "get", "Bridge", "c1", "protocols"]).strip()
+        assert protocols in ("[OpenFlow13]", '["OpenFlow13"]')
+        assert ovs.run(["ovs-vsctl", "get", "Bridge", "c1", "datapath_type"]).strip() in ("netdev", '""')
+    assert_nothing_left(*owned)
+
+
+@pytest.mark.fabric
+def test_controller_timeout_tears_down_and_explains(require_fabric):
+    fab = Fabric(graphs.two_hosts(RATE_BPS), controller_port=6, connect_timeout_s=2)
+    with pytest.raises(FabricError, match=r"1 of 1 switches did not connect .*tcp:127.0.0.1:6 "):
+        fab.start()
+    assert fab.net is None and fab.state is None
+    assert_nothing_left(fab.tag, fab.bridges, fab.interfaces, [])
+
+
+OWNER_SCRIPT = """
+import sys, time
+from topologies import graphs
+from topologies.fabric import Fabric
+fab = Fabric(graphs.dumbbell(10e6, 1), controller_port=None, fail_mode="standalone", tag=sys.argv[1]).start()
+print("READY", flush=True)
+time.sleep(600)
+"""
+
+
+def _start_owner(tag: str) -> subprocess.Popen:
+    proc = subprocess.Popen([PY, "-c", OWNER_SCRIPT, tag], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline() if proc.stdout else ""
+    assert line.strip() == "READY", f"fabric owner did not start (exit {proc.poll()})"
+    return proc
+
+
+def _owned_by(tag: str):
+    from topologies import cleanup
+
+    state = cleanup.FabricState.load(cleanup.state_path(tag))
+    return tag, state.bridges, state.interfaces, state.pids
+
+
+@pytest.mark.fabric
+def test_sigterm_to_owner_removes_everything(require_fabric):
+    tag = f"sigterm{os.getpid()}"
+    proc = _start_owner(tag)
+    owned = _owned_by(tag)
+    assert ovs.bridges_owned(tag)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) != 0
+    assert_nothing_left(*owned)
+
+
+@pytest.mark.fabric
+def test_kill9_then_echelon_fabric_clean_removes_everything(require_fabric):
+    tag = f"kill9x{os.getpid()}"
+    proc = _start_owner(tag)
+    owned = _owned_by(tag)
+    assert len(ovs.rows_owned("Queue", tag)) == 4 and ovs.bridges_owned(tag)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert ovs.bridges_owned(tag), "SIGKILL should leave the bridges for clean to remove"
+    out = subprocess.run([PY, "-m", "echelonflow.cli", "fabric", "clean"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "removed" in out.stdout
+    assert_nothing_left(*owned)

@@ -1,0 +1,166 @@
+"""State files and cleanup: remove exactly what a fabric created, also after its owner crashed.
+
+Each fabric writes ``/run/echelon/fabric-<tag>.json`` *before* it creates anything, listing the bridges
+and interfaces it is about to create, and updates it with the pids of the Mininet shells and the QoS/Queue
+uuids as soon as they exist.  Processes are identified by pid plus kernel start time (field 22 of
+``/proc/<pid>/stat``), so a reused pid is never killed.
+
+What survives a SIGKILL of the owning process (no atexit, no signal handler runs): the OVS bridges and
+their QoS/Queue rows (OVSDB keeps them), the root-namespace veth ends of switch ports, and the state file.
+The Mininet shells lose their pty and exit on their own, taking the host namespaces and host-side veths
+with them.  ``echelon fabric clean`` (:func:`clean`) removes the rest: everything tagged
+``echelon-owner`` whose owner is no longer alive, plus what dead owners' state files list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+from topologies import ovs
+
+STATE_DIR = "/run/echelon"
+
+
+def state_path(tag: str) -> str:
+    return os.path.join(STATE_DIR, f"fabric-{tag}.json")
+
+
+def process_start(pid: int) -> int | None:
+    """Kernel start time of ``pid`` (clock ticks since boot), or None if it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    # comm (field 2) may contain spaces/parens: fields after the last ')' are fixed.
+    return int(text.rsplit(")", 1)[1].split()[19])
+
+
+def same_process(record: dict[str, int]) -> bool:
+    """Is the process recorded as {pid, start} still the same one (not a reused pid)?"""
+    return process_start(int(record["pid"])) == record.get("start")
+
+
+def proc_record(pid: int) -> dict[str, int]:
+    return {"pid": pid, "start": process_start(pid)}
+
+
+@dataclass
+class FabricState:
+    """What one fabric owns; saved as JSON in :data:`STATE_DIR`."""
+
+    tag: str
+    owner: dict[str, int]
+    bridges: list[str] = field(default_factory=list)
+    interfaces: list[str] = field(default_factory=list)
+    pids: list[dict[str, int]] = field(default_factory=list)
+    qos: list[str] = field(default_factory=list)
+    queues: list[str] = field(default_factory=list)
+
+    def save(self) -> None:
+        os.makedirs(STATE_DIR, exist_ok=True)
+        tmp = state_path(self.tag) + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(self.__dict__, fh, indent=1)
+        os.replace(tmp, state_path(self.tag))
+
+    @classmethod
+    def load(cls, path: str) -> FabricState:
+        with open(path) as fh:
+            data = json.load(fh)
+        return cls(**data)
+
+    def owner_alive(self) -> bool:
+        return same_process(self.owner)
+
+
+def list_states() -> list[FabricState]:
+    if not os.path.isdir(STATE_DIR):
+        return []
+    states = []
+    for name in sorted(os.listdir(STATE_DIR)):
+        if name.startswith("fabric-") and name.endswith(".json"):
+            try:
+                states.append(FabricState.load(os.path.join(STATE_DIR, name)))
+            except (OSError, ValueError, TypeError):
+                continue  # half-written or foreign file: ignore rather than guess
+    return states
+
+
+def kill_recorded(records: list[dict[str, int]], grace_s: float = 2.0) -> int:
+    """SIGTERM (then SIGKILL) the recorded processes that are still the same process; return count."""
+    alive = [r for r in records if same_process(r)]
+    for r in alive:
+        with contextlib.suppress(OSError):
+            os.kill(int(r["pid"]), signal.SIGHUP)
+            os.kill(int(r["pid"]), signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(same_process(r) for r in alive):
+        time.sleep(0.05)
+    for r in alive:
+        if same_process(r):
+            with contextlib.suppress(OSError):
+                os.kill(int(r["pid"]), signal.SIGKILL)
+    return len(alive)
+
+
+def remove_state(state: FabricState) -> dict[str, int]:
+    """Remove everything ``state`` lists (only bridges and rows still carrying its tag); return counts."""
+    killed = kill_recorded(state.pids)
+    ours = ovs.bridges_owned(state.tag)
+    bridges = [b for b in state.bridges if b in ours] + [b for b in ours if b not in state.bridges]
+    remove_bridges(bridges)
+    rows = remove_rows(state.tag, set(state.qos), set(state.queues))
+    ovs.delete_links(state.interfaces + state.bridges)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(state_path(state.tag))
+    return {"processes": killed, "bridges": len(bridges), "rows": rows}
+
+
+def remove_bridges(names: list[str]) -> None:
+    ovs.vsctl_transactions([["--if-exists", "del-br", name] for name in names])
+
+
+def remove_rows(tag: str, qos: set | None = None, queues: set | None = None) -> int:
+    """Destroy QoS then Queue rows tagged ``tag`` ('' = any) or listed; QoS first (it references queues)."""
+    qos_rows = set(ovs.rows_owned("QoS", tag)) | set(qos or ())
+    queue_rows = set(ovs.rows_owned("Queue", tag)) | set(queues or ())
+    cmds = [["--if-exists", "destroy", "QoS", u] for u in sorted(qos_rows)]
+    cmds += [["--if-exists", "destroy", "Queue", u] for u in sorted(queue_rows)]
+    ovs.vsctl_transactions(cmds)
+    return len(cmds)
+
+
+def clean(include_alive: bool = False) -> dict[str, int]:
+    """Remove every fabric whose owner is dead (all fabrics if ``include_alive``) and orphaned tagged rows.
+
+    Rows and bridges tagged by a fabric whose owner is still running are left alone, so ``clean`` is
+    safe while another fabric is up.
+    """
+    totals = {"fabrics": 0, "processes": 0, "bridges": 0, "rows": 0, "skipped_alive": 0}
+    alive_tags = set()
+    for state in list_states():
+        if state.owner_alive() and not include_alive:
+            alive_tags.add(state.tag)
+            totals["skipped_alive"] += 1
+            continue
+        counts = remove_state(state)
+        totals["fabrics"] += 1
+        for key, value in counts.items():
+            totals[key] += value
+    orphans = [b for b, tag in ovs.bridges_owned().items() if tag not in alive_tags]
+    remove_bridges(orphans)
+    totals["bridges"] += len(orphans)
+    qos = {u for u, tag in ovs.rows_owned("QoS").items() if tag not in alive_tags}
+    queues = {u for u, tag in ovs.rows_owned("Queue").items() if tag not in alive_tags}
+    if qos or queues:
+        cmds = [["--if-exists", "destroy", "QoS", u] for u in sorted(qos)]
+        cmds += [["--if-exists", "destroy", "Queue", u] for u in sorted(queues)]
+        ovs.vsctl_transactions(cmds)
+        totals["rows"] += len(cmds)
+    return totals

@@ -1,0 +1,73 @@
+"""``echelon fabric ...``: manual fabric bring-up and crash cleanup.
+
+* ``echelon fabric clean`` removes what crashed fabrics left behind (after a SIGKILL nothing in the
+  owning process runs): every OVS bridge/QoS/Queue tagged ``echelon-owner`` whose owner is dead, and
+  what the dead owners' state files list (Mininet shells by pid + start time, veths).  Fabrics whose
+  owner is alive are left alone unless ``--all``.
+* ``echelon fabric up fattree --k 4`` runs a fabric until Ctrl-C (for poking around by hand).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from echelonflow.errors import UserError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("fabric", help="bring up or clean up the emulated Mininet/OVS fabric")
+    actions = parser.add_subparsers(dest="fabric_action", metavar="ACTION")
+    actions.required = True
+
+    clean = actions.add_parser("clean", help="remove bridges, QoS rows, veths and shells of dead fabrics")
+    clean.add_argument("--all", action="store_true", help="also remove fabrics whose owner is still running")
+    clean.set_defaults(run=run_clean)
+
+    up = actions.add_parser("up", help="run a fabric until Ctrl-C")
+    up.add_argument("topology", help="fattree, dumbbell, leafspine or two_hosts")
+    up.add_argument("--k", type=int, default=4, help="fat-tree arity (default 4)")
+    up.add_argument("--hosts-per-side", type=int, default=2, help="dumbbell hosts per side (default 2)")
+    up.add_argument("--rate-mbps", type=float, default=10.0, help="link rate in Mbit/s (default 10)")
+    up.add_argument("--queues", type=int, default=4, help="queues per port (default 4)")
+    up.add_argument("--controller-port", type=int, default=6653, help="OpenFlow controller port (6653)")
+    up.add_argument("--no-controller", action="store_true", help="no controller: switches act as learning "
+                    "switches (fail_mode standalone; loop-free topologies only)")
+    up.set_defaults(run=run_up)
+
+
+def run_clean(args: argparse.Namespace) -> int:
+    from topologies import cleanup, ovs
+
+    try:
+        totals = cleanup.clean(include_alive=args.all)
+    except ovs.OvsError as exc:
+        raise UserError(f"fabric clean failed: {exc}") from None
+    print(
+        "removed {fabrics} fabric(s): {bridges} bridge(s), {rows} QoS/Queue row(s), {processes} process(es); "
+        "left {skipped_alive} running fabric(s) alone".format(**totals)
+    )
+    return 0
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from topologies import graphs
+    from topologies.fabric import Fabric
+
+    params = {"fattree": {"k": args.k}, "dumbbell": {"hosts_per_side": args.hosts_per_side}}
+    try:
+        topology = graphs.build(args.topology, args.rate_mbps * 1e6, **params.get(args.topology, {}))
+    except graphs.TopologyError as exc:
+        raise UserError(str(exc)) from None
+    fabric = Fabric(
+        topology,
+        controller_port=None if args.no_controller else args.controller_port,
+        queues=args.queues,
+        fail_mode="standalone" if args.no_controller else "secure",
+    )
+    with fabric:
+        print(f"fabric {fabric.tag} up: {topology.name}, {len(topology.switches)} switches, "
+              f"{len(topology.hosts)} hosts, started in {fabric.timings_s['start']:.1f} s; Ctrl-C stops it",
+              flush=True)
+        while True:
+            time.sleep(3600)

@@ -1,0 +1,482 @@
+"""Bring up and tear down the emulated fabric: Open vSwitch bridges + Mininet hosts + shaped queues.
+
+One :class:`Fabric` is one :class:`topologies.graphs.Topology` made real:
+
+* OVS bridges (OpenFlow 1.3 only) on the userspace datapath (``datapath_type=netdev``) unless the
+  kernel module exists, each pointed at the controller at ``tcp:<controller_ip>:<controller_port>``;
+  the switches live in the root namespace, so 127.0.0.1 reaches a local controller.  There is no
+  management network: agents reach the controller over a Unix socket on the shared file system.
+* Mininet hosts in network namespaces with the graph's ip/mac, checksum offload off on their
+  interface (``ethtool -K <intf> tx off rx off``; through the userspace datapath TCP silently stalls
+  otherwise), and, when ``shape_hosts``, an htb shaper at the link rate on their egress, with the same
+  classes and DSCP filters as the switches (the simulator treats host uplinks as capacity-limited).
+* every switch port shaped to its link rate with OVS linux-htb QoS and ``queues`` queues, plus DSCP ->
+  class tc filters kept in place by a watchdog thread (see :mod:`topologies.qos` for why).
+
+Ownership and cleanup: the machine-global names (bridges, interfaces) are protected by
+:func:`fabric_lock`; everything is tagged ``external_ids:echelon-owner=<tag>`` and listed in a state
+file before it is created (see :mod:`topologies.cleanup`).  :meth:`Fabric.stop` runs on normal exit,
+on exceptions (context manager), at interpreter exit (atexit) and on SIGINT/SIGTERM (handlers installed
+when the fabric is started from the main thread).  After a SIGKILL the bridges, QoS rows and
+switch-side veths survive; the next :meth:`Fabric.start` or ``echelon fabric clean`` removes them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from echelonflow.errors import UserError
+from topologies import cleanup, ovs, qos
+from topologies.graphs import Topology
+from topologies.mininet_topo import host_intf, intf_name
+
+LOCK_PATH = "/run/echelon-fabric.lock"
+OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
+_TAG_RE = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
+
+
+class FabricError(UserError):
+    """The fabric cannot be brought up as asked (message says what and what to do)."""
+
+
+# --------------------------------------------------------------------------- lock
+class _FlockLock:
+    """An exclusive flock on :data:`LOCK_PATH`; the holder's pid is written into the file for messages."""
+
+    def __init__(self, path: str = LOCK_PATH) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, timeout_s: float | None) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                    os.close(fd)
+                    raise FabricError(
+                        f"another fabric holds {self.path} (pid {holder}); waited {timeout_s:.0f} s"
+                    ) from None
+                time.sleep(0.2)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def fabric_lock(timeout_s: float | None = None) -> Iterator[None]:
+    """Hold the machine-wide fabric lock (bridge and interface names are global on the machine)."""
+    lock = _FlockLock()
+    lock.acquire(timeout_s)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+# --------------------------------------------------------------------------- OVS daemon
+def ovs_running() -> bool:
+    proc = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True)
+    return proc.returncode == 0
+
+
+def ensure_ovs_running() -> None:
+    """Start ovsdb-server and ovs-vswitchd with ovs-ctl if ``ovs-vsctl show`` fails (no systemd here)."""
+    if ovs_running():
+        return
+    if not os.path.exists(OVS_CTL):
+        raise FabricError(f"Open vSwitch is not running and {OVS_CTL} is missing (install openvswitch)")
+    proc = subprocess.run(
+        [OVS_CTL, "start", "--system-id=random"], capture_output=True, text=True, timeout=120
+    )
+    if proc.returncode != 0 or not ovs_running():
+        raise FabricError(f"could not start Open vSwitch: {(proc.stderr or proc.stdout).strip()[-300:]}")
+
+
+def kernel_datapath_available() -> bool:
+    """Is the openvswitch kernel module loaded or installed for the running kernel?"""
+    if os.path.isdir("/sys/module/openvswitch"):
+        return True
+    release = os.uname().release
+    for root, _dirs, files in os.walk(f"/lib/modules/{release}"):
+        if any(f.startswith("openvswitch.ko") for f in files) and "net/openvswitch" in root:
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------- fabric
+class Fabric:
+    """An emulated fabric for one topology; use as a context manager or call start()/stop()."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        controller_port: int | None = 6653,
+        controller_ip: str = "127.0.0.1",
+        datapath: str = "auto",
+        queues: int = 4,
+        tag: str | None = None,
+        shape_hosts: bool = True,
+        fail_mode: str = "secure",
+        connect_timeout_s: float = 30.0,
+        lock_timeout_s: float | None = 600.0,
+    ) -> None:
+        """``controller_port=None`` starts the switches without a controller (for static flows or
+        ``fail_mode="standalone"`` learning-switch tests); otherwise start() waits for every switch to
+        connect to ``controller_ip:controller_port``."""
+        if not isinstance(topology, Topology):
+            raise FabricError(f"Fabric needs a topologies.graphs.Topology, got {type(topology).__name__}")
+        if controller_port is not None and (
+            not isinstance(controller_port, int) or isinstance(controller_port, bool)
+            or not 1 <= controller_port <= 65535
+        ):
+            raise FabricError(f"controller_port must be 1..65535 or None, got {controller_port!r}")
+        if datapath not in ("auto", "user", "kernel"):
+            raise FabricError(f"datapath must be 'auto', 'user' or 'kernel', got {datapath!r}")
+        if fail_mode not in ("secure", "standalone"):
+            raise FabricError(f"fail_mode must be 'secure' or 'standalone', got {fail_mode!r}")
+        try:
+            qos.check_queues(queues)
+        except ValueError as exc:
+            raise FabricError(str(exc)) from None
+        tag = tag or f"f{os.getpid()}x{int(time.time() * 1000) % 10**8}"
+        if not _TAG_RE.match(tag):
+            raise FabricError(f"tag must be 1-40 characters of letters, digits, '_', '.', '-', got {tag!r}")
+        self.topology = topology
+        self.controller_port = controller_port
+        self.controller_ip = controller_ip
+        self.datapath = datapath
+        self.queues = queues
+        self.tag = tag
+        self.shape_hosts = shape_hosts
+        self.fail_mode = fail_mode
+        self.connect_timeout_s = connect_timeout_s
+        self.lock_timeout_s = lock_timeout_s
+        self.net: Any = None
+        self.watchdog: qos.FilterWatchdog | None = None
+        self.state: cleanup.FabricState | None = None
+        self.timings_s: dict[str, float] = {}
+        self._lock = _FlockLock()
+        self._started = False
+        self._stopping = threading.Lock()
+        self._old_handlers: dict[int, Any] = {}
+
+    # ------------------------------------------------------------------ names
+    @property
+    def bridges(self) -> list[str]:
+        return list(self.topology.switches)
+
+    @property
+    def switch_ports(self) -> dict[str, float]:
+        """Switch-side interface name -> link rate (bps), for every switch port."""
+        return qos.port_rates(self.topology.graph.edges(data=True), set(self.topology.switches))
+
+    @property
+    def interfaces(self) -> list[str]:
+        """Every interface the fabric creates (switch ports and host interfaces)."""
+        hosts = [host_intf(self.topology, h) for h in self.topology.hosts]
+        return sorted(self.switch_ports) + hosts
+
+    @staticmethod
+    def dscp_for_queue(q: int) -> int:
+        """DSCP codepoint the controller marks for queue ``q`` (0 = unmarked default class)."""
+        return qos.dscp_for_queue(q)
+
+    def host(self, name: str) -> Any:
+        """The Mininet host object ``name`` (e.g. ``h1``)."""
+        if self.net is None:
+            raise FabricError("the fabric is not started")
+        if name not in self.topology.hosts:
+            raise FabricError(f"topology {self.topology.name!r} has no host {name!r}")
+        return self.net.get(name)
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> Fabric:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> Fabric:
+        """Create everything; on any failure tear down what was created and raise :class:`FabricError`."""
+        if self._started:
+            raise FabricError("this fabric is already started")
+        _check_prerequisites()
+        t_wait = time.monotonic()
+        self._lock.acquire(self.lock_timeout_s)
+        t0 = time.monotonic()
+        self.timings_s = {"lock_wait": t0 - t_wait}  # the other timings exclude waiting for the lock
+        self._started = True
+        try:
+            self._install_exit_hooks()
+            ensure_ovs_running()
+            self._recover_crashed()
+            datapath = self._resolve_datapath()
+            self._check_names_free()
+            self.state = cleanup.FabricState(
+                tag=self.tag, owner=cleanup.proc_record(os.getpid()),
+                bridges=self.bridges, interfaces=self.interfaces,
+            )
+            self.state.save()
+            self._build(datapath)
+            self.timings_s["build"] = time.monotonic() - t0
+            self._configure_hosts()
+            self.timings_s["hosts"] = time.monotonic() - t0
+            self.net.start()
+            self.timings_s["switches"] = time.monotonic() - t0
+            self._apply_qos()
+            self.timings_s["qos"] = time.monotonic() - t0
+            if self.controller_port is not None:
+                self._wait_connected()
+        except BaseException:
+            self.stop()
+            raise
+        self.timings_s["start"] = time.monotonic() - t0
+        return self
+
+    def stop(self) -> None:
+        """Remove exactly what this fabric created; safe to call twice or on a half-started fabric."""
+        if not self._stopping.acquire(blocking=False):
+            return  # a signal handler interrupted a stop in progress
+        try:
+            if not self._started:
+                return
+            t0 = time.monotonic()
+            try:
+                if self.watchdog is not None:
+                    self.watchdog.stop()
+                    self.watchdog = None
+                if self.net is not None:
+                    net, self.net = self.net, None
+                    # Links first, in one batch: Mininet deletes them one shell round trip at a time.
+                    with contextlib.suppress(ovs.OvsError, OSError, subprocess.SubprocessError):
+                        ovs.delete_links(sorted(self.switch_ports))
+                    with contextlib.suppress(Exception):  # Mininet raises assorted errors on half-built nets
+                        net.stop()
+                if self.state is not None:
+                    cleanup.remove_state(self.state)  # whatever Mininet missed, incl. QoS/Queue rows
+                    self.state = None
+            finally:
+                self._remove_exit_hooks()
+                self._started = False
+                self._lock.release()
+                self.timings_s["stop"] = time.monotonic() - t0
+        finally:
+            self._stopping.release()
+
+    # ------------------------------------------------------------------ steps
+    def _resolve_datapath(self) -> str:
+        has_kernel = kernel_datapath_available()
+        if self.datapath == "kernel" and not has_kernel:
+            raise FabricError("datapath='kernel' asked for, but this kernel has no openvswitch module")
+        if self.datapath == "auto":
+            return "kernel" if has_kernel else "user"
+        return self.datapath
+
+    def _recover_crashed(self) -> None:
+        """Remove fabrics whose owner died without cleaning up (we hold the lock, so none is starting)."""
+        for state in cleanup.list_states():
+            if not state.owner_alive():
+                cleanup.remove_state(state)
+
+    def _check_names_free(self) -> None:
+        taken = sorted(set(self.bridges) & set(ovs.list_bridges()))
+        taken += sorted(set(self.interfaces + self.bridges) & set(ovs.existing_links()))
+        if taken:
+            shown = ", ".join(sorted(set(taken))[:8])
+            raise FabricError(
+                f"names this fabric needs already exist (not ours, e.g. left by a plain `mn`): {shown}; "
+                "remove them (ovs-vsctl del-br / ip link del) and retry"
+            )
+
+    def _build(self, datapath: str) -> None:
+        from functools import partial
+
+        from mininet.link import Link
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import Host, RemoteController
+
+        from topologies.mininet_topo import GraphTopo
+
+        setLogLevel(os.environ.get("ECHELON_MININET_LOG", "error"))
+        switch = partial(
+            _switch_class(), owner_tag=self.tag, datapath=datapath, protocols="OpenFlow13",
+            failMode=self.fail_mode,
+        )
+        self.net = Mininet(
+            topo=GraphTopo(self.topology), switch=switch, host=Host, controller=None, link=Link,
+            build=False, autoSetMacs=False, autoStaticArp=False, waitConnected=False,
+        )
+        if self.controller_port is not None:
+            self.net.addController(
+                RemoteController("c0", ip=self.controller_ip, port=self.controller_port)
+            )
+        self.net.build()
+        assert self.state is not None
+        nodes = list(self.net.hosts) + list(self.net.switches) + list(self.net.controllers)
+        self.state.pids = [cleanup.proc_record(n.pid) for n in nodes if n.pid]
+        self.state.save()
+
+    def _configure_hosts(self) -> None:
+        """Offload off (TCP needs it through the userspace datapath) and, if asked, egress shaping."""
+        for name in self.topology.hosts:
+            node = self.net.get(name)
+            intf = host_intf(self.topology, name)
+            out = node.cmd(f"ethtool -K {intf} tx off rx off >/dev/null 2>&1; echo rc=$?")
+            if "rc=0" not in out:
+                raise FabricError(f"ethtool -K {intf} tx off rx off failed in host {name}")
+            if self.shape_hosts:
+                rate_bps = self.topology.graph.edges[name, self.topology.host_switch(name)]["rate_bps"]
+                proc = qos.run_tc_batch(qos.htb_lines(intf, rate_bps, self.queues), netns_pid=node.pid)
+                if proc.returncode != 0:
+                    raise FabricError(f"shaping {intf} in host {name} failed: {proc.stderr.strip()[:300]}")
+
+    def _apply_qos(self) -> None:
+        """Create one tagged QoS (+queues) per distinct link rate, attach it to every switch port."""
+        assert self.state is not None
+        ports = self.switch_ports
+        rates = sorted(set(ports.values()))
+        create: list[list[str]] = []
+        for i, rate in enumerate(rates):
+            create += qos.ovs_qos_commands(f"r{i}", rate, self.queues, self.tag)
+        uuids = ovs.vsctl_transactions(create)  # one transaction: @refs stay valid
+        per_rate = 1 + self.queues
+        qos_uuid: dict[float, str] = {}
+        for i, rate in enumerate(rates):
+            chunk = uuids[i * per_rate:(i + 1) * per_rate]
+            qos_uuid[rate] = chunk[0]
+            self.state.qos.append(chunk[0])
+            self.state.queues.extend(chunk[1:])
+        self.state.save()
+        ovs.vsctl_transactions([["set", "Port", p, f"qos={qos_uuid[r]}"] for p, r in sorted(ports.items())])
+        self.watchdog = qos.FilterWatchdog(sorted(ports), self.queues)
+        deadline = time.monotonic() + 30
+        while True:  # OVS applies QoS asynchronously; add filters once every port has its htb root
+            self.watchdog.check_once()
+            missing = self.watchdog.missing()
+            if missing == []:
+                break
+            if time.monotonic() > deadline:
+                shown = ", ".join((missing or self.watchdog.devs)[:5])
+                raise FabricError(f"OVS did not build htb QoS with DSCP filters on ports such as {shown}")
+            time.sleep(0.2)
+        self.watchdog.reapplied = 0
+        self.watchdog.start()
+
+    def _wait_connected(self) -> None:
+        deadline = time.monotonic() + self.connect_timeout_s
+        ours = set(self.bridges)
+        while True:
+            waiting = sorted(ours - _connected_bridges())
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise FabricError(
+                    f"{len(waiting)} of {len(ours)} switches did not connect to the controller at "
+                    f"tcp:{self.controller_ip}:{self.controller_port} within {self.connect_timeout_s:.0f} s "
+                    f"(e.g. {', '.join(waiting[:5])}); is the controller running?"
+                )
+            time.sleep(0.2)
+
+    # ------------------------------------------------------------------ exit hooks
+    def _install_exit_hooks(self) -> None:
+        atexit.register(self.stop)
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._old_handlers[signum] = signal.signal(signum, self._on_signal)
+
+    def _remove_exit_hooks(self) -> None:
+        atexit.unregister(self.stop)
+        for signum, handler in self._old_handlers.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(signum, handler)
+        self._old_handlers = {}
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        previous = self._old_handlers.get(signum)
+        self.stop()
+        if callable(previous):
+            previous(signum, frame)
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        else:
+            raise SystemExit(128 + signum)
+
+
+def _connected_bridges() -> set:
+    """Names of bridges with at least one connected controller (two vsctl calls for the whole switch)."""
+    bridges = ovs.run(["ovs-vsctl", "--timeout=10", "--format=csv", "--no-headings", "--data=bare",
+                       "--columns=name,controller", "list", "Bridge"])
+    ctrls = ovs.run(["ovs-vsctl", "--timeout=10", "--format=csv", "--no-headings", "--data=bare",
+                     "--columns=_uuid,is_connected", "list", "Controller"])
+    connected = {line.split(",")[0] for line in ctrls.splitlines() if line.endswith(",true")}
+    out = set()
+    for line in bridges.splitlines():
+        name, _, refs = line.partition(",")
+        if any(ref in connected for ref in refs.strip('"').split()):
+            out.add(name.strip('"'))
+    return out
+
+
+def _check_prerequisites() -> None:
+    if os.geteuid() != 0:
+        raise FabricError("the fabric needs root (network namespaces, OVS, tc)")
+    try:
+        import mininet.net  # noqa: F401
+    except ImportError:
+        raise FabricError(
+            "the mininet Python module is not importable; use a venv made with --system-site-packages "
+            "from Debian's /usr/bin/python3 (bash bootstrap.sh)"
+        ) from None
+
+
+_SWITCH_CLASS: Any = None
+
+
+def _switch_class() -> Any:
+    """Mininet's OVSSwitch plus our owner tag on the bridge row (defined lazily: mininet is optional)."""
+    global _SWITCH_CLASS
+    if _SWITCH_CLASS is None:
+        from mininet.node import OVSSwitch
+
+        class TaggedOVSSwitch(OVSSwitch):
+            """OVSSwitch whose bridge row carries ``external_ids:echelon-owner=<tag>``."""
+
+            def __init__(self, name: str, owner_tag: str = "", **params: Any) -> None:
+                self.owner_tag = owner_tag
+                super().__init__(name, **params)
+
+            def bridgeOpts(self) -> str:  # noqa: N802 (Mininet's name)
+                return super().bridgeOpts() + f" external_ids:{ovs.OWNER_KEY}={self.owner_tag}"
+
+        _SWITCH_CLASS = TaggedOVSSwitch
+    return _SWITCH_CLASS
+
+
+__all__ = [
+    "Fabric", "FabricError", "fabric_lock", "ensure_ovs_running", "kernel_datapath_available", "intf_name",
+]
