@@ -87,11 +87,14 @@ class Api:
     """WSGI callable over one registry and its scheduling service."""
 
     def __init__(self, service: SchedulingService, token: str,
-                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 status: Callable[[], dict[str, Any]] | None = None) -> None:
         self.service = service
         self.registry = service.registry
         self.token = token
         self.max_body_bytes = int(max_body_bytes)
+        #: Extra health fields from the host program (the controller app adds its switch counts).
+        self.status = status
 
     # ------------------------------------------------------------------ WSGI entry
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
@@ -166,7 +169,8 @@ class Api:
     # ------------------------------------------------------------------ reads
     def health(self, body: Any, query: Any) -> tuple[int, Any]:
         last = self.service.last_round
-        return 200, {"status": "ok", "scheduler": self.service.scheduler_name,
+        extra = self.status() if self.status is not None else {}
+        return 200, {**extra, "status": "ok", "scheduler": self.service.scheduler_name,
                      "counts": self.registry.counts(),
                      "topology": self.registry.topology.name,
                      "last_round": None if last is None else {
@@ -213,11 +217,13 @@ class Api:
     # ------------------------------------------------------------------ writes
     def put_scheduler(self, body: Any, query: Any) -> tuple[int, Any]:
         fields(body, ("scheduler",))
+        wait_s = _wait_filter(query)
         report = self.service.set_scheduler(body["scheduler"])
-        return 200, {"scheduler": self.service.scheduler_name, "available": self.service.available(),
-                     "enforces": self.service.scheduler.enforces,
-                     "pushed": {"installs": report.installs, "updates": report.updates,
-                                "removes": report.removes}}
+        answer = {"scheduler": self.service.scheduler_name, "available": self.service.available(),
+                  "enforces": self.service.scheduler.enforces,
+                  "pushed": {"installs": report.installs, "updates": report.updates,
+                             "removes": report.removes}}
+        return 200, self._waited(answer, wait_s)
 
     def post_job(self, body: Any, query: Any) -> tuple[int, Any]:
         fields(body, ("job_id",), ("weight",))
@@ -240,12 +246,13 @@ class Api:
     def post_start(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
         self.registry.flow(job_id, flow_id)
         fields(body, ("src_port", "dst_port"), ("start_s",))
+        wait_s = _wait_filter(query)
         start_s = body.get("start_s")
         flow = self.registry.flow_started(job_id, flow_id, body["src_port"], body["dst_port"],
                                           self.service.now() if start_s is None else start_s)
         self.service.on_arrival(flow.key)
-        return 200, {"flow": self.registry.flow_view(self.registry.flows[flow.key]),
-                     "allocation": self.service.allocation(flow.key)}
+        return 200, self._waited({"flow": self.registry.flow_view(self.registry.flows[flow.key]),
+                                  "allocation": self.service.allocation(flow.key)}, wait_s)
 
     def post_progress(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
         self.registry.flow(job_id, flow_id)
@@ -259,9 +266,16 @@ class Api:
         finish_s = body.get("finish_s")
         if finish_s is None:
             finish_s = self.service.now()
+        wait_s = _wait_filter(query)
         flow = self.registry.flow_finished(job_id, flow_id, finish_s, body.get("bytes_sent"))
         self.service.on_departure(flow.key)
-        return 200, {"flow": self.registry.flow_view(flow)}
+        return 200, self._waited({"flow": self.registry.flow_view(flow)}, wait_s)
+
+    def _waited(self, answer: dict[str, Any], wait_s: float | None) -> dict[str, Any]:
+        """With ``?wait_s=``: wait until the switches acknowledged everything pushed so far, and say so."""
+        if wait_s is not None:
+            answer["enforcement"] = self.service.wait_in_force(wait_s)
+        return answer
 
 
 def _error(field: str | None, problem: str) -> dict[str, Any]:
@@ -270,6 +284,27 @@ def _error(field: str | None, problem: str) -> dict[str, Any]:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+#: Longest ``?wait_s=`` accepted (a request holds its connection while it waits).
+MAX_WAIT_S = 60.0
+
+
+def _wait_filter(query: dict[str, list[str]]) -> float | None:
+    """The optional ``wait_s`` query parameter of state-changing calls (seconds, 0 < wait_s <= 60)."""
+    for name in query:
+        if name != "wait_s":
+            raise ApiError(400, name, "unknown query parameter (allowed: wait_s)")
+    values = query.get("wait_s")
+    if not values:
+        return None
+    try:
+        wait_s = float(values[0]) if len(values) == 1 else float("nan")
+    except ValueError:
+        wait_s = float("nan")
+    if not 0 < wait_s <= MAX_WAIT_S:  # also refuses NaN
+        raise ApiError(400, "wait_s", f"must be one number of seconds in (0, {MAX_WAIT_S:g}], got {values!r}")
+    return wait_s
 
 
 def _state_filter(query: dict[str, list[str]]) -> str | None:

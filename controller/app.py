@@ -12,9 +12,16 @@ Load it with ``osken-manager controller/app.py`` (or ``ryu-manager controller/ap
 * ``ECHELON_CONTROL_SOCKET`` (optional): a Unix socket taking one JSON request per line that drives
   the enforcement primitives (install/update/remove/live, ping).  Tests and benchmarks/bench_rules.py use
   it; it is deliberately minimal.
+* The registry, scheduling service and HTTP API (docs/api.md): ``ECHELON_STORE`` (SQLite path, default
+  /var/lib/echelon/registry.sqlite), ``ECHELON_TOKEN_FILE`` (default /run/echelon/token),
+  ``ECHELON_API_HOST``/``ECHELON_API_PORT`` (127.0.0.1:8181), ``ECHELON_API_SOCKET`` (default
+  /run/echelon/controller-<port>.sock), ``ECHELON_INTERVAL_S`` (reschedule interval, 0.5),
+  ``ECHELON_STATS_INTERVAL_S`` (flow-counter poll of enforced flows, 1.0; 0 turns it off).
 
 Every handler decodes the event, asks a pure object what to do and sends the op list it returns
-(:func:`send_ops`); no forwarding logic lives here.  Where the scheduling service plugs in: it takes
+(:func:`send_ops`); no forwarding logic lives here.  Everything runs as green threads of the one eventlet
+hub (OpenFlow handlers, API requests, the scheduling loop, the counter poll), so nothing needs a lock and
+nothing may block: the API's waits use the hub's events.  Where the scheduling service plugs in: it takes
 ``app.enforcer`` (install/update/remove return an :class:`~controller.enforcement.Ack` resolved on
 barrier replies) and may append callables to ``app.switch_ready_hooks`` (called with the dpid after a
 switch (re)connected and got its routing and enforcement state back).
@@ -25,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -37,11 +45,18 @@ if _ROOT not in sys.path:
 
 from controller import compat  # noqa: E402
 from controller import flowmods as fm  # noqa: E402
+from controller.api import Api  # noqa: E402
+from controller.api_server import ApiServer  # noqa: E402
+from controller.auth import DEFAULT_TOKEN_PATH, generate_token, write_token  # noqa: E402
 from controller.compat import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, ofp_event, set_ev_cls  # noqa: E402  # noqa: E402
 from controller.enforcement import Ack, Enforcer, FlowMatch  # noqa: E402
 from controller.routing import Router  # noqa: E402
+from controller.service import SchedulingService  # noqa: E402
+from controller.store import DEFAULT_PATH as DEFAULT_STORE_PATH  # noqa: E402
+from controller.store import open_registry  # noqa: E402
 from controller.topology_spec import load_spec  # noqa: E402
 from echelonflow.errors import UserError  # noqa: E402
+from topologies import qos  # noqa: E402
 
 LOG = logging.getLogger("echelon.controller")
 OFP_ERROR_MARK = "OFP-ERROR"  # the launcher fails tests on log lines carrying it
@@ -63,11 +78,106 @@ class EchelonApp(compat.BaseApp):
             min_burst_kbit=int(os.environ.get("ECHELON_METER_MIN_BURST_KBIT", "1000")),
         )
         self.switch_ready_hooks: list[Callable[[int], None]] = []
+        self.registry = open_registry(self.topology, os.environ.get("ECHELON_STORE", DEFAULT_STORE_PATH))
+        self.service = SchedulingService(
+            self.registry, self.enforcer, queues=self.enforcer.queues, match_factory=FlowMatch,
+            dscp_of_queue=qos.dscp_for_queue, interval_s=float(os.environ.get("ECHELON_INTERVAL_S", "0.5")),
+        )
+        self.stats_interval_s = float(os.environ.get("ECHELON_STATS_INTERVAL_S", "1.0"))
+        token = generate_token()
+        self.token_file = os.environ.get("ECHELON_TOKEN_FILE", DEFAULT_TOKEN_PATH)
+        write_token(self.token_file, token)
+        self.api_server = ApiServer(
+            Api(self.service, token, status=self.switch_status),
+            host=os.environ.get("ECHELON_API_HOST", "127.0.0.1"),
+            port=int(os.environ.get("ECHELON_API_PORT", "8181")),
+            socket_path=os.environ.get("ECHELON_API_SOCKET") or None,
+        )
+        self._closed = False
         socket_path = os.environ.get("ECHELON_CONTROL_SOCKET")
         if socket_path:
             compat.hub.spawn(ControlChannel(self, socket_path).serve)
         LOG.info("echelon app up (%s): topology %s, %d switches", compat.FRAMEWORK, self.topology.name,
                  len(self.topology.switches))
+
+    # ----------------------------------------------------------------------- life cycle of the app
+    def start(self) -> Any:
+        """After the manager built every app: serve the API, re-enforce the stored registry, start loops.
+
+        ``service.start()`` runs before any switch is connected, so its installs resolve as
+        "unreachable" and the Enforcer sends each switch its share in ``reinstall`` when it connects:
+        that is how enforcement comes back after a controller restart without any agent doing anything.
+        """
+        thread = super().start()
+        self.api_server.start()
+        report = self.service.start()
+        LOG.info("registry loaded: %s; scheduler %s re-enforced %d flows", self.registry.counts(),
+                 self.service.scheduler_name, report.installs)
+        self.threads.append(compat.hub.spawn(self.service.run, compat.hub.sleep))
+        if self.stats_interval_s > 0:
+            self.threads.append(compat.hub.spawn(self._poll_flow_stats))
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        return thread
+
+    def close(self) -> None:
+        """Stop the loops and the API (removes its socket file), close the store.  Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.service.stop()
+        self.api_server.stop()
+        store = self.registry.store
+        if store is not None:
+            store.close()  # type: ignore[attr-defined]
+        LOG.info("echelon app closed")
+
+    def stop(self) -> None:
+        self.close()
+        super().stop()
+
+    def _on_sigterm(self, _signum: int, _frame: Any) -> None:
+        # The handler runs inside whatever the hub was doing: close in a green thread of our own, then
+        # exit the process (osken-manager has no SIGTERM handling of its own; the default just dies).
+        compat.hub.spawn(self._exit_cleanly)
+
+    def _exit_cleanly(self) -> None:
+        try:
+            self.close()
+        finally:
+            logging.shutdown()
+            os._exit(0)
+
+    def switch_status(self) -> dict[str, Any]:
+        """Extra ``GET /v1/health`` fields: how many of the topology's switches are connected."""
+        return {"switches": {"connected": len(self.datapaths), "expected": len(self.topology.switches)},
+                "enforced_flows": len(self.enforcer.live_flows())}
+
+    # ----------------------------------------------------------------------- flow counters
+    def _poll_flow_stats(self) -> None:
+        """Every ``stats_interval_s``: ask each first-hop switch for its enforced forward rules' counters.
+
+        One request per switch (cookie/mask select forward enforcement rules only); the replies feed
+        ``service.observe_bytes`` in :meth:`_on_flow_stats`, so remaining bytes stay current even when an
+        agent reports progress rarely.
+        """
+        cookie, mask = Enforcer.FORWARD_COOKIE
+        while not self._closed:
+            compat.hub.sleep(self.stats_interval_s)
+            for dpid in list(self.enforcer.first_hops()):
+                dp = self.datapaths.get(dpid)
+                if dp is None:
+                    continue
+                ofp, parser = dp.ofproto, dp.ofproto_parser
+                dp.send_msg(parser.OFPFlowStatsRequest(dp, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY, cookie, mask,
+                                                       parser.OFPMatch()))
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def _on_flow_stats(self, ev: Any) -> None:
+        dpid, now_s = ev.msg.datapath.id, time.time()
+        for stat in ev.msg.body:
+            flow_id = self.enforcer.flow_of_cookie(stat.cookie)
+            if flow_id is not None and self.enforcer.first_hop(flow_id) == dpid:
+                self.service.observe_bytes(flow_id, stat.byte_count, now_s)
 
     # ----------------------------------------------------------------------- sending
     def send_ops(self, dpid: int, ops: list[fm.Op]) -> None:
@@ -121,6 +231,7 @@ class EchelonApp(compat.BaseApp):
         idle = msg.reason == msg.datapath.ofproto.OFPRR_IDLE_TIMEOUT
         flow_id = self.enforcer.on_flow_removed(msg.datapath.id, msg.cookie, idle)
         if flow_id is not None:
+            self.service.forget(flow_id)
             LOG.info("enforced flow %s idled out; rules and meter removed", flow_id)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])

@@ -159,8 +159,9 @@ class EchelonClient:
         return self.request("GET", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}/allocation")
 
     # ------------------------------------------------------------------ writes
-    def set_scheduler(self, name: str) -> dict[str, Any]:
-        return self.request("PUT", "/scheduler", {"scheduler": name}, auth=True)
+    def set_scheduler(self, name: str, wait_s: float | None = None) -> dict[str, Any]:
+        """Switch policy; with ``wait_s`` the answer's ``enforcement`` says whether the switches acked."""
+        return self.request("PUT", "/scheduler" + _wait(wait_s), {"scheduler": name}, auth=True)
 
     def register_job(self, job_id: str, weight: float = 1.0) -> dict[str, Any]:
         return self.request("POST", "/jobs", {"job_id": job_id, "weight": weight}, auth=True)
@@ -177,24 +178,31 @@ class EchelonClient:
                             {"flows": [dict(f) for f in flows]}, auth=True)
 
     def flow_started(self, job_id: str, flow_id: str, src_port: int, dst_port: int,
-                     start_s: float | None = None) -> dict[str, Any]:
+                     start_s: float | None = None, wait_s: float | None = None) -> dict[str, Any]:
+        """Report a start; with ``wait_s`` the call returns once the switches acked the new enforcement."""
         body: dict[str, Any] = {"src_port": src_port, "dst_port": dst_port}
         if start_s is not None:
             body["start_s"] = start_s
-        return self.request("POST", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}/start", body, auth=True)
+        return self.request("POST", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}/start" + _wait(wait_s), body,
+                            auth=True)
 
     def flow_progress(self, job_id: str, flow_id: str, bytes_sent: int) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}/progress",
                             {"bytes_sent": bytes_sent}, auth=True)
 
     def flow_finished(self, job_id: str, flow_id: str, finish_s: float | None = None,
-                      bytes_sent: int | None = None) -> dict[str, Any]:
+                      bytes_sent: int | None = None, wait_s: float | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {}
         if finish_s is not None:
             body["finish_s"] = finish_s
         if bytes_sent is not None:
             body["bytes_sent"] = bytes_sent
-        return self.request("POST", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}/finish", body, auth=True)
+        return self.request("POST", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}/finish" + _wait(wait_s), body,
+                            auth=True)
+
+
+def _wait(wait_s: float | None) -> str:
+    return "" if wait_s is None else f"?{urlencode({'wait_s': wait_s})}"
 
 
 def _q(part: str) -> str:

@@ -13,6 +13,9 @@ from typing import Any
 from echelonflow.errors import UserError
 
 DEFAULT_OFP_PORT = 6653
+DEFAULT_API_PORT = 8181
+DEFAULT_STORE = "/var/lib/echelon/registry.sqlite"
+DEFAULT_TOKEN = "/run/echelon/token"
 
 
 def register(subparsers: Any) -> None:
@@ -29,6 +32,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--rate-mbps", type=float, default=10.0, help="link rate in Mbit/s")
     parser.add_argument("--queues", type=int, default=4, help="priority queues per port (as the fabric)")
     parser.add_argument("--ofp-port", type=int, default=DEFAULT_OFP_PORT, help="OpenFlow listen port")
+    parser.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="HTTP API port on 127.0.0.1")
+    parser.add_argument("--api-socket", default=None,
+                        help="HTTP API unix socket (default /run/echelon/controller-<api-port>.sock)")
+    parser.add_argument("--store", default=DEFAULT_STORE, help="registry SQLite file (kept across restarts)")
+    parser.add_argument("--token-file", default=DEFAULT_TOKEN, help="where the API bearer token is written")
+    parser.add_argument("--interval-s", type=float, default=0.5, help="reschedule interval in seconds")
     parser.set_defaults(run=run)
 
 
@@ -51,11 +60,20 @@ def run(args: argparse.Namespace) -> int:
         topology = graphs.build(args.topology, args.rate_mbps * 1e6, **topology_params(args))
     except graphs.TopologyError as exc:
         raise UserError(str(exc)) from None
-    controller = ControllerProcess(topology, ofp_port=args.ofp_port, queues=args.queues)
+    if not 1 <= args.api_port <= 65535:
+        raise UserError(f"--api-port must be 1..65535, got {args.api_port}")
+    if not args.interval_s > 0:
+        raise UserError(f"--interval-s must be positive, got {args.interval_s}")
+    socket_path = args.api_socket or f"/run/echelon/controller-{args.api_port}.sock"
+    controller = ControllerProcess(topology, ofp_port=args.ofp_port, queues=args.queues,
+                                   api_port=args.api_port, store_path=args.store, token_file=args.token_file,
+                                   api_socket_path=socket_path, interval_s=args.interval_s)
     controller.start()
     try:
         print(f"echelon controller: pid {controller.pid}, topology {topology.name}, "
-              f"OpenFlow on port {args.ofp_port}, log {controller.log_path}; Ctrl-C stops it", flush=True)
+              f"OpenFlow on port {args.ofp_port}, API on {controller.api_url} and unix:{socket_path} "
+              f"(token {args.token_file}), registry {args.store}, log {controller.log_path}; "
+              "Ctrl-C stops it", flush=True)
         while controller.proc is not None and controller.proc.poll() is None:
             time.sleep(0.5)
         status = controller.proc.returncode if controller.proc is not None else 0

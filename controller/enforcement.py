@@ -261,6 +261,27 @@ class Enforcer:
     def live_flows(self) -> dict[str, LiveFlow]:
         return dict(self._flows)
 
+    def flow_of_cookie(self, cookie: int) -> str | None:
+        """The enforced flow whose *forward* rule carries ``cookie`` (None: reverse, other owner, gone)."""
+        if fm.cookie_kind(cookie) != fm.COOKIE_ENFORCE:
+            return None
+        raw = cookie & ~fm.COOKIE_KIND_MASK
+        return None if raw & 1 else self._by_number.get(raw >> 1)
+
+    def first_hop(self, flow_id: str) -> int:
+        """Dpid of the flow's first switch (where its meter and its counted forward rule sit)."""
+        return self._hops(self._live(flow_id).path)[0].dpid
+
+    def first_hops(self) -> dict[int, list[str]]:
+        """First-hop dpid -> live flow ids starting there (what a flow-stats poll has to ask)."""
+        out: dict[int, list[str]] = {}
+        for flow_id, flow in self._flows.items():
+            out.setdefault(self._hops(flow.path)[0].dpid, []).append(flow_id)
+        return out
+
+    #: (cookie, mask) selecting every enforced flow's forward rules in a flow-stats request.
+    FORWARD_COOKIE = (fm.make_cookie(fm.COOKIE_ENFORCE, 0), fm.COOKIE_KIND_MASK | 1)
+
     def meter_burst_kbit(self, rate_bps: float) -> int:
         return max(self.min_burst_kbit, int(math.ceil(rate_bps * self.meter_burst_s / 1000.0)))
 

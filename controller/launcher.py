@@ -2,7 +2,13 @@
 
 :class:`ControllerProcess` writes the topology spec, starts ``osken-manager`` (``ryu-manager`` where only
 Ryu is installed) on ``controller/app.py`` with the OpenFlow port asked for, records the pid, and waits
-until the port listens and the app answers on its control socket.  ``stop()`` signals that pid only
+until the port listens and the app answers on its control socket and its HTTP API.
+
+Every instance gets its own registry store, token file, API port and API Unix socket (under its working
+directory unless given), so parallel tests and emulation runs never collide; they are exposed as
+``store_path``, ``token_file`` (alias ``token_path``), ``api_port``, ``api_socket_path`` and ``api_url``, and
+:meth:`ControllerProcess.client` returns an :class:`~controller.client.EchelonClient` for them.  A restart
+on the same ``store_path`` (and ``api_port``) gets the stored registry back.  ``stop()`` signals that pid only
 (SIGTERM, then SIGKILL), never anything found by name.  The log is kept in memory after stop so tests
 can fail when the controller logged a traceback or a switch rejected a message (:meth:`log_problems`).
 
@@ -23,6 +29,7 @@ import tempfile
 import time
 from typing import Any
 
+from controller.client import ApiClientError, EchelonClient
 from controller.topology_spec import ENV_VAR, write_spec
 from echelonflow.errors import UserError
 from topologies.graphs import Topology
@@ -60,8 +67,30 @@ def tcp_port_listening(port: int) -> bool:
     return False
 
 
+def free_tcp_port() -> int:
+    """A TCP port nothing listens on right now (the kernel's pick for port 0 on loopback)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+#: Unix socket paths longer than this do not fit ``sockaddr_un.sun_path`` (108 bytes with the NUL).
+MAX_SOCKET_PATH = 107
+
+
+def _check_port(what: str, port: object, allow_zero: bool = False) -> None:
+    low = 0 if allow_zero else 1
+    if not isinstance(port, int) or isinstance(port, bool) or not low <= port < 65536:
+        raise ControllerError(f"{what} port must be {low}..65535, got {port!r}")
+
+
 class ControllerProcess:
-    """One controller child process for ``topology`` listening for switches on ``ofp_port``."""
+    """One controller child process for ``topology`` listening for switches on ``ofp_port``.
+
+    ``api_port`` 0 (default) picks a free port at start; ``store_path``, ``token_file`` and
+    ``api_socket_path`` default to files in the working directory.  ``interval_s`` is the scheduling
+    service's reschedule interval, ``stats_interval_s`` its switch-counter poll (0 = off).
+    """
 
     def __init__(
         self,
@@ -71,9 +100,19 @@ class ControllerProcess:
         workdir: str | None = None,
         route_idle_s: int = 30,
         extra_env: dict[str, str] | None = None,
+        *,
+        api_port: int = 0,
+        store_path: str | None = None,
+        token_file: str | None = None,
+        api_socket_path: str | None = None,
+        interval_s: float = 0.5,
+        stats_interval_s: float = 1.0,
     ) -> None:
-        if not isinstance(ofp_port, int) or isinstance(ofp_port, bool) or not 0 < ofp_port < 65536:
-            raise ControllerError(f"OpenFlow port must be 1..65535, got {ofp_port!r}")
+        _check_port("OpenFlow", ofp_port)
+        _check_port("API", api_port, allow_zero=True)
+        if not interval_s > 0 or not stats_interval_s >= 0:
+            raise ControllerError(f"interval_s must be > 0 and stats_interval_s >= 0, got {interval_s!r} "
+                                  f"and {stats_interval_s!r}")
         self.topology = topology
         self.ofp_port = ofp_port
         self.queues = queues
@@ -81,6 +120,12 @@ class ControllerProcess:
         self.extra_env = dict(extra_env or {})
         self._own_workdir = workdir is None
         self.workdir = workdir
+        self.api_port = api_port
+        self._store_path = store_path
+        self._token_file = token_file
+        self._api_socket_path = api_socket_path
+        self.interval_s = interval_s
+        self.stats_interval_s = stats_interval_s
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_text = ""
 
@@ -98,6 +143,37 @@ class ControllerProcess:
         return os.path.join(str(self.workdir), "controller.log")
 
     @property
+    def store_path(self) -> str:
+        """The registry's SQLite file (survives ``stop()`` unless it lives in an own temporary workdir)."""
+        return self._store_path or os.path.join(str(self.workdir), "registry.sqlite")
+
+    @property
+    def token_file(self) -> str:
+        return self._token_file or os.path.join(str(self.workdir), "token")
+
+    @property
+    def token_path(self) -> str:
+        """Alias of :attr:`token_file`."""
+        return self.token_file
+
+    @property
+    def api_socket_path(self) -> str:
+        """The API's Unix socket: what agents inside Mininet hosts (other namespaces) connect to."""
+        return self._api_socket_path or os.path.join(str(self.workdir), "api.sock")
+
+    @property
+    def api_url(self) -> str:
+        """The API over TCP on loopback (root namespace only)."""
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def client(self, timeout_s: float = 30.0, tcp: bool = False) -> EchelonClient:
+        """An API client for this controller (Unix socket by default, ``tcp=True`` for loopback TCP)."""
+        if tcp:
+            return EchelonClient(url=self.api_url, token_file=self.token_file, timeout_s=timeout_s)
+        return EchelonClient(socket_path=self.api_socket_path, token_file=self.token_file,
+                             timeout_s=timeout_s)
+
+    @property
     def pid(self) -> int | None:
         return None if self.proc is None else self.proc.pid
 
@@ -109,6 +185,14 @@ class ControllerProcess:
             raise ControllerError(f"TCP port {self.ofp_port} is already in use (another controller running?)")
         if self.workdir is None:
             self.workdir = tempfile.mkdtemp(prefix="echelon-ctl-")
+        if len(self.api_socket_path) > MAX_SOCKET_PATH:
+            raise ControllerError(f"API socket path {self.api_socket_path!r} is longer than "
+                                  f"{MAX_SOCKET_PATH} bytes (a Unix socket limit); use a shorter workdir "
+                                  "or api_socket_path")
+        if self.api_port == 0:
+            self.api_port = free_tcp_port()
+        elif tcp_port_listening(self.api_port):
+            raise ControllerError(f"TCP port {self.api_port} for the API is already in use")
         write_spec(self.topology, self.spec_path)
         env = dict(os.environ)
         env.update({
@@ -116,6 +200,13 @@ class ControllerProcess:
             "ECHELON_QUEUES": str(self.queues),
             "ECHELON_CONTROL_SOCKET": self.socket_path,
             "ECHELON_ROUTE_IDLE_S": str(self.route_idle_s),
+            "ECHELON_STORE": self.store_path,
+            "ECHELON_TOKEN_FILE": self.token_file,
+            "ECHELON_API_HOST": "127.0.0.1",
+            "ECHELON_API_PORT": str(self.api_port),
+            "ECHELON_API_SOCKET": self.api_socket_path,
+            "ECHELON_INTERVAL_S": repr(float(self.interval_s)),
+            "ECHELON_STATS_INTERVAL_S": repr(float(self.stats_interval_s)),
             "PYTHONWARNINGS": "ignore::DeprecationWarning",
         })
         env.update(self.extra_env)
@@ -132,16 +223,19 @@ class ControllerProcess:
         return self
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Until the OpenFlow port listens and the app answers a ping (or the child died)."""
+        """Until the OpenFlow port listens and the app answers a ping and the API health (or died)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise ControllerError(f"controller exited with status {self.proc.returncode}: {self._tail()}")
-            if tcp_port_listening(self.ofp_port) and os.path.exists(self.socket_path):
+            if tcp_port_listening(self.ofp_port) and os.path.exists(self.socket_path) \
+                    and os.path.exists(self.api_socket_path):
                 try:
                     if self.request({"op": "ping"}, timeout_s=1.0).get("ok"):
+                        with self.client(timeout_s=1.0) as client:
+                            client.health()
                         return
-                except OSError:
+                except (OSError, ApiClientError):
                     pass
             time.sleep(0.1)
         raise ControllerError(f"controller not ready after {timeout_s:.0f} s: {self._tail()}")
@@ -158,7 +252,11 @@ class ControllerProcess:
                               f"after {timeout_s:.0f} s")
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """SIGTERM the recorded pid, SIGKILL after ``timeout_s``; keep the log text; remove our files."""
+        """SIGTERM the recorded pid, SIGKILL after ``timeout_s``; keep the log text; remove our files.
+
+        An own temporary workdir goes entirely (with its store); a given workdir or ``store_path`` keeps
+        the store and the log.
+        """
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -170,13 +268,16 @@ class ControllerProcess:
         if self.workdir and os.path.exists(self.log_path):
             with open(self.log_path, encoding="utf-8", errors="replace") as handle:
                 self.log_text = handle.read()
-        if self.workdir and self._own_workdir:
+        if self.workdir is None:
+            return
+        # the spec, sockets and token are this run's; the store is kept (a restart on it resumes)
+        ours = [self.spec_path, self.socket_path, self.api_socket_path, self.token_file]
+        if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
-        elif self.workdir:
-            for path in (self.spec_path, self.socket_path):
-                if os.path.exists(path):
-                    os.unlink(path)
+        for path in ours:
+            if os.path.exists(path):
+                os.unlink(path)
 
     def __enter__(self) -> ControllerProcess:
         return self.start()

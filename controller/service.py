@@ -152,6 +152,8 @@ class SchedulingService:
         self.last_round: RoundReport | None = None
         self._last_run_s = float("-inf")
         self._stopped = False
+        #: Acks (objects with ``wait``/``done``/``unreachable``) of pushed operations not yet resolved.
+        self.pending_acks: list[Any] = []
 
     # ------------------------------------------------------------------ scheduler selection
     @property
@@ -273,6 +275,7 @@ class SchedulingService:
 
     def _push(self, desired: dict[str, Installed], report: RoundReport) -> None:
         port = self.port
+        self.pending_acks = [a for a in self.pending_acks if not a.done]
         for fid in [f for f in self.installed if f not in desired]:
             if port is not None and not self._call(port.remove, fid):
                 continue
@@ -309,15 +312,40 @@ class SchedulingService:
             self.installed[fid] = Installed(want.queue, want.rate_bps if rate_changed else have.rate_bps)
             report.updates += 1
 
-    @staticmethod
-    def _call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
-        """Call the port; a failure is logged and the flow retried next round (state not recorded)."""
+    def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+        """Call the port; a failure is logged and the flow retried next round (state not recorded).
+
+        An ack the port returns (the real Enforcer's barrier ticket) is kept until it resolves, so
+        :meth:`wait_in_force` can tell callers when the switches hold what was pushed.
+        """
         try:
-            method(*args, **kwargs)
-            return True
+            result = method(*args, **kwargs)
         except Exception:  # noqa: BLE001 - one switch's trouble must not stop the others
             LOG.exception("enforcement %s%r failed", getattr(method, "__name__", "call"), args[:1])
             return False
+        unresolved = not getattr(result, "done", True) or getattr(result, "unreachable", None)
+        if hasattr(result, "wait") and unresolved:
+            self.pending_acks.append(result)
+        return True
+
+    def wait_in_force(self, timeout_s: float) -> dict[str, Any]:
+        """Wait (green-thread friendly) until every operation pushed so far is acknowledged by its switches.
+
+        Barriers are per switch and ordered, so once these acks resolve the switches hold everything the
+        service pushed up to now.  Returns ``in_force`` (all acked, every switch reachable), how long it
+        waited, and how many operations are still pending or hit a disconnected switch.
+        """
+        started = time.monotonic()
+        deadline = started + max(0.0, float(timeout_s))
+        acks = list(self.pending_acks)
+        for ack in acks:
+            if not ack.done:
+                ack.wait(max(0.0, deadline - time.monotonic()))
+        pending = sum(1 for a in acks if not a.done)
+        unreachable = sum(1 for a in acks if a.done and getattr(a, "unreachable", None))
+        self.pending_acks = [a for a in self.pending_acks if not a.done]
+        return {"in_force": pending == 0 and unreachable == 0, "waited_s": time.monotonic() - started,
+                "operations": len(acks), "pending": pending, "unreachable": unreachable}
 
     # ------------------------------------------------------------------ reads
     def allocation(self, flow_key: str) -> dict[str, Any]:

@@ -1,0 +1,42 @@
+"""``echelon report RUN_DIR``: re-render a run folder's CSV and plots from its JSON documents.
+
+Useful after editing plot code, or on a run folder copied from another machine; the table printed is
+the same one ``echelon simulate``/``emulate`` print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="re-render the table, CSV and plots of a run folder",
+        description="Re-create results.csv and the PNG plots of a run folder from its results*.json.",
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by echelon emulate")
+    parser.add_argument("--no-plots", action="store_true", help="only the table and the CSV")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from echelonflow.results import format_table
+    from reports.runfolder import load_run_folder, rerender
+    from reports.table import format_comparison
+
+    primary, others = load_run_folder(args.run_dir)
+    folder = rerender(args.run_dir, plots=not args.no_plots)
+    simulated = next((d for d in others if d.mode == "simulate"), None)
+    if primary.mode == "emulate" and simulated is not None:
+        print(format_comparison(primary, simulated))
+    else:
+        for doc in (primary, *others):
+            print(format_table(doc))
+    print()
+    print(f"run folder: {folder.path}")
+    print(f"  {os.path.basename(folder.csv)}")
+    for plot in folder.plots:
+        print(f"  {os.path.basename(plot)}")
+    return 0

@@ -1,0 +1,193 @@
+"""Run folders: where one ``echelon emulate`` (or a report) leaves everything a reader needs.
+
+Layout of ``runs/<YYYYmmdd-HHMMSS>-<scenario>/``::
+
+    results.json             the run's result document (echelonflow.results shape; mode emulate or simulate)
+    results-simulate.json    for an emulation: the simulator's document for the same scenario and schedulers
+    results.csv              one row per job x scheduler x mode (both modes when both exist)
+    timeline-<mode>-<scheduler>.png   per host: compute, outgoing and incoming flows over time (paper Fig. 2)
+    jct.png                  job completion time and slowdown per scheduler (emulated and simulated
+                             side by side)
+
+Everything is derived from the JSON documents, so ``echelon report RUN_DIR`` can re-render CSV and plots
+at any time; JSON and CSV are written atomically (temp file + rename).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from echelonflow.errors import UserError
+from echelonflow.results import Results
+
+RESULTS_FILE = "results.json"
+CSV_FILE = "results.csv"
+JCT_PLOT = "jct.png"
+CSV_COLUMNS = ("scenario", "mode", "scheduler", "job", "completion_s", "slowdown", "tardiness_sum_s",
+               "tardiness_max_s", "objective_s")
+
+
+def companion_file(mode: str) -> str:
+    """File name of a secondary document (e.g. the simulator's next to an emulation)."""
+    return f"results-{mode}.json"
+
+
+def timeline_file(mode: str, scheduler: str) -> str:
+    return f"timeline-{mode}-{_safe(scheduler)}.png"
+
+
+@dataclass
+class RunFolder:
+    """The files of one run folder (absolute paths)."""
+
+    path: str
+    results: str
+    csv: str
+    companions: list[str] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)
+
+
+def default_run_dir(scenario: str, base: str = "runs", now: float | None = None) -> str:
+    """``<base>/<YYYYmmdd-HHMMSS>-<scenario>``; a suffix keeps it unique if that folder exists."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
+    candidate = os.path.join(base, f"{stamp}-{_safe(scenario)}")
+    path, n = candidate, 1
+    while os.path.exists(path):
+        n += 1
+        path = f"{candidate}-{n}"
+    return path
+
+
+def write_run_folder(run_dir: str, primary: Results, others: Sequence[Results] = (),
+                     plots: bool = True) -> RunFolder:
+    """Write the documents, the CSV and (unless ``plots`` is false) the PNGs; returns the paths."""
+    _check_consistent(primary, others)
+    os.makedirs(run_dir, exist_ok=True)
+    folder = RunFolder(os.path.abspath(run_dir), os.path.abspath(os.path.join(run_dir, RESULTS_FILE)),
+                       os.path.abspath(os.path.join(run_dir, CSV_FILE)))
+    write_json_atomic(folder.results, primary.to_json_dict())
+    for other in others:
+        path = os.path.abspath(os.path.join(run_dir, companion_file(other.mode)))
+        write_json_atomic(path, other.to_json_dict())
+        folder.companions.append(path)
+    _render(folder, [primary, *others], plots)
+    return folder
+
+
+def load_run_folder(run_dir: str) -> tuple[Results, list[Results]]:
+    """The primary document and its companions; UserError naming the file when one is missing or bad."""
+    if not os.path.isdir(run_dir):
+        raise UserError(f"run folder {run_dir!r} does not exist")
+    primary = _load(os.path.join(run_dir, RESULTS_FILE))
+    others = []
+    for name in sorted(os.listdir(run_dir)):
+        if re.fullmatch(r"results-[a-z]+\.json", name):
+            other = _load(os.path.join(run_dir, name))
+            if other.mode != primary.mode:
+                others.append(other)
+    _check_consistent(primary, others)
+    return primary, others
+
+
+def rerender(run_dir: str, plots: bool = True) -> RunFolder:
+    """Re-create CSV and plots from the JSON documents already in ``run_dir``."""
+    primary, others = load_run_folder(run_dir)
+    folder = RunFolder(os.path.abspath(run_dir), os.path.abspath(os.path.join(run_dir, RESULTS_FILE)),
+                       os.path.abspath(os.path.join(run_dir, CSV_FILE)),
+                       [os.path.abspath(os.path.join(run_dir, companion_file(o.mode))) for o in others])
+    _render(folder, [primary, *others], plots)
+    return folder
+
+
+def csv_rows(documents: Sequence[Results]) -> list[dict[str, str]]:
+    """One row per job x scheduler x mode (numbers with microsecond resolution)."""
+    rows = []
+    for doc in documents:
+        for run in doc.runs:
+            for job_id, job in run.jobs.items():
+                tard = [e.tardiness for key, e in run.echelonflows.items() if key.split("/", 1)[0] == job_id]
+                rows.append({
+                    "scenario": doc.scenario, "mode": doc.mode, "scheduler": run.scheduler, "job": job_id,
+                    "completion_s": f"{job.completion_time:.6f}", "slowdown": f"{job.slowdown:.6f}",
+                    "tardiness_sum_s": f"{sum(tard):.6f}" if tard else "",
+                    "tardiness_max_s": f"{max(tard):.6f}" if tard else "",
+                    "objective_s": f"{run.objective:.6f}",
+                })
+    return rows
+
+
+def write_csv(path: str, documents: Sequence[Results]) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(csv_rows(documents))
+    _write_text_atomic(path, buffer.getvalue())
+
+
+def write_json_atomic(path: str, data: object) -> None:
+    _write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+
+
+def _render(folder: RunFolder, documents: Sequence[Results], plots: bool) -> None:
+    write_csv(folder.csv, documents)
+    if not plots:
+        return
+    from reports import plots as plot_mod  # matplotlib only when plots are wanted
+
+    for doc in documents:
+        for run in doc.runs:
+            path = os.path.join(folder.path, timeline_file(doc.mode, run.scheduler))
+            plot_mod.plot_timeline(run, path, title=f"{doc.scenario}: {run.scheduler} ({doc.mode})")
+            folder.plots.append(path)
+    path = os.path.join(folder.path, JCT_PLOT)
+    plot_mod.plot_jct(documents, path)
+    folder.plots.append(path)
+
+
+def _load(path: str) -> Results:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UserError(f"{path} is not valid JSON ({exc})") from None
+    try:
+        return Results.from_json_dict(data)
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
+
+
+def _check_consistent(primary: Results, others: Sequence[Results]) -> None:
+    for other in others:
+        if other.scenario != primary.scenario:
+            raise UserError(
+                f"cannot combine results of scenario {other.scenario!r} with {primary.scenario!r}"
+            )
+        if other.mode == primary.mode:
+            raise UserError(f"two result documents with mode {other.mode!r}")
+
+
+def _write_text_atomic(path: str, text: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "unnamed"

@@ -1,0 +1,367 @@
+"""Traffic agents as real processes on this machine, without the fabric.
+
+Hosts are mapped to distinct 127.0.0.x loopback addresses; every flow is a real TCP transfer between
+agent processes and every cross-host dependency travels over the agents' Unix control sockets.  The
+fabric version of these checks is in tests/test_emulate.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from echelonflow.echelon import ideal_schedule
+from echelonflow.model import ComputeTask, FlowTask, Job, qualified
+from echelonflow.workloads import generate
+from traffic.agent import Agent
+from traffic.emulate import REPO_ROOT, EmulationError, assemble_run, local_popen, run_agents
+from traffic.runspec import RunSpec, SpecError, job_from_dict, job_to_dict, parse_runspec
+from traffic.transfer import FlowHeader, FlowReceiver, TransferError, send_flow
+
+_PORTS = itertools.count(47100)
+
+
+def loopback(hosts):
+    return {h: f"127.0.0.{10 + i}" for i, h in enumerate(hosts)}
+
+
+def hosts_of(jobs):
+    seen = {}
+    for job in jobs:
+        for h in job.hosts:
+            seen.setdefault(h)
+    return list(seen)
+
+
+def run(jobs, tmp_path, **kwargs):
+    kwargs.setdefault("data_port", next(_PORTS))
+    kwargs.setdefault("start_margin_s", 1.5)
+    kwargs.setdefault("run_timeout_s", 30.0)
+    return run_agents(jobs, loopback(hosts_of(jobs)), str(tmp_path), **kwargs)
+
+
+def mixed_jobs():
+    """Two jobs on three hosts: concurrent flows, odd sizes, zero-byte flow, cross-host notifications."""
+    a = Job("a")
+    a.add(ComputeTask("c1", "h1", 0.2))
+    a.add(FlowTask("f1", "h1", "h2", 1_000_003, ("c1",), "e1"))
+    a.add(FlowTask("f2", "h1", "h3", 2_500_000, ("c1",), "e1"))  # in flight together with f1
+    a.add(FlowTask("f0", "h1", "h2", 0, ("c1",)))
+    a.add(ComputeTask("c2", "h2", 0.1, ("f1", "f0")))
+    a.add(ComputeTask("c3", "h3", 0.15, ("f1", "f2")))  # depends on a flow it neither sends nor receives
+    a.add(FlowTask("f3", "h3", "h1", 1, ("c3", "c2")))
+    a.add(ComputeTask("c4", "h1", 0.05, ("f3",)))
+    b = Job("b")
+    b.add(ComputeTask("x1", "h2", 0.1))
+    b.add(FlowTask("g1", "h2", "h1", 777_777, ("x1",)))
+    b.add(ComputeTask("x2", "h1", 0.1, ("g1",)))
+    return [a, b]
+
+
+# ------------------------------------------------------------------------------------------ delivery
+def test_every_flow_delivers_exactly_its_bytes(tmp_path):
+    jobs = mixed_jobs()
+    outcome = run(jobs, tmp_path)
+    for job in jobs:
+        for flow in job.flows:
+            qid = qualified(job.job_id, flow.task_id)
+            received = outcome.documents[flow.dst]["received"][qid]
+            sent = outcome.documents[flow.src]["sent"][qid]
+            assert received["received_bytes"] == flow.size_bytes, qid
+            assert sent["confirmed_bytes"] == flow.size_bytes, qid
+            assert sent["sent_bytes"] == flow.size_bytes, qid
+            assert received["src"] == flow.src
+    assert all(doc["status"] == "ok" and not doc["pending"] for doc in outcome.documents.values())
+
+
+def test_dependencies_and_one_compute_at_a_time(tmp_path):
+    jobs = mixed_jobs()
+    result = assemble_run(jobs, run(jobs, tmp_path).documents, "none")
+    for job in jobs:
+        for task in job.tasks.values():
+            mine = result.tasks[qualified(job.job_id, task.task_id)]
+            assert mine.finish >= mine.start >= 0
+            for dep in task.deps:
+                assert mine.start >= result.tasks[qualified(job.job_id, dep)].finish, (task.task_id, dep)
+            if isinstance(task, ComputeTask):
+                assert mine.finish - mine.start == pytest.approx(task.duration_s, abs=0.02)
+    by_host = {}
+    for qid, task in result.tasks.items():
+        if task.type == "compute":
+            by_host.setdefault(task.host, []).append((task.start, task.finish, qid))
+    for host, spans in by_host.items():
+        spans.sort()
+        for (_, end, q1), (start, _, q2) in zip(spans, spans[1:]):
+            assert start >= end, f"{host} ran {q1} and {q2} at once"
+
+
+def test_ready_computes_run_in_job_then_declaration_order(tmp_path):
+    """Three computes become ready at once on h2 (one flow releases all): declared order wins."""
+    job = Job("t")
+    job.add(ComputeTask("go", "h1", 0.05))
+    job.add(FlowTask("f", "h1", "h2", 1000, ("go",)))
+    job.add(ComputeTask("late", "h2", 0.1, ("f",)))
+    job.add(ComputeTask("early", "h2", 0.1, ("f",)))
+    job.add(ComputeTask("mid", "h2", 0.1, ("f",)))
+    result = assemble_run([job], run([job], tmp_path).documents, "none")
+    order = sorted(("late", "early", "mid"), key=lambda t: result.tasks[f"t/{t}"].start)
+    assert order == ["late", "early", "mid"]
+
+
+def test_fig2_timing_matches_the_ideal_schedule_on_an_unshaped_network(tmp_path):
+    """On loopback flows take milliseconds, so the run must follow the zero-communication schedule."""
+    job = generate("fig2", "fig2", ["h1", "h2"], {"link_bytes_per_s": 125_000, "micro_batches": 3,
+                                                    "compute_s": 0.3})
+    result = assemble_run([job], run([job], tmp_path).documents, "none")
+    ideal = ideal_schedule(job)
+    for tid, (start, finish) in ideal.items():
+        got = result.tasks[qualified("fig2", tid)]
+        assert got.start == pytest.approx(start, abs=0.05), tid
+        assert got.finish == pytest.approx(finish, abs=0.06), tid
+    assert result.jobs["fig2"].completion_time == pytest.approx(max(f for _, f in ideal.values()), abs=0.06)
+    assert all(abs(e.tardiness) < 0.05 for e in result.echelonflows.values())
+
+
+# ------------------------------------------------------------------------------------------ failures
+def slow_job():
+    job = Job("s")
+    job.add(ComputeTask("c1", "h1", 0.2))
+    job.add(FlowTask("f1", "h1", "h2", 10_000, ("c1",)))
+    job.add(ComputeTask("long", "h2", 20.0, ("f1",)))
+    job.add(FlowTask("f2", "h2", "h1", 10_000, ("long",)))
+    return job
+
+
+def test_a_killed_agent_fails_the_run_cleanly_and_quickly(tmp_path):
+    started = {}
+
+    def popen(host, argv, log_file):
+        proc = local_popen(host, argv, log_file)
+        started[host] = proc
+        return proc
+
+    def killer():
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            doc = tmp_path / "out-h2.json"
+            if "h2" in started and os.path.exists(tmp_path / "ctl" / "h2.sock") and not doc.exists():
+                time.sleep(2.0)  # h2 is inside its 20 s compute by now
+                os.kill(started["h2"].pid, signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=killer, daemon=True).start()
+    t = time.monotonic()
+    with pytest.raises(EmulationError, match="agent h2"):
+        run([slow_job()], tmp_path, popen=popen, start_margin_s=1.0)
+    assert time.monotonic() - t < 8.0
+    for proc in started.values():  # every agent it started is gone
+        assert proc.poll() is not None
+
+
+def test_a_peer_that_never_comes_up_fails_within_the_connect_timeout(tmp_path):
+    job = slow_job()
+    spec = RunSpec(host="h1", hosts_ip=loopback(["h1", "h2"]), jobs=[job], t0_s=time.time() + 0.2,
+                   data_port=next(_PORTS), control_dir=str(tmp_path), output_path=str(tmp_path / "out.json"),
+                   connect_timeout_s=1.0, confirm_timeout_s=2.0, run_timeout_s=10.0)
+    t = time.monotonic()
+    document = Agent(spec, log=lambda text: None).run()
+    assert time.monotonic() - t < 3.0
+    assert document["status"] == "error"
+    assert "s/f1" in document["error"] and "cannot connect" in document["error"]
+    assert json.loads((tmp_path / "out.json").read_text())["status"] == "error"
+    assert not (tmp_path / "h1.sock").exists()  # the agent removed its control socket
+
+
+def test_a_receiver_that_never_confirms_times_out():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    held = []
+
+    def swallow():
+        conn, _ = listener.accept()
+        held.append(conn)  # reads nothing, confirms nothing
+
+    threading.Thread(target=swallow, daemon=True).start()
+    t = time.monotonic()
+    with pytest.raises(TransferError, match="stalled"):
+        send_flow(FlowHeader("j", "f", "h1", 50_000_000), "127.0.0.1", listener.getsockname()[1],
+                  io_timeout_s=1.0)
+    assert time.monotonic() - t < 3.0
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
+def test_receiver_rejects_a_sender_that_sends_more_than_declared():
+    errors, arrivals = [], []
+    receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, arrivals.append, errors.append,
+                            io_timeout_s=2.0).start()
+    port = receiver.sock.getsockname()[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(FlowHeader("j", "f", "h1", 100).encode() + bytes(150))
+            sock.shutdown(socket.SHUT_WR)
+            reply = json.loads(sock.makefile().readline())
+        assert "error" in reply and "50 bytes too many" in reply["error"]
+        assert not arrivals and errors and "50 bytes more" in errors[0]
+        # and a correct flow right after is confirmed with its exact count
+        result = send_flow(FlowHeader("j", "g", "h1", 123_457), "127.0.0.1", port)
+        assert result.received_bytes == 123_457 and arrivals[-1].received_bytes == 123_457
+    finally:
+        receiver.close()
+
+
+def test_receiver_refuses_a_flow_that_is_not_expected():
+    errors = []
+    receiver = FlowReceiver("127.0.0.1", 0, lambda h: "no such flow", lambda a: None, errors.append).start()
+    try:
+        with pytest.raises(TransferError, match="no such flow"):
+            send_flow(FlowHeader("j", "x", "h1", 10), "127.0.0.1", receiver.sock.getsockname()[1])
+    finally:
+        receiver.close()
+    assert errors
+
+
+# ------------------------------------------------------------------------------------------ bad specs
+def good_spec_dict(tmp_path):
+    job = slow_job()
+    return {"host": "h1", "hosts_ip": loopback(["h1", "h2"]), "jobs": [job_to_dict(job)],
+            "t0_s": time.time(), "data_port": 47000, "control_dir": str(tmp_path),
+            "output_path": str(tmp_path / "out.json")}
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.pop("host"), "'host' must be a non-empty string"),
+        (lambda d: d.update(host="h9"), "host 'h9' is not in 'hosts_ip'"),
+        (lambda d: d.update(data_port=70000), "'data_port' must be a TCP port"),
+        (lambda d: d.update(t0_s="soon"), "'t0_s' must be an epoch time"),
+        (lambda d: d.update(control_dir="/nonexistent/dir"), "is not a directory"),
+        (lambda d: d["hosts_ip"].pop("h2"), "uses host 'h2' that has no address"),
+        (lambda d: d["jobs"][0]["tasks"][1].update(deps=["nope"]), "depends on unknown task 'nope'"),
+        (lambda d: d["jobs"][0]["tasks"][0].update(deps=["long"]), "dependency cycle"),
+        (lambda d: d["jobs"][0]["tasks"][1].update(size_bytes=-1), "'size_bytes' must be an integer >= 0"),
+        (lambda d: d["jobs"][0]["tasks"][0].update(type="gpu"), "'type' must be 'compute' or 'flow'"),
+        (lambda d: d.update(run_timeout_s=0), "'run_timeout_s' must be a positive number"),
+        (lambda d: d["jobs"].append(d["jobs"][0]), "job ids must be unique"),
+    ],
+)
+def test_bad_spec_is_rejected_with_the_field_named(tmp_path, mutate, message):
+    data = good_spec_dict(tmp_path)
+    mutate(data)
+    with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_runspec(data, "spec.json")
+
+
+def test_agent_process_with_bad_spec_exits_2_with_one_line(tmp_path):
+    path = tmp_path / "spec.json"
+    data = good_spec_dict(tmp_path)
+    data["jobs"][0]["tasks"][1]["deps"] = ["nope"]
+    path.write_text(json.dumps(data))
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("{not json")
+    for spec_path, needle in ((path, "unknown task 'nope'"), (garbage, "not valid JSON"),
+                              (tmp_path / "missing.json", "cannot read run-spec")):
+        proc = subprocess.run([sys.executable, "-m", "traffic.agent", str(spec_path)], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2
+        assert needle in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_job_serialisation_round_trips():
+    gpipe = generate("gpipe", "g", ["h1", "h2", "h3"],
+                     {"micro_batches": 3, "activation_bytes": 1000, "forward_s": 0.1, "backward_s": 0.2})
+    for job in [*mixed_jobs(), gpipe]:
+        back = job_from_dict(json.loads(json.dumps(job_to_dict(job))), "test")
+        assert list(back.tasks) == list(job.tasks)
+        for tid, task in job.tasks.items():
+            copy = back.tasks[tid]
+            assert type(copy) is type(task) and copy.deps == task.deps
+            if isinstance(task, FlowTask):
+                assert (copy.src, copy.dst, copy.size_bytes) == (task.src, task.dst, task.size_bytes)
+                assert copy.echelon_id == task.echelon_id
+            else:
+                assert (copy.host, copy.duration_s) == (task.host, task.duration_s)
+
+
+# ------------------------------------------------------------------------------------------ registry
+@pytest.fixture
+def registry_server(tmp_path):
+    """The controller's real API server (registry + scheduling service, no OpenFlow fabric)."""
+    sock_path, token = str(tmp_path / "api.sock"), str(tmp_path / "token")
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    argv = [sys.executable, "-m", "controller.api_server", "--topology", "fattree", "--k", "4",
+            "--rate-bps", "1e7", "--port", str(port), "--socket", sock_path, "--token-file", token,
+            "--interval-s", "0.1"]
+    with open(tmp_path / "api.log", "w") as log:
+        proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.exists(sock_path):
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "api.log").read_text()
+            time.sleep(0.05)
+        yield sock_path, token
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_agents_declare_start_and_finish_every_flow_in_the_registry(tmp_path, registry_server):
+    from controller.client import EchelonClient
+    from echelonflow.echelon import echelons_of
+    from traffic.runspec import RegistrySettings
+
+    sock_path, token = registry_server
+    client = EchelonClient(socket_path=sock_path, token_file=token)
+    client.set_scheduler("echelon")
+    jobs = mixed_jobs()
+    work = tmp_path / "w"
+    work.mkdir()
+    outcome = run(jobs, work, registry=RegistrySettings(sock_path, token, 0.05, "r1-"))
+    for job in jobs:
+        flows = {f["flow_id"]: f for f in client.flows("r1-" + job.job_id)}
+        nonzero = [f for f in job.flows if f.size_bytes > 0]
+        assert sorted(flows) == sorted(f.task_id for f in nonzero)  # zero-byte flows are not declared
+        for flow in nonzero:
+            record = flows[flow.task_id]
+            sent = outcome.documents[flow.src]["sent"][qualified(job.job_id, flow.task_id)]
+            assert record["state"] == "finished" and record["bytes_sent"] == flow.size_bytes
+            assert record["src_port"] == sent["src_port"] and record["dst_port"] == sent["dst_port"]
+            assert record["start_s"] == pytest.approx(outcome.t0_s + sent["start"], abs=1e-3)
+        for spec in echelons_of(job).values():
+            for fid in spec.flow_ids:
+                if job.tasks[fid].size_bytes > 0:
+                    assert flows[fid]["offset_s"] == pytest.approx(spec.offsets_s[fid])
+    # the same jobs again under another prefix: no clash with the finished first run
+    work2 = tmp_path / "w2"
+    work2.mkdir()
+    run(jobs, work2, registry=RegistrySettings(sock_path, token, 0.05, "r2-"))
+    assert {j["job_id"] for j in client.jobs()} >= {"r1-a", "r1-b", "r2-a", "r2-b"}
+    client.close()
+
+
+def test_an_unreachable_registry_fails_the_run_cleanly(tmp_path):
+    from traffic.runspec import RegistrySettings
+
+    (tmp_path / "token").write_text("x")
+    t = time.monotonic()
+    with pytest.raises(EmulationError, match="unreachable"):
+        run([slow_job()], tmp_path,
+            registry=RegistrySettings(str(tmp_path / "none.sock"), str(tmp_path / "token")))
+    assert time.monotonic() - t < 10

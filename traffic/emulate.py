@@ -1,0 +1,488 @@
+"""Running jobs for real: start one agent per host, wait for all, turn their timings into results.
+
+Two layers:
+
+* :func:`run_agents` works anywhere: it writes one run-spec per host, starts the agents through a
+  ``popen`` function (``subprocess.Popen`` on this machine for tests, ``mininet_host.popen`` on the
+  fabric), records their pids, waits for all of them with a deadline, and stops every agent it started
+  (by pid) on failure or Ctrl-C.  The first agent that fails decides the error message.
+* :func:`assemble_run` merges the agents' documents into the result shape shared with the simulator
+  (``echelonflow.results``): compute times from the compute's host, a flow's start from its sender and its
+  finish from its receiver (the moment the last byte arrived), EchelonFlow reference times, ideal finish
+  times and tardiness from ``echelonflow.echelon``, exactly as the simulator computes them.
+
+:func:`emulate_scenario` (the fabric part: fresh Mininet/OVS fabric and controller per scheduler) builds on
+both; see ``docs/emulation.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from echelonflow import echelon as echelon_mod
+from echelonflow.model import ComputeTask, Job, qualified
+from echelonflow.results import EchelonResult, FlowResult, JobResult, RunResult, TaskResult
+from traffic.control import ControlError, wait_for_sockets
+from traffic.runspec import RegistrySettings, RunSpec, save_runspec
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DATA_PORT = 46000
+
+
+class EmulationError(Exception):
+    """An emulation run that failed (an agent died, stalled or mis-delivered); the message says which."""
+
+
+#: popen(host, argv, log_file) -> a started process (``subprocess.Popen``-like: pid, poll, wait, ...)
+PopenFn = Callable[[str, list, Any], Any]
+
+
+def local_popen(host: str, argv: list, log_file: Any) -> subprocess.Popen:
+    """Start an agent as a plain process on this machine (tests without the fabric)."""
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env,
+                            start_new_session=True)
+
+
+@dataclass
+class AgentHandle:
+    host: str
+    spec_path: str
+    output_path: str
+    log_path: str
+    proc: Any = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+
+@dataclass
+class AgentsOutcome:
+    """What :func:`run_agents` returns: every agent's document, keyed by host, and the handles."""
+
+    documents: dict[str, dict]
+    handles: dict[str, AgentHandle] = field(default_factory=dict)
+    t0_s: float = 0.0
+
+
+def agent_hosts(jobs: Sequence[Job]) -> list[str]:
+    """Every host any job uses, in first-use order (one agent each)."""
+    seen: dict[str, None] = {}
+    for job in jobs:
+        for host in job.hosts:
+            seen.setdefault(host)
+    return list(seen)
+
+
+def run_agents(
+    jobs: Sequence[Job],
+    hosts_ip: Mapping[str, str],
+    workdir: str,
+    popen: PopenFn = local_popen,
+    *,
+    data_port: int = DEFAULT_DATA_PORT,
+    registry: RegistrySettings | None = None,
+    scheduler: str = "",
+    run_timeout_s: float = 300.0,
+    connect_timeout_s: float = 10.0,
+    confirm_timeout_s: float = 30.0,
+    start_margin_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    python: str = sys.executable,
+) -> AgentsOutcome:
+    """Run one agent per host used by ``jobs``; return their documents or raise :class:`EmulationError`.
+
+    ``workdir`` must exist and be empty of earlier agent files (specs, outputs, logs and the control
+    sockets go there).  Agents start together at t0 = now + ``start_margin_s`` (default grows with the
+    number of agents so slow interpreter start-up never makes one late).
+    """
+    hosts = agent_hosts(jobs)
+    missing = [h for h in hosts if h not in hosts_ip]
+    if missing:
+        raise EmulationError(f"no IP address for host(s) {', '.join(missing)}")
+    control_dir = os.path.join(workdir, "ctl")
+    os.makedirs(control_dir, exist_ok=False)
+    margin = start_margin_s if start_margin_s is not None else 1.5 + 0.25 * len(hosts)
+    t0_s = time.time() + margin
+    handles: dict[str, AgentHandle] = {}
+    for host in hosts:
+        handle = AgentHandle(host, os.path.join(workdir, f"spec-{host}.json"),
+                             os.path.join(workdir, f"out-{host}.json"),
+                             os.path.join(workdir, f"agent-{host}.log"))
+        spec = RunSpec(host=host, hosts_ip=dict(hosts_ip), jobs=list(jobs), t0_s=t0_s, data_port=data_port,
+                       control_dir=control_dir, output_path=handle.output_path, registry=registry,
+                       connect_timeout_s=connect_timeout_s, confirm_timeout_s=confirm_timeout_s,
+                       run_timeout_s=run_timeout_s, scheduler=scheduler)
+        save_runspec(spec, handle.spec_path)
+        handles[host] = handle
+    say = progress or (lambda text: None)
+    try:
+        for host, handle in handles.items():
+            with open(handle.log_path, "w", encoding="utf-8") as log_file:
+                handle.proc = popen(host, [python, "-u", "-m", "traffic.agent", handle.spec_path], log_file)
+        say(f"{len(handles)} agents started (pids {', '.join(str(h.pid) for h in handles.values())})")
+        try:
+            wait_for_sockets(control_dir, hosts, max(0.0, t0_s - time.time()),
+                             alive=lambda: _first_exit_problem(handles))
+        except ControlError as exc:
+            raise EmulationError(f"agents did not come up before t0: {exc}") from None
+        say("agents ready; running")
+        _wait_all(handles, t0_s + run_timeout_s + 5.0, say)
+        documents = {host: _read_document(handle) for host, handle in handles.items()}
+    finally:
+        stop_agents(handles.values())
+    return AgentsOutcome(documents, handles, t0_s)
+
+
+def stop_agents(handles: Any, grace_s: float = 3.0) -> None:
+    """Terminate every agent still running (SIGTERM by pid, then SIGKILL after ``grace_s``)."""
+    live = [h for h in handles if h.proc is not None and h.proc.poll() is None]
+    for handle in live:
+        _signal(handle.proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for handle in live:
+        try:
+            handle.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal(handle.proc, signal.SIGKILL)
+            handle.proc.wait(timeout=5.0)
+
+
+def _signal(proc: Any, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signum)
+
+
+def _first_exit_problem(handles: Mapping[str, AgentHandle]) -> str | None:
+    for host, handle in handles.items():
+        code = handle.proc.poll() if handle.proc is not None else None
+        if code is not None and code != 0:
+            return f"agent {host} exited with status {code}: {_failure_text(handle)}"
+    return None
+
+
+def _wait_all(handles: Mapping[str, AgentHandle], deadline_s: float, say: Callable[[str], None]) -> None:
+    running = set(handles)
+    while running:
+        for host in sorted(running):
+            code = handles[host].proc.poll()
+            if code is None:
+                continue
+            running.discard(host)
+            if code != 0:
+                # Peers abort on a failure; give them a moment so the root cause can be told apart.
+                time.sleep(0.3)
+                raise EmulationError(_root_cause(handles))
+            say(f"agent {host} done ({len(handles) - len(running)}/{len(handles)})")
+        if running and time.time() > deadline_s:
+            raise EmulationError(f"agents still running at the run deadline: {', '.join(sorted(running))}")
+        time.sleep(0.05)
+
+
+def _root_cause(handles: Mapping[str, AgentHandle]) -> str:
+    """The failure that started it all: an agent whose error is not 'aborted because of a peer'."""
+    failures = []
+    for host, handle in handles.items():
+        code = handle.proc.poll()
+        if code is not None and code != 0:
+            failures.append((host, code, _failure_text(handle)))
+    primary = [f for f in failures if not f[2].startswith("aborted:")] or failures
+    host, code, text = primary[0]
+    return f"agent {host} failed (exit status {code}): {text}"
+
+
+def _failure_text(handle: AgentHandle) -> str:
+    try:
+        doc = _load_json(handle.output_path)
+        if doc.get("error"):
+            return str(doc["error"])
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(handle.log_path, encoding="utf-8", errors="replace") as fh:
+            lines = [line.strip() for line in fh if line.strip()]
+        return lines[-1] if lines else "no output"
+    except OSError:
+        return "no output"
+
+
+def _load_json(path: str) -> dict:
+    import json
+
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if not isinstance(data, dict):
+        raise ValueError("not an object")
+    return data
+
+
+def _read_document(handle: AgentHandle) -> dict:
+    try:
+        return _load_json(handle.output_path)
+    except (OSError, ValueError) as exc:
+        raise EmulationError(f"agent {handle.host} exited 0 but left no readable result ({exc})") from None
+
+
+# ------------------------------------------------------------------------------------------ assembly
+def assemble_run(
+    jobs: Sequence[Job],
+    documents: Mapping[str, Mapping[str, Any]],
+    scheduler: str,
+    alone_s: Mapping[str, float] | None = None,
+) -> RunResult:
+    """The shared result shape from the agents' documents (see module docstring).
+
+    Checks that every flow was delivered exactly (receiver count and sender confirmation equal the size);
+    a job's slowdown is its completion over ``alone_s[job]`` (its completion when run alone), 1.0 if
+    not given.
+    """
+    run = RunResult(scheduler)
+    for job in jobs:
+        starts: dict[str, float] = {}
+        finishes: dict[str, float] = {}
+        for task in job.tasks.values():
+            qid = qualified(job.job_id, task.task_id)
+            if isinstance(task, ComputeTask):
+                record = _record(documents, task.host, "tasks", qid)
+                start, finish = float(record["start"]), float(record["finish"])
+                run.tasks[qid] = TaskResult("compute", start, finish, host=task.host)
+            else:
+                sent = _record(documents, task.src, "sent", qid)
+                received = _record(documents, task.dst, "received", qid)
+                for who, count in (("receiver", received.get("received_bytes")),
+                                   ("sender's confirmation", sent.get("confirmed_bytes"))):
+                    if count != task.size_bytes:
+                        raise EmulationError(
+                            f"flow {qid}: {who} counted {count} bytes, expected {task.size_bytes}"
+                        )
+                start, finish = float(sent["start"]), float(received["finish"])
+                run.tasks[qid] = TaskResult("flow", start, finish, src=task.src, dst=task.dst)
+            starts[task.task_id], finishes[task.task_id] = start, finish
+        run.jobs[job.job_id] = JobResult(max(finishes.values()) if finishes else 0.0, 1.0)
+        for ech_id, spec in echelon_mod.echelons_of(job).items():
+            flow_starts = {fid: starts[fid] for fid in spec.flow_ids}
+            reference_s = echelon_mod.reference_time(spec, flow_starts)
+            eqid = qualified(job.job_id, ech_id)
+            for fid in spec.flow_ids:
+                task = job.tasks[fid]
+                run.flows[qualified(job.job_id, fid)] = FlowResult(
+                    start=starts[fid], finish=finishes[fid], ideal_finish=reference_s + spec.offsets_s[fid],
+                    src=task.src, dst=task.dst, size_bytes=task.size_bytes, echelon=eqid)
+            flow_finishes = {f: finishes[f] for f in spec.flow_ids}
+            tardiness = echelon_mod.echelon_tardiness(spec, flow_finishes, reference_s)
+            run.echelonflows[eqid] = EchelonResult(float(tardiness), spec.kind,
+                                                   [qualified(job.job_id, f) for f in spec.flow_ids])
+    for job_id, result in run.jobs.items():
+        base = (alone_s or {}).get(job_id, result.completion_time)
+        result.slowdown = result.completion_time / base if base > 0 else 1.0
+    run.objective = sum(e.tardiness for e in run.echelonflows.values())
+    return run
+
+
+def _record(documents: Mapping[str, Mapping[str, Any]], host: str, section: str,
+            qid: str) -> Mapping[str, Any]:
+    doc = documents.get(host)
+    if doc is None:
+        raise EmulationError(f"no result from agent {host} (needed for {qid})")
+    record = doc.get(section, {}).get(qid)
+    if record is None or (section == "tasks" and "finish" not in record):
+        raise EmulationError(f"agent {host} has no {section} record for {qid}")
+    return record
+
+
+# ------------------------------------------------------------------------------------------ fabric
+@dataclass
+class EmulationSettings:
+    """Knobs of :func:`emulate_scenario` (defaults suit this 2-core machine's userspace datapath)."""
+
+    data_port: int = DEFAULT_DATA_PORT
+    queues: int = 4
+    alone_runs: bool = True  # several jobs: run each alone too (the simulator's slowdown definition)
+    warmup: bool = True  # ping every communicating pair first (ARP and first-packet routing off the clock)
+    run_timeout_factor: float = 4.0  # x the simulated completion time, plus run_timeout_extra_s
+    run_timeout_extra_s: float = 60.0
+    logs_dir: str | None = None  # where agent and controller logs are copied (the run folder)
+    poll_interval_s: float = 0.1
+    pace: bool = True  # agents pace flows at their allocated rate (schedulers that enforce only)
+    registry: RegistrySettings | None = None  # use this registry API instead of the started controller's
+
+
+def fabric_popen(fabric: Any) -> PopenFn:
+    """A ``popen`` that starts the agent inside the Mininet host (its own network namespace)."""
+
+    def popen(host: str, argv: list, log_file: Any) -> Any:
+        env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        return fabric.host(host).popen(argv, stdin=subprocess.DEVNULL, stdout=log_file,
+                                       stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env)
+
+    return popen
+
+
+def free_tcp_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def controller_api(ctl: Any) -> RegistrySettings | None:
+    """Where the started controller serves its registry API, or None if it serves none."""
+    socket_path = getattr(ctl, "api_socket_path", None)
+    token_path = getattr(ctl, "token_path", None)
+    if socket_path and token_path and os.path.exists(socket_path) and os.path.exists(token_path):
+        return RegistrySettings(socket_path, token_path)
+    return None
+
+
+def emulate_scheduler(
+    topology: Any,
+    jobs: Sequence[Job],
+    scheduler: str,
+    simulated_s: Mapping[str, float],
+    settings: EmulationSettings,
+    progress: Callable[[str], None],
+) -> RunResult:
+    """One scheduler on a fresh fabric and controller: all jobs together, then (several jobs) each alone.
+
+    ``simulated_s`` (job -> simulated completion) only sizes the run timeout.  Everything started here
+    (controller, fabric, agents) is stopped in ``finally`` blocks, also on Ctrl-C.
+    """
+    import shutil
+    import tempfile
+
+    from controller.client import ApiClientError, EchelonClient
+    from controller.launcher import ControllerProcess
+    from topologies.fabric import Fabric
+
+    workdir = tempfile.mkdtemp(prefix="echelon-emu-")
+    standalone = None
+    port = free_tcp_port()
+    tag = f"emu{os.getpid()}-{scheduler}"[:40]
+    ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
+                            workdir=os.path.join(workdir, "ctl"))
+    fabric = Fabric(topology, controller_port=port, queues=settings.queues, tag=tag)
+    try:
+        progress(f"[{scheduler}] starting controller (OpenFlow port {port})")
+        os.makedirs(ctl.workdir)
+        ctl.start()
+        progress(f"[{scheduler}] starting fabric {topology.name}")
+        fabric.start()
+        progress(f"[{scheduler}] fabric up in {fabric.timings_s.get('start', 0.0):.1f} s")
+        registry = settings.registry or controller_api(ctl)
+        if registry is None:
+            progress(f"[{scheduler}] the controller serves no registry API: starting a standalone registry "
+                     f"(python -m controller.api_server); enforcement at the end hosts only")
+            standalone, registry = _standalone_registry(topology, workdir)
+        if registry is not None:
+            registry.poll_interval_s = settings.poll_interval_s
+            with EchelonClient(socket_path=registry.socket_path, token_file=registry.token_file) as client:
+                try:
+                    client.set_scheduler(scheduler)
+                except ApiClientError as exc:
+                    raise EmulationError(f"controller refused scheduler {scheduler!r}: {exc}") from None
+        hosts_ip = {h: topology.graph.nodes[h]["ip"] for h in topology.hosts}
+        if settings.warmup:
+            _warm_up(fabric, jobs, hosts_ip)
+        rounds: list[tuple[str, list[Job]]] = [("together", list(jobs))]
+        if settings.alone_runs and len(jobs) > 1:
+            rounds += [(f"alone-{job.job_id}", [job]) for job in jobs]
+        documents: dict[str, dict] = {}
+        alone_s: dict[str, float] = {}
+        for index, (label, round_jobs) in enumerate(rounds):
+            agents_dir = os.path.join(workdir, label)
+            os.makedirs(agents_dir)
+            budget = max(simulated_s.get(j.job_id, 0.0) for j in round_jobs)
+            round_registry = None
+            if registry is not None:
+                round_registry = RegistrySettings(registry.socket_path, registry.token_file,
+                                                  registry.poll_interval_s, f"{scheduler}-{index}-",
+                                                  settings.pace)
+            progress(f"[{scheduler}] {label}: {len(round_jobs)} job(s), "
+                     f"{len(agent_hosts(round_jobs))} agents")
+            outcome = run_agents(
+                round_jobs, hosts_ip, agents_dir, fabric_popen(fabric), data_port=settings.data_port,
+                registry=round_registry, scheduler=scheduler,
+                run_timeout_s=settings.run_timeout_factor * budget + settings.run_timeout_extra_s,
+                progress=lambda text, s=scheduler, lb=label: progress(f"[{s}] {lb}: {text}"),
+            )
+            if label == "together":
+                documents = outcome.documents
+            else:
+                solo = assemble_run(round_jobs, outcome.documents, scheduler)
+                alone_s.update({j: r.completion_time for j, r in solo.jobs.items()})
+        problems = ctl.log_problems()
+        if problems:
+            progress(f"[{scheduler}] warning: controller log shows {len(problems)} problem line(s), "
+                     f"e.g. {problems[0][:160]}")
+        return assemble_run(jobs, documents, scheduler, alone_s or None)
+    finally:
+        progress(f"[{scheduler}] tearing down")
+        try:
+            fabric.stop()
+        finally:
+            ctl.stop()
+            if standalone is not None:
+                standalone.terminate()
+                try:
+                    standalone.wait(5.0)
+                except subprocess.TimeoutExpired:
+                    standalone.kill()
+                    standalone.wait()
+            if settings.logs_dir:
+                _keep_logs(workdir, os.path.join(settings.logs_dir, "logs", scheduler))
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _standalone_registry(topology: Any, workdir: str) -> tuple[subprocess.Popen, RegistrySettings]:
+    """Start ``python -m controller.api_server`` for ``topology`` (a registry and scheduling service
+    without OpenFlow enforcement); returns the process (stop it by its pid) and its API settings."""
+    if topology.kind not in ("two_hosts", "fattree"):
+        raise EmulationError(f"no registry for topology kind {topology.kind!r}: the controller serves no API "
+                             f"and the standalone registry knows only two_hosts and fattree")
+    sock_path, token = os.path.join(workdir, "api.sock"), os.path.join(workdir, "api.token")
+    argv = [sys.executable, "-m", "controller.api_server", "--topology", topology.kind,
+            "--rate-bps", str(topology.rate_bps), "--port", str(free_tcp_port()), "--socket", sock_path,
+            "--token-file", token, "--interval-s", "0.1"]
+    if topology.kind == "fattree":
+        argv += ["--k", str(topology.params["k"])]
+    with open(os.path.join(workdir, "api.log"), "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    deadline = time.monotonic() + 20.0
+    while not os.path.exists(sock_path):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise EmulationError(f"standalone registry did not start (see {workdir}/api.log)")
+        time.sleep(0.05)
+    return proc, RegistrySettings(sock_path, token)
+
+
+def _warm_up(fabric: Any, jobs: Sequence[Job], hosts_ip: Mapping[str, str]) -> None:
+    """One ping per communicating pair, so ARP and reactive routing happen before the clock starts."""
+    pairs = {(f.src, f.dst) for job in jobs for f in job.flows}
+    for src, dst in sorted(pairs):
+        fabric.host(src).cmd(f"ping -c 1 -W 2 {hosts_ip[dst]}")
+        fabric.host(dst).cmd(f"ping -c 1 -W 2 {hosts_ip[src]}")
+
+
+def _keep_logs(workdir: str, target: str) -> None:
+    """Copy agent logs, agent result documents and the controller log into the run folder."""
+    import shutil
+
+    os.makedirs(target, exist_ok=True)
+    for root, _dirs, files in os.walk(workdir):
+        for name in files:
+            if name.endswith(".log") or name.startswith("out-"):
+                rel = os.path.relpath(os.path.join(root, name), workdir).replace(os.sep, "_")
+                shutil.copyfile(os.path.join(root, name), os.path.join(target, rel))

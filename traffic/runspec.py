@@ -1,0 +1,278 @@
+"""The run-spec: the one JSON file a traffic agent is started with.
+
+The orchestrator (``echelon emulate`` or a test) writes one spec per host on the shared file system and
+starts ``python -m traffic.agent SPEC`` inside that host.  Everything the agent needs is in the file, so an
+agent never reads scenario files or talks to the orchestrator while it runs:
+
+* ``host``: which host this agent is; ``hosts_ip``: host -> IP address of every agent (data plane);
+* ``jobs``: every job of the run (all agents get all jobs: each executes only its own part, but needs
+  the whole DAG to know where a completion event must be sent);
+* ``t0_s``: the epoch time (``time.time()``) all task times are relative to; one machine, one clock;
+* ``data_port``: the TCP port every agent listens on for flows;
+* ``control_dir``: where each agent's Unix control socket lives (``<control_dir>/<host>.sock``);
+  completion events travel there, outside the shaped fabric;
+* ``output_path``: where the agent writes its result JSON (atomically);
+* ``registry``: optional ``{"socket_path", "token_file"}`` of the controller's registry API;
+* timeouts: ``connect_timeout_s`` (a peer that never accepts), ``confirm_timeout_s`` (a receiver that
+  never confirms, also the per-socket inactivity limit), ``run_timeout_s`` (the whole run, from t0).
+
+Jobs are serialised by :func:`job_to_dict` (a small, explicit shape of ``echelonflow.model.Job``) so the
+spec is self-contained.  :func:`load_runspec` validates everything and raises :class:`SpecError` naming
+the field, so an agent with a bad spec exits with one clear line instead of failing mid-run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from echelonflow.errors import UserError
+from echelonflow.model import ComputeTask, FlowTask, Job, find_cycle, unknown_deps
+
+
+class SpecError(UserError):
+    """A run-spec that an agent cannot execute (names the field and the problem)."""
+
+
+@dataclass
+class RegistrySettings:
+    """How an agent reaches the controller's registry (HTTP over a Unix socket, token-authenticated)."""
+
+    socket_path: str
+    token_file: str
+    poll_interval_s: float = 0.1
+    job_prefix: str = ""  # prepended to job ids in the registry (one controller, same job run twice)
+    pace: bool = True  # apply allocated rates as socket pacing (only under schedulers that enforce)
+
+
+@dataclass
+class RunSpec:
+    host: str
+    hosts_ip: dict[str, str]
+    jobs: list[Job]
+    t0_s: float
+    data_port: int
+    control_dir: str
+    output_path: str
+    registry: RegistrySettings | None = None
+    connect_timeout_s: float = 10.0
+    confirm_timeout_s: float = 30.0
+    run_timeout_s: float = 600.0
+    scheduler: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def control_socket(self, host: str) -> str:
+        return control_socket_path(self.control_dir, host)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "host": self.host,
+            "hosts_ip": dict(self.hosts_ip),
+            "jobs": [job_to_dict(job) for job in self.jobs],
+            "t0_s": self.t0_s,
+            "data_port": self.data_port,
+            "control_dir": self.control_dir,
+            "output_path": self.output_path,
+            "connect_timeout_s": self.connect_timeout_s,
+            "confirm_timeout_s": self.confirm_timeout_s,
+            "run_timeout_s": self.run_timeout_s,
+            "scheduler": self.scheduler,
+        }
+        if self.registry is not None:
+            out["registry"] = {
+                "socket_path": self.registry.socket_path,
+                "token_file": self.registry.token_file,
+                "poll_interval_s": self.registry.poll_interval_s,
+                "job_prefix": self.registry.job_prefix,
+                "pace": self.registry.pace,
+            }
+        return out
+
+
+def control_socket_path(control_dir: str, host: str) -> str:
+    """Path of ``host``'s control socket (short names: AF_UNIX paths are limited to 107 bytes)."""
+    return os.path.join(control_dir, f"{host}.sock")
+
+
+# ------------------------------------------------------------------------------------- job serialisation
+def job_to_dict(job: Job) -> dict[str, Any]:
+    """A job as plain JSON data, tasks in declaration order (the order breaks compute ties)."""
+    tasks: list[dict[str, Any]] = []
+    for task in job.tasks.values():
+        if isinstance(task, ComputeTask):
+            tasks.append({"id": task.task_id, "type": "compute", "host": task.host,
+                          "duration_s": task.duration_s, "deps": list(task.deps), "label": task.label})
+        else:
+            tasks.append({"id": task.task_id, "type": "flow", "src": task.src, "dst": task.dst,
+                          "size_bytes": task.size_bytes, "deps": list(task.deps),
+                          "echelon": task.echelon_id, "label": task.label})
+    return {"job_id": job.job_id, "tasks": tasks, "echelon_kinds": dict(job.echelon_kinds),
+            "explicit_offsets_s": dict(job.explicit_offsets_s)}
+
+
+def job_from_dict(data: Any, where: str) -> Job:
+    """Inverse of :func:`job_to_dict`; raises :class:`SpecError` naming ``where`` and the bad field."""
+    if not isinstance(data, dict) or not isinstance(data.get("job_id"), str) or not data["job_id"]:
+        raise SpecError(f"{where}: needs a non-empty string 'job_id'")
+    job = Job(data["job_id"], echelon_kinds=dict(data.get("echelon_kinds") or {}),
+              explicit_offsets_s=dict(data.get("explicit_offsets_s") or {}))
+    where = f"{where} (job {job.job_id!r})"
+    tasks = data.get("tasks")
+    if not isinstance(tasks, list) or not tasks:
+        raise SpecError(f"{where}: 'tasks' must be a non-empty list")
+    for raw in tasks:
+        job_add(job, _task_from_dict(raw, where))
+    missing = unknown_deps(job)
+    if missing:
+        raise SpecError(f"{where}: task {missing[0][0]!r} depends on unknown task {missing[0][1]!r}")
+    cycle = find_cycle(job)
+    if cycle:
+        raise SpecError(f"{where}: dependency cycle {' -> '.join(cycle)}")
+    return job
+
+
+def job_add(job: Job, task: Any) -> None:
+    try:
+        job.add(task)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def _task_from_dict(raw: Any, where: str) -> Any:
+    if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) or not raw["id"]:
+        raise SpecError(f"{where}: every task needs a non-empty string 'id'")
+    tid = raw["id"]
+    deps = raw.get("deps", [])
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        raise SpecError(f"{where}: task {tid!r}: 'deps' must be a list of task ids")
+    kind = raw.get("type")
+    if kind == "compute":
+        duration = raw.get("duration_s")
+        if not _is_number(duration) or duration < 0:
+            raise SpecError(f"{where}: task {tid!r}: 'duration_s' must be a number >= 0, got {duration!r}")
+        host = _need_str(raw, "host", f"{where}: task {tid!r}")
+        return ComputeTask(tid, host, float(duration), tuple(deps), str(raw.get("label", "")))
+    if kind == "flow":
+        size = raw.get("size_bytes")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise SpecError(f"{where}: task {tid!r}: 'size_bytes' must be an integer >= 0, got {size!r}")
+        src = _need_str(raw, "src", f"{where}: task {tid!r}")
+        dst = _need_str(raw, "dst", f"{where}: task {tid!r}")
+        if src == dst:
+            raise SpecError(f"{where}: task {tid!r}: flow from {src!r} to itself")
+        return FlowTask(tid, src, dst, size, tuple(deps), str(raw.get("echelon", "")),
+                        str(raw.get("label", "")))
+    raise SpecError(f"{where}: task {tid!r}: 'type' must be 'compute' or 'flow', got {kind!r}")
+
+
+def _need_str(raw: dict[str, Any], key: str, where: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value:
+        raise SpecError(f"{where}: {key!r} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# ------------------------------------------------------------------------------------- load / save
+def parse_runspec(data: Any, source: str) -> RunSpec:
+    """Validate a decoded spec document; every error names ``source`` and the field."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: run-spec must be a JSON object")
+    host = _need_str(data, "host", source)
+    hosts_ip = data.get("hosts_ip")
+    if not isinstance(hosts_ip, dict) or not hosts_ip or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in hosts_ip.items()
+    ):
+        raise SpecError(f"{source}: 'hosts_ip' must map host names to IP addresses")
+    if host not in hosts_ip:
+        raise SpecError(f"{source}: host {host!r} is not in 'hosts_ip'")
+    raw_jobs = data.get("jobs")
+    if not isinstance(raw_jobs, list):
+        raise SpecError(f"{source}: 'jobs' must be a list")
+    jobs = [job_from_dict(raw, f"{source}: jobs[{i}]") for i, raw in enumerate(raw_jobs)]
+    ids = [job.job_id for job in jobs]
+    if len(set(ids)) != len(ids):
+        raise SpecError(f"{source}: job ids must be unique, got {ids}")
+    for job in jobs:
+        for name in job.hosts:
+            if name not in hosts_ip:
+                raise SpecError(
+                    f"{source}: job {job.job_id!r} uses host {name!r} that has no address in 'hosts_ip'"
+                )
+    t0 = data.get("t0_s")
+    if not _is_number(t0) or t0 <= 0:
+        raise SpecError(f"{source}: 't0_s' must be an epoch time in seconds, got {t0!r}")
+    port = data.get("data_port")
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise SpecError(f"{source}: 'data_port' must be a TCP port 1..65535, got {port!r}")
+    control_dir = _need_str(data, "control_dir", source)
+    if not os.path.isdir(control_dir):
+        raise SpecError(f"{source}: control_dir {control_dir!r} is not a directory")
+    if len(control_socket_path(control_dir, host).encode()) > 100:
+        raise SpecError(f"{source}: control_dir {control_dir!r} is too long for a Unix socket path")
+    output_path = _need_str(data, "output_path", source)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(output_path))):
+        raise SpecError(f"{source}: the directory of output_path {output_path!r} does not exist")
+    timeouts = {}
+    for key, default in (("connect_timeout_s", 10.0), ("confirm_timeout_s", 30.0), ("run_timeout_s", 600.0)):
+        value = data.get(key, default)
+        if not _is_number(value) or value <= 0:
+            raise SpecError(f"{source}: {key!r} must be a positive number of seconds, got {value!r}")
+        timeouts[key] = float(value)
+    registry = None
+    if data.get("registry") is not None:
+        raw = data["registry"]
+        if not isinstance(raw, dict):
+            raise SpecError(f"{source}: 'registry' must be an object with socket_path and token_file")
+        poll = raw.get("poll_interval_s", 0.1)
+        if not _is_number(poll) or poll <= 0:
+            raise SpecError(f"{source}: registry 'poll_interval_s' must be a positive number, got {poll!r}")
+        prefix = raw.get("job_prefix", "")
+        if not isinstance(prefix, str) or "/" in prefix:
+            raise SpecError(f"{source}: registry 'job_prefix' must be a string without '/', got {prefix!r}")
+        pace = raw.get("pace", True)
+        if not isinstance(pace, bool):
+            raise SpecError(f"{source}: registry 'pace' must be true or false, got {pace!r}")
+        registry = RegistrySettings(_need_str(raw, "socket_path", f"{source}: registry"),
+                                    _need_str(raw, "token_file", f"{source}: registry"), float(poll), prefix,
+                                    pace)
+    return RunSpec(host=host, hosts_ip=dict(hosts_ip), jobs=jobs, t0_s=float(t0), data_port=port,
+                   control_dir=control_dir, output_path=output_path, registry=registry,
+                   scheduler=str(data.get("scheduler", "")), **timeouts)
+
+
+def load_runspec(path: str) -> RunSpec:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise SpecError(f"cannot read run-spec {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"run-spec {path} is not valid JSON: {exc}") from None
+    return parse_runspec(data, path)
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    """Write JSON so a reader never sees half a file (temp file in the same directory, then rename)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, sort_keys=False)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_runspec(spec: RunSpec, path: str) -> None:
+    write_json_atomic(path, spec.to_json_dict())
