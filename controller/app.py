@@ -82,6 +82,7 @@ class EchelonApp(compat.BaseApp):
         self.service = SchedulingService(
             self.registry, self.enforcer, queues=self.enforcer.queues, match_factory=FlowMatch,
             dscp_of_queue=qos.dscp_for_queue, interval_s=float(os.environ.get("ECHELON_INTERVAL_S", "0.5")),
+            lock=compat.hub.Semaphore(),
         )
         self.stats_interval_s = float(os.environ.get("ECHELON_STATS_INTERVAL_S", "1.0"))
         token = generate_token()

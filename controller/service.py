@@ -34,6 +34,7 @@ Kept Python 3.9 compatible; no os_ken import (the app wires the real ``Enforcer`
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -129,6 +130,7 @@ class SchedulingService:
         payload_fraction: float = PAYLOAD_FRACTION,
         match_factory: Callable[..., Any] = FiveTuple,
         dscp_of_queue: Callable[[int], int] = default_dscp,
+        lock: Any = None,
     ) -> None:
         if queues < 2:
             raise ValueError(f"queues must be >= 2 (queue 0 plus at least one scheduled class), got {queues}")
@@ -154,6 +156,10 @@ class SchedulingService:
         self._stopped = False
         #: Acks (objects with ``wait``/``done``/``unreachable``) of pushed operations not yet resolved.
         self.pending_acks: list[Any] = []
+        #: One round at a time.  Sending to a switch yields to other green threads, so without it an API
+        #: handler's round could interleave with the interval loop's and both would install the same flow.
+        #: The app passes its hub's semaphore (a threading lock would block the whole eventlet hub).
+        self._round_lock = lock if lock is not None else threading.Lock()
 
     # ------------------------------------------------------------------ scheduler selection
     @property
@@ -217,6 +223,10 @@ class SchedulingService:
 
     # ------------------------------------------------------------------ the round
     def reschedule(self, reason: str) -> RoundReport:
+        with self._round_lock:
+            return self._round(reason)
+
+    def _round(self, reason: str) -> RoundReport:
         now_s = self.now()
         self._last_run_s = now_s
         report = RoundReport(reason=reason, now_s=now_s)

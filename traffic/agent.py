@@ -462,9 +462,15 @@ class RegistryLink(Registry):
         value = allocation.get("dscp")
         if isinstance(value, int) and 0 <= value <= 63:
             self._dscp[f"{key[0]}/{key[1]}"] = value
-        rate = allocation.get("rate_bps")
-        if isinstance(rate, (int, float)) and rate >= 0:
-            self._rate_bps[f"{key[0]}/{key[1]}"] = float(rate)
+        # Pace exactly what the network meters: a flow the scheduler holds back ("paused": no meter,
+        # last queue) stays unpaced so it can still take leftovers the fluid model did not foresee
+        # (TCP never fills its allocation exactly); pacing it near zero would stall it for a whole round.
+        rate = allocation.get("meter_rate_bps")
+        name = f"{key[0]}/{key[1]}"
+        if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
+            self._rate_bps[name] = float(rate)
+        else:
+            self._rate_bps.pop(name, None)
 
     def _poll_loop(self) -> None:
         from controller.client import ApiClientError

@@ -205,7 +205,9 @@ def _apply_pacing(sock: socket.socket, source: Callable[[], int | None] | None,
     if wanted is not None:
         wanted = max(MIN_PACING_BYTES_PER_S, int(wanted))
     if wanted != current:
-        sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, UNPACED if wanted is None else wanted)
+        # Packed as u32: Python's int form is a signed C int and cannot carry ~0U ("unpaced").
+        value = UNPACED if wanted is None else min(wanted, UNPACED)
+        sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("=I", value))
     return wanted
 
 
