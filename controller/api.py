@@ -23,6 +23,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs
 
 from controller.auth import bearer_ok
+from controller.enforcement_api import EnforcementEndpoints, EnforcementRequestError
 from controller.registry import STATES, RegistryError
 from controller.service import SchedulingService
 from controller.store import StoreError
@@ -54,6 +55,7 @@ ROUTES: list[tuple[re.Pattern[str], dict[str, tuple[str, bool]]]] = [
     (re.compile(r"^/health$"), {"GET": ("health", False)}),
     (re.compile(r"^/scheduler$"), {"GET": ("get_scheduler", False), "PUT": ("put_scheduler", True)}),
     (re.compile(r"^/flows$"), {"GET": ("list_all_flows", False)}),
+    (re.compile(r"^/enforcement$"), {"GET": ("get_enforcement", False), "POST": ("post_enforcement", True)}),
     (re.compile(r"^/jobs$"), {"GET": ("list_jobs", False), "POST": ("post_job", True)}),
     (re.compile(rf"^/jobs/{_ID}$"), {"GET": ("get_job", False)}),
     (re.compile(rf"^/jobs/{_ID}/echelons$"),
@@ -88,13 +90,16 @@ class Api:
 
     def __init__(self, service: SchedulingService, token: str,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 status: Callable[[], dict[str, Any]] | None = None) -> None:
+                 status: Callable[[], dict[str, Any]] | None = None,
+                 enforcement: EnforcementEndpoints | None = None) -> None:
         self.service = service
         self.registry = service.registry
         self.token = token
         self.max_body_bytes = int(max_body_bytes)
         #: Extra health fields from the host program (the controller app adds its switch counts).
         self.status = status
+        #: The low-level enforcement primitives (None: no OpenFlow fabric, e.g. the standalone server).
+        self.enforcement = enforcement
 
     # ------------------------------------------------------------------ WSGI entry
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
@@ -103,7 +108,7 @@ class Api:
             headers: list[tuple[str, str]] = []
         except ApiError as err:
             status, payload, headers = err.status, _error(err.field, err.problem), err.headers
-        except RegistryError as err:
+        except (RegistryError, EnforcementRequestError) as err:
             status, payload, headers = err.status, _error(err.field, err.problem), []
         except StoreError as err:
             LOG.error("%s", err)
@@ -214,7 +219,22 @@ class Api:
     def get_allocation(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
         return 200, self.service.allocation(self.registry.flow(job_id, flow_id).key)
 
+    def get_enforcement(self, body: Any, query: Any) -> tuple[int, Any]:
+        _no_query(query)
+        return 200, self._enforcement().live()
+
     # ------------------------------------------------------------------ writes
+    def post_enforcement(self, body: Any, query: Any) -> tuple[int, Any]:
+        """Low-level install/update/remove (or a batch of them); ``?wait_s=`` waits for barrier acks."""
+        enforcement = self._enforcement()
+        return 200, enforcement.apply(body, _wait_filter(query))
+
+    def _enforcement(self) -> EnforcementEndpoints:
+        if self.enforcement is None:
+            raise ApiError(503, "enforcement", "this API server has no OpenFlow fabric (standalone); "
+                                               "nothing can be enforced")
+        return self.enforcement
+
     def put_scheduler(self, body: Any, query: Any) -> tuple[int, Any]:
         fields(body, ("scheduler",))
         wait_s = _wait_filter(query)
@@ -305,6 +325,11 @@ def _wait_filter(query: dict[str, list[str]]) -> float | None:
     if not 0 < wait_s <= MAX_WAIT_S:  # also refuses NaN
         raise ApiError(400, "wait_s", f"must be one number of seconds in (0, {MAX_WAIT_S:g}], got {values!r}")
     return wait_s
+
+
+def _no_query(query: dict[str, list[str]]) -> None:
+    for name in query:
+        raise ApiError(400, name, "unknown query parameter (this endpoint takes none)")
 
 
 def _state_filter(query: dict[str, list[str]]) -> str | None:

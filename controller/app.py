@@ -9,14 +9,13 @@ Load it with ``osken-manager controller/app.py`` (or ``ryu-manager controller/ap
   packets into shaped queues, take seconds to converge, and could disagree with the simulator.
 * ``ECHELON_QUEUES`` (default 4): priority classes per port, as the fabric was built with.
 * ``ECHELON_METER_BURST_S`` / ``ECHELON_METER_MIN_BURST_KBIT``: meter bucket sizing (see enforcement).
-* ``ECHELON_CONTROL_SOCKET`` (optional): a Unix socket taking one JSON request per line that drives
-  the enforcement primitives (install/update/remove/live, ping).  Tests and benchmarks/bench_rules.py use
-  it; it is deliberately minimal.
 * The registry, scheduling service and HTTP API (docs/api.md): ``ECHELON_STORE`` (SQLite path, default
   /var/lib/echelon/registry.sqlite), ``ECHELON_TOKEN_FILE`` (default /run/echelon/token),
   ``ECHELON_API_HOST``/``ECHELON_API_PORT`` (127.0.0.1:8181), ``ECHELON_API_SOCKET`` (default
   /run/echelon/controller-<port>.sock), ``ECHELON_INTERVAL_S`` (reschedule interval, 0.5),
-  ``ECHELON_STATS_INTERVAL_S`` (flow-counter poll of enforced flows, 1.0; 0 turns it off).
+  ``ECHELON_STATS_INTERVAL_S`` (flow-counter poll of enforced flows, 1.0; 0 turns it off).  The API is
+  the app's only control surface: besides the registry and the scheduler it serves the low-level
+  enforcement primitives (``/v1/enforcement``, controller.enforcement_api) that tests and benchmarks use.
 
 Every handler decodes the event, asks a pure object what to do and sends the op list it returns
 (:func:`send_ops`); no forwarding logic lives here.  Everything runs as green threads of the one eventlet
@@ -29,7 +28,6 @@ switch (re)connected and got its routing and enforcement state back).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -48,14 +46,14 @@ from controller import flowmods as fm  # noqa: E402
 from controller.api import Api  # noqa: E402
 from controller.api_server import ApiServer  # noqa: E402
 from controller.auth import DEFAULT_TOKEN_PATH, generate_token, write_token  # noqa: E402
-from controller.compat import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, ofp_event, set_ev_cls  # noqa: E402  # noqa: E402
+from controller.compat import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, ofp_event, set_ev_cls  # noqa: E402
 from controller.enforcement import Ack, Enforcer, FlowMatch  # noqa: E402
+from controller.enforcement_api import EnforcementEndpoints  # noqa: E402
 from controller.routing import Router  # noqa: E402
 from controller.service import SchedulingService  # noqa: E402
 from controller.store import DEFAULT_PATH as DEFAULT_STORE_PATH  # noqa: E402
 from controller.store import open_registry  # noqa: E402
 from controller.topology_spec import load_spec  # noqa: E402
-from echelonflow.errors import UserError  # noqa: E402
 from topologies import qos  # noqa: E402
 
 LOG = logging.getLogger("echelon.controller")
@@ -89,15 +87,13 @@ class EchelonApp(compat.BaseApp):
         self.token_file = os.environ.get("ECHELON_TOKEN_FILE", DEFAULT_TOKEN_PATH)
         write_token(self.token_file, token)
         self.api_server = ApiServer(
-            Api(self.service, token, status=self.switch_status),
+            Api(self.service, token, status=self.switch_status,
+                enforcement=EnforcementEndpoints(self.enforcer)),
             host=os.environ.get("ECHELON_API_HOST", "127.0.0.1"),
             port=int(os.environ.get("ECHELON_API_PORT", "8181")),
             socket_path=os.environ.get("ECHELON_API_SOCKET") or None,
         )
         self._closed = False
-        socket_path = os.environ.get("ECHELON_CONTROL_SOCKET")
-        if socket_path:
-            compat.hub.spawn(ControlChannel(self, socket_path).serve)
         LOG.info("echelon app up (%s): topology %s, %d switches", compat.FRAMEWORK, self.topology.name,
                  len(self.topology.switches))
 
@@ -272,74 +268,3 @@ class EchelonApp(compat.BaseApp):
         reply.serialize()
         self.send_ops(dpid, [fm.PacketOut(fm.OFPP_CONTROLLER, in_port, bytes(reply.data))])
 
-
-class ControlChannel:
-    """One JSON request per line on a Unix socket, one JSON reply per line (tests and benchmarks).
-
-    Requests: ``{"op": "ping"}``; ``{"op": "install", "flow_id", "match": {src_ip, dst_ip, src_port,
-    dst_port, ip_proto?}, "path"?: [...], "queue", "rate_bps"?}``; ``{"op": "update", "flow_id", "queue"?,
-    "rate_bps"?, "clear_rate"?}``; ``{"op": "remove", "flow_id"}``; ``{"op": "live"}``; and ``{"op":
-    "batch", "requests": [...]}`` which times all of them together.  Install/update/remove wait (up to
-    ``wait_s``, default 5) for the barrier acks and report ``latency_s`` from the call to the last ack.
-    Without ``path`` a flow takes ``Topology.path_for(src, dst, flow_id)``.
-    """
-
-    def __init__(self, app: EchelonApp, path: str) -> None:
-        self.app = app
-        self.path = path
-
-    def serve(self) -> None:
-        if os.path.exists(self.path):
-            os.unlink(self.path)
-        compat.hub.StreamServer((self.path, 0), self._handle).serve_forever()
-
-    def _handle(self, sock: Any, _addr: Any) -> None:
-        reader = sock.makefile("r")
-        try:
-            for line in reader:
-                try:
-                    reply = self.dispatch(json.loads(line))
-                except (UserError, ValueError, KeyError, TypeError) as exc:
-                    reply = {"ok": False, "error": str(exc)}
-                sock.sendall((json.dumps(reply) + "\n").encode())
-        finally:
-            reader.close()
-            sock.close()
-
-    def dispatch(self, request: dict[str, Any]) -> dict[str, Any]:
-        op = request.get("op")
-        if op == "ping":
-            expected = len(self.app.topology.switches)
-            return {"ok": True, "switches": len(self.app.datapaths), "expected": expected}
-        if op == "live":
-            return {"ok": True, "flows": {
-                fid: {"path": list(f.path), "queue": f.queue, "rate_bps": f.rate_bps, "meter_id": f.meter_id}
-                for fid, f in self.app.enforcer.live_flows().items()}}
-        requests = request.get("requests") if op == "batch" else [request]
-        if not isinstance(requests, list):
-            raise ValueError("a batch needs a list of requests")
-        start_s = time.monotonic()
-        acks = [self._apply(r) for r in requests]
-        wait_s = float(request.get("wait_s", 5.0))
-        ok = all(ack.wait(max(0.0, start_s + wait_s - time.monotonic())) and ack.ok for ack in acks)
-        done = [ack.done_s for ack in acks if ack.done_s is not None]
-        return {"ok": ok, "latency_s": (max(done) - start_s) if done and ok else None}
-
-    def _apply(self, request: dict[str, Any]) -> Ack:
-        enforcer, op = self.app.enforcer, request.get("op")
-        if op == "install":
-            match = FlowMatch(**request["match"])
-            path = request.get("path")
-            if path is None:
-                src, dst = (self.app.router.host_by_ip.get(ip) for ip in (match.src_ip, match.dst_ip))
-                path = self.app.topology.path_for(src, dst, request["flow_id"]) if src and dst else []
-            rate_bps = request.get("rate_bps")
-            return enforcer.install(request["flow_id"], match, path, request["queue"], rate_bps)
-        if op == "update":
-            return enforcer.update(
-                request["flow_id"], queue=request.get("queue"), rate_bps=request.get("rate_bps"),
-                clear_rate=bool(request.get("clear_rate")),
-            )
-        if op == "remove":
-            return enforcer.remove(request["flow_id"])
-        raise ValueError(f"unknown op {op!r}; use ping, live, install, update, remove or batch")

@@ -201,6 +201,63 @@ class EchelonClient:
                             auth=True)
 
 
+    # ------------------------------------------------------------------ enforcement primitives
+    # Low-level (tests, benchmarks): pin one 5-tuple to a path/class/meter, bypassing the scheduler.
+    def enforcement(self) -> dict[str, dict[str, Any]]:
+        """Every flow the switches hold enforcement for, by flow id (``GET /v1/enforcement``)."""
+        return {f["flow_id"]: f for f in self.request("GET", "/enforcement")["flows"]}
+
+    def enforce(self, request: Mapping[str, Any], wait_s: float | None = None) -> dict[str, Any]:
+        """Send one operation or batch as it is; with ``wait_s`` the answer's ``enforcement`` has
+        ``in_force`` and ``latency_s`` (call to last barrier ack)."""
+        return self.request("POST", "/enforcement" + _wait(wait_s), dict(request), auth=True)
+
+    def enforce_install(self, flow_id: str, match: Mapping[str, Any], queue: int,
+                        path: Sequence[str] | None = None, rate_bps: float | None = None,
+                        wait_s: float | None = None) -> dict[str, Any]:
+        return self.enforce(install_op(flow_id, match, queue, path, rate_bps), wait_s)
+
+    def enforce_update(self, flow_id: str, queue: int | None = None, rate_bps: float | None = None,
+                       clear_rate: bool = False, wait_s: float | None = None) -> dict[str, Any]:
+        return self.enforce(update_op(flow_id, queue, rate_bps, clear_rate), wait_s)
+
+    def enforce_remove(self, flow_id: str, wait_s: float | None = None) -> dict[str, Any]:
+        return self.enforce(remove_op(flow_id), wait_s)
+
+    def enforce_batch(self, requests: Sequence[Mapping[str, Any]],
+                      wait_s: float | None = None) -> dict[str, Any]:
+        """Several operations validated together (all or none applied), timed together."""
+        return self.enforce({"op": "batch", "requests": [dict(r) for r in requests]}, wait_s)
+
+
+def install_op(flow_id: str, match: Mapping[str, Any], queue: int, path: Sequence[str] | None = None,
+               rate_bps: float | None = None) -> dict[str, Any]:
+    """An install operation for :meth:`EchelonClient.enforce_batch` (``match``: src_ip, dst_ip, src_port,
+    dst_port, ip_proto?; no ``path``: the topology's pinned equal-cost path)."""
+    op: dict[str, Any] = {"op": "install", "flow_id": flow_id, "match": dict(match), "queue": queue}
+    if path is not None:
+        op["path"] = list(path)
+    if rate_bps is not None:
+        op["rate_bps"] = rate_bps
+    return op
+
+
+def update_op(flow_id: str, queue: int | None = None, rate_bps: float | None = None,
+              clear_rate: bool = False) -> dict[str, Any]:
+    op: dict[str, Any] = {"op": "update", "flow_id": flow_id}
+    if queue is not None:
+        op["queue"] = queue
+    if rate_bps is not None:
+        op["rate_bps"] = rate_bps
+    if clear_rate:
+        op["clear_rate"] = True
+    return op
+
+
+def remove_op(flow_id: str) -> dict[str, Any]:
+    return {"op": "remove", "flow_id": flow_id}
+
+
 def _wait(wait_s: float | None) -> str:
     return "" if wait_s is None else f"?{urlencode({'wait_s': wait_s})}"
 

@@ -47,7 +47,17 @@ IP_PROTO_UDP = 17
 
 
 class EnforcementError(UserError):
-    """A request the enforcer refuses (unknown flow, bad path, queue or rate); nothing was applied."""
+    """A request the enforcer refuses (unknown flow, bad path, queue or rate); nothing was applied.
+
+    ``field`` names the argument at fault (``flow_id``, ``match.src_ip``, ``path``, ``queue``, ``rate_bps``,
+    ``clear_rate``) so the HTTP API can report it; ``kind`` is ``invalid``, ``unknown`` (no such live
+    flow) or ``conflict`` (already enforced).
+    """
+
+    def __init__(self, message: str, field: str | None = None, kind: str = "invalid") -> None:
+        super().__init__(message)
+        self.field = field
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -175,14 +185,10 @@ class Enforcer:
         self, flow_id: str, match: FlowMatch, path: Sequence[str], queue: int, rate_bps: float | None = None
     ) -> Ack:
         """Put a new flow on ``path`` in class ``queue``, metered at ``rate_bps`` if given."""
-        if not isinstance(flow_id, str) or not flow_id:
-            raise EnforcementError(f"flow id must be a non-empty string, got {flow_id!r}")
+        node_path = self.validate_install(flow_id, match, path, queue, rate_bps)
         if flow_id in self._flows:
-            raise EnforcementError(f"flow {flow_id!r} is already enforced; update or remove it first")
-        self._check_match(flow_id, match)
-        node_path = self._check_path(flow_id, match, path)
-        self._check_queue(flow_id, queue)
-        self._check_rate(flow_id, rate_bps)
+            raise EnforcementError(f"flow {flow_id!r} is already enforced; update or remove it first",
+                                   "flow_id", "conflict")
         number = next(self._numbers)
         meter_id = self._free_meter_id() if rate_bps is not None else None
         flow = LiveFlow(flow_id, match, node_path, queue, rate_bps, meter_id, number)
@@ -197,11 +203,7 @@ class Enforcer:
     ) -> Ack:
         """Change the class and/or rate of a live flow (meter modified in place when it exists)."""
         old = self._live(flow_id)
-        if rate_bps is not None and clear_rate:
-            raise _refuse(flow_id, "give a new rate or clear_rate, not both")
-        if queue is not None:
-            self._check_queue(flow_id, queue)
-        self._check_rate(flow_id, rate_bps)
+        self.validate_update(flow_id, queue, rate_bps, clear_rate)
         new = old
         if queue is not None:
             new = replace(new, queue=queue)
@@ -226,6 +228,35 @@ class Enforcer:
             first_ops.extend([self._forward_rules(new)[0][1], fm.Barrier(), fm.MeterDelete(old.meter_id)])
         self._flows[flow_id] = new
         return self._dispatch(ops, order=self._send_order(new))
+
+    def validate_install(
+        self, flow_id: str, match: FlowMatch, path: Sequence[str], queue: int, rate_bps: float | None = None
+    ) -> tuple[str, ...]:
+        """Check an install's arguments without looking at (or changing) live state; returns the path.
+
+        Separate from :meth:`install` so a caller applying several operations (the API's batch) can
+        check all of them first and apply none when one is bad.
+        """
+        if not isinstance(flow_id, str) or not flow_id:
+            raise EnforcementError(f"flow id must be a non-empty string, got {flow_id!r}", "flow_id")
+        self._check_match(flow_id, match)
+        node_path = self._check_path(flow_id, match, path)
+        self._check_queue(flow_id, queue)
+        self._check_rate(flow_id, rate_bps)
+        return node_path
+
+    def validate_update(
+        self, flow_id: str, queue: int | None = None, rate_bps: float | None = None, clear_rate: bool = False,
+    ) -> None:
+        """Check an update's values (not whether ``flow_id`` is live); raises :class:`EnforcementError`."""
+        if rate_bps is not None and clear_rate:
+            raise _refuse(flow_id, "give a new rate or clear_rate, not both", "clear_rate")
+        if queue is not None:
+            self._check_queue(flow_id, queue)
+        self._check_rate(flow_id, rate_bps)
+
+    def is_live(self, flow_id: str) -> bool:
+        return flow_id in self._flows
 
     def remove(self, flow_id: str) -> Ack:
         """Delete the flow's rules everywhere (both directions) and then its meter."""
@@ -360,58 +391,62 @@ class Enforcer:
         try:
             return self._flows[flow_id]
         except (KeyError, TypeError):
-            raise EnforcementError(f"no enforced flow {flow_id!r}") from None
+            raise EnforcementError(f"no enforced flow {flow_id!r}", "flow_id", "unknown") from None
 
     def _check_match(self, flow_id: str, match: FlowMatch) -> None:
         if not isinstance(match, FlowMatch):
-            raise _refuse(flow_id, f"match must be a FlowMatch, got {match!r}")
+            raise _refuse(flow_id, f"match must be a FlowMatch, got {match!r}", "match")
         for name in ("src_ip", "dst_ip"):
             value = getattr(match, name)
             try:
                 ipaddress.IPv4Address(value)
             except (ValueError, TypeError):
-                raise _refuse(flow_id, f"{name} {value!r} is not an IPv4 address") from None
+                raise _refuse(flow_id, f"{name} {value!r} is not an IPv4 address", f"match.{name}") from None
             if value not in self._host_ips:
-                raise _refuse(flow_id, f"{name} {value} is not a host of {self.topology.name}")
+                raise _refuse(flow_id, f"{name} {value} is not a host of {self.topology.name}",
+                              f"match.{name}")
         for name in ("src_port", "dst_port"):
             value = getattr(match, name)
             if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 65536:
-                raise _refuse(flow_id, f"{name} must be a port 1..65535, got {value!r}")
+                raise _refuse(flow_id, f"{name} must be a port 1..65535, got {value!r}", f"match.{name}")
         if match.ip_proto not in (IP_PROTO_TCP, IP_PROTO_UDP):
-            raise _refuse(flow_id, f"ip_proto must be 6 (TCP) or 17 (UDP), got {match.ip_proto!r}")
+            raise _refuse(flow_id, f"ip_proto must be 6 (TCP) or 17 (UDP), got {match.ip_proto!r}",
+                          "match.ip_proto")
 
     def _check_path(self, flow_id: str, match: FlowMatch, path: Sequence[str]) -> tuple[str, ...]:
         node_path = tuple(path) if isinstance(path, (list, tuple)) else ()
         src, dst = self._host_ips[match.src_ip], self._host_ips[match.dst_ip]
         if len(node_path) < 3 or node_path[0] != src or node_path[-1] != dst:
             raise _refuse(
-                flow_id, f"path must run from {src} to {dst} through at least one switch, got {path!r}"
+                flow_id, f"path must run from {src} to {dst} through at least one switch, got {path!r}",
+                "path",
             )
         graph = self.topology.graph
         for a, b in zip(node_path, node_path[1:]):
             if not graph.has_edge(a, b):
-                raise _refuse(flow_id, f"path has no link {a}-{b} in {self.topology.name}")
+                raise _refuse(flow_id, f"path has no link {a}-{b} in {self.topology.name}", "path")
         for node in node_path[1:-1]:
             if graph.nodes[node]["kind"] != "switch":
-                raise _refuse(flow_id, f"path goes through host {node}")
+                raise _refuse(flow_id, f"path goes through host {node}", "path")
         if len(set(node_path)) != len(node_path):
-            raise _refuse(flow_id, f"path visits a node twice: {path!r}")
+            raise _refuse(flow_id, f"path visits a node twice: {path!r}", "path")
         return node_path
 
     def _check_queue(self, flow_id: str, queue: object) -> None:
         if not isinstance(queue, int) or isinstance(queue, bool) or not 0 <= queue < self.queues:
-            raise _refuse(flow_id, f"queue must be an integer 0..{self.queues - 1}, got {queue!r}")
+            raise _refuse(flow_id, f"queue must be an integer 0..{self.queues - 1}, got {queue!r}", "queue")
 
     def _check_rate(self, flow_id: str, rate_bps: object) -> None:
         if rate_bps is None:
             return
         ok = isinstance(rate_bps, (int, float)) and not isinstance(rate_bps, bool)
         if not ok or not math.isfinite(rate_bps) or rate_bps < 1000:  # type: ignore[arg-type]
-            raise _refuse(flow_id, f"rate_bps must be a number >= 1000 (1 kbit/s), got {rate_bps!r}")
+            raise _refuse(flow_id, f"rate_bps must be a number >= 1000 (1 kbit/s), got {rate_bps!r}",
+                          "rate_bps")
 
 
-def _refuse(flow_id: str, problem: str) -> EnforcementError:
-    return EnforcementError(f"flow {flow_id!r}: {problem}")
+def _refuse(flow_id: str, problem: str, field: str) -> EnforcementError:
+    return EnforcementError(f"flow {flow_id!r}: {problem}", field)
 
 
 def _is_forward_rule(op: fm.Op, flow: LiveFlow) -> bool:

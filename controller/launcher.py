@@ -1,8 +1,9 @@
 """Run the controller app as a child process that can be waited for, talked to and stopped by its pid.
 
 :class:`ControllerProcess` writes the topology spec, starts ``osken-manager`` (``ryu-manager`` where only
-Ryu is installed) on ``controller/app.py`` with the OpenFlow port asked for, records the pid, and waits
-until the port listens and the app answers on its control socket and its HTTP API.
+Ryu is installed; ``manager=`` picks another, e.g. a Python 3.9 venv's ``ryu-manager``) on
+``controller/app.py`` with the OpenFlow port asked for, records the pid, and waits until the port listens
+and the app answers on its HTTP API, the app's one control surface (:meth:`ControllerProcess.client`).
 
 Every instance gets its own registry store, token file, API port and API Unix socket (under its working
 directory unless given), so parallel tests and emulation runs never collide; they are exposed as
@@ -18,7 +19,6 @@ Imports no os-ken/Ryu/Mininet: the framework is picked by looking for the packag
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import signal
@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from collections.abc import Sequence
 
 from controller.client import ApiClientError, EchelonClient
 from controller.topology_spec import ENV_VAR, write_spec
@@ -42,14 +42,33 @@ class ControllerError(UserError):
     """The controller could not be started or did not become ready; the message says why."""
 
 
-def manager_command() -> list[str]:
-    """The manager executable: ``osken-manager`` when os-ken is installed, else ``ryu-manager``."""
-    name = "osken-manager" if importlib.util.find_spec("os_ken") else "ryu-manager"
-    beside = os.path.join(os.path.dirname(sys.executable), name)
-    found = beside if os.access(beside, os.X_OK) else shutil.which(name)
+def default_manager_name() -> str:
+    """``compat.MANAGER`` without importing os-ken/Ryu: ``osken-manager`` if os-ken is installed, else
+    ``ryu-manager`` (the same preference as controller.compat's import fallback)."""
+    return "osken-manager" if importlib.util.find_spec("os_ken") else "ryu-manager"
+
+
+def manager_command(manager: str | Sequence[str] | None = None) -> list[str]:
+    """The manager command line: ``manager`` (a path/name or an argv list) or the default manager found
+    next to the running Python (its venv's bin) or else on PATH."""
+    if manager is None:
+        name = default_manager_name()
+        beside = os.path.join(os.path.dirname(sys.executable), name)
+        found = beside if os.access(beside, os.X_OK) else shutil.which(name)
+        if not found:
+            raise ControllerError(f"{name} not found next to {sys.executable} or on PATH; run bootstrap.sh")
+        return [found]
+    argv = [manager] if isinstance(manager, str) else [str(part) for part in manager]
+    if not argv or not argv[0]:
+        raise ControllerError(f"manager must be a command (a path or an argument list), got {manager!r}")
+    exe = argv[0]
+    if os.sep in exe:
+        found = exe if os.path.isfile(exe) and os.access(exe, os.X_OK) else None
+    else:
+        found = shutil.which(exe)
     if not found:
-        raise ControllerError(f"{name} not found next to {sys.executable} or on PATH; run bootstrap.sh")
-    return [found]
+        raise ControllerError(f"controller manager {exe!r} is not an executable file or on PATH")
+    return [found] + argv[1:]
 
 
 def tcp_port_listening(port: int) -> bool:
@@ -89,7 +108,8 @@ class ControllerProcess:
 
     ``api_port`` 0 (default) picks a free port at start; ``store_path``, ``token_file`` and
     ``api_socket_path`` default to files in the working directory.  ``interval_s`` is the scheduling
-    service's reschedule interval, ``stats_interval_s`` its switch-counter poll (0 = off).
+    service's reschedule interval, ``stats_interval_s`` its switch-counter poll (0 = off).  ``manager``
+    is the command to run the app with (default: ``compat.MANAGER`` next to the running Python).
     """
 
     def __init__(
@@ -107,6 +127,7 @@ class ControllerProcess:
         api_socket_path: str | None = None,
         interval_s: float = 0.5,
         stats_interval_s: float = 1.0,
+        manager: str | Sequence[str] | None = None,
     ) -> None:
         _check_port("OpenFlow", ofp_port)
         _check_port("API", api_port, allow_zero=True)
@@ -126,6 +147,7 @@ class ControllerProcess:
         self._api_socket_path = api_socket_path
         self.interval_s = interval_s
         self.stats_interval_s = stats_interval_s
+        self.manager = manager
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_text = ""
 
@@ -133,10 +155,6 @@ class ControllerProcess:
     @property
     def spec_path(self) -> str:
         return os.path.join(str(self.workdir), "topology.json")
-
-    @property
-    def socket_path(self) -> str:
-        return os.path.join(str(self.workdir), "control.sock")
 
     @property
     def log_path(self) -> str:
@@ -181,6 +199,7 @@ class ControllerProcess:
     def start(self, timeout_s: float = 20.0) -> ControllerProcess:
         if self.proc is not None:
             raise ControllerError("controller already started")
+        command = manager_command(self.manager)
         if tcp_port_listening(self.ofp_port):
             raise ControllerError(f"TCP port {self.ofp_port} is already in use (another controller running?)")
         if self.workdir is None:
@@ -198,7 +217,6 @@ class ControllerProcess:
         env.update({
             ENV_VAR: self.spec_path,
             "ECHELON_QUEUES": str(self.queues),
-            "ECHELON_CONTROL_SOCKET": self.socket_path,
             "ECHELON_ROUTE_IDLE_S": str(self.route_idle_s),
             "ECHELON_STORE": self.store_path,
             "ECHELON_TOKEN_FILE": self.token_file,
@@ -210,7 +228,7 @@ class ControllerProcess:
             "PYTHONWARNINGS": "ignore::DeprecationWarning",
         })
         env.update(self.extra_env)
-        cmd = manager_command() + ["--ofp-tcp-listen-port", str(self.ofp_port), APP_PATH]
+        cmd = command + ["--ofp-tcp-listen-port", str(self.ofp_port), APP_PATH]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -223,18 +241,16 @@ class ControllerProcess:
         return self
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Until the OpenFlow port listens and the app answers a ping and the API health (or died)."""
+        """Until the OpenFlow port listens and the API answers ``GET /v1/health`` (or the process died)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise ControllerError(f"controller exited with status {self.proc.returncode}: {self._tail()}")
-            if tcp_port_listening(self.ofp_port) and os.path.exists(self.socket_path) \
-                    and os.path.exists(self.api_socket_path):
+            if tcp_port_listening(self.ofp_port) and os.path.exists(self.api_socket_path):
                 try:
-                    if self.request({"op": "ping"}, timeout_s=1.0).get("ok"):
-                        with self.client(timeout_s=1.0) as client:
-                            client.health()
-                        return
+                    with self.client(timeout_s=1.0) as client:
+                        client.health()
+                    return
                 except (OSError, ApiClientError):
                     pass
             time.sleep(0.1)
@@ -244,12 +260,15 @@ class ControllerProcess:
         """Seconds until ``count`` (default: all of the topology's) switches are connected."""
         want = len(self.topology.switches) if count is None else count
         start = time.monotonic()
-        while time.monotonic() - start < timeout_s:
-            if self.request({"op": "ping"})["switches"] >= want:
-                return time.monotonic() - start
-            time.sleep(0.1)
-        raise ControllerError(f"only {self.request({'op': 'ping'})['switches']} of {want} switches connected "
-                              f"after {timeout_s:.0f} s")
+        with self.client(timeout_s=10.0) as client:
+            while True:
+                connected = int(client.health()["switches"]["connected"])
+                if connected >= want:
+                    return time.monotonic() - start
+                if time.monotonic() - start >= timeout_s:
+                    raise ControllerError(f"only {connected} of {want} switches connected after "
+                                          f"{timeout_s:.0f} s")
+                time.sleep(0.1)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """SIGTERM the recorded pid, SIGKILL after ``timeout_s``; keep the log text; remove our files.
@@ -271,7 +290,7 @@ class ControllerProcess:
         if self.workdir is None:
             return
         # the spec, sockets and token are this run's; the store is kept (a restart on it resumes)
-        ours = [self.spec_path, self.socket_path, self.api_socket_path, self.token_file]
+        ours = [self.spec_path, self.api_socket_path, self.token_file]
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
@@ -285,21 +304,7 @@ class ControllerProcess:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # ----------------------------------------------------------------------- talking to it
-    def request(self, message: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
-        """One request on the app's control socket (see ``controller.app.ControlChannel``)."""
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout_s)
-            sock.connect(self.socket_path)
-            sock.sendall((json.dumps(message) + "\n").encode())
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    raise ConnectionError("controller closed the control socket without a reply")
-                data += chunk
-        return json.loads(data)
-
+    # ----------------------------------------------------------------------- its log
     def current_log(self) -> str:
         if self.proc is not None and self.workdir and os.path.exists(self.log_path):
             with open(self.log_path, encoding="utf-8", errors="replace") as handle:

@@ -34,13 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     subparsers.required = True
     for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                continue  # that part is not built yet
-            raise
-        module.register(subparsers)
+        importlib.import_module(module_name).register(subparsers)
     return parser
 
 

@@ -55,12 +55,24 @@ def _host_ip(topo, host):
 
 
 def _install(env, flow_id, src, dst, cport, sport, queue, rate_bps=None, path=None):
+    """Install through the API's enforcement primitive and wait until every switch acked it."""
     match = {"src_ip": _host_ip(env.topo, src), "dst_ip": _host_ip(env.topo, dst), "src_port": cport,
              "dst_port": sport}
-    reply = env.ctl.request({"op": "install", "flow_id": flow_id, "match": match, "path": path,
-                             "queue": queue, "rate_bps": rate_bps})
-    assert reply["ok"], reply
+    with env.ctl.client() as api:
+        reply = api.enforce_install(flow_id, match, queue, path=path, rate_bps=rate_bps, wait_s=5)
+    assert reply["enforcement"]["in_force"], reply
     return reply
+
+
+def _remove(env, flow_id):
+    with env.ctl.client() as api:
+        reply = api.enforce_remove(flow_id, wait_s=5)
+    assert reply["enforcement"]["in_force"], reply
+
+
+def _live(env):
+    with env.ctl.client() as api:
+        return api.enforcement()
 
 
 def _iperf(env, flows, seconds=5.0):
@@ -133,7 +145,7 @@ def test_metered_tcp_reaches_its_meter_rate(env, rate_mbps):
     try:
         (rate,) = _iperf(env, [("h1", "h16", 42000 + rate_mbps, 5402)], seconds=5)
     finally:
-        assert env.ctl.request({"op": "remove", "flow_id": flow_id})["ok"]
+        _remove(env, flow_id)
     print(f"metered TCP: {rate / 1e6:.2f} Mbit/s of {rate_mbps} ({rate / (rate_mbps * 1e6):.1%})")
     assert_within(rate, rate_mbps * 1e6, 0.90, 1.05, f"TCP through a {rate_mbps} Mbit/s meter")
 
@@ -148,7 +160,7 @@ def _two_flows(env, queues):
         return _iperf(env, flows, seconds=5)
     finally:
         for i in range(2):
-            assert env.ctl.request({"op": "remove", "flow_id": f"prio{i}"})["ok"]
+            _remove(env, f"prio{i}")
 
 
 def test_higher_class_takes_the_link(env):
@@ -165,16 +177,18 @@ def test_equal_classes_share_the_link(env):
 
 def test_removed_flow_leaves_no_rules_or_meter(env):
     _install(env, "gone", "h1", "h16", 44001, 5405, queue=2, rate_bps=8e6)
-    path = env.ctl.request({"op": "live"})["flows"]["gone"]["path"]
+    live = _live(env)["gone"]
+    path, meter = live["path"], live["meter_id"]
+    assert live["owner"] == "primitive" and live["rate_bps"] == 8e6
+    assert path == list(env.topo.path_for("h1", "h16", "gone"))  # no path given: the pinned one
     switches = path[1:-1]
-    meter = env.ctl.request({"op": "live"})["flows"]["gone"]["meter_id"]
     assert f"meter={meter} " in _dump(switches[0], "dump-meters")
     assert all("tp_src=44001" in _dump(s) or "tcp_src=44001" in _dump(s) for s in switches)
-    assert env.ctl.request({"op": "remove", "flow_id": "gone"})["ok"]
+    _remove(env, "gone")
     for switch in switches:
         assert "44001" not in _dump(switch), f"rules left on {switch}"
     assert f"meter={meter} " not in _dump(switches[0], "dump-meters")
-    assert env.ctl.request({"op": "live"})["flows"] == {}
+    assert _live(env) == {}
 
 
 def test_controller_restart_routing_back_within_10s(env):

@@ -385,28 +385,235 @@ def test_spec_round_trip_and_errors(tmp_path):
         topology_from_spec({"kind": "fattree"})
 
 
-def test_launcher_runs_real_manager_and_control_socket():
-    from controller.launcher import ControllerError, ControllerProcess, tcp_port_listening
+def test_launcher_runs_real_manager_and_enforcement_api(tmp_path):
+    """The real manager (os-ken here, ryu-manager 4.34 under tests/test_py39.py) serves the enforcement
+    primitives on its one HTTP API; with no switch connected an install resolves as unreachable."""
+    import os
 
+    from controller import compat
+    from controller.client import ApiClientError, EchelonClient, install_op, remove_op
+    from controller.launcher import (
+        ControllerError,
+        ControllerProcess,
+        default_manager_name,
+        tcp_port_listening,
+    )
+
+    assert default_manager_name() == compat.MANAGER
     with pytest.raises(ControllerError, match="port must be"):
         ControllerProcess(TOPO, ofp_port=70000)
-    ctl = ControllerProcess(TOPO, ofp_port=_free_port())
+    with pytest.raises(ControllerError, match="'/nonexistent/osken-manager' is not an executable"):
+        ControllerProcess(TOPO, ofp_port=_free_port(), manager="/nonexistent/osken-manager").start()
+    manager = os.path.join(os.path.dirname(sys.executable), compat.MANAGER)
+    ctl = ControllerProcess(TOPO, ofp_port=_free_port(), manager=[manager])
     try:
         ctl.start()
         assert tcp_port_listening(ctl.ofp_port)
-        assert ctl.request({"op": "ping"}) == {"ok": True, "switches": 0, "expected": 20}
-        bad = ctl.request({"op": "install", "flow_id": "x", "queue": 7, "match": {
-            "src_ip": ip("h1"), "dst_ip": ip("h2"), "src_port": 1, "dst_port": 2}})
-        assert bad == {"ok": False, "error": "flow 'x': queue must be an integer 0..3, got 7"}
-        assert ctl.request({"op": "frob"})["error"].startswith("unknown op 'frob'")
+        assert not os.path.exists(os.path.join(ctl.workdir, "control.sock"))  # one API, no side channel
+        with ctl.client() as api:
+            assert api.health()["switches"] == {"connected": 0, "expected": 20}
+            assert api.enforcement() == {}
+            match = {"src_ip": ip("h1"), "dst_ip": ip("h2"), "src_port": 1, "dst_port": 2}
+            with pytest.raises(ApiClientError) as bad:
+                api.enforce_install("x", match, queue=7)
+            assert (bad.value.status, bad.value.field) == (400, "queue")
+            assert bad.value.problem == "flow 'x': queue must be an integer 0..3, got 7"
+            with pytest.raises(ApiClientError) as bad:
+                api.enforce({"op": "frob"})
+            assert (bad.value.status, bad.value.field) == (400, "op")
+            assert bad.value.problem.startswith("unknown op 'frob'")
+            with pytest.raises(ApiClientError) as bad:
+                EchelonClient(socket_path=ctl.api_socket_path, token="wrong").enforce_remove("x")
+            assert (bad.value.status, bad.value.field) == (401, "Authorization")
+            reply = api.enforce_install("x", match, queue=1, rate_bps=2e6, wait_s=2)
+            path = list(TOPO.path_for("h1", "h2", "x"))
+            assert reply["applied"] == [{"op": "install", "flow_id": "x"}]
+            ack = reply["enforcement"]
+            assert ack["in_force"] is False and ack["latency_s"] is None  # no switch connected
+            assert (ack["operations"], ack["pending"], ack["unreachable"]) == (1, 0, 1)
+            live = api.enforcement()["x"]
+            assert (live["path"], live["queue"], live["rate_bps"], live["meter_id"]) == (path, 1, 2e6, 1)
+            with pytest.raises(ApiClientError) as bad:  # a good op, then a bad one: neither applied
+                api.enforce_batch([remove_op("x"), install_op("y", match, 9)], wait_s=1)
+            assert (bad.value.status, bad.value.field) == (400, "requests[1].queue")
+            assert list(api.enforcement()) == ["x"]
+            assert api.enforce_update("x", clear_rate=True)["applied"] == [{"op": "update", "flow_id": "x"}]
+            assert api.enforcement()["x"]["meter_id"] is None
+            api.enforce_remove("x")
+            assert api.enforcement() == {}
+        with pytest.raises(ControllerError, match="only 0 of 1 switches connected"):
+            ctl.wait_switches(count=1, timeout_s=0.3)
         with pytest.raises(ControllerError, match="already in use"):
             ControllerProcess(TOPO, ofp_port=ctl.ofp_port).start()
     finally:
         ctl.stop()
     assert not tcp_port_listening(ctl.ofp_port) and ctl.log_problems() == []
-    from controller import compat
-
     assert f"echelon app up ({compat.FRAMEWORK})" in ctl.log_text
+
+
+# ----------------------------------------------------------------------------- enforcement API (in-process)
+TOKEN = "unit-token"
+
+
+class AckingSwitches:
+    """A send function standing in for connected switches: records ops and answers every barrier."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, list[fm.Op]]] = []
+
+    def __call__(self, dpid: int, ops: list[fm.Op]) -> None:
+        self.sent.append((dpid, list(ops)))
+        for op in ops:
+            if isinstance(op, fm.Barrier) and op.ticket is not None:
+                op.ticket.switch_done(dpid)
+
+
+def make_api(with_enforcer: bool = True):
+    from controller.api import Api
+    from controller.enforcement_api import EnforcementEndpoints
+    from controller.registry import Registry
+    from controller.service import SchedulingService
+
+    switches = AckingSwitches()
+    enforcer = Enforcer(TOPO, switches, queues=4)
+    endpoints = EnforcementEndpoints(enforcer) if with_enforcer else None
+    api = Api(SchedulingService(Registry(TOPO), None), TOKEN, enforcement=endpoints)
+    return SimpleNamespace(api=api, enforcer=enforcer, switches=switches)
+
+
+def call(api, method: str, path: str, body=None, token: str | None = TOKEN):
+    """One request through the API's WSGI entry: (status, decoded JSON)."""
+    import io
+
+    raw = b"" if body is None else json.dumps(body).encode()
+    route, _, query = path.partition("?")
+    environ = {"REQUEST_METHOD": method, "PATH_INFO": route, "QUERY_STRING": query,
+               "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(raw)),
+               "wsgi.input": io.BytesIO(raw)}
+    if token is not None:
+        environ["HTTP_AUTHORIZATION"] = f"Bearer {token}"
+    seen = {}
+    out = api(environ, lambda status, headers: seen.update(status=status))
+    return int(seen["status"].split()[0]), json.loads(b"".join(out))
+
+
+def _m(**over):
+    return {"src_ip": ip("h1"), "dst_ip": ip("h5"), "src_port": 40001, "dst_port": 5201, **over}
+
+
+def _inst(**over):
+    return {"op": "install", "flow_id": "new", "match": _m(), "queue": 1, **over}
+
+
+@pytest.mark.parametrize(
+    "body, query, status, field",
+    [
+        ([], "", 400, "body"),
+        ({}, "", 400, "op"),
+        ({"op": "frob", "flow_id": "a"}, "", 400, "op"),
+        ({"op": "install", "flow_id": "new", "match": _m()}, "", 400, "queue"),
+        (_inst(colour="red"), "", 400, "colour"),
+        (_inst(flow_id=5), "", 400, "flow_id"),
+        (_inst(flow_id=""), "", 400, "flow_id"),
+        (_inst(flow_id="job/f"), "", 400, "flow_id"),
+        (_inst(match="h1->h5"), "", 400, "match"),
+        (_inst(match={"src_ip": ip("h1"), "dst_ip": ip("h5"), "src_port": 1}), "", 400, "match.dst_port"),
+        (_inst(match=_m(vlan=3)), "", 400, "match.vlan"),
+        (_inst(match=_m(src_ip=5)), "", 400, "match.src_ip"),
+        (_inst(match=_m(src_ip="bogus")), "", 400, "match.src_ip"),
+        (_inst(match=_m(dst_ip="10.9.9.9")), "", 400, "match.dst_ip"),
+        (_inst(match=_m(src_port=True)), "", 400, "match.src_port"),
+        (_inst(match=_m(src_port=0)), "", 400, "match.src_port"),
+        (_inst(match=_m(dst_port=70000)), "", 400, "match.dst_port"),
+        (_inst(match=_m(ip_proto=1)), "", 400, "match.ip_proto"),
+        (_inst(path="h1"), "", 400, "path"),
+        (_inst(path=["h1", "e1", "a1", "c3", "a4", "e3", "h5"]), "", 400, "path"),
+        (_inst(path=["h2", "e1", "h1"]), "", 400, "path"),
+        (_inst(queue=4), "", 400, "queue"),
+        (_inst(queue="1"), "", 400, "queue"),
+        (_inst(rate_bps=10), "", 400, "rate_bps"),
+        (_inst(rate_bps="fast"), "", 400, "rate_bps"),
+        (_inst(flow_id="live"), "", 409, "flow_id"),
+        ({"op": "update", "flow_id": "nope", "queue": 1}, "", 404, "flow_id"),
+        ({"op": "update", "flow_id": "live"}, "", 400, "op"),
+        ({"op": "update", "flow_id": "live", "rate_bps": 1e6, "clear_rate": True}, "", 400, "clear_rate"),
+        ({"op": "update", "flow_id": "live", "clear_rate": "yes"}, "", 400, "clear_rate"),
+        ({"op": "update", "flow_id": "live", "queue": -1}, "", 400, "queue"),
+        ({"op": "remove", "flow_id": "nope"}, "", 404, "flow_id"),
+        ({"op": "remove", "flow_id": "live", "queue": 1}, "", 400, "queue"),
+        ({"op": "batch", "requests": []}, "", 400, "requests"),
+        ({"op": "batch", "requests": "all"}, "", 400, "requests"),
+        ({"op": "batch"}, "", 400, "requests"),
+        ({"op": "batch", "requests": [_inst()], "wait_s": 5}, "", 400, "wait_s"),
+        ({"op": "batch", "requests": [_inst(), _inst(flow_id="b", queue=9)]}, "", 400, "requests[1].queue"),
+        ({"op": "batch", "requests": [_inst(), _inst()]}, "", 409, "requests[1].flow_id"),
+        ({"op": "batch", "requests": [{"op": "remove", "flow_id": "live"},
+                                      {"op": "update", "flow_id": "live", "queue": 2}]}, "", 404,
+         "requests[1].flow_id"),
+        ({"op": "batch", "requests": [_inst(), {"op": "batch", "requests": []}]}, "", 400, "requests[1].op"),
+        ({"op": "batch", "requests": [_inst(), 7]}, "", 400, "requests[1]"),
+        (_inst(), "?wait_s=0", 400, "wait_s"),
+        (_inst(), "?wait_s=61", 400, "wait_s"),
+        (_inst(), "?frob=1", 400, "frob"),
+    ],
+)
+def test_bad_enforcement_request_names_the_field_and_applies_nothing(body, query, status, field):
+    served = make_api()
+    served.enforcer.install("live", MATCH.reversed(), tuple(reversed(PATH)), queue=2, rate_bps=3e6)
+    before, sent = served.enforcer.live_flows(), len(served.switches.sent)
+    got_status, answer = call(served.api, "POST", "/v1/enforcement" + query, body)
+    assert (got_status, answer["error"]["field"]) == (status, field), answer
+    assert answer["error"]["problem"]
+    assert served.enforcer.live_flows() == before and len(served.switches.sent) == sent
+
+
+def test_enforcement_needs_the_token_and_a_fabric():
+    served = make_api()
+    assert call(served.api, "POST", "/v1/enforcement", _inst(), token=None)[0] == 401
+    assert call(served.api, "POST", "/v1/enforcement", _inst(), token="wrong")[0] == 401
+    assert call(served.api, "GET", "/v1/enforcement?x=1")[1]["error"]["field"] == "x"
+    assert call(served.api, "DELETE", "/v1/enforcement")[0] == 405
+    assert served.enforcer.live_flows() == {}
+    standalone = make_api(with_enforcer=False)
+    for method, body in (("GET", None), ("POST", _inst())):
+        status, answer = call(standalone.api, method, "/v1/enforcement", body)
+        assert (status, answer["error"]["field"]) == (503, "enforcement")
+
+
+def test_enforcement_batch_applies_in_order_and_times_the_barriers():
+    served = make_api()
+    batch = {"op": "batch", "requests": [
+        _inst(flow_id="a", rate_bps=5e6),
+        _inst(flow_id="b", match=_m(src_port=40002), path=list(PATH), queue=3),
+        {"op": "update", "flow_id": "a", "queue": 2, "rate_bps": 6e6},
+        {"op": "remove", "flow_id": "b"},
+        _inst(flow_id="b", match=_m(src_port=40003), queue=1, path=list(PATH)),
+    ]}
+    status, answer = call(served.api, "POST", "/v1/enforcement?wait_s=5", batch)
+    assert status == 200, answer
+    assert [a["op"] for a in answer["applied"]] == ["install", "install", "update", "remove", "install"]
+    ack = answer["enforcement"]
+    assert ack["in_force"] and (ack["operations"], ack["pending"], ack["unreachable"]) == (5, 0, 0)
+    assert 0 <= ack["latency_s"] < 1
+    status, live = call(served.api, "GET", "/v1/enforcement", token=None)  # reads are open
+    flows = {f["flow_id"]: f for f in live["flows"]}
+    assert sorted(flows) == ["a", "b"]
+    assert flows["a"]["path"] == list(TOPO.path_for("h1", "h5", "a"))  # no path given: the pinned one
+    assert (flows["a"]["queue"], flows["a"]["rate_bps"], flows["a"]["meter_id"]) == (2, 6e6, 1)
+    assert flows["b"]["match"] == _m(src_port=40003, ip_proto=6) and flows["b"]["owner"] == "primitive"
+    assert served.enforcer.live_flows()["b"].match.src_port == 40003
+    status, answer = call(served.api, "POST", "/v1/enforcement", {"op": "remove", "flow_id": "a"})
+    assert status == 200 and "enforcement" not in answer  # no wait asked for
+
+
+def test_service_flows_are_listed_but_not_touchable():
+    served = make_api()
+    served.enforcer.install("job/f1", MATCH, PATH, queue=1)
+    (view,) = call(served.api, "GET", "/v1/enforcement")[1]["flows"]
+    assert (view["flow_id"], view["owner"]) == ("job/f1", "service")
+    status, answer = call(served.api, "POST", "/v1/enforcement", {"op": "remove", "flow_id": "job/f1"})
+    assert (status, answer["error"]["field"]) == (400, "flow_id")
+    assert list(served.enforcer.live_flows()) == ["job/f1"]
 
 
 def _free_port() -> int:
