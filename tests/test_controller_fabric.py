@@ -191,6 +191,29 @@ def test_removed_flow_leaves_no_rules_or_meter(env):
     assert _live(env) == {}
 
 
+def test_switch_reconnect_gets_its_rules_and_meter_back(env):
+    """A switch that loses its controller connection and comes back is re-sent what it needs."""
+    _install(env, "back", "h1", "h16", 44002, 5406, queue=1, rate_bps=6e6)
+    first = _live(env)["back"]["path"][1]
+    meter = _live(env)["back"]["meter_id"]
+    target = f"tcp:127.0.0.1:{env.port}"
+    try:
+        subprocess.run(["ovs-vsctl", "del-controller", first], check=True)
+        # The app clears a (re)connecting switch's table, so rules seen afterwards were re-sent to it.
+        subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", first], check=True)
+        subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "del-meters", first], check=True)
+        assert "44002" not in _dump(first)
+    finally:
+        subprocess.run(["ovs-vsctl", "set-controller", first, target], check=True)
+    deadline = time.monotonic() + 10
+    while "tp_src=44002" not in _dump(first) and "tcp_src=44002" not in _dump(first):
+        assert time.monotonic() < deadline, f"{first} did not get the enforced flow back after reconnecting"
+        time.sleep(0.2)
+    assert f"meter={meter} " in _dump(first, "dump-meters")
+    assert ping_loss(env.fabric, "h1", "h16", count=2) == 0  # its routes came back too
+    _remove(env, "back")
+
+
 def test_controller_restart_routing_back_within_10s(env):
     env.ctl.stop()
     assert env.ctl.log_problems() == []
