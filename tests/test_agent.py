@@ -24,7 +24,7 @@ from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.workloads import generate
 from traffic.agent import Agent
 from traffic.emulate import REPO_ROOT, EmulationError, assemble_run, local_popen, run_agents
-from traffic.runspec import RunSpec, SpecError, job_from_dict, job_to_dict, parse_runspec
+from traffic.runspec import RunSpec, SpecError, jobs_from_json, jobs_to_json, parse_runspec
 from traffic.transfer import FlowHeader, FlowReceiver, TransferError, send_flow
 
 _PORTS = itertools.count(47100)
@@ -50,13 +50,12 @@ def run(jobs, tmp_path, **kwargs):
 
 
 def mixed_jobs():
-    """Two jobs on three hosts: concurrent flows, odd sizes, zero-byte flow, cross-host notifications."""
+    """Two jobs on three hosts: concurrent flows, odd sizes, a one-byte flow, cross-host notifications."""
     a = Job("a")
     a.add(ComputeTask("c1", "h1", 0.2))
     a.add(FlowTask("f1", "h1", "h2", 1_000_003, ("c1",), "e1"))
     a.add(FlowTask("f2", "h1", "h3", 2_500_000, ("c1",), "e1"))  # in flight together with f1
-    a.add(FlowTask("f0", "h1", "h2", 0, ("c1",)))
-    a.add(ComputeTask("c2", "h2", 0.1, ("f1", "f0")))
+    a.add(ComputeTask("c2", "h2", 0.1, ("f1",)))
     a.add(ComputeTask("c3", "h3", 0.15, ("f1", "f2")))  # depends on a flow it neither sends nor receives
     a.add(FlowTask("f3", "h3", "h1", 1, ("c3", "c2")))
     a.add(ComputeTask("c4", "h1", 0.05, ("f3",)))
@@ -236,7 +235,7 @@ def test_receiver_refuses_a_flow_that_is_not_expected():
 # ------------------------------------------------------------------------------------------ bad specs
 def good_spec_dict(tmp_path):
     job = slow_job()
-    return {"host": "h1", "hosts_ip": loopback(["h1", "h2"]), "jobs": [job_to_dict(job)],
+    return {"host": "h1", "hosts_ip": loopback(["h1", "h2"]), "jobs": jobs_to_json([job]),
             "t0_s": time.time(), "data_port": 47000, "control_dir": str(tmp_path),
             "output_path": str(tmp_path / "out.json")}
 
@@ -249,13 +248,15 @@ def good_spec_dict(tmp_path):
         (lambda d: d.update(data_port=70000), "'data_port' must be a TCP port"),
         (lambda d: d.update(t0_s="soon"), "'t0_s' must be an epoch time"),
         (lambda d: d.update(control_dir="/nonexistent/dir"), "is not a directory"),
-        (lambda d: d["hosts_ip"].pop("h2"), "uses host 'h2' that has no address"),
-        (lambda d: d["jobs"][0]["tasks"][1].update(deps=["nope"]), "depends on unknown task 'nope'"),
+        (lambda d: d["hosts_ip"].pop("h2"), "unknown host 'h2'"),
+        (lambda d: d["jobs"][0]["tasks"][1].update(deps=["nope"]), "unknown dependency 'nope'"),
         (lambda d: d["jobs"][0]["tasks"][0].update(deps=["long"]), "dependency cycle"),
-        (lambda d: d["jobs"][0]["tasks"][1].update(size_bytes=-1), "'size_bytes' must be an integer >= 0"),
-        (lambda d: d["jobs"][0]["tasks"][0].update(type="gpu"), "'type' must be 'compute' or 'flow'"),
+        (lambda d: d["jobs"][0]["tasks"][1].update(size_bytes=-1), "'size_bytes' must not be negative"),
+        (lambda d: d["jobs"][0]["tasks"][0].update(type="gpu"), "unknown task type 'gpu'"),
         (lambda d: d.update(run_timeout_s=0), "'run_timeout_s' must be a positive number"),
-        (lambda d: d["jobs"].append(d["jobs"][0]), "job ids must be unique"),
+        (lambda d: d["jobs"].append(d["jobs"][0]), "duplicate job id"),
+        (lambda d: d.update(jobs=[]), "'jobs' must be a non-empty list"),
+        (lambda d: d["jobs"][0].update(format="v0"), "unknown field 'format'"),
     ],
 )
 def test_bad_spec_is_rejected_with_the_field_named(tmp_path, mutate, message):
@@ -272,7 +273,7 @@ def test_agent_process_with_bad_spec_exits_2_with_one_line(tmp_path):
     path.write_text(json.dumps(data))
     garbage = tmp_path / "garbage.json"
     garbage.write_text("{not json")
-    for spec_path, needle in ((path, "unknown task 'nope'"), (garbage, "not valid JSON"),
+    for spec_path, needle in ((path, "unknown dependency 'nope'"), (garbage, "not valid JSON"),
                               (tmp_path / "missing.json", "cannot read run-spec")):
         proc = subprocess.run([sys.executable, "-m", "traffic.agent", str(spec_path)], cwd=REPO_ROOT,
                               capture_output=True, text=True, timeout=30)
@@ -285,8 +286,10 @@ def test_job_serialisation_round_trips():
     gpipe = generate("gpipe", "g", ["h1", "h2", "h3"],
                      {"micro_batches": 3, "activation_bytes": 1000, "forward_s": 0.1, "backward_s": 0.2})
     for job in [*mixed_jobs(), gpipe]:
-        back = job_from_dict(json.loads(json.dumps(job_to_dict(job))), "test")
+        (back,) = jobs_from_json(json.loads(json.dumps(jobs_to_json([job]))), "test", sorted(job.hosts))
         assert list(back.tasks) == list(job.tasks)
+        assert back.echelon_kinds == job.echelon_kinds
+        assert back.explicit_offsets_s == job.explicit_offsets_s
         for tid, task in job.tasks.items():
             copy = back.tasks[tid]
             assert type(copy) is type(task) and copy.deps == task.deps
@@ -354,6 +357,16 @@ def test_agents_declare_start_and_finish_every_flow_in_the_registry(tmp_path, re
     run(jobs, work2, registry=RegistrySettings(sock_path, token, 0.05, "r2-"))
     assert {j["job_id"] for j in client.jobs()} >= {"r1-a", "r1-b", "r2-a", "r2-b"}
     client.close()
+
+
+def test_a_job_the_trace_format_cannot_carry_fails_before_any_agent_starts(tmp_path):
+    """Run-specs carry jobs in the trace format, which has no zero-byte flows: refuse up front."""
+    job = Job("z")
+    job.add(ComputeTask("c", "h1", 0.01))
+    job.add(FlowTask("f", "h1", "h2", 0, ("c",)))
+    with pytest.raises(EmulationError, match="'size_bytes' must be at least 1 byte"):
+        run([job], tmp_path)
+    assert os.listdir(tmp_path) == []  # no spec written, no agent started
 
 
 def test_an_unreachable_registry_fails_the_run_cleanly(tmp_path):

@@ -69,6 +69,32 @@ def cross_jobs():
     return [a, b]
 
 
+# Runs first: it starts its own fabric in a subprocess, which needs the fabric lock that the module
+# fixture below holds from its first use until the end of the module.
+def test_emulate_fig2_reproduces_the_paper_within_10_percent(require_fabric, tmp_path):
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+    out_dir = tmp_path / "run"
+    emu = subprocess.run([sys.executable, "-m", "echelonflow.cli", "emulate", "fig2", "--json", "--out",
+                          str(out_dir)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert emu.returncode == 0, emu.stderr[-2000:]
+    sim = subprocess.run([sys.executable, "-m", "echelonflow.cli", "simulate", "fig2", "--json"],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    emulated, simulated = json.loads(emu.stdout), json.loads(sim.stdout)
+    assert emulated["mode"] == "emulate" and simulated["mode"] == "simulate"
+    assert _shape({**emulated, "mode": 0}) == _shape({**simulated, "mode": 0})  # same keys, same ids
+    emu_s = {r["scheduler"]: r["jobs"]["fig2"]["completion_time"] for r in emulated["runs"]}
+    sim_s = {r["scheduler"]: r["jobs"]["fig2"]["completion_time"] for r in simulated["runs"]}
+    for name, value in emu_s.items():
+        gap = value / sim_s[name] - 1
+        assert abs(gap) <= 0.10, f"{name}: emulated {value:.2f} s vs simulated {sim_s[name]:.2f} s"
+    assert emu_s["echelon"] < emu_s["fair"] < emu_s["coflow"], emu_s
+    for name in ("results.json", "results-simulate.json", "results.csv", "jct.png",
+                 "timeline-emulate-echelon.png", "timeline-simulate-echelon.png"):
+        assert (out_dir / name).exists(), name
+    assert json.loads((out_dir / "results.json").read_text()) == emulated
+    assert "emulated vs simulated" in emu.stderr or "scheduler echelon" in emu.stderr  # progress shown
+
+
 def test_agents_on_the_fabric_deliver_exact_bytes_and_respect_dependencies(fabric, tmp_path):
     fab, hosts_ip = fabric
     jobs = cross_jobs()
@@ -84,6 +110,22 @@ def test_agents_on_the_fabric_deliver_exact_bytes_and_respect_dependencies(fabri
                 assert received["received_bytes"] == task.size_bytes
                 # the bytes really crossed a 20 Mbit/s shaped link: no faster than the link rate
                 assert mine.finish - mine.start >= task.size_bytes * 8 / RATE_BPS * 0.97, task.task_id
+
+
+def test_ovs_transmit_socket_gets_the_large_send_buffer(fabric):
+    """The userspace datapath's one tx socket is enlarged (else every port drops once queues back up)."""
+    from topologies import ovs
+    from topologies.fabric import kernel_datapath_available
+
+    if kernel_datapath_available():
+        pytest.skip("kernel datapath: no shared userspace packet socket")
+    fab, hosts_ip = fabric
+    fab.host("h1").cmd(f"ping -c 1 -W 2 {hosts_ip['h3']}")  # the socket exists once a packet was sent
+    pid = int(ovs.run(["pidof", "ovs-vswitchd"]).split()[0])
+    assert ovs._packet_tx_inodes(pid), "ovs-vswitchd has no unbound AF_PACKET socket"
+    size = ovs.ensure_tx_buffer()
+    assert size is not None and size >= 2 * ovs.TX_BUFFER_BYTES  # the kernel reports twice the value set
+    assert ovs.ensure_tx_buffer(1024) == size  # never shrinks a larger buffer
 
 
 def test_a_killed_agent_on_the_fabric_fails_the_run_cleanly(fabric, tmp_path):
@@ -124,27 +166,3 @@ def _shape(value):
     if isinstance(value, list):
         return [_shape(value[0])] if value and isinstance(value[0], (dict, list)) else "list"
     return "value"
-
-
-def test_emulate_fig2_reproduces_the_paper_within_10_percent(require_fabric, tmp_path):
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
-    out_dir = tmp_path / "run"
-    emu = subprocess.run([sys.executable, "-m", "echelonflow.cli", "emulate", "fig2", "--json", "--out",
-                          str(out_dir)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert emu.returncode == 0, emu.stderr[-2000:]
-    sim = subprocess.run([sys.executable, "-m", "echelonflow.cli", "simulate", "fig2", "--json"],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
-    emulated, simulated = json.loads(emu.stdout), json.loads(sim.stdout)
-    assert emulated["mode"] == "emulate" and simulated["mode"] == "simulate"
-    assert _shape({**emulated, "mode": 0}) == _shape({**simulated, "mode": 0})  # same keys, same ids
-    emu_s = {r["scheduler"]: r["jobs"]["fig2"]["completion_time"] for r in emulated["runs"]}
-    sim_s = {r["scheduler"]: r["jobs"]["fig2"]["completion_time"] for r in simulated["runs"]}
-    for name, value in emu_s.items():
-        gap = value / sim_s[name] - 1
-        assert abs(gap) <= 0.10, f"{name}: emulated {value:.2f} s vs simulated {sim_s[name]:.2f} s"
-    assert emu_s["echelon"] < emu_s["fair"] < emu_s["coflow"], emu_s
-    for name in ("results.json", "results-simulate.json", "results.csv", "jct.png",
-                 "timeline-emulate-echelon.png", "timeline-simulate-echelon.png"):
-        assert (out_dir / name).exists(), name
-    assert json.loads((out_dir / "results.json").read_text()) == emulated
-    assert "emulated vs simulated" in emu.stderr or "scheduler echelon" in emu.stderr  # progress shown

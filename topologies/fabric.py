@@ -178,6 +178,7 @@ class Fabric:
         self.watchdog: qos.FilterWatchdog | None = None
         self.state: cleanup.FabricState | None = None
         self.timings_s: dict[str, float] = {}
+        self.tx_buffer_bytes: int | None = None  # ovs-vswitchd's tx socket buffer after start (user datapath)
         self._lock = _FlockLock()
         self._started = False
         self._stopping = threading.Lock()
@@ -248,6 +249,11 @@ class Fabric:
             self.timings_s["switches"] = time.monotonic() - t0
             self._apply_qos()
             self.timings_s["qos"] = time.monotonic() - t0
+            if datapath == "user":
+                # Best effort: the shared tx socket exists only once ovs-vswitchd sent a packet (the
+                # emulation runner calls it again after its warm-up pings).
+                with contextlib.suppress(ovs.OvsError, OSError):
+                    self.tx_buffer_bytes = ovs.ensure_tx_buffer()
             if self.controller_port is not None:
                 self._wait_connected()
         except BaseException:

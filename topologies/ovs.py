@@ -10,6 +10,7 @@ keeps QoS/Queue rows after their bridge is gone).
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterable, Sequence
 
@@ -118,3 +119,75 @@ def delete_links(names: Iterable[str]) -> None:
     script = "".join(f"link del dev {n}\n" for n in todo)
     # -force: keep going past interfaces that vanished meanwhile (a peer deleted with its partner).
     subprocess.run(["ip", "-force", "-batch", "-"], input=script, text=True, capture_output=True, timeout=120)
+
+
+# --------------------------------------------------------------------------- userspace datapath tx buffer
+#: Send buffer for ovs-vswitchd's shared AF_PACKET transmit socket (see :func:`ensure_tx_buffer`).
+TX_BUFFER_BYTES = 16 * 1024 * 1024
+_SO_SNDBUFFORCE = 32  # Linux; lets root exceed net.core.wmem_max
+_SYS_PIDFD_GETFD = 438  # same number on every Linux architecture (since 5.6)
+
+
+def _packet_tx_inodes(pid: int) -> set[int]:
+    """Inodes of ``pid``'s AF_PACKET sockets bound to no interface (the userspace datapath's tx socket)."""
+    inodes = set()
+    try:
+        with open(f"/proc/{pid}/net/packet", encoding="ascii") as fh:
+            next(fh, None)
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 9 and parts[4] == "0":  # Iface 0: not bound, used for sending
+                    inodes.add(int(parts[8]))
+    except OSError:
+        pass
+    return inodes
+
+
+def ensure_tx_buffer(min_bytes: int = TX_BUFFER_BYTES) -> int | None:
+    """Raise the send buffer of ovs-vswitchd's packet transmit socket to at least ``min_bytes``.
+
+    Why: on the userspace datapath every port transmits through ONE non-blocking AF_PACKET socket, and a
+    packet sitting in any port's htb queue stays charged to that socket's send buffer until it leaves.
+    With the default buffer (net.core.wmem_default, 208 KiB: ~90 full frames) a few backed-up queues
+    exhaust it and ovs-vswitchd drops packets for *every* port (EAGAIN, "error sending Ethernet packet"
+    in its log): 4-5 % loss on a fat-tree run, SYNs included (1 s and 3 s retransmission timeouts).
+    ovs-vswitchd never sets SO_SNDBUF itself, so we set it from outside on a duplicate of its descriptor
+    (pidfd_getfd; needs root and Linux >= 5.6) without restarting OVS.  The socket is created on the
+    first transmitted packet: returns None if it does not exist yet (call again after traffic flowed),
+    else the buffer size now in force (as the kernel reports it: twice the value set).
+    """
+    import ctypes
+    import socket
+
+    pids = run(["pidof", "ovs-vswitchd"], check=False).split()
+    if len(pids) != 1:
+        return None
+    pid = int(pids[0])
+    wanted = _packet_tx_inodes(pid)
+    if not wanted:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    size = None
+    try:
+        for name in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{name}")
+            except OSError:
+                continue
+            if not (target.startswith("socket:[") and int(target[8:-1]) in wanted):
+                continue
+            fd = libc.syscall(_SYS_PIDFD_GETFD, pidfd, int(name), 0)
+            if fd < 0:
+                err = ctypes.get_errno()
+                raise OvsError(f"cannot reach ovs-vswitchd's packet socket: {os.strerror(err)}")
+            sock = socket.socket(fileno=fd)
+            try:
+                if sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) < 2 * min_bytes:
+                    sock.setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, min_bytes)
+                size = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            finally:
+                sock.close()  # closes our duplicate only
+    finally:
+        os.close(pidfd)
+    return size

@@ -31,7 +31,7 @@ from echelonflow import echelon as echelon_mod
 from echelonflow.model import ComputeTask, Job, qualified
 from echelonflow.results import EchelonResult, FlowResult, JobResult, RunResult, TaskResult
 from traffic.control import ControlError, wait_for_sockets
-from traffic.runspec import RegistrySettings, RunSpec, save_runspec
+from traffic.runspec import RegistrySettings, RunSpec, SpecError, check_serialisable, save_runspec
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA_PORT = 46000
@@ -109,6 +109,10 @@ def run_agents(
     missing = [h for h in hosts if h not in hosts_ip]
     if missing:
         raise EmulationError(f"no IP address for host(s) {', '.join(missing)}")
+    try:
+        check_serialisable(list(jobs))
+    except SpecError as exc:
+        raise EmulationError(f"jobs cannot be handed to the agents: {exc}") from None
     control_dir = os.path.join(workdir, "ctl")
     os.makedirs(control_dir, exist_ok=False)
     margin = start_margin_s if start_margin_s is not None else 1.5 + 0.25 * len(hosts)
@@ -313,7 +317,6 @@ class EmulationSettings:
     logs_dir: str | None = None  # where agent and controller logs are copied (the run folder)
     poll_interval_s: float = 0.1
     pace: bool = True  # agents pace flows at their allocated rate (schedulers that enforce only)
-    registry: RegistrySettings | None = None  # use this registry API instead of the started controller's
 
 
 def fabric_popen(fabric: Any) -> PopenFn:
@@ -333,15 +336,6 @@ def free_tcp_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def controller_api(ctl: Any) -> RegistrySettings | None:
-    """Where the started controller serves its registry API, or None if it serves none."""
-    socket_path = getattr(ctl, "api_socket_path", None)
-    token_path = getattr(ctl, "token_path", None)
-    if socket_path and token_path and os.path.exists(socket_path) and os.path.exists(token_path):
-        return RegistrySettings(socket_path, token_path)
-    return None
 
 
 def emulate_scheduler(
@@ -365,7 +359,6 @@ def emulate_scheduler(
     from topologies.fabric import Fabric
 
     workdir = tempfile.mkdtemp(prefix="echelon-emu-")
-    standalone = None
     port = free_tcp_port()
     tag = f"emu{os.getpid()}-{scheduler}"[:40]
     ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
@@ -378,21 +371,16 @@ def emulate_scheduler(
         progress(f"[{scheduler}] starting fabric {topology.name}")
         fabric.start()
         progress(f"[{scheduler}] fabric up in {fabric.timings_s.get('start', 0.0):.1f} s")
-        registry = settings.registry or controller_api(ctl)
-        if registry is None:
-            progress(f"[{scheduler}] the controller serves no registry API: starting a standalone registry "
-                     f"(python -m controller.api_server); enforcement at the end hosts only")
-            standalone, registry = _standalone_registry(topology, workdir)
-        if registry is not None:
-            registry.poll_interval_s = settings.poll_interval_s
-            with EchelonClient(socket_path=registry.socket_path, token_file=registry.token_file) as client:
-                try:
-                    client.set_scheduler(scheduler)
-                except ApiClientError as exc:
-                    raise EmulationError(f"controller refused scheduler {scheduler!r}: {exc}") from None
+        registry = RegistrySettings(ctl.api_socket_path, ctl.token_file, settings.poll_interval_s)
+        with EchelonClient(socket_path=registry.socket_path, token_file=registry.token_file) as client:
+            try:
+                client.set_scheduler(scheduler)
+            except ApiClientError as exc:
+                raise EmulationError(f"controller refused scheduler {scheduler!r}: {exc}") from None
         hosts_ip = {h: topology.graph.nodes[h]["ip"] for h in topology.hosts}
         if settings.warmup:
             _warm_up(fabric, jobs, hosts_ip)
+        _tune_datapath(progress, scheduler)
         rounds: list[tuple[str, list[Job]]] = [("together", list(jobs))]
         if settings.alone_runs and len(jobs) > 1:
             rounds += [(f"alone-{job.job_id}", [job]) for job in jobs]
@@ -402,11 +390,11 @@ def emulate_scheduler(
             agents_dir = os.path.join(workdir, label)
             os.makedirs(agents_dir)
             budget = max(simulated_s.get(j.job_id, 0.0) for j in round_jobs)
-            round_registry = None
-            if registry is not None:
-                round_registry = RegistrySettings(registry.socket_path, registry.token_file,
-                                                  registry.poll_interval_s, f"{scheduler}-{index}-",
-                                                  settings.pace)
+            # The first round runs on a fresh controller: no prefix, so the registry's flow keys
+            # ("job/flow") pin every flow to the simulator's path (Topology.path_for hashes the key).
+            prefix = f"{scheduler}-{index}-" if index else ""
+            round_registry = RegistrySettings(registry.socket_path, registry.token_file,
+                                              registry.poll_interval_s, prefix, settings.pace)
             progress(f"[{scheduler}] {label}: {len(round_jobs)} job(s), "
                      f"{len(agent_hosts(round_jobs))} agents")
             outcome = run_agents(
@@ -431,41 +419,9 @@ def emulate_scheduler(
             fabric.stop()
         finally:
             ctl.stop()
-            if standalone is not None:
-                standalone.terminate()
-                try:
-                    standalone.wait(5.0)
-                except subprocess.TimeoutExpired:
-                    standalone.kill()
-                    standalone.wait()
             if settings.logs_dir:
                 _keep_logs(workdir, os.path.join(settings.logs_dir, "logs", scheduler))
             shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _standalone_registry(topology: Any, workdir: str) -> tuple[subprocess.Popen, RegistrySettings]:
-    """Start ``python -m controller.api_server`` for ``topology`` (a registry and scheduling service
-    without OpenFlow enforcement); returns the process (stop it by its pid) and its API settings."""
-    if topology.kind not in ("two_hosts", "fattree"):
-        raise EmulationError(f"no registry for topology kind {topology.kind!r}: the controller serves no API "
-                             f"and the standalone registry knows only two_hosts and fattree")
-    sock_path, token = os.path.join(workdir, "api.sock"), os.path.join(workdir, "api.token")
-    argv = [sys.executable, "-m", "controller.api_server", "--topology", topology.kind,
-            "--rate-bps", str(topology.rate_bps), "--port", str(free_tcp_port()), "--socket", sock_path,
-            "--token-file", token, "--interval-s", "0.1"]
-    if topology.kind == "fattree":
-        argv += ["--k", str(topology.params["k"])]
-    with open(os.path.join(workdir, "api.log"), "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    deadline = time.monotonic() + 20.0
-    while not os.path.exists(sock_path):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            raise EmulationError(f"standalone registry did not start (see {workdir}/api.log)")
-        time.sleep(0.05)
-    return proc, RegistrySettings(sock_path, token)
 
 
 def _warm_up(fabric: Any, jobs: Sequence[Job], hosts_ip: Mapping[str, str]) -> None:
@@ -474,6 +430,21 @@ def _warm_up(fabric: Any, jobs: Sequence[Job], hosts_ip: Mapping[str, str]) -> N
     for src, dst in sorted(pairs):
         fabric.host(src).cmd(f"ping -c 1 -W 2 {hosts_ip[dst]}")
         fabric.host(dst).cmd(f"ping -c 1 -W 2 {hosts_ip[src]}")
+
+
+def _tune_datapath(progress: Callable[[str], None], scheduler: str) -> None:
+    """Give the userspace datapath's shared transmit socket a large send buffer (see
+    ``topologies.ovs.ensure_tx_buffer``): without it ovs-vswitchd drops packets on every port as soon as
+    a few htb queues back up.  The socket exists once packets flowed, i.e. after the warm-up pings."""
+    from topologies import ovs
+
+    try:
+        size = ovs.ensure_tx_buffer()
+    except (ovs.OvsError, OSError) as exc:
+        progress(f"[{scheduler}] warning: could not enlarge ovs-vswitchd's send buffer ({exc}); expect drops")
+        return
+    if size is None:
+        progress(f"[{scheduler}] note: ovs-vswitchd has no packet transmit socket (kernel datapath?)")
 
 
 def _keep_logs(workdir: str, target: str) -> None:

@@ -16,8 +16,9 @@ agent never reads scenario files or talks to the orchestrator while it runs:
 * timeouts: ``connect_timeout_s`` (a peer that never accepts), ``confirm_timeout_s`` (a receiver that
   never confirms, also the per-socket inactivity limit), ``run_timeout_s`` (the whole run, from t0).
 
-Jobs are serialised by :func:`job_to_dict` (a small, explicit shape of ``echelonflow.model.Job``) so the
-spec is self-contained.  :func:`load_runspec` validates everything and raises :class:`SpecError` naming
+Jobs travel in the trace format (``echelonflow.trace``: ``job_to_trace`` / ``parse_trace``, documented in
+docs/trace-format.md), so the spec is self-contained and there is one job serialisation in the project.
+:func:`load_runspec` validates everything and raises :class:`SpecError` naming
 the field, so an agent with a bad spec exits with one clear line instead of failing mid-run.
 """
 
@@ -30,8 +31,9 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from echelonflow.errors import UserError
-from echelonflow.model import ComputeTask, FlowTask, Job, find_cycle, unknown_deps
+from echelonflow.errors import TraceError, UserError
+from echelonflow.model import Job
+from echelonflow.trace import job_to_trace, parse_trace
 
 
 class SpecError(UserError):
@@ -72,7 +74,7 @@ class RunSpec:
         out: dict[str, Any] = {
             "host": self.host,
             "hosts_ip": dict(self.hosts_ip),
-            "jobs": [job_to_dict(job) for job in self.jobs],
+            "jobs": jobs_to_json(self.jobs),
             "t0_s": self.t0_s,
             "data_port": self.data_port,
             "control_dir": self.control_dir,
@@ -99,74 +101,26 @@ def control_socket_path(control_dir: str, host: str) -> str:
 
 
 # ------------------------------------------------------------------------------------- job serialisation
-def job_to_dict(job: Job) -> dict[str, Any]:
-    """A job as plain JSON data, tasks in declaration order (the order breaks compute ties)."""
-    tasks: list[dict[str, Any]] = []
-    for task in job.tasks.values():
-        if isinstance(task, ComputeTask):
-            tasks.append({"id": task.task_id, "type": "compute", "host": task.host,
-                          "duration_s": task.duration_s, "deps": list(task.deps), "label": task.label})
-        else:
-            tasks.append({"id": task.task_id, "type": "flow", "src": task.src, "dst": task.dst,
-                          "size_bytes": task.size_bytes, "deps": list(task.deps),
-                          "echelon": task.echelon_id, "label": task.label})
-    return {"job_id": job.job_id, "tasks": tasks, "echelon_kinds": dict(job.echelon_kinds),
-            "explicit_offsets_s": dict(job.explicit_offsets_s)}
+def jobs_to_json(jobs: list[Job]) -> list[dict[str, Any]]:
+    """Jobs in the trace format (``echelonflow.trace``), tasks in declaration order (it breaks ties)."""
+    return [job_to_trace(job) for job in jobs]
 
 
-def job_from_dict(data: Any, where: str) -> Job:
-    """Inverse of :func:`job_to_dict`; raises :class:`SpecError` naming ``where`` and the bad field."""
-    if not isinstance(data, dict) or not isinstance(data.get("job_id"), str) or not data["job_id"]:
-        raise SpecError(f"{where}: needs a non-empty string 'job_id'")
-    job = Job(data["job_id"], echelon_kinds=dict(data.get("echelon_kinds") or {}),
-              explicit_offsets_s=dict(data.get("explicit_offsets_s") or {}))
-    where = f"{where} (job {job.job_id!r})"
-    tasks = data.get("tasks")
-    if not isinstance(tasks, list) or not tasks:
-        raise SpecError(f"{where}: 'tasks' must be a non-empty list")
-    for raw in tasks:
-        job_add(job, _task_from_dict(raw, where))
-    missing = unknown_deps(job)
-    if missing:
-        raise SpecError(f"{where}: task {missing[0][0]!r} depends on unknown task {missing[0][1]!r}")
-    cycle = find_cycle(job)
-    if cycle:
-        raise SpecError(f"{where}: dependency cycle {' -> '.join(cycle)}")
-    return job
-
-
-def job_add(job: Job, task: Any) -> None:
+def jobs_from_json(raw_jobs: Any, source: str, hosts: list[str]) -> list[Job]:
+    """Jobs of a spec, checked by the trace parser (hosts must have addresses); :class:`SpecError` if bad."""
+    if not isinstance(raw_jobs, list) or not raw_jobs:
+        raise SpecError(f"{source}: 'jobs' must be a non-empty list of jobs in the trace format")
     try:
-        job.add(task)
-    except ValueError as exc:
+        return parse_trace({"jobs": raw_jobs}, f"{source}: jobs", known_hosts=hosts)
+    except TraceError as exc:
         raise SpecError(str(exc)) from None
 
 
-def _task_from_dict(raw: Any, where: str) -> Any:
-    if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) or not raw["id"]:
-        raise SpecError(f"{where}: every task needs a non-empty string 'id'")
-    tid = raw["id"]
-    deps = raw.get("deps", [])
-    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
-        raise SpecError(f"{where}: task {tid!r}: 'deps' must be a list of task ids")
-    kind = raw.get("type")
-    if kind == "compute":
-        duration = raw.get("duration_s")
-        if not _is_number(duration) or duration < 0:
-            raise SpecError(f"{where}: task {tid!r}: 'duration_s' must be a number >= 0, got {duration!r}")
-        host = _need_str(raw, "host", f"{where}: task {tid!r}")
-        return ComputeTask(tid, host, float(duration), tuple(deps), str(raw.get("label", "")))
-    if kind == "flow":
-        size = raw.get("size_bytes")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise SpecError(f"{where}: task {tid!r}: 'size_bytes' must be an integer >= 0, got {size!r}")
-        src = _need_str(raw, "src", f"{where}: task {tid!r}")
-        dst = _need_str(raw, "dst", f"{where}: task {tid!r}")
-        if src == dst:
-            raise SpecError(f"{where}: task {tid!r}: flow from {src!r} to itself")
-        return FlowTask(tid, src, dst, size, tuple(deps), str(raw.get("echelon", "")),
-                        str(raw.get("label", "")))
-    raise SpecError(f"{where}: task {tid!r}: 'type' must be 'compute' or 'flow', got {kind!r}")
+def check_serialisable(jobs: list[Job]) -> None:
+    """Raise :class:`SpecError` if a job cannot travel in a spec (the trace format rejects it, e.g. a
+    zero-byte flow), so the orchestrator fails before starting anything instead of every agent failing."""
+    hosts = sorted({host for job in jobs for host in job.hosts})
+    jobs_from_json(json.loads(json.dumps(jobs_to_json(jobs))), "run-spec", hosts)
 
 
 def _need_str(raw: dict[str, Any], key: str, where: str) -> str:
@@ -193,19 +147,7 @@ def parse_runspec(data: Any, source: str) -> RunSpec:
         raise SpecError(f"{source}: 'hosts_ip' must map host names to IP addresses")
     if host not in hosts_ip:
         raise SpecError(f"{source}: host {host!r} is not in 'hosts_ip'")
-    raw_jobs = data.get("jobs")
-    if not isinstance(raw_jobs, list):
-        raise SpecError(f"{source}: 'jobs' must be a list")
-    jobs = [job_from_dict(raw, f"{source}: jobs[{i}]") for i, raw in enumerate(raw_jobs)]
-    ids = [job.job_id for job in jobs]
-    if len(set(ids)) != len(ids):
-        raise SpecError(f"{source}: job ids must be unique, got {ids}")
-    for job in jobs:
-        for name in job.hosts:
-            if name not in hosts_ip:
-                raise SpecError(
-                    f"{source}: job {job.job_id!r} uses host {name!r} that has no address in 'hosts_ip'"
-                )
+    jobs = jobs_from_json(data.get("jobs"), source, sorted(hosts_ip))
     t0 = data.get("t0_s")
     if not _is_number(t0) or t0 <= 0:
         raise SpecError(f"{source}: 't0_s' must be an epoch time in seconds, got {t0!r}")

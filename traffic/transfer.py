@@ -305,9 +305,9 @@ class FlowReceiver:
             header = _read_header(conn, name)
             name = header.name
             refusal = self._accept_header(header)
-            if refusal:
-                conn.sendall((json.dumps({"error": refusal}) + "\n").encode())
+            if refusal:  # report locally first, then tell the sender (its error must not overtake ours)
                 self._on_error(f"flow {name} from {addr[0]}: {refusal}")
+                conn.sendall((json.dumps({"error": refusal}) + "\n").encode())
                 return
             received = _count_bytes(conn, header.size_bytes)
             finish_s = self._clock()
