@@ -39,11 +39,6 @@ def path_hops(topology: Topology, path: Sequence[str]) -> list[Hop]:
     return hops
 
 
-def pair_key(src: str, dst: str) -> str:
-    """The flow key a host pair's route is pinned with (see ``Topology.path_for``)."""
-    return f"{src}->{dst}"
-
-
 class Router:
     """Routing state for one topology: host lookup, pair routes installed, and the rules they need."""
 
@@ -64,7 +59,7 @@ class Router:
         return None if host is None else self.topology.graph.nodes[host]["mac"]
 
     def pair_path(self, src: str, dst: str) -> NodePath:
-        return self.topology.path_for(src, dst, pair_key(src, dst))
+        return self.topology.pair_path(src, dst)
 
     # ----------------------------------------------------------------------- rule sets
     def base_ops(self) -> list[fm.Op]:

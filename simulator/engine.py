@@ -4,7 +4,8 @@ Model.  A task starts as soon as all its dependencies are done.  A host runs its
 at a time (it is a GPU): among the ready ones it picks the job listed first, then the task declared
 first in ``job.tasks`` (the same tie rule as ``echelonflow.echelon.ideal_schedule``).  A flow takes
 the path ``topology.path_for(src, dst, "job/flow")`` (the same pinned path the controller installs)
-and moves as a fluid at the rate the scheduler gives it.  The scheduler is asked again at every flow
+under a scheduler that enforces, and its host pair's route ``topology.pair_path`` under one that does
+not (``fair``: plain TCP follows the controller's per-pair routes), and moves as a fluid at the rate the scheduler gives it.  The scheduler is asked again at every flow
 arrival and completion; between those events every rate is constant, so the next event time is
 exact: the earliest compute finish or flow finish (remaining bits / rate).
 
@@ -275,7 +276,12 @@ class _Run:
                         pending.append(dep)
                 continue
             eqid, offset_s = self.flow_echelon.get(qid, (qualified(job.job_id, task.task_id), 0.0))
-            path = self.topology.path_for(task.src, task.dst, qid)
+            # Where the flow really goes: its own pinned path once a scheduler enforces (the controller
+            # installs it per 5-tuple), otherwise the host pair's route, like plain TCP on the fabric.
+            if self.scheduler.enforces:
+                path = self.topology.path_for(task.src, task.dst, qid)
+            else:
+                path = self.topology.pair_path(task.src, task.dst)
             self.active[qid] = _Flow(
                 qid, task, job_index, eqid, offset_s, Topology.links_of(path), self.now_s,
                 float(task.size_bytes),

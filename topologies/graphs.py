@@ -132,6 +132,14 @@ class Topology:
         paths = self.equal_cost_paths(src, dst)
         return paths[zlib.crc32(flow_key.encode()) % len(paths)]
 
+    def pair_path(self, src: str, dst: str) -> NodePath:
+        """The route of unscheduled traffic between two hosts (one per host pair, spread by hash).
+
+        The controller routes every host pair on it until a scheduler pins a flow to its own path, so
+        the simulator uses it for schedulers that enforce nothing (``fair``): that is where TCP goes.
+        """
+        return self.path_for(src, dst, f"{src}->{dst}")
+
     @staticmethod
     def links_of(path: Sequence[str]) -> tuple[DirectedLink, ...]:
         return tuple(zip(path[:-1], path[1:]))
