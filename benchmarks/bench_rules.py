@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,17 +22,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from controller.client import EchelonClient, install_op, remove_op  # noqa: E402
-from controller.launcher import ControllerProcess  # noqa: E402
+from controller.launcher import ControllerProcess, free_tcp_port  # noqa: E402
 from topologies import graphs  # noqa: E402
 from topologies.fabric import Fabric  # noqa: E402
 
 LINK_BPS = 50e6
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def install_request(topo: graphs.Topology, flow_id: str, src: str, dst: str, cport: int, sport: int,
@@ -92,7 +85,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=20, help="single-flow installs to time")
     args = parser.parse_args()
     topo = graphs.fattree(LINK_BPS, k=4)
-    port = free_port()
+    port = free_tcp_port()
     ctl = ControllerProcess(topo, ofp_port=port).start()
     try:
         with Fabric(topo, controller_port=port, queues=4) as fabric, ctl.client(timeout_s=60) as api:

@@ -46,7 +46,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from echelonflow.errors import UserError
-from echelonflow.model import ComputeTask, FlowTask, Job, find_cycle, unknown_deps
+from echelonflow.model import (
+    ComputeTask,
+    FlowTask,
+    Job,
+    echelon_members,
+    find_cycle,
+    ungrouped_clashes,
+    unknown_deps,
+)
 
 KINDS = ("coflow", "staggered")
 _EPS_S = 1e-12  # events this close together are one instant (sums of float durations drift)
@@ -188,15 +196,13 @@ def echelons_of(job: Job) -> dict[str, EchelonSpec]:
     schedule = ideal_schedule(job)
     due = ideal_finish_times(job, schedule)
     order = compute_order_key(job)
-    members: dict[str, list[str]] = {}
-    for flow in job.flows:
-        members.setdefault(flow.echelon_id or flow.task_id, []).append(flow.task_id)
-    for flow in job.flows:
-        if not flow.echelon_id and len(members[flow.task_id]) > 1:
-            raise UserError(
-                f"job {job.job_id!r}: flow {flow.task_id!r} has no echelon, but its id is also the echelon "
-                f"id of other flows"
-            )
+    members = echelon_members(job)
+    clashes = ungrouped_clashes(job, members)
+    if clashes:
+        raise UserError(
+            f"job {job.job_id!r}: flow {clashes[0]!r} has no echelon, but its id is also the echelon "
+            f"id of other flows"
+        )
     specs: dict[str, EchelonSpec] = {}
     for echelon_id, flow_ids in members.items():
         ordered = tuple(sorted(flow_ids, key=lambda fid: (schedule[fid][0], order[fid])))

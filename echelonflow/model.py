@@ -98,6 +98,20 @@ def qualified(job_id: str, task_id: str) -> str:
     return f"{job_id}/{task_id}"
 
 
+def echelon_members(job: Job) -> dict[str, list[str]]:
+    """EchelonFlow id -> its flow ids in declaration order; a flow with no ``echelon_id`` is alone in a
+    group named by its own task id (so that id must not also be another group's echelon id)."""
+    members: dict[str, list[str]] = {}
+    for flow in job.flows:
+        members.setdefault(flow.echelon_id or flow.task_id, []).append(flow.task_id)
+    return members
+
+
+def ungrouped_clashes(job: Job, members: dict[str, list[str]]) -> list[str]:
+    """Flows without an echelon whose task id is also the echelon id of other flows (ambiguous groups)."""
+    return [f.task_id for f in job.flows if not f.echelon_id and len(members[f.task_id]) > 1]
+
+
 def unknown_deps(job: Job) -> list[tuple[str, str]]:
     """(task id, missing dependency id) pairs, in declaration order; empty when every dep exists."""
     return [(task.task_id, dep) for task in job.tasks.values() for dep in task.deps if dep not in job.tasks]

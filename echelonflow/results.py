@@ -18,7 +18,8 @@ human table that compares schedulers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from echelonflow.errors import UserError
@@ -30,7 +31,7 @@ class JobResult:
     slowdown: float
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {"completion_time": self.completion_time, "slowdown": self.slowdown}
+        return asdict(self)
 
 
 @dataclass
@@ -40,7 +41,7 @@ class EchelonResult:
     flows: list[str] = field(default_factory=list)
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {"tardiness": self.tardiness, "kind": self.kind, "flows": list(self.flows)}
+        return asdict(self)
 
 
 @dataclass
@@ -54,15 +55,7 @@ class FlowResult:
     echelon: str
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "start": self.start,
-            "finish": self.finish,
-            "ideal_finish": self.ideal_finish,
-            "src": self.src,
-            "dst": self.dst,
-            "size_bytes": self.size_bytes,
-            "echelon": self.echelon,
-        }
+        return asdict(self)
 
 
 @dataclass
@@ -106,6 +99,10 @@ class RunResult:
             "tasks": {k: v.to_json_dict() for k, v in self.tasks.items()},
             "objective": self.objective,
         }
+
+    def job_tardiness_s(self, job_id: str) -> list[float]:
+        """Tardiness of each of ``job_id``'s EchelonFlows (keys are ``job/echelon``; job ids have no '/')."""
+        return [e.tardiness for key, e in self.echelonflows.items() if key.split("/", 1)[0] == job_id]
 
     @classmethod
     def from_json_dict(cls, data: dict[str, Any]) -> RunResult:
@@ -151,7 +148,7 @@ def format_table(results: Results) -> str:
     rows: list[list[str]] = []
     for run in results.runs:
         for job_id, job in run.jobs.items():
-            tard = [e.tardiness for key, e in run.echelonflows.items() if key.split("/", 1)[0] == job_id]
+            tard = run.job_tardiness_s(job_id)
             rows.append(
                 [
                     run.scheduler,
@@ -163,8 +160,13 @@ def format_table(results: Results) -> str:
                 ]
             )
         rows.append([run.scheduler, "(all)", "", "", f"{run.objective:.3f}", ""])
+    return render_table(f"scenario {results.scenario} ({results.mode})", header, rows)
+
+
+def render_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """``title``, then left-aligned columns as wide as their widest cell, a dashed rule under the header."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = [f"scenario {results.scenario} ({results.mode})"]
+    lines = [title]
     lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
     lines.append("  ".join("-" * w for w in widths))
     lines.extend("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

@@ -143,12 +143,13 @@ def _jobs(entries: Any, topology: Topology, path: Path, fail: Any) -> list[Job]:
         else:
             _no_unknown(entry, _GENERATOR_JOB_FIELDS, label, fail)
             jobs.append(_generated_job(entry, known_hosts, label, fail))
-    seen: dict[str, int] = {}
+    seen: set[str] = set()
+    host_set = set(known_hosts)
     for job in jobs:
         if job.job_id in seen:
             raise fail("jobs", f"duplicate job id {job.job_id!r}")
-        seen[job.job_id] = 1
-        _check_hosts(job, set(known_hosts), topology, fail)
+        seen.add(job.job_id)
+        _check_hosts(job, host_set, topology, fail)
     return jobs
 
 
@@ -207,13 +208,14 @@ def _check_hosts(job: Job, known: set, topology: Topology, fail: Any) -> None:
 
 
 def _schedulers(names: Any, fail: Any) -> list[str]:
-    from echelonflow.schedulers import SCHEDULERS
+    from echelonflow.schedulers import check_names
 
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise fail("schedulers", f"must be a non-empty list of scheduler names, got {names!r}")
-    for name in names:
-        if name not in SCHEDULERS:
-            raise fail("schedulers", f"unknown scheduler {name!r}; choose one of {', '.join(SCHEDULERS)}")
+    try:
+        check_names(names)
+    except UserError as exc:
+        raise fail("schedulers", str(exc)) from None
     if len(set(names)) != len(names):
         raise fail("schedulers", "lists a scheduler twice")
     return list(names)

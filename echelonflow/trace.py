@@ -19,7 +19,16 @@ from typing import Any
 
 from echelonflow.echelon import KINDS
 from echelonflow.errors import TraceError
-from echelonflow.model import ComputeTask, FlowTask, Job, Task, find_cycle
+from echelonflow.model import (
+    ComputeTask,
+    FlowTask,
+    Job,
+    Task,
+    echelon_members,
+    find_cycle,
+    ungrouped_clashes,
+    unknown_deps,
+)
 
 TOP_FIELDS = {"jobs": True, "description": False}  # field -> required
 JOB_FIELDS = {"id": True, "tasks": True, "echelons": False, "description": False}
@@ -139,10 +148,10 @@ def _parse_job(data: Any, where: str, source: str, hosts: set[str] | None) -> Jo
         if task.task_id in job.tasks:
             raise TraceError(f"{where}: task {task.task_id!r}: duplicate task id")
         job.add(task)
-    for task in job.tasks.values():
-        for dep in task.deps:
-            if dep not in job.tasks:
-                raise TraceError(f"{where}: task {task.task_id!r}: unknown dependency {dep!r}")
+    missing = unknown_deps(job)
+    if missing:
+        task_id, dep = missing[0]
+        raise TraceError(f"{where}: task {task_id!r}: unknown dependency {dep!r}")
     cycle = find_cycle(job)
     if cycle:
         chain = " -> ".join(cycle + [cycle[0]])
@@ -187,15 +196,13 @@ def _parse_task(data: Any, where: str, index: int, hosts: set[str] | None) -> Ta
 def _parse_echelons(data: Any, job: Job, where: str) -> None:
     if not isinstance(data, Mapping):
         raise TraceError(f"{where}: 'echelons' must be an object (echelon id -> settings), got {_kind(data)}")
-    members: dict[str, list[str]] = {}
-    for flow in job.flows:
-        members.setdefault(flow.echelon_id or flow.task_id, []).append(flow.task_id)
-    for flow in job.flows:
-        if not flow.echelon_id and len(members[flow.task_id]) > 1:
-            raise TraceError(
-                f"{where}: task {flow.task_id!r}: flow without an echelon has the same id as echelon "
-                f"{flow.task_id!r} of other flows (give it an echelon or rename it)"
-            )
+    members = echelon_members(job)
+    clashes = ungrouped_clashes(job, members)
+    if clashes:
+        raise TraceError(
+            f"{where}: task {clashes[0]!r}: flow without an echelon has the same id as echelon "
+            f"{clashes[0]!r} of other flows (give it an echelon or rename it)"
+        )
     for echelon_id, settings in data.items():
         at = f"{where}: echelon {echelon_id!r}"
         if echelon_id not in members:

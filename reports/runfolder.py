@@ -71,13 +71,10 @@ def write_run_folder(run_dir: str, primary: Results, others: Sequence[Results] =
     """Write the documents, the CSV and (unless ``plots`` is false) the PNGs; returns the paths."""
     _check_consistent(primary, others)
     os.makedirs(run_dir, exist_ok=True)
-    folder = RunFolder(os.path.abspath(run_dir), os.path.abspath(os.path.join(run_dir, RESULTS_FILE)),
-                       os.path.abspath(os.path.join(run_dir, CSV_FILE)))
+    folder = _folder(run_dir, others)
     write_json_atomic(folder.results, primary.to_json_dict())
-    for other in others:
-        path = os.path.abspath(os.path.join(run_dir, companion_file(other.mode)))
+    for other, path in zip(others, folder.companions):
         write_json_atomic(path, other.to_json_dict())
-        folder.companions.append(path)
     _render(folder, [primary, *others], plots)
     return folder
 
@@ -100,9 +97,7 @@ def load_run_folder(run_dir: str) -> tuple[Results, list[Results]]:
 def rerender(run_dir: str, plots: bool = True) -> RunFolder:
     """Re-create CSV and plots from the JSON documents already in ``run_dir``."""
     primary, others = load_run_folder(run_dir)
-    folder = RunFolder(os.path.abspath(run_dir), os.path.abspath(os.path.join(run_dir, RESULTS_FILE)),
-                       os.path.abspath(os.path.join(run_dir, CSV_FILE)),
-                       [os.path.abspath(os.path.join(run_dir, companion_file(o.mode))) for o in others])
+    folder = _folder(run_dir, others)
     _render(folder, [primary, *others], plots)
     return folder
 
@@ -113,7 +108,7 @@ def csv_rows(documents: Sequence[Results]) -> list[dict[str, str]]:
     for doc in documents:
         for run in doc.runs:
             for job_id, job in run.jobs.items():
-                tard = [e.tardiness for key, e in run.echelonflows.items() if key.split("/", 1)[0] == job_id]
+                tard = run.job_tardiness_s(job_id)
                 rows.append({
                     "scenario": doc.scenario, "mode": doc.mode, "scheduler": run.scheduler, "job": job_id,
                     "completion_s": f"{job.completion_time:.6f}", "slowdown": f"{job.slowdown:.6f}",
@@ -134,6 +129,13 @@ def write_csv(path: str, documents: Sequence[Results]) -> None:
 
 def write_json_atomic(path: str, data: object) -> None:
     _write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+
+
+def _folder(run_dir: str, others: Sequence[Results]) -> RunFolder:
+    """The absolute paths of ``run_dir``'s documents and CSV (plots are added as they are drawn)."""
+    path = os.path.abspath(run_dir)
+    return RunFolder(path, os.path.join(path, RESULTS_FILE), os.path.join(path, CSV_FILE),
+                     [os.path.join(path, companion_file(other.mode)) for other in others])
 
 
 def _render(folder: RunFolder, documents: Sequence[Results], plots: bool) -> None:

@@ -7,7 +7,7 @@ fidelity target (within 10%) is about.
 
 from __future__ import annotations
 
-from echelonflow.results import Results
+from echelonflow.results import Results, render_table
 
 
 def relative_gap(emulated: float, simulated: float) -> float | None:
@@ -25,8 +25,8 @@ def format_comparison(emulated: Results, simulated: Results) -> str:
         sim = sim_runs.get(run.scheduler)
         for job_id, job in run.jobs.items():
             sjob = sim.jobs.get(job_id) if sim else None
-            emu_t = _tardiness(run, job_id)
-            sim_t = _tardiness(sim, job_id) if sim else None
+            emu_t = sum(run.job_tardiness_s(job_id))
+            sim_t = sum(sim.job_tardiness_s(job_id)) if sim else None
             gap = relative_gap(job.completion_time, sjob.completion_time) if sjob else None
             rows.append([
                 run.scheduler, job_id, f"{job.completion_time:.3f}",
@@ -34,13 +34,4 @@ def format_comparison(emulated: Results, simulated: Results) -> str:
                 f"{job.slowdown:.3f}", f"{sjob.slowdown:.3f}" if sjob else "-",
                 f"{emu_t:.3f}", f"{sim_t:.3f}" if sim_t is not None else "-",
             ])
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = [f"scenario {emulated.scenario}: emulated vs simulated"]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
-    lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-    return "\n".join(lines)
-
-
-def _tardiness(run, job_id: str) -> float:
-    return sum(e.tardiness for key, e in run.echelonflows.items() if key.split("/", 1)[0] == job_id)
+    return render_table(f"scenario {emulated.scenario}: emulated vs simulated", header, rows)

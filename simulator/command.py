@@ -33,15 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from echelonflow.results import Results, format_table
     from echelonflow.scenario import load_scenario
-    from echelonflow.schedulers import SCHEDULERS, get_scheduler
+    from echelonflow.schedulers import check_names, get_scheduler
     from simulator.engine import SimulationError, simulate
 
-    names = args.scheduler or None
-    if names:
-        for name in names:
-            if name not in SCHEDULERS:
-                raise UserError(f"unknown scheduler {name!r}; choose one of {', '.join(SCHEDULERS)}")
-        names = list(dict.fromkeys(names))
+    names = check_names(args.scheduler or [])
     scenario = load_scenario(args.scenario)
     results = Results(scenario.name, "simulate")
     for name in names or scenario.schedulers:

@@ -5,9 +5,10 @@ at a time (it is a GPU): among the ready ones it picks the job listed first, the
 first in ``job.tasks`` (the same tie rule as ``echelonflow.echelon.ideal_schedule``).  A flow takes
 the path ``topology.path_for(src, dst, "job/flow")`` (the same pinned path the controller installs)
 under a scheduler that enforces, and its host pair's route ``topology.pair_path`` under one that does
-not (``fair``: plain TCP follows the controller's per-pair routes), and moves as a fluid at the rate the scheduler gives it.  The scheduler is asked again at every flow
-arrival and completion; between those events every rate is constant, so the next event time is
-exact: the earliest compute finish or flow finish (remaining bits / rate).
+not (``fair``: plain TCP follows the controller's per-pair routes), and moves as a fluid at the rate
+the scheduler gives it.  The scheduler is asked again at every flow arrival and completion; between
+those events every rate is constant, so the next event time is exact: the earliest compute finish or
+flow finish (remaining bits / rate).
 
 EchelonFlow bookkeeping comes from ``echelonflow.echelon``: each flow's offset o_j, and the group's
 reference time r recomputed from the actual starts whenever one of its flows starts, so a flow's
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,22 +55,20 @@ class SimulationError(RuntimeError):
 
 @dataclass
 class _Flow:
-    """Mutable state of one started flow."""
+    """Mutable state of one started flow (its start time is in ``_Run.start_s``)."""
 
-    qid: str
-    task: FlowTask
-    job_index: int
     echelon_qid: str
     offset_s: float
     links: tuple[Any, ...]
-    start_s: float
     remaining_bytes: float
     rate_bps: float = 0.0
 
 
 @dataclass
 class _EchelonState:
-    spec: Any
+    """One EchelonFlow's run-time anchor: the actual starts of its flows and the reference time r."""
+
+    spec: EchelonSpec
     job_id: str
     starts_s: dict[str, float] = field(default_factory=dict)
     reference_s: float = math.inf
@@ -147,7 +147,7 @@ class _Run:
         self.check = check
         self.capacity_bps = topology.capacity_bps()
         self.now_s = 0.0
-        self.task_of: dict[str, tuple[int, int, Job, Any]] = {}
+        self.task_of: dict[str, tuple[int, int, Any]] = {}  # qid -> (job index, declaration index, task)
         self.waiting: dict[str, int] = {}
         self.dependants: dict[str, list[str]] = {}
         self.start_s: dict[str, float] = {}
@@ -166,17 +166,18 @@ class _Run:
     def _index_job(self, job_index: int, job: Job) -> None:
         for decl, task in enumerate(job.tasks.values()):
             qid = qualified(job.job_id, task.task_id)
-            self.task_of[qid] = (job_index, decl, job, task)
+            self.task_of[qid] = (job_index, decl, task)
             self.waiting[qid] = len(set(task.deps))
             self.dependants[qid] = []
         for task in job.tasks.values():
             for dep in dict.fromkeys(task.deps):
                 self.dependants[qualified(job.job_id, dep)].append(qualified(job.job_id, task.task_id))
-        for echelon_id, spec in _specs(job):
+        # echelons_of puts every flow in exactly one spec, so every flow has an entry below.
+        for echelon_id, spec in echelon_mod.echelons_of(job).items():
             eqid = qualified(job.job_id, echelon_id)
             self.echelons[eqid] = _EchelonState(spec, job.job_id)
-            for flow_id, offset_s in _offsets(spec).items():
-                self.flow_echelon[qualified(job.job_id, flow_id)] = (eqid, float(offset_s))
+            for flow_id in spec.flow_ids:
+                self.flow_echelon[qualified(job.job_id, flow_id)] = (eqid, spec.offsets_s[flow_id])
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> _Outcome:
@@ -242,7 +243,7 @@ class _Run:
         changed = False
         for qid in qids:
             self.finish_s[qid] = self.now_s
-            task = self.task_of[qid][3]
+            task = self.task_of[qid][2]
             if isinstance(task, ComputeTask):
                 self.host_busy[task.host] = False
             else:
@@ -259,15 +260,15 @@ class _Run:
     def _release(self, qids: list[str]) -> bool:
         """Tasks whose dependencies are all done: computes queue on their host, flows start now."""
         changed = False
-        pending = list(qids)
+        pending = deque(qids)
         while pending:
-            qid = pending.pop(0)
-            job_index, decl, job, task = self.task_of[qid]
+            qid = pending.popleft()
+            job_index, decl, task = self.task_of[qid]
             if isinstance(task, ComputeTask):
                 heapq.heappush(self.host_ready.setdefault(task.host, []), (job_index, decl, qid))
                 continue
             self.start_s[qid] = self.now_s
-            self._note_start(qid, job.job_id, task)
+            self._note_start(qid, task)
             if task.size_bytes <= 0:  # nothing to move: done the instant it starts
                 self.finish_s[qid] = self.now_s
                 for dep in self.dependants[qid]:
@@ -275,26 +276,20 @@ class _Run:
                     if self.waiting[dep] == 0:
                         pending.append(dep)
                 continue
-            eqid, offset_s = self.flow_echelon.get(qid, (qualified(job.job_id, task.task_id), 0.0))
+            eqid, offset_s = self.flow_echelon[qid]
             # Where the flow really goes: its own pinned path once a scheduler enforces (the controller
             # installs it per 5-tuple), otherwise the host pair's route, like plain TCP on the fabric.
             if self.scheduler.enforces:
                 path = self.topology.path_for(task.src, task.dst, qid)
             else:
                 path = self.topology.pair_path(task.src, task.dst)
-            self.active[qid] = _Flow(
-                qid, task, job_index, eqid, offset_s, Topology.links_of(path), self.now_s,
-                float(task.size_bytes),
-            )
+            self.active[qid] = _Flow(eqid, offset_s, Topology.links_of(path), float(task.size_bytes))
             changed = True
         return changed
 
-    def _note_start(self, qid: str, job_id: str, task: FlowTask) -> None:
+    def _note_start(self, qid: str, task: FlowTask) -> None:
         """Record a flow's actual start and re-anchor its EchelonFlow's reference time."""
-        entry = self.flow_echelon.get(qid)
-        if entry is None:
-            return
-        state = self.echelons[entry[0]]
+        state = self.echelons[self.flow_echelon[qid][0]]
         state.starts_s[task.task_id] = self.now_s
         state.reference_s = float(echelon_mod.reference_time(state.spec, state.starts_s))
 
@@ -302,7 +297,7 @@ class _Run:
         for host, ready in self.host_ready.items():
             if ready and not self.host_busy.get(host, False):
                 _, _, qid = heapq.heappop(ready)
-                task = self.task_of[qid][3]
+                task = self.task_of[qid][2]
                 self.host_busy[host] = True
                 self.start_s[qid] = self.now_s
                 heapq.heappush(self.running, (self.now_s + task.duration_s, len(self.start_s), qid))
@@ -311,9 +306,7 @@ class _Run:
     def _decide(self) -> None:
         flows = []
         for qid, flow in self.active.items():
-            state = self.echelons.get(flow.echelon_qid)
-            reference_s = state.reference_s if state is not None else flow.start_s
-            weight = 1.0
+            reference_s = self.echelons[flow.echelon_qid].reference_s
             flows.append(
                 ActiveFlow(
                     flow_id=qid,
@@ -323,7 +316,6 @@ class _Run:
                     ideal_finish_s=reference_s + flow.offset_s,
                     offset_s=flow.offset_s,
                     reference_s=reference_s,
-                    weight=weight,
                 )
             )
         snapshot = Snapshot(self.now_s, self.capacity_bps, flows)
@@ -336,7 +328,7 @@ class _Run:
     # ------------------------------------------------------------------ results
     def _check_delivered(self) -> None:
         for qid, left in self.leftover_bytes.items():
-            size = self.task_of[qid][3].size_bytes
+            size = self.task_of[qid][2].size_bytes
             if left > max(BYTES_ATOL, 1e-6 * size):
                 raise AssertionError(f"flow {qid}: {left} of {size} bytes undelivered at its finish")
 
@@ -345,30 +337,27 @@ class _Run:
         for job in self.jobs:
             finishes = [self.finish_s[qualified(job.job_id, tid)] for tid in job.tasks]
             out.completion_s[job.job_id] = max(finishes) if finishes else 0.0
-        for qid, (_, _, job, task) in self.task_of.items():
+        for qid, (_, _, task) in self.task_of.items():
             if isinstance(task, ComputeTask):
                 out.tasks[qid] = TaskResult("compute", self.start_s[qid], self.finish_s[qid], host=task.host)
                 continue
             start_s, finish_s = self.start_s[qid], self.finish_s[qid]
             out.tasks[qid] = TaskResult("flow", start_s, finish_s, src=task.src, dst=task.dst)
-            eqid, offset_s = self.flow_echelon.get(qid, (qualified(job.job_id, task.task_id), 0.0))
-            state = self.echelons.get(eqid)
-            reference_s = state.reference_s if state is not None else self.start_s[qid]
+            eqid, offset_s = self.flow_echelon[qid]
             out.flows[qid] = FlowResult(
-                start=self.start_s[qid],
-                finish=self.finish_s[qid],
-                ideal_finish=reference_s + offset_s,
+                start=start_s,
+                finish=finish_s,
+                ideal_finish=self.echelons[eqid].reference_s + offset_s,
                 src=task.src,
                 dst=task.dst,
                 size_bytes=task.size_bytes,
                 echelon=eqid,
             )
         for eqid, state in self.echelons.items():
-            job_id = state.job_id
-            flow_ids = list(_offsets(state.spec))
-            finishes = {fid: self.finish_s[qualified(job_id, fid)] for fid in flow_ids}
-            tardiness = float(echelon_mod.echelon_tardiness(state.spec, finishes, state.reference_s))
-            flow_qids = [qualified(job_id, fid) for fid in flow_ids]
+            flow_ids = state.spec.flow_ids
+            finishes = {fid: self.finish_s[qualified(state.job_id, fid)] for fid in flow_ids}
+            tardiness = echelon_mod.echelon_tardiness(state.spec, finishes, state.reference_s)
+            flow_qids = [qualified(state.job_id, fid) for fid in flow_ids]
             out.echelons[eqid] = EchelonResult(tardiness, state.spec.kind, flow_qids)
         return out
 
@@ -388,14 +377,3 @@ def check_decision(snapshot: Snapshot, decision: Decision) -> None:
         cap = snapshot.capacity_bps[link]
         if used > cap * (1 + CAPACITY_RTOL):
             raise AssertionError(f"link {link}: {used} bps allocated over capacity {cap} bps")
-
-
-# ---------------------------------------------------------------------- echelon helpers
-def _specs(job: Job) -> list[tuple[str, EchelonSpec]]:
-    """(echelon id, spec) pairs of a job, in ``echelons_of`` order (validates the DAG)."""
-    return list(echelon_mod.echelons_of(job).items())
-
-
-def _offsets(spec: EchelonSpec) -> dict[str, float]:
-    """flow id -> ideal finish offset o_j, in the spec's (head first) order."""
-    return {fid: float(spec.offsets_s[fid]) for fid in spec.flow_ids}

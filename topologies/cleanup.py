@@ -130,9 +130,15 @@ def remove_rows(tag: str, qos: set | None = None, queues: set | None = None) -> 
     """Destroy QoS then Queue rows tagged ``tag`` ('' = any) or listed; QoS first (it references queues)."""
     qos_rows = set(ovs.rows_owned("QoS", tag)) | set(qos or ())
     queue_rows = set(ovs.rows_owned("Queue", tag)) | set(queues or ())
-    cmds = [["--if-exists", "destroy", "QoS", u] for u in sorted(qos_rows)]
-    cmds += [["--if-exists", "destroy", "Queue", u] for u in sorted(queue_rows)]
-    ovs.vsctl_transactions(cmds)
+    return _destroy_rows(qos_rows, queue_rows)
+
+
+def _destroy_rows(qos: set, queues: set) -> int:
+    """Destroy the given QoS rows, then the Queue rows (a QoS references its queues); return how many."""
+    cmds = [["--if-exists", "destroy", "QoS", u] for u in sorted(qos)]
+    cmds += [["--if-exists", "destroy", "Queue", u] for u in sorted(queues)]
+    if cmds:
+        ovs.vsctl_transactions(cmds)
     return len(cmds)
 
 
@@ -158,9 +164,5 @@ def clean(include_alive: bool = False) -> dict[str, int]:
     totals["bridges"] += len(orphans)
     qos = {u for u, tag in ovs.rows_owned("QoS").items() if tag not in alive_tags}
     queues = {u for u, tag in ovs.rows_owned("Queue").items() if tag not in alive_tags}
-    if qos or queues:
-        cmds = [["--if-exists", "destroy", "QoS", u] for u in sorted(qos)]
-        cmds += [["--if-exists", "destroy", "Queue", u] for u in sorted(queues)]
-        ovs.vsctl_transactions(cmds)
-        totals["rows"] += len(cmds)
+    totals["rows"] += _destroy_rows(qos, queues)
     return totals

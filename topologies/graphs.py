@@ -23,7 +23,7 @@ Kept Python 3.9 compatible: the controller imports it.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from itertools import product
 
 import networkx as nx
@@ -258,8 +258,3 @@ def build(kind: str, rate_bps: float, **params: int) -> Topology:
 def _check_positive(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise TopologyError(f"{name} must be a positive integer, got {value!r}")
-
-
-def iter_host_pairs(topo: Topology) -> Iterable[tuple[str, str]]:
-    hosts = topo.hosts
-    return ((a, b) for a in hosts for b in hosts if a != b)

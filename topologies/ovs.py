@@ -63,35 +63,30 @@ def list_bridges() -> list[str]:
 
 def rows_owned(table: str, tag: str = "") -> dict[str, str]:
     """uuid -> owner tag of rows in ``table`` tagged with ``echelon-owner`` (any tag if ``tag`` is '')."""
-    text = run(
-        ["ovs-vsctl", "--timeout=10", "--format=csv", "--no-headings", "--data=bare",
-         "--columns=_uuid,external_ids", "list", table]
-    )
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        uuid, _, ext = line.partition(",")
-        owner = _ext_value(ext, OWNER_KEY)
-        if owner is not None and (not tag or owner == tag):
-            found[uuid.strip()] = owner
-    return found
+    return _owned(table, "_uuid", tag)
 
 
 def bridges_owned(tag: str = "") -> dict[str, str]:
     """bridge name -> owner tag for bridges tagged ``echelon-owner`` (any tag if ``tag`` is '')."""
+    return _owned("Bridge", "name", tag)
+
+
+def _owned(table: str, key_column: str, tag: str) -> dict[str, str]:
+    """``key_column`` value -> owner tag of the ``table`` rows carrying :data:`OWNER_KEY` (``tag`` if set)."""
     text = run(
         ["ovs-vsctl", "--timeout=10", "--format=csv", "--no-headings", "--data=bare",
-         "--columns=name,external_ids", "list", "Bridge"]
+         f"--columns={key_column},external_ids", "list", table]
     )
     found: dict[str, str] = {}
     for line in text.splitlines():
-        name, _, ext = line.partition(",")
+        key, _, ext = line.partition(",")
         owner = _ext_value(ext, OWNER_KEY)
         if owner is not None and (not tag or owner == tag):
-            found[name.strip().strip('"')] = owner
+            found[key.strip().strip('"')] = owner
     return found
 
 
-def _ext_value(ext: str, key: str):
+def _ext_value(ext: str, key: str) -> str | None:
     """Value of ``key`` in a bare-format csv map cell like ``"a=b c=d"`` (or None)."""
     for item in ext.strip().strip('"').split():
         k, _, v = item.partition("=")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from echelonflow.errors import UserError
 from echelonflow.schedulers.base import ActiveFlow, Decision, Scheduler, Snapshot
 from echelonflow.schedulers.echelon import CoflowScheduler, EchelonScheduler
@@ -13,7 +15,23 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     "echelon": EchelonScheduler,
 }
 
-__all__ = ["SCHEDULERS", "ActiveFlow", "Decision", "Scheduler", "Snapshot", "get_scheduler"]
+__all__ = ["SCHEDULERS", "ActiveFlow", "Decision", "Scheduler", "Snapshot", "check_names", "get_scheduler"]
+
+
+def _unknown(name: object) -> UserError:
+    return UserError(f"unknown scheduler {name!r}; choose one of {', '.join(SCHEDULERS)}")
+
+
+def check_names(names: Iterable[str]) -> list[str]:
+    """``names`` (e.g. repeated ``--scheduler`` options) in first-seen order without repeats.
+
+    Raises UserError at the first unknown name, so a command fails before it loads or starts anything.
+    """
+    unique = list(dict.fromkeys(names))
+    for name in unique:
+        if name not in SCHEDULERS:
+            raise _unknown(name)
+    return unique
 
 
 def get_scheduler(name: str) -> Scheduler:
@@ -21,5 +39,5 @@ def get_scheduler(name: str) -> Scheduler:
     try:
         cls = SCHEDULERS[name]
     except (KeyError, TypeError):
-        raise UserError(f"unknown scheduler {name!r}; choose one of {', '.join(SCHEDULERS)}") from None
+        raise _unknown(name) from None
     return cls()

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 
 LinkId = Hashable  # a directed link, e.g. ("s1", "s2"); only equality and hashing are used
 
+#: Flows with at most this many bytes left count as finished (floating-point dust): rate 0, last ranks.
+EPS_BYTES = 1e-9
+
 
 @dataclass(frozen=True)
 class ActiveFlow:

@@ -27,10 +27,8 @@ decision over 10,000 flows on a k=16 fat-tree stays well under 200 ms.
 
 from __future__ import annotations
 
-from echelonflow.schedulers.base import Decision, Scheduler, Snapshot
+from echelonflow.schedulers.base import EPS_BYTES, Decision, Scheduler, Snapshot
 
-#: Flows with at most this many bytes left are finished; they get rate 0 and the last ranks.
-EPS_BYTES = 1e-9
 #: Residual capacity (bits/s) at or below this, relative to the link's capacity, counts as full.
 EPS_RELATIVE = 1e-12
 
@@ -92,12 +90,13 @@ class EchelonScheduler(Scheduler):
 
         # ---- EDF order inside each group (ties by flow id, already sorted), then order the groups
         ordered: list[tuple[float, str, list[int]]] = []
+        no_slack = [0.0] * len(bits)  # "volume": C_l / c_l alone (one list, not one per group)
         for gid, members in groups.items():
             members.sort(key=lambda i: due[i])
             if self.order_by == "bottleneck":
                 key = _bottleneck(members, bits, offset, 0.0, paths, full)
             elif self.order_by == "volume":
-                key = _bottleneck(members, bits, [0.0] * len(bits), 0.0, paths, full)
+                key = _bottleneck(members, bits, no_slack, 0.0, paths, full)
             else:
                 key = _bottleneck(members, bits, due, now, paths, full)
             ordered.append((key, gid, members))

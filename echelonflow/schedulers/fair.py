@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import heapq
 
-from echelonflow.schedulers.base import Decision, Scheduler, Snapshot
-
-#: Flows with at most this many bytes left are finished; they get rate 0.
-EPS_BYTES = 1e-9
+from echelonflow.schedulers.base import EPS_BYTES, Decision, Scheduler, Snapshot
 
 
 class FairScheduler(Scheduler):

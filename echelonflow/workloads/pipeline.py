@@ -23,12 +23,13 @@ i+1) and ``i{k}.g{i}.m{m}`` (gradient stage i+1 -> i); EchelonFlows ``i{k}.fwd.s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.workloads.spec import REQUIRED, Generator, Param, iterations_param
 
 Step = tuple[str, int]  # ("f" or "b", micro-batch)
+OrderFn = Callable[[int, int, int], list[Step]]  # (stage, stages, micro_batches) -> that stage's order
 
 
 def gpipe_order(stage: int, stages: int, micro_batches: int) -> list[Step]:
@@ -51,7 +52,7 @@ def forward_only_order(stage: int, stages: int, micro_batches: int) -> list[Step
     return [("f", m) for m in range(micro_batches)]
 
 
-def build_pipeline(job_id: str, hosts: tuple[str, ...], p: dict[str, Any], order_fn) -> Job:
+def build_pipeline(job_id: str, hosts: tuple[str, ...], p: dict[str, Any], order_fn: OrderFn) -> Job:
     """The shared DAG: ``order_fn(stage, stages, micro_batches)`` gives each stage's compute order."""
     stages, micro_batches = len(hosts), p["micro_batches"]
     size = p["activation_bytes"]
@@ -101,27 +102,23 @@ def build_pipeline(job_id: str, hosts: tuple[str, ...], p: dict[str, Any], order
     return job
 
 
-def _pipeline_params(forward_only_default: bool) -> tuple[Param, ...]:
-    return (
-        iterations_param(),
-        Param("micro_batches", int, 4, "micro-batches per iteration", 1),
-        Param(
-            "activation_bytes", int, REQUIRED, "bytes per micro-batch per stage boundary, each direction", 1
-        ),
-        Param("forward_s", float, 0.01, "forward compute per micro-batch per stage (seconds)"),
-        Param("backward_s", float, 0.02, "backward compute per micro-batch per stage (seconds)"),
-        Param(
-            "forward_only", bool, forward_only_default, "only the forward pass (no backward, no gradients)"
-        ),
-    )
+_PIPELINE_PARAMS = (
+    iterations_param(),
+    Param("micro_batches", int, 4, "micro-batches per iteration", 1),
+    Param("activation_bytes", int, REQUIRED, "bytes per micro-batch per stage boundary, each direction", 1),
+    Param("forward_s", float, 0.01, "forward compute per micro-batch per stage (seconds)"),
+    Param("backward_s", float, 0.02, "backward compute per micro-batch per stage (seconds)"),
+    Param("forward_only", bool, False, "only the forward pass (no backward, no gradients)"),
+)
 
 
-def _gpipe(job_id: str, hosts: tuple[str, ...], p: dict[str, Any]) -> Job:
-    return build_pipeline(job_id, hosts, p, forward_only_order if p["forward_only"] else gpipe_order)
+def _pipeline_generator(name: str, doc: str, order_fn: OrderFn) -> Generator:
+    """GPipe and 1F1B differ only in each stage's compute order (and share ``forward_only``)."""
 
+    def build(job_id: str, hosts: tuple[str, ...], p: dict[str, Any]) -> Job:
+        return build_pipeline(job_id, hosts, p, forward_only_order if p["forward_only"] else order_fn)
 
-def _one_f_one_b(job_id: str, hosts: tuple[str, ...], p: dict[str, Any]) -> Job:
-    return build_pipeline(job_id, hosts, p, forward_only_order if p["forward_only"] else one_f_one_b_order)
+    return Generator(name=name, doc=doc, params=_PIPELINE_PARAMS, min_hosts=2, max_hosts=None, build=build)
 
 
 def _fig2(job_id: str, hosts: tuple[str, ...], p: dict[str, Any]) -> Job:
@@ -136,22 +133,9 @@ def _fig2(job_id: str, hosts: tuple[str, ...], p: dict[str, Any]) -> Job:
     return build_pipeline(job_id, hosts, params, forward_only_order)
 
 
-GPIPE = Generator(
-    name="gpipe",
-    doc="pipeline parallel, GPipe schedule; hosts[i] is stage i",
-    params=_pipeline_params(False),
-    min_hosts=2,
-    max_hosts=None,
-    build=_gpipe,
-)
-
-ONE_F_ONE_B = Generator(
-    name="1f1b",
-    doc="pipeline parallel, PipeDream-Flush 1F1B schedule; hosts[i] is stage i",
-    params=_pipeline_params(False),
-    min_hosts=2,
-    max_hosts=None,
-    build=_one_f_one_b,
+GPIPE = _pipeline_generator("gpipe", "pipeline parallel, GPipe schedule; hosts[i] is stage i", gpipe_order)
+ONE_F_ONE_B = _pipeline_generator(
+    "1f1b", "pipeline parallel, PipeDream-Flush 1F1B schedule; hosts[i] is stage i", one_f_one_b_order
 )
 
 FIG2 = Generator(
