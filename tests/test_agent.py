@@ -257,6 +257,8 @@ def good_spec_dict(tmp_path):
         (lambda d: d["jobs"].append(d["jobs"][0]), "duplicate job id"),
         (lambda d: d.update(jobs=[]), "'jobs' must be a non-empty list"),
         (lambda d: d["jobs"][0].update(format="v0"), "unknown field 'format'"),
+        (lambda d: d.update(registry={"socket_path": "/s", "token_file": "/t", "start_wait_s": -1}),
+         "registry 'start_wait_s' must be a number of seconds in \\[0, 60\\]"),
     ],
 )
 def test_bad_spec_is_rejected_with_the_field_named(tmp_path, mutate, message):
@@ -357,6 +359,30 @@ def test_agents_declare_start_and_finish_every_flow_in_the_registry(tmp_path, re
     run(jobs, work2, registry=RegistrySettings(sock_path, token, 0.05, "r2-"))
     assert {j["job_id"] for j in client.jobs()} >= {"r1-a", "r1-b", "r2-a", "r2-b"}
     client.close()
+
+
+def test_the_start_answer_gives_dscp_and_pacing_before_the_first_byte(tmp_path, registry_server):
+    """No poll needed: the allocation the arrival's round decided comes back with the start call."""
+    from controller.client import EchelonClient
+    from traffic.agent import RegistryLink
+    from traffic.runspec import RegistrySettings
+
+    sock_path, token = registry_server
+    with EchelonClient(socket_path=sock_path, token_file=token) as client:
+        client.set_scheduler("echelon")
+    job = Job("solo")
+    job.add(FlowTask("f", "h1", "h16", 1_000_000))
+    # a poll interval far beyond the test: whatever the link knows came from the start answer
+    link = RegistryLink(RegistrySettings(sock_path, token, 600.0, "s-", True, 0.5), log=lambda text: None)
+    try:
+        link.declare_job(job)
+        assert link.dscp("solo", "f") is None and link.pacing_bytes_per_s("solo", "f") is None
+        link.flow_started(job, job.tasks["f"], 40001, 47000, time.time())
+        dscp, pacing = link.dscp("solo", "f"), link.pacing_bytes_per_s("solo", "f")
+    finally:
+        link.close()
+    assert dscp == 8  # alone: the most urgent scheduled class, queue 1 (CS1)
+    assert pacing == pytest.approx(1e7 / 8, rel=0.01)  # alone on a 10 Mbit/s path: the line rate
 
 
 def test_a_job_the_trace_format_cannot_carry_fails_before_any_agent_starts(tmp_path):

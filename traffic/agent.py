@@ -431,7 +431,13 @@ class RegistryLink(Registry):
         if flow.size_bytes <= 0:
             return
         key = (self.prefix + job.job_id, flow.task_id)
-        answer = self._call("flow_started", key[0], key[1], src_port, dst_port, start_s=start_s)
+        # The arrival's scheduling round already decided this flow: its answer carries the allocation,
+        # applied before the first byte (the SYN leaves after this returns).  Under a scheduler that
+        # enforces, wait until the switches acknowledged the new rules, so the first packets already
+        # take the flow's path and queue instead of the unscheduled default.
+        wait_s = self.settings.start_wait_s if self.enforces and self.settings.start_wait_s > 0 else None
+        answer = self._call("flow_started", key[0], key[1], src_port, dst_port, start_s=start_s,
+                            wait_s=wait_s)
         self._remember(key, (answer or {}).get("allocation") or {})
         self._active[key] = None
 
@@ -478,11 +484,14 @@ class RegistryLink(Registry):
         while not self._stop.wait(self.settings.poll_interval_s):
             for key, conn in list(self._active.items()):
                 try:
+                    answer = None
                     if conn is not None:
                         acked = acked_bytes(*conn)
-                        if acked:
-                            self._call("flow_progress", key[0], key[1], acked)
-                    self._remember(key, self._call("allocation", key[0], key[1]) or {})
+                        if acked:  # the progress answer carries the allocation too: one call, not two
+                            answer = self._call("flow_progress", key[0], key[1], acked)
+                    if answer is None:
+                        answer = {"allocation": self._call("allocation", key[0], key[1])}
+                    self._remember(key, answer.get("allocation") or {})
                 except ApiClientError as exc:
                     if key not in self._active:  # finished meanwhile: the answer is moot
                         continue

@@ -315,8 +315,10 @@ class EmulationSettings:
     run_timeout_factor: float = 4.0  # x the simulated completion time, plus run_timeout_extra_s
     run_timeout_extra_s: float = 60.0
     logs_dir: str | None = None  # where agent and controller logs are copied (the run folder)
-    poll_interval_s: float = 0.1
+    poll_interval_s: float = 0.05  # agents' allocation/progress poll (flows last >= ~0.5 s: ~10 polls)
     pace: bool = True  # agents pace flows at their allocated rate (schedulers that enforce only)
+    controller_interval_s: float = 0.2  # the scheduling service's periodic round (arrivals run at once)
+    start_wait_s: float = 0.5  # a flow's start call waits this long at most for its rules' barrier acks
 
 
 def fabric_popen(fabric: Any) -> PopenFn:
@@ -362,7 +364,7 @@ def emulate_scheduler(
     port = free_tcp_port()
     tag = f"emu{os.getpid()}-{scheduler}"[:40]
     ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
-                            workdir=os.path.join(workdir, "ctl"))
+                            interval_s=settings.controller_interval_s, workdir=os.path.join(workdir, "ctl"))
     fabric = Fabric(topology, controller_port=port, queues=settings.queues, tag=tag)
     try:
         progress(f"[{scheduler}] starting controller (OpenFlow port {port})")
@@ -394,7 +396,8 @@ def emulate_scheduler(
             # ("job/flow") pin every flow to the simulator's path (Topology.path_for hashes the key).
             prefix = f"{scheduler}-{index}-" if index else ""
             round_registry = RegistrySettings(registry.socket_path, registry.token_file,
-                                              registry.poll_interval_s, prefix, settings.pace)
+                                              registry.poll_interval_s, prefix, settings.pace,
+                                              settings.start_wait_s)
             progress(f"[{scheduler}] {label}: {len(round_jobs)} job(s), "
                      f"{len(agent_hosts(round_jobs))} agents")
             outcome = run_agents(

@@ -40,16 +40,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from echelonflow.errors import UserError
     from echelonflow.scenario import load_scenario
-    from echelonflow.schedulers import SCHEDULERS
+    from echelonflow.schedulers import check_names
 
-    names = args.scheduler or None
-    if names:
-        for name in names:
-            if name not in SCHEDULERS:
-                raise UserError(f"unknown scheduler {name!r}; choose one of {', '.join(SCHEDULERS)}")
-        names = list(dict.fromkeys(names))
+    names = check_names(args.scheduler or [])
     scenario = load_scenario(args.scenario)
     outcome = emulate_and_report(scenario, names or list(scenario.schedulers), out=args.out,
                                  plots=not args.no_plots, alone_runs=not args.no_alone,

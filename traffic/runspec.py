@@ -49,6 +49,9 @@ class RegistrySettings:
     poll_interval_s: float = 0.1
     job_prefix: str = ""  # prepended to job ids in the registry (one controller, same job run twice)
     pace: bool = True  # apply allocated rates as socket pacing (only under schedulers that enforce)
+    #: The start call waits up to this long for the switches to acknowledge the flow's rules, so its
+    #: first packet already takes the scheduled path and queue (0 = do not wait).
+    start_wait_s: float = 0.5
 
 
 @dataclass
@@ -91,6 +94,7 @@ class RunSpec:
                 "poll_interval_s": self.registry.poll_interval_s,
                 "job_prefix": self.registry.job_prefix,
                 "pace": self.registry.pace,
+                "start_wait_s": self.registry.start_wait_s,
             }
         return out
 
@@ -182,9 +186,13 @@ def parse_runspec(data: Any, source: str) -> RunSpec:
         pace = raw.get("pace", True)
         if not isinstance(pace, bool):
             raise SpecError(f"{source}: registry 'pace' must be true or false, got {pace!r}")
+        start_wait = raw.get("start_wait_s", 0.5)
+        if not _is_number(start_wait) or not 0 <= start_wait <= 60:
+            raise SpecError(f"{source}: registry 'start_wait_s' must be a number of seconds in [0, 60], "
+                            f"got {start_wait!r}")
         registry = RegistrySettings(_need_str(raw, "socket_path", f"{source}: registry"),
                                     _need_str(raw, "token_file", f"{source}: registry"), float(poll), prefix,
-                                    pace)
+                                    pace, float(start_wait))
     return RunSpec(host=host, hosts_ip=dict(hosts_ip), jobs=jobs, t0_s=float(t0), data_port=port,
                    control_dir=control_dir, output_path=output_path, registry=registry,
                    scheduler=str(data.get("scheduler", "")), **timeouts)

@@ -129,7 +129,9 @@ def send_flow(
             src_port = sock.getsockname()[1]
             if on_bound is not None:
                 on_bound(src_port)
+        # DSCP and pacing before the SYN: the allocation is known once the start is reported.
         _apply_tos(sock, tos_source, None)
+        _apply_pacing(sock, pacing_source, None)
         remaining = deadline - time.monotonic()
         try:
             sock.settimeout(max(0.05, remaining))
