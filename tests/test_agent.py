@@ -221,6 +221,34 @@ def test_receiver_rejects_a_sender_that_sends_more_than_declared():
         receiver.close()
 
 
+def test_a_raised_pacing_rate_takes_effect_within_a_poll_not_after_the_blocked_chunk():
+    """Real TCP on loopback: a flow paced at the floor, then unpaced after 0.3 s, must speed up at once.
+
+    The sender used to re-read its pacing rate only between 64 KB chunks: a blocking send of one chunk at
+    the floor rate (12.5 KB/s) takes ~5 s, and the tail left in the send buffer after the last chunk (here
+    the whole 60 KB flow) kept the rate in force when it was queued until the receiver confirmed.
+    """
+    arrivals = []
+    receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, arrivals.append, lambda e: None).start()
+    # Ethernet-sized segments as on the fabric: loopback's 64 KB MSS would make one packet at the floor
+    # rate a 5 s pacing gap that no rate change can shorten (the kernel's pacing timer is already armed).
+    receiver.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1448)
+    started = time.monotonic()
+
+    def pacing():  # the scheduler raises the rate (here: lifts the limit) 0.3 s into the flow
+        return 12_500 if time.monotonic() - started < 0.3 else None
+
+    try:
+        result = send_flow(FlowHeader("j", "paced", "h1", 60_000), "127.0.0.1",
+                           receiver.sock.getsockname()[1], pacing_source=pacing)
+        elapsed_s = time.monotonic() - started
+    finally:
+        receiver.close()
+    assert result.received_bytes == 60_000
+    assert elapsed_s >= 0.3  # the floor rate really held the flow back (60 KB at 12.5 KB/s = 4.8 s)
+    assert elapsed_s < 2.5, f"took {elapsed_s:.2f} s: the raised rate was not applied while blocked"
+
+
 def test_receiver_refuses_a_flow_that_is_not_expected():
     errors = []
     receiver = FlowReceiver("127.0.0.1", 0, lambda h: "no such flow", lambda a: None, errors.append).start()

@@ -36,6 +36,11 @@ SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # Linux value; P
 UNPACED = 0xFFFFFFFF  # ~0U: no pacing limit
 #: A flow the scheduler pauses (rate 0) still trickles at this rate, so it never looks like a stall.
 MIN_PACING_BYTES_PER_S = 12_500
+#: Longest a sender waits inside one socket call before it re-reads its DSCP and pacing rate.  A blocking
+#: send of one chunk at a low pacing rate used to take up to CHUNK_BYTES / MIN_PACING_BYTES_PER_S (~5 s),
+#: and the last socket buffer's worth was paced at whatever rate held when the final chunk was queued, so a
+#: flow whose rate the scheduler raised kept crawling for seconds.  Half the agent's poll period.
+REFRESH_S = 0.025
 _ZEROS = bytes(CHUNK_BYTES)
 
 
@@ -152,17 +157,28 @@ def send_flow(
         sock.settimeout(io_timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.sendall(header.encode())
-        sent = 0
         tos = _apply_tos(sock, tos_source, None)
         pacing = _apply_pacing(sock, pacing_source, None)
+        # From here on every socket call waits at most REFRESH_S, and DSCP and pacing are re-applied between
+        # calls until the receiver confirms: the kernel paces (and marks) queued bytes at transmit time, so
+        # a new rate takes effect at once for everything still in the send buffer.
+        sock.settimeout(REFRESH_S)
+        refresh = _Refresher(sock, tos_source, pacing_source, tos, pacing)
+        sent = 0
         view = memoryview(_ZEROS)
+        last_progress = time.monotonic()
         while sent < header.size_bytes:
-            tos = _apply_tos(sock, tos_source, tos)
-            pacing = _apply_pacing(sock, pacing_source, pacing)
-            n = sock.send(view[: min(CHUNK_BYTES, header.size_bytes - sent)])
+            refresh()
+            try:
+                n = sock.send(view[: min(CHUNK_BYTES, header.size_bytes - sent)])
+            except socket.timeout:
+                if time.monotonic() - last_progress >= io_timeout_s:
+                    raise
+                continue
             sent += n
+            last_progress = time.monotonic()
         sock.shutdown(socket.SHUT_WR)
-        reply = _read_line(sock, header.name)
+        reply = _read_line(sock, header.name, refresh, io_timeout_s)
     except socket.timeout:
         raise TransferError(f"flow {header.name}: peer {dst_ip} stalled for {io_timeout_s:g} s") from None
     except OSError as exc:
@@ -213,10 +229,41 @@ def _apply_pacing(sock: socket.socket, source: Callable[[], int | None] | None,
     return wanted
 
 
-def _read_line(sock: socket.socket, name: str) -> dict:
+class _Refresher:
+    """Re-applies a socket's DSCP and pacing rate from their sources, remembering what is in force."""
+
+    def __init__(self, sock: socket.socket, tos_source: Callable[[], int | None] | None,
+                 pacing_source: Callable[[], int | None] | None, tos: int | None, pacing: int | None) -> None:
+        self.sock = sock
+        self.tos_source = tos_source
+        self.pacing_source = pacing_source
+        self.tos = tos
+        self.pacing = pacing
+
+    def __call__(self) -> None:
+        self.tos = _apply_tos(self.sock, self.tos_source, self.tos)
+        self.pacing = _apply_pacing(self.sock, self.pacing_source, self.pacing)
+
+
+def _read_line(sock: socket.socket, name: str, between: Callable[[], None] | None = None,
+               stall_s: float | None = None) -> dict:
+    """The receiver's one-line JSON reply.
+
+    With ``between`` the socket's timeout is a short slice: ``between()`` runs after each empty slice
+    (the sender's tail may still be in flight and must follow rate changes) and the wait fails with
+    ``socket.timeout`` only after ``stall_s`` without any reply byte.
+    """
     data = b""
+    last_progress = time.monotonic()
     while not data.endswith(b"\n"):
-        chunk = sock.recv(4096)
+        try:
+            chunk = sock.recv(4096)
+        except socket.timeout:
+            if between is None or stall_s is None or time.monotonic() - last_progress >= stall_s:
+                raise
+            between()
+            continue
+        last_progress = time.monotonic()
         if not chunk:
             break
         data += chunk
