@@ -38,17 +38,12 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Protocol
 
 from controller.registry import Registry, RegistryError
 from echelonflow.errors import UserError
 from echelonflow.schedulers import SCHEDULERS, get_scheduler
 from echelonflow.schedulers.base import Decision, Scheduler
-
-try:  # Python >= 3.8
-    from typing import Protocol
-except ImportError:  # pragma: no cover
-    Protocol = object  # type: ignore[assignment,misc]
 
 LOG = logging.getLogger("echelon.service")
 DEFAULT_SCHEDULER = "echelon"
