@@ -167,17 +167,25 @@ def send_flow(
         sent = 0
         view = memoryview(_ZEROS)
         last_progress = time.monotonic()
-        while sent < header.size_bytes:
-            refresh()
-            try:
-                n = sock.send(view[: min(CHUNK_BYTES, header.size_bytes - sent)])
-            except socket.timeout:
-                if time.monotonic() - last_progress >= io_timeout_s:
-                    raise
-                continue
-            sent += n
-            last_progress = time.monotonic()
-        sock.shutdown(socket.SHUT_WR)
+        try:
+            while sent < header.size_bytes:
+                refresh()
+                try:
+                    n = sock.send(view[: min(CHUNK_BYTES, header.size_bytes - sent)])
+                except socket.timeout:
+                    if time.monotonic() - last_progress >= io_timeout_s:
+                        raise
+                    continue
+                sent += n
+                last_progress = time.monotonic()
+            sock.shutdown(socket.SHUT_WR)
+        except OSError as exc:
+            if isinstance(exc, socket.timeout):
+                raise
+            # A receiver that refuses the flow replies and closes with our bytes unread, so its kernel
+            # resets the connection: the refusal may already be waiting in our receive buffer.
+            _raise_refusal_if_any(sock, header, dst_ip)
+            raise
         reply = _read_line(sock, header.name, refresh, io_timeout_s)
     except socket.timeout:
         raise TransferError(f"flow {header.name}: peer {dst_ip} stalled for {io_timeout_s:g} s") from None
@@ -193,6 +201,17 @@ def send_flow(
             f"flow {header.name}: sent {header.size_bytes} bytes but receiver counted {received}"
         )
     return SendResult(src_port, dst_port, sent, int(received), float(reply["finish_s"]))
+
+
+def _raise_refusal_if_any(sock: socket.socket, header: FlowHeader, dst_ip: str) -> None:
+    """Raise the receiver's refusal if its reply line arrived before the connection broke."""
+    try:
+        sock.settimeout(0.2)
+        reply = _read_line(sock, header.name)
+    except (OSError, TransferError):
+        return
+    if isinstance(reply, dict) and "error" in reply:
+        raise TransferError(f"flow {header.name}: receiver {dst_ip} refused it: {reply['error']}")
 
 
 def _bound_socket(bind_ip: str, port: int) -> socket.socket:
@@ -357,6 +376,7 @@ class FlowReceiver:
             if refusal:  # report locally first, then tell the sender (its error must not overtake ours)
                 self._on_error(f"flow {name} from {addr[0]}: {refusal}")
                 conn.sendall((json.dumps({"error": refusal}) + "\n").encode())
+                _linger_for_eof(conn)
                 return
             received = _count_bytes(conn, header.size_bytes)
             finish_s = self._clock()
@@ -382,6 +402,24 @@ class FlowReceiver:
                 self._on_error(f"flow {name}: connection from {addr[0]} failed: {_describe(exc)}")
         finally:
             conn.close()
+
+
+def _linger_for_eof(conn: socket.socket, limit_s: float = 1.0) -> None:
+    """Half-close and read what the sender still sends (briefly) before closing.
+
+    Closing with unread bytes makes the kernel answer with a reset, which can overtake the reply we
+    just sent; reading until the sender's EOF (or ``limit_s``) lets the refusal arrive first.
+    """
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(0.1)
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            try:
+                if not conn.recv(65536):
+                    return
+            except socket.timeout:
+                continue
 
 
 def _recv_exact(conn: socket.socket, n: int, name: str) -> bytes:
