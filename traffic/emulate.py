@@ -363,46 +363,63 @@ def emulate_scheduler(
     workdir = tempfile.mkdtemp(prefix="echelon-emu-")
     port = free_tcp_port()
     tag = f"emu{os.getpid()}-{scheduler}"[:40]
-    ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
-                            interval_s=settings.controller_interval_s, workdir=os.path.join(workdir, "ctl"))
     fabric = Fabric(topology, controller_port=port, queues=settings.queues, tag=tag)
-    try:
-        progress(f"[{scheduler}] starting controller (OpenFlow port {port})")
+    hosts_ip = {h: topology.graph.nodes[h]["ip"] for h in topology.hosts}
+    ctl: Any = None
+
+    def fresh_controller(label: str) -> Any:
+        """A new controller process (so a new, empty registry) on the fabric's OpenFlow port.
+
+        Every round gets its own: job and flow ids then stay exactly the simulator's ("job/flow"), which
+        is the key ``Topology.path_for`` pins a flow's path with, so each round's flows take the paths
+        the simulator gives them; reusing one registry would need renamed jobs and so other paths.
+        """
+        nonlocal ctl
+        if ctl is not None:
+            ctl.stop()
+        ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
+                                interval_s=settings.controller_interval_s,
+                                workdir=os.path.join(workdir, f"ctl-{label}"))
         os.makedirs(ctl.workdir)
+        progress(f"[{scheduler}] {label}: starting controller (OpenFlow port {port})")
         ctl.start()
-        progress(f"[{scheduler}] starting fabric {topology.name}")
-        fabric.start()
-        progress(f"[{scheduler}] fabric up in {fabric.timings_s.get('start', 0.0):.1f} s")
-        registry = RegistrySettings(ctl.api_socket_path, ctl.token_file, settings.poll_interval_s)
-        with EchelonClient(socket_path=registry.socket_path, token_file=registry.token_file) as client:
+        if fabric.net is not None:
+            ctl.wait_switches(timeout_s=30)
+        with EchelonClient(socket_path=ctl.api_socket_path, token_file=ctl.token_file) as client:
             try:
                 client.set_scheduler(scheduler)
             except ApiClientError as exc:
                 raise EmulationError(f"controller refused scheduler {scheduler!r}: {exc}") from None
-        hosts_ip = {h: topology.graph.nodes[h]["ip"] for h in topology.hosts}
-        if settings.warmup:
-            _warm_up(fabric, jobs, hosts_ip)
-        _tune_datapath(progress, scheduler)
+        if fabric.net is not None and settings.warmup:
+            _warm_up(fabric, jobs, hosts_ip)  # ARP and first-packet routes off the clock
+        return ctl
+
+    problems: list[str] = []
+    try:
         rounds: list[tuple[str, list[Job]]] = [("together", list(jobs))]
         if settings.alone_runs and len(jobs) > 1:
             rounds += [(f"alone-{job.job_id}", [job]) for job in jobs]
         documents: dict[str, dict] = {}
         alone_s: dict[str, float] = {}
         for index, (label, round_jobs) in enumerate(rounds):
+            fresh_controller(label)
+            if index == 0:
+                progress(f"[{scheduler}] starting fabric {topology.name}")
+                fabric.start()
+                progress(f"[{scheduler}] fabric up in {fabric.timings_s.get('start', 0.0):.1f} s")
+                if settings.warmup:
+                    _warm_up(fabric, jobs, hosts_ip)
+                _tune_datapath(progress, scheduler)
             agents_dir = os.path.join(workdir, label)
             os.makedirs(agents_dir)
             budget = max(simulated_s.get(j.job_id, 0.0) for j in round_jobs)
-            # The first round runs on a fresh controller: no prefix, so the registry's flow keys
-            # ("job/flow") pin every flow to the simulator's path (Topology.path_for hashes the key).
-            prefix = f"{scheduler}-{index}-" if index else ""
-            round_registry = RegistrySettings(registry.socket_path, registry.token_file,
-                                              registry.poll_interval_s, prefix, settings.pace,
-                                              settings.start_wait_s)
+            registry = RegistrySettings(ctl.api_socket_path, ctl.token_file, settings.poll_interval_s, "",
+                                        settings.pace, settings.start_wait_s)
             progress(f"[{scheduler}] {label}: {len(round_jobs)} job(s), "
                      f"{len(agent_hosts(round_jobs))} agents")
             outcome = run_agents(
                 round_jobs, hosts_ip, agents_dir, fabric_popen(fabric), data_port=settings.data_port,
-                registry=round_registry, scheduler=scheduler,
+                registry=registry, scheduler=scheduler,
                 run_timeout_s=settings.run_timeout_factor * budget + settings.run_timeout_extra_s,
                 progress=lambda text, s=scheduler, lb=label: progress(f"[{s}] {lb}: {text}"),
             )
@@ -411,7 +428,7 @@ def emulate_scheduler(
             else:
                 solo = assemble_run(round_jobs, outcome.documents, scheduler)
                 alone_s.update({j: r.completion_time for j, r in solo.jobs.items()})
-        problems = ctl.log_problems()
+            problems += ctl.log_problems()
         if problems:
             progress(f"[{scheduler}] warning: controller log shows {len(problems)} problem line(s), "
                      f"e.g. {problems[0][:160]}")
@@ -421,7 +438,8 @@ def emulate_scheduler(
         try:
             fabric.stop()
         finally:
-            ctl.stop()
+            if ctl is not None:
+                ctl.stop()
             if settings.logs_dir:
                 _keep_logs(workdir, os.path.join(settings.logs_dir, "logs", scheduler))
             shutil.rmtree(workdir, ignore_errors=True)
