@@ -18,31 +18,21 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable
 from typing import Any, Callable
 from urllib.parse import parse_qs
 
 from controller.auth import bearer_ok
-from controller.enforcement_api import EnforcementEndpoints, EnforcementRequestError
+from controller.enforcement_api import EnforcementEndpoints
 from controller.registry import STATES, RegistryError
 from controller.service import SchedulingService
 from controller.store import StoreError
+from controller.validation import ApiError, fields
 
 LOG = logging.getLogger("echelon.api")
 PREFIX = "/v1"
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: ~8,000 flow declarations in one request
 
 StartResponse = Callable[..., Any]
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, field: str | None, problem: str,
-                 headers: Iterable[tuple[str, str]] = ()) -> None:
-        super().__init__(problem)
-        self.status = status
-        self.field = field
-        self.problem = problem
-        self.headers = list(headers)
 
 
 REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
@@ -71,20 +61,6 @@ ROUTES: list[tuple[re.Pattern[str], dict[str, tuple[str, bool]]]] = [
 ]
 
 
-def fields(body: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The body as a dict after checking it is an object with exactly the allowed keys."""
-    if not isinstance(body, dict):
-        raise ApiError(400, "body", "must be a JSON object")
-    allowed = required + optional
-    for name in body:
-        if name not in allowed:
-            raise ApiError(400, name, f"unknown field (allowed: {', '.join(allowed)})")
-    for name in required:
-        if name not in body:
-            raise ApiError(400, name, "missing")
-    return body
-
-
 class Api:
     """WSGI callable over one registry and its scheduling service."""
 
@@ -108,7 +84,7 @@ class Api:
             headers: list[tuple[str, str]] = []
         except ApiError as err:
             status, payload, headers = err.status, _error(err.field, err.problem), err.headers
-        except (RegistryError, EnforcementRequestError) as err:
+        except RegistryError as err:
             status, payload, headers = err.status, _error(err.field, err.problem), []
         except StoreError as err:
             LOG.error("%s", err)

@@ -148,6 +148,24 @@ class Ack:
         return self.done
 
 
+def wait_acks(acks: Sequence[Ack], timeout_s: float) -> dict:
+    """Wait up to ``timeout_s`` in all for ``acks``: are the switches holding what was sent?
+
+    The one answer shape of every "wait until in force" in the API (the scheduling service's and the
+    primitives'): ``in_force`` (every ack resolved, every switch reachable), ``waited_s``,
+    ``operations``, ``pending`` (not resolved in time) and ``unreachable`` (hit a disconnected switch).
+    """
+    started = time.monotonic()
+    deadline = started + max(0.0, float(timeout_s))
+    for ack in acks:
+        if not ack.done:
+            ack.wait(max(0.0, deadline - time.monotonic()))
+    pending = sum(1 for a in acks if not a.done)
+    unreachable = sum(1 for a in acks if a.done and getattr(a, "unreachable", None))
+    return {"in_force": pending == 0 and unreachable == 0, "waited_s": time.monotonic() - started,
+            "operations": len(acks), "pending": pending, "unreachable": unreachable}
+
+
 class Enforcer:
     """Installs, updates and removes per-flow class/rate enforcement along explicit paths."""
 

@@ -18,12 +18,12 @@ hub's events inside the controller.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.enforcement import Ack, EnforcementError, Enforcer, FlowMatch, LiveFlow
+from controller.enforcement import Ack, EnforcementError, Enforcer, FlowMatch, LiveFlow, wait_acks
+from controller.validation import ApiError, fields
 
 #: Most operations one batch may carry (a 100-flow batch is what benchmarks/bench_rules.py times).
 MAX_BATCH = 10000
@@ -36,16 +36,6 @@ _FIELDS = {  # op -> (required, optional)
 }
 _MATCH_FIELDS = (("src_ip", "dst_ip", "src_port", "dst_port"), ("ip_proto",))
 _STATUS = {"invalid": 400, "unknown": 404, "conflict": 409}
-
-
-class EnforcementRequestError(Exception):
-    """A refused enforcement request: HTTP ``status``, the ``field`` at fault and the ``problem``."""
-
-    def __init__(self, status: int, field: str, problem: str) -> None:
-        super().__init__(problem)
-        self.status = status
-        self.field = field
-        self.problem = problem
 
 
 @dataclass(frozen=True)
@@ -87,7 +77,7 @@ class EnforcementEndpoints:
         if not isinstance(body, dict):
             raise _bad("body", "must be a JSON object")
         if body.get("op") == "batch":
-            _only(body, ("op", "requests"), (), "")
+            fields(body, ("op", "requests"))
             requests = body["requests"]
             if not isinstance(requests, list) or not requests:
                 raise _bad("requests", "must be a non-empty list of install, update or "
@@ -102,10 +92,10 @@ class EnforcementEndpoints:
         for prefix, request in items:
             step = self._step(prefix, request)
             if step.op == "install" and step.flow_id in live:
-                raise EnforcementRequestError(
+                raise ApiError(
                     409, prefix + "flow_id", f"flow {step.flow_id!r} is already enforced; remove it first")
             if step.op != "install" and step.flow_id not in live:
-                raise EnforcementRequestError(404, prefix + "flow_id", f"no enforced flow {step.flow_id!r}")
+                raise ApiError(404, prefix + "flow_id", f"no enforced flow {step.flow_id!r}")
             if step.op == "install":
                 live.add(step.flow_id)
             elif step.op == "remove":
@@ -123,7 +113,7 @@ class EnforcementEndpoints:
             allowed = "install, update or remove" + ("" if prefix else " (or batch)")
             raise _bad(prefix + "op", f"{problem}; use {allowed}")
         required, optional = _FIELDS[op]
-        _only(request, required, optional, prefix)
+        fields(request, required, optional, prefix=prefix)
         flow_id = request["flow_id"]
         if not isinstance(flow_id, str) or not 0 < len(flow_id) <= MAX_FLOW_ID_CHARS:
             raise _bad(
@@ -137,7 +127,7 @@ class EnforcementEndpoints:
             if op == "update":
                 return self._update_step(prefix, flow_id, request)
         except EnforcementError as err:
-            raise EnforcementRequestError(_STATUS.get(err.kind, 400), prefix + (err.field or "body"),
+            raise ApiError(_STATUS.get(err.kind, 400), prefix + (err.field or "body"),
                                      str(err)) from None
         return Step("remove", flow_id)
 
@@ -172,7 +162,7 @@ class EnforcementEndpoints:
         if not isinstance(raw, dict):
             raise _bad(prefix[:-1], "must be an object with src_ip, dst_ip, src_port, "
                        "dst_port and optionally ip_proto")
-        _only(raw, *_MATCH_FIELDS, prefix)
+        fields(raw, *_MATCH_FIELDS, prefix=prefix)
         for name in ("src_ip", "dst_ip"):
             if not isinstance(raw[name], str):
                 raise _bad(prefix + name,
@@ -198,18 +188,10 @@ def wait_for(acks: Sequence[Ack], started_s: float, wait_s: float) -> dict[str, 
     ``latency_s`` runs from just before the first operation was applied to the last barrier reply of
     every switch the request touched (None unless every ack resolved with every switch reachable).
     """
-    waited_from = time.monotonic()
-    deadline = waited_from + wait_s
-    for ack in acks:
-        if not ack.done:
-            ack.wait(max(0.0, deadline - time.monotonic()))
-    pending = sum(1 for a in acks if not a.done)
-    unreachable = sum(1 for a in acks if a.done and a.unreachable)
-    in_force = pending == 0 and unreachable == 0
+    result = wait_acks(acks, wait_s)
     done = [a.done_s for a in acks if a.done_s is not None]
-    return {"in_force": in_force, "waited_s": time.monotonic() - waited_from, "operations": len(acks),
-            "pending": pending, "unreachable": unreachable,
-            "latency_s": (max(done) - started_s) if in_force and done else None}
+    result["latency_s"] = (max(done) - started_s) if result["in_force"] and done else None
+    return result
 
 
 def flow_view(flow: LiveFlow) -> dict[str, Any]:
@@ -222,16 +204,5 @@ def flow_view(flow: LiveFlow) -> dict[str, Any]:
             "meter_id": flow.meter_id}
 
 
-def _only(body: dict[str, Any], required: tuple[str, ...], optional: tuple[str, ...], prefix: str) -> None:
-    allowed = required + optional
-    for name in body:
-        if name not in allowed:
-            raise _bad(prefix + str(name),
-                       f"unknown field (allowed: {', '.join(allowed)})")
-    for name in required:
-        if name not in body:
-            raise _bad(prefix + name, "missing")
-
-
-def _bad(field: str, problem: str) -> EnforcementRequestError:
-    return EnforcementRequestError(400, field, problem)
+def _bad(field: str, problem: str) -> ApiError:
+    return ApiError(400, field, problem)

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Protocol
 
+from controller.enforcement import wait_acks
 from controller.registry import Registry, RegistryError
 from echelonflow.errors import UserError
 from echelonflow.schedulers import SCHEDULERS, get_scheduler
@@ -340,17 +341,10 @@ class SchedulingService:
         service pushed up to now.  Returns ``in_force`` (all acked, every switch reachable), how long it
         waited, and how many operations are still pending or hit a disconnected switch.
         """
-        started = time.monotonic()
-        deadline = started + max(0.0, float(timeout_s))
         acks = list(self.pending_acks)
-        for ack in acks:
-            if not ack.done:
-                ack.wait(max(0.0, deadline - time.monotonic()))
-        pending = sum(1 for a in acks if not a.done)
-        unreachable = sum(1 for a in acks if a.done and getattr(a, "unreachable", None))
+        result = wait_acks(acks, timeout_s)
         self.pending_acks = [a for a in self.pending_acks if not a.done]
-        return {"in_force": pending == 0 and unreachable == 0, "waited_s": time.monotonic() - started,
-                "operations": len(acks), "pending": pending, "unreachable": unreachable}
+        return result
 
     # ------------------------------------------------------------------ reads
     def allocation(self, flow_key: str) -> dict[str, Any]:
