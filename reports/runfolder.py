@@ -20,12 +20,12 @@ import io
 import json
 import os
 import re
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from echelonflow.errors import UserError
+from echelonflow.fileio import write_json_atomic, write_text_atomic
 from echelonflow.results import Results
 
 RESULTS_FILE = "results.json"
@@ -124,11 +124,7 @@ def write_csv(path: str, documents: Sequence[Results]) -> None:
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(csv_rows(documents))
-    _write_text_atomic(path, buffer.getvalue())
-
-
-def write_json_atomic(path: str, data: object) -> None:
-    _write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+    write_text_atomic(path, buffer.getvalue())
 
 
 def _folder(run_dir: str, others: Sequence[Results]) -> RunFolder:
@@ -176,19 +172,6 @@ def _check_consistent(primary: Results, others: Sequence[Results]) -> None:
             )
         if other.mode == primary.mode:
             raise UserError(f"two result documents with mode {other.mode!r}")
-
-
-def _write_text_atomic(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _safe(name: str) -> str:

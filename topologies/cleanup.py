@@ -21,6 +21,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 
+from echelonflow.fileio import write_json_atomic
 from topologies import ovs
 
 STATE_DIR = "/run/echelon"
@@ -64,10 +65,7 @@ class FabricState:
 
     def save(self) -> None:
         os.makedirs(STATE_DIR, exist_ok=True)
-        tmp = state_path(self.tag) + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(self.__dict__, fh, indent=1)
-        os.replace(tmp, state_path(self.tag))
+        write_json_atomic(state_path(self.tag), self.__dict__)
 
     @classmethod
     def load(cls, path: str) -> FabricState:

@@ -33,9 +33,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from echelonflow.fileio import write_json_atomic
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from traffic.control import ControlEndpoint, ControlError
-from traffic.runspec import RegistrySettings, RunSpec, SpecError, load_runspec, write_json_atomic
+from traffic.runspec import RegistrySettings, RunSpec, SpecError, load_runspec
 from traffic.transfer import Arrival, FlowHeader, FlowReceiver, TransferError, acked_bytes, send_flow
 
 #: An agent that becomes ready later than this after t0 fails (its peers would already be waiting).

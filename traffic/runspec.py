@@ -27,11 +27,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
 from echelonflow.errors import TraceError, UserError
+from echelonflow.fileio import write_json_atomic
 from echelonflow.model import Job
 from echelonflow.trace import job_to_trace, parse_trace
 
@@ -207,21 +207,6 @@ def load_runspec(path: str) -> RunSpec:
     except json.JSONDecodeError as exc:
         raise SpecError(f"run-spec {path} is not valid JSON: {exc}") from None
     return parse_runspec(data, path)
-
-
-def write_json_atomic(path: str, data: Any) -> None:
-    """Write JSON so a reader never sees half a file (temp file in the same directory, then rename)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, sort_keys=False)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def save_runspec(spec: RunSpec, path: str) -> None:
