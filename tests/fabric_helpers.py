@@ -7,6 +7,7 @@ routing (that is controller/routing.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -29,25 +30,57 @@ def assert_within(value: float, target: float, lo: float, hi: float, what: str) 
     )
 
 
+# --------------------------------------------------------------------------- controller + fabric
+@contextlib.contextmanager
+def controller_and_fabric(state):
+    """Start ``state.ctl`` (a ControllerProcess, not started) and a Fabric of ``state.topo`` on
+    ``state.port``; always stop both, and fail if the controller logged problems.
+
+    ``state.problems`` collects the log problems of every controller the tests ran (a restart test
+    adds the replaced one's), so a restarted controller's errors are not lost.
+    """
+    from topologies.fabric import Fabric
+
+    state.fabric = None
+    state.problems = getattr(state, "problems", [])
+    try:
+        state.ctl.start()
+        state.fabric = Fabric(state.topo, controller_port=state.port, queues=4).start()
+        state.ctl.wait_switches(timeout_s=20)
+        yield state
+    finally:
+        if state.fabric is not None:
+            state.fabric.stop()
+        state.ctl.stop()
+        state.problems += state.ctl.log_problems()
+    assert state.problems == [], f"controller log shows problems: {state.problems[:3]}"
+
+
 # --------------------------------------------------------------------------- traffic
 def iperf3_flows(
     fabric, flows: Sequence[tuple[str, str, int | None]], seconds: float = 5.0, base_port: int = 5301,
-    omit_s: int = 1,
+    omit_s: int = 1, ports: Sequence[tuple[int, int]] | None = None,
 ) -> list[float]:
     """Run TCP iperf3 flows ``(src, dst, tos)`` concurrently; return each one's received bits/s.
 
     Servers are one-off (``-1``) and every process started here is waited for or killed by pid.
-    ``omit_s`` seconds of slow start are left out of the average.
+    ``omit_s`` seconds of slow start are left out of the average.  ``ports`` fixes each flow's
+    (client port, server port), so its 5-tuple is known beforehand and the controller can enforce it;
+    by default servers listen on ``base_port + i`` and clients take any port.
     """
+    if ports is None:
+        ports = [(0, base_port + i) for i in range(len(flows))]
     servers, clients = [], []
     try:
-        for i, (_src, dst, _tos) in enumerate(flows):
-            servers.append(fabric.host(dst).popen(["iperf3", "-s", "-1", "-p", str(base_port + i)],
+        for (_src, dst, _tos), (_cport, sport) in zip(flows, ports):
+            servers.append(fabric.host(dst).popen(["iperf3", "-s", "-1", "-p", str(sport)],
                                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        _wait_listening(fabric, [(dst, base_port + i) for i, (_s, dst, _t) in enumerate(flows)])
-        for i, (src, dst, tos) in enumerate(flows):
-            argv = ["iperf3", "-c", fabric.host(dst).IP(), "-p", str(base_port + i), "-t", str(seconds),
+        _wait_listening(fabric, [(dst, sport) for (_s, dst, _t), (_c, sport) in zip(flows, ports)])
+        for (src, dst, tos), (cport, sport) in zip(flows, ports):
+            argv = ["iperf3", "-c", fabric.host(dst).IP(), "-p", str(sport), "-t", str(seconds),
                     "-O", str(omit_s), "-J"]
+            if cport:
+                argv += ["--cport", str(cport)]
             if tos is not None:
                 argv += ["--tos", str(tos)]
             clients.append(fabric.host(src).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))

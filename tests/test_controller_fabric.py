@@ -7,17 +7,15 @@ traceback or a switch rejected a message.
 
 from __future__ import annotations
 
-import json
 import re
-import socket
 import subprocess
 import time
 from types import SimpleNamespace
 
 import pytest
 
-from controller.launcher import ControllerProcess
-from tests.fabric_helpers import _wait_listening, assert_within, ping_loss
+from controller.launcher import ControllerProcess, free_tcp_port
+from tests.fabric_helpers import assert_within, controller_and_fabric, iperf3_flows, ping_loss
 from topologies import graphs
 
 pytestmark = [pytest.mark.fabric, pytest.mark.slow]
@@ -25,29 +23,13 @@ pytestmark = [pytest.mark.fabric, pytest.mark.slow]
 LINK_BPS = 50e6
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def env(require_fabric):
-    from topologies.fabric import Fabric
-
     topo = graphs.fattree(LINK_BPS, k=4)
-    port = _free_port()
-    state = SimpleNamespace(topo=topo, port=port, fabric=None, ctl=ControllerProcess(topo, ofp_port=port))
-    try:
-        state.ctl.start()
-        state.fabric = Fabric(topo, controller_port=port, queues=4).start()
-        state.ctl.wait_switches(timeout_s=20)
+    port = free_tcp_port()
+    state = SimpleNamespace(topo=topo, port=port, ctl=ControllerProcess(topo, ofp_port=port))
+    with controller_and_fabric(state):
         yield state
-    finally:
-        if state.fabric is not None:
-            state.fabric.stop()
-        state.ctl.stop()
-    assert state.ctl.log_problems() == [], "controller log shows problems"
 
 
 def _host_ip(topo, host):
@@ -80,28 +62,8 @@ def _iperf(env, flows, seconds=5.0):
 
     Fixed client ports make the data connection's 5-tuple known, so the Enforcer can match it.
     """
-    servers, clients = [], []
-    try:
-        for _src, dst, _cport, sport in flows:
-            servers.append(env.fabric.host(dst).popen(["iperf3", "-s", "-1", "-p", str(sport)],
-                                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        _wait_listening(env.fabric, [(dst, sport) for _s, dst, _c, sport in flows])
-        for src, dst, cport, sport in flows:
-            argv = ["iperf3", "-c", _host_ip(env.topo, dst), "-p", str(sport), "--cport", str(cport),
-                    "-t", str(seconds), "-J"]
-            clients.append(env.fabric.host(src).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-        rates = []
-        for proc in clients:
-            out, err = proc.communicate(timeout=seconds + 30)
-            data = json.loads(out.decode() or "{}")
-            assert proc.returncode == 0 and "error" not in data, f"iperf3: {data.get('error')} {err[-300:]!r}"
-            rates.append(float(data["end"]["sum_received"]["bits_per_second"]))
-        return rates
-    finally:
-        for proc in clients + servers:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+    return iperf3_flows(env.fabric, [(src, dst, None) for src, dst, _c, _s in flows], seconds, omit_s=0,
+                        ports=[(cport, sport) for _s, _d, cport, sport in flows])
 
 
 def _dump(bridge, what="dump-flows"):

@@ -16,6 +16,7 @@ import pytest
 
 from controller import flowmods as fm
 from controller.enforcement import EnforcementError, Enforcer, FlowMatch
+from controller.launcher import free_tcp_port
 from controller.routing import Router, path_hops
 from controller.topology_spec import SpecError, load_spec, topology_from_spec, write_spec
 from topologies import graphs, qos
@@ -403,9 +404,9 @@ def test_launcher_runs_real_manager_and_enforcement_api(tmp_path):
     with pytest.raises(ControllerError, match="port must be"):
         ControllerProcess(TOPO, ofp_port=70000)
     with pytest.raises(ControllerError, match="'/nonexistent/osken-manager' is not an executable"):
-        ControllerProcess(TOPO, ofp_port=_free_port(), manager="/nonexistent/osken-manager").start()
+        ControllerProcess(TOPO, ofp_port=free_tcp_port(), manager="/nonexistent/osken-manager").start()
     manager = os.path.join(os.path.dirname(sys.executable), compat.MANAGER)
-    ctl = ControllerProcess(TOPO, ofp_port=_free_port(), manager=[manager])
+    ctl = ControllerProcess(TOPO, ofp_port=free_tcp_port(), manager=[manager])
     try:
         ctl.start()
         assert tcp_port_listening(ctl.ofp_port)
@@ -614,14 +615,6 @@ def test_service_flows_are_listed_but_not_touchable():
     status, answer = call(served.api, "POST", "/v1/enforcement", {"op": "remove", "flow_id": "job/f1"})
     assert (status, answer["error"]["field"]) == (400, "flow_id")
     assert list(served.enforcer.live_flows()) == ["job/f1"]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_command_bad_topology_is_one_line_exit_2():

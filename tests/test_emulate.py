@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from controller.launcher import free_tcp_port
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from topologies.graphs import dumbbell
 from traffic.emulate import (
@@ -23,7 +24,6 @@ from traffic.emulate import (
     EmulationError,
     assemble_run,
     fabric_popen,
-    free_tcp_port,
     run_agents,
 )
 

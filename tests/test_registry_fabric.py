@@ -23,7 +23,7 @@ import pytest
 
 from controller.client import ApiClientError
 from controller.launcher import ControllerProcess, free_tcp_port
-from tests.fabric_helpers import _wait_listening, assert_within
+from tests.fabric_helpers import assert_within, controller_and_fabric, iperf3_flows
 from topologies import graphs, qos
 
 pytestmark = [pytest.mark.fabric, pytest.mark.slow]
@@ -64,26 +64,17 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def env(require_fabric):
-    from topologies.fabric import Fabric
-
     topo = graphs.fattree(LINK_BPS, k=4)
     workdir = tempfile.mkdtemp(prefix="echelon-rf-")
     port, api_port = free_tcp_port(), free_tcp_port()
-    state = SimpleNamespace(topo=topo, port=port, api_port=api_port, workdir=workdir, fabric=None,
-                            store=os.path.join(workdir, "registry.sqlite"), problems=[])
+    state = SimpleNamespace(topo=topo, port=port, api_port=api_port, workdir=workdir,
+                            store=os.path.join(workdir, "registry.sqlite"))
     state.ctl = _controller(state)
     try:
-        state.ctl.start()
-        state.fabric = Fabric(topo, controller_port=port, queues=4).start()
-        state.ctl.wait_switches(timeout_s=20)
-        yield state
+        with controller_and_fabric(state):
+            yield state
     finally:
-        if state.fabric is not None:
-            state.fabric.stop()
-        state.ctl.stop()
-        state.problems += state.ctl.log_problems()
         shutil.rmtree(workdir, ignore_errors=True)
-    assert state.problems == [], "controller log shows problems"
 
 
 def _controller(env) -> ControllerProcess:
@@ -309,36 +300,18 @@ def test_real_tcp_flows_get_their_enforced_classes(env):
     ]
     client.register_echelon(JOB, "tcp", spec)
     ports = {"t0": (42001, 5401), "t1": (42002, 5402)}
-    servers, clients = [], []
+    for fid, (cport, sport) in ports.items():  # rules in force before the first SYN
+        answer = client.flow_started(JOB, fid, cport, sport, wait_s=10)
+        assert answer["enforcement"]["in_force"], answer
+    alloc = {fid: client.allocation(JOB, fid) for fid in ports}
     try:
-        for _fid, (_cport, sport) in ports.items():
-            servers.append(env.fabric.host("h12").popen(["iperf3", "-s", "-1", "-p", str(sport)],
-                                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        _wait_listening(env.fabric, [("h12", sport) for _c, sport in ports.values()])
-        for fid, (cport, sport) in ports.items():
-            answer = client.flow_started(JOB, fid, cport, sport, wait_s=10)
-            assert answer["enforcement"]["in_force"], answer
-        alloc = {fid: client.allocation(JOB, fid) for fid in ports}
-        for spec_flow in spec:
-            cport, sport = ports[spec_flow["flow_id"]]
-            argv = ["iperf3", "-c", env.topo.graph.nodes["h12"]["ip"], "-p", str(sport),
-                    "--cport", str(cport), "-t", "5", "-O", "1", "-J"]
-            clients.append(env.fabric.host(spec_flow["src"]).popen(argv, stdout=subprocess.PIPE,
-                                                                   stderr=subprocess.PIPE))
-        rates = {}
-        for fid, proc in zip(ports, clients):
-            out, err = proc.communicate(timeout=40)
-            data = json.loads(out.decode() or "{}")
-            assert proc.returncode == 0 and "error" not in data, (data.get("error"), err[-300:])
-            rates[fid] = float(data["end"]["sum_received"]["bits_per_second"])
+        measured = iperf3_flows(env.fabric, [(f["src"], f["dst"], None) for f in spec], seconds=5, omit_s=1,
+                                ports=[ports[f["flow_id"]] for f in spec])
+        rates = {f["flow_id"]: bps for f, bps in zip(spec, measured)}
         estimate = client.flow(JOB, "t0")["bytes_done_estimate"]
+    finally:
         for fid in ports:
             client.flow_finished(JOB, fid, wait_s=10)
-    finally:
-        for proc in clients + servers:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
     for fid in ports:
         print(f"TCP {fid} {rates[fid] / 1e6:.1f} Mbit/s: queue {alloc[fid]['queue']}, "
               f"rate {alloc[fid]['rate_bps']}, meter {alloc[fid]['meter_rate_bps']}")

@@ -332,14 +332,6 @@ def fabric_popen(fabric: Any) -> PopenFn:
     return popen
 
 
-def free_tcp_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def emulate_scheduler(
     topology: Any,
     jobs: Sequence[Job],
@@ -357,7 +349,7 @@ def emulate_scheduler(
     import tempfile
 
     from controller.client import ApiClientError, EchelonClient
-    from controller.launcher import ControllerProcess
+    from controller.launcher import ControllerProcess, free_tcp_port
     from topologies.fabric import Fabric
 
     workdir = tempfile.mkdtemp(prefix="echelon-emu-")
