@@ -14,13 +14,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from echelonflow.topology import fattree, two_hosts  # noqa: E402
 from tests.fabric_helpers import iperf3_bps  # noqa: E402
-from topologies import graphs  # noqa: E402
 from topologies.fabric import Fabric  # noqa: E402
 
 
 def bench_start_stop(k: int) -> dict:
-    fab = Fabric(graphs.fattree(10e6, k=k), controller_port=None)
+    fab = Fabric(fattree(10e6, k=k), controller_port=None)
     fab.start()
     started = dict(fab.timings_s)
     fab.stop()
@@ -31,7 +31,7 @@ def bench_start_stop(k: int) -> dict:
 
 def bench_rate(rate_mbps: float, seconds: float) -> dict:
     rate_bps = rate_mbps * 1e6
-    with Fabric(graphs.two_hosts(rate_bps), controller_port=None, fail_mode="standalone") as fab:
+    with Fabric(two_hosts(rate_bps), controller_port=None, fail_mode="standalone") as fab:
         achieved = iperf3_bps(fab, "h1", "h2", seconds=seconds)
     return {"rate_mbps": rate_mbps, "achieved_mbps": round(achieved / 1e6, 3),
             "ratio": round(achieved / rate_bps, 3)}

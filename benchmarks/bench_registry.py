@@ -32,7 +32,7 @@ sys.path.insert(0, ROOT)
 from controller.client import EchelonClient  # noqa: E402
 from controller.registry import Registry  # noqa: E402
 from controller.service import SchedulingService  # noqa: E402
-from topologies.graphs import fattree  # noqa: E402
+from echelonflow.topology import fattree  # noqa: E402
 
 
 class CountingPort:

@@ -28,11 +28,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from controller.launcher import ControllerProcess, free_tcp_port  # noqa: E402
-from topologies import graphs  # noqa: E402
+from echelonflow.topology import Topology, fattree  # noqa: E402
 from topologies.fabric import Fabric  # noqa: E402
 
 
-def flows_spec(topo: graphs.Topology, count: int, rng: random.Random, prefix: str) -> list[dict]:
+def flows_spec(topo: Topology, count: int, rng: random.Random, prefix: str) -> list[dict]:
     out = []
     for j in range(count):
         src, dst = rng.sample(topo.hosts, 2)
@@ -41,7 +41,7 @@ def flows_spec(topo: graphs.Topology, count: int, rng: random.Random, prefix: st
     return out
 
 
-def registration_latency(ctl: ControllerProcess, topo: graphs.Topology, sizes: list[int],
+def registration_latency(ctl: ControllerProcess, topo: Topology, sizes: list[int],
                          repeat: int) -> dict:
     rng = random.Random(7)
     out = {}
@@ -70,7 +70,7 @@ def registration_latency(ctl: ControllerProcess, topo: graphs.Topology, sizes: l
     return out
 
 
-def reschedule_1000(ctl: ControllerProcess, topo: graphs.Topology, n_flows: int) -> dict:
+def reschedule_1000(ctl: ControllerProcess, topo: Topology, n_flows: int) -> dict:
     rng = random.Random(11)
     out: dict = {"flows": n_flows, "switches": len(topo.switches)}
     with ctl.client(timeout_s=300) as client:
@@ -102,7 +102,7 @@ def reschedule_1000(ctl: ControllerProcess, topo: graphs.Topology, n_flows: int)
     return out
 
 
-def run(topo: graphs.Topology, job) -> tuple[dict, list[str]]:
+def run(topo: Topology, job) -> tuple[dict, list[str]]:
     port = free_tcp_port()
     ctl = ControllerProcess(topo, ofp_port=port, interval_s=3600.0)
     ctl.start()
@@ -123,12 +123,12 @@ def main() -> int:
     parser.add_argument("--skip-k8", action="store_true")
     args = parser.parse_args()
     result, problems = {}, []
-    k4 = graphs.fattree(50e6, k=4)
+    k4 = fattree(50e6, k=4)
     result["k4_registration_to_acked"], p = run(
         k4, lambda c: registration_latency(c, k4, [8, 64], args.repeat))
     problems += p
     if not args.skip_k8:
-        k8 = graphs.fattree(50e6, k=8)
+        k8 = fattree(50e6, k=8)
         result["k8_reschedule"], p = run(k8, lambda c: reschedule_1000(c, k8, args.flows))
         problems += p
     result["controller_log_problems"] = problems

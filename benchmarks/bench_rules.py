@@ -23,13 +23,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from controller.client import EchelonClient, install_op, remove_op  # noqa: E402
 from controller.launcher import ControllerProcess, free_tcp_port  # noqa: E402
-from topologies import graphs  # noqa: E402
+from echelonflow.topology import Topology, fattree  # noqa: E402
 from topologies.fabric import Fabric  # noqa: E402
 
 LINK_BPS = 50e6
 
 
-def install_request(topo: graphs.Topology, flow_id: str, src: str, dst: str, cport: int, sport: int,
+def install_request(topo: Topology, flow_id: str, src: str, dst: str, cport: int, sport: int,
                     queue: int = 1, rate_bps: float | None = None) -> dict:
     nodes = topo.graph.nodes
     match = {"src_ip": nodes[src]["ip"], "dst_ip": nodes[dst]["ip"], "src_port": cport, "dst_port": sport}
@@ -42,7 +42,7 @@ def acked(reply: dict) -> float:
     return float(reply["enforcement"]["latency_s"])
 
 
-def install_latency(api: EchelonClient, topo: graphs.Topology, repeat: int) -> dict:
+def install_latency(api: EchelonClient, topo: Topology, repeat: int) -> dict:
     hosts = topo.hosts
     single = []
     for i in range(repeat):
@@ -62,7 +62,7 @@ def install_latency(api: EchelonClient, topo: graphs.Topology, repeat: int) -> d
     }
 
 
-def metered_rate(api: EchelonClient, fabric: Fabric, topo: graphs.Topology, rate_mbps: float) -> float:
+def metered_rate(api: EchelonClient, fabric: Fabric, topo: Topology, rate_mbps: float) -> float:
     flow_id, cport, sport = f"m{rate_mbps}", 32000 + int(rate_mbps), 5501
     request = install_request(topo, flow_id, "h1", "h16", cport, sport, rate_bps=rate_mbps * 1e6)
     acked(api.enforce(request, wait_s=5))
@@ -84,7 +84,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20, help="single-flow installs to time")
     args = parser.parse_args()
-    topo = graphs.fattree(LINK_BPS, k=4)
+    topo = fattree(LINK_BPS, k=4)
     port = free_tcp_port()
     ctl = ControllerProcess(topo, ofp_port=port).start()
     try:

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from echelonflow.schedulers import SCHEDULERS, get_scheduler  # noqa: E402
 from echelonflow.schedulers.base import ActiveFlow, Snapshot  # noqa: E402
-from topologies.graphs import Topology, build  # noqa: E402
+from echelonflow.topology import Topology, build  # noqa: E402
 
 
 def make_snapshot(n_flows: int, k: int, seed: int = 1) -> Snapshot:

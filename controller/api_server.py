@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     from controller.registry import Registry
     from controller.service import SchedulingService
     from controller.store import open_registry
-    from topologies.graphs import TopologyError, build
+    from echelonflow.topology import TopologyError, build
 
     parser = argparse.ArgumentParser(prog="python -m controller.api_server", description=main.__doc__)
     parser.add_argument("--topology", default="fattree")

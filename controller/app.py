@@ -54,7 +54,6 @@ from controller.service import SchedulingService  # noqa: E402
 from controller.store import DEFAULT_PATH as DEFAULT_STORE_PATH  # noqa: E402
 from controller.store import open_registry  # noqa: E402
 from controller.topology_spec import load_spec  # noqa: E402
-from topologies import qos  # noqa: E402
 
 LOG = logging.getLogger("echelon.controller")
 OFP_ERROR_MARK = "OFP-ERROR"  # the launcher fails tests on log lines carrying it
@@ -79,7 +78,7 @@ class EchelonApp(compat.BaseApp):
         self.registry = open_registry(self.topology, os.environ.get("ECHELON_STORE", DEFAULT_STORE_PATH))
         self.service = SchedulingService(
             self.registry, self.enforcer, queues=self.enforcer.queues, match_factory=FlowMatch,
-            dscp_of_queue=qos.dscp_for_queue, interval_s=float(os.environ.get("ECHELON_INTERVAL_S", "0.5")),
+            interval_s=float(os.environ.get("ECHELON_INTERVAL_S", "0.5")),
             lock=compat.hub.Semaphore(),
         )
         self.stats_interval_s = float(os.environ.get("ECHELON_STATS_INTERVAL_S", "1.0"))

@@ -52,13 +52,13 @@ def topology_params(args: argparse.Namespace) -> dict[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     from controller.launcher import ControllerProcess
-    from topologies import graphs
+    from echelonflow.topology import TopologyError, build
 
     if args.rate_mbps <= 0:
         raise UserError(f"--rate-mbps must be positive, got {args.rate_mbps}")
     try:
-        topology = graphs.build(args.topology, args.rate_mbps * 1e6, **topology_params(args))
-    except graphs.TopologyError as exc:
+        topology = build(args.topology, args.rate_mbps * 1e6, **topology_params(args))
+    except TopologyError as exc:
         raise UserError(str(exc)) from None
     if not 1 <= args.api_port <= 65535:
         raise UserError(f"--api-port must be 1..65535, got {args.api_port}")

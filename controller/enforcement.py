@@ -38,8 +38,8 @@ from typing import Callable
 from controller import flowmods as fm
 from controller.routing import Hop, path_hops
 from echelonflow.errors import UserError
-from topologies import qos
-from topologies.graphs import Topology
+from echelonflow.queues import dscp_for_queue
+from echelonflow.topology import Topology
 
 SendFn = Callable[[int, list[fm.Op]], None]
 IP_PROTO_TCP = 6
@@ -175,7 +175,6 @@ class Enforcer:
         send: SendFn,
         queues: int = 4,
         idle_timeout_s: int = 60,
-        dscp_for_queue: Callable[[int], int] = qos.dscp_for_queue,
         meter_burst_s: float = 0.2,
         min_burst_kbit: int = 1000,
         clock: Callable[[], float] = time.monotonic,
@@ -187,7 +186,6 @@ class Enforcer:
         self.send = send
         self.queues = queues
         self.idle_timeout_s = idle_timeout_s
-        self.dscp_for_queue = dscp_for_queue
         self.meter_burst_s = meter_burst_s
         self.min_burst_kbit = min_burst_kbit
         self.clock = clock
@@ -342,7 +340,7 @@ class Enforcer:
         return fm.make_cookie(fm.COOKIE_ENFORCE, flow.number * 2 + int(reverse))
 
     def _forward_rules(self, flow: LiveFlow) -> list[tuple[int, fm.FlowRule]]:
-        dscp, out = self.dscp_for_queue(flow.queue), []
+        dscp, out = dscp_for_queue(flow.queue), []
         for index, hop in enumerate(self._hops(flow.path)):
             rule = fm.FlowRule(
                 fm.PRIORITY_ENFORCED, flow.match.fields(),
@@ -354,7 +352,7 @@ class Enforcer:
         return out
 
     def _reverse_rules(self, flow: LiveFlow) -> list[tuple[int, fm.FlowRule]]:
-        dscp, out = self.dscp_for_queue(0), []
+        dscp, out = dscp_for_queue(0), []
         for hop in self._hops(tuple(reversed(flow.path))):
             rule = fm.FlowRule(
                 fm.PRIORITY_ENFORCED, flow.match.reversed().fields(),

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from controller.client import ApiClientError, EchelonClient
 from controller.topology_spec import ENV_VAR, write_spec
 from echelonflow.errors import UserError
-from topologies.graphs import Topology
+from echelonflow.topology import Topology
 
 APP_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "app.py")
 PROBLEM_MARKS = ("Traceback (most recent call last)", "uncaught exception", "OFP-ERROR")

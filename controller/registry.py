@@ -37,7 +37,7 @@ from typing import Any
 from echelonflow.errors import UserError
 from echelonflow.model import qualified
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
-from topologies.graphs import Topology
+from echelonflow.topology import Topology
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 KINDS = ("coflow", "staggered")

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller import flowmods as fm
-from topologies.graphs import NodePath, Topology
+from echelonflow.topology import NodePath, Topology
 
 OpsByDpid = dict[int, list[fm.Op]]
 

@@ -43,6 +43,7 @@ from typing import Any, Callable, NamedTuple, Protocol
 from controller.enforcement import wait_acks
 from controller.registry import Registry, RegistryError
 from echelonflow.errors import UserError
+from echelonflow.queues import dscp_for_queue
 from echelonflow.schedulers import SCHEDULERS, get_scheduler
 from echelonflow.schedulers.base import Decision, Scheduler
 
@@ -72,11 +73,6 @@ class EnforcementPort(Protocol):
                clear_rate: bool = False) -> Any: ...
 
     def remove(self, flow_id: str) -> Any: ...
-
-
-def default_dscp(queue: int) -> int:
-    """DSCP that marks queue ``q`` (class selector CSq: 8 * q); must match the Enforcer's mapping."""
-    return 8 * queue
 
 
 @dataclass(frozen=True)
@@ -125,7 +121,6 @@ class SchedulingService:
         min_meter_bps: float = 8000.0,
         payload_fraction: float = PAYLOAD_FRACTION,
         match_factory: Callable[..., Any] = FiveTuple,
-        dscp_of_queue: Callable[[int], int] = default_dscp,
         lock: Any = None,
     ) -> None:
         if queues < 2:
@@ -142,7 +137,6 @@ class SchedulingService:
         self.min_meter_bps = float(min_meter_bps)
         self.payload_fraction = float(payload_fraction)
         self.match_factory = match_factory
-        self.dscp_of_queue = dscp_of_queue
         name = registry.settings.get("scheduler", DEFAULT_SCHEDULER)
         self.scheduler: Scheduler = get_scheduler(name)
         self.installed: dict[str, Installed] = {}
@@ -363,7 +357,7 @@ class SchedulingService:
             "rate_bps": decision.rate_bps[flow_key] if decided else None,
             "rank": decision.rank.get(flow_key) if decided else None,
             "queue": queue if queue is not None else (0 if decided else None),
-            "dscp": self.dscp_of_queue(queue) if queue is not None else (0 if decided else None),
+            "dscp": dscp_for_queue(queue) if queue is not None else (0 if decided else None),
             "meter_rate_bps": installed.rate_bps if installed is not None else None,
             "decided_at_s": self.state.decided_at_s if decided else None,
         }

@@ -1,7 +1,7 @@
-"""How the controller learns the fabric: a small JSON file naming the topology, rebuilt with graphs.py.
+"""How the controller learns the fabric: a small JSON file naming the topology, rebuilt from the core.
 
 The file holds only ``{"kind": ..., "params": {...}, "rate_bps": ...}``; the controller rebuilds the very
-same :class:`~topologies.graphs.Topology` the simulator and the Mininet fabric use, so ports, dpids and
+same :class:`~echelonflow.topology.Topology` the simulator and the Mininet fabric use, so ports, dpids and
 host addresses agree by construction.  Its path comes from the ``ECHELON_TOPOLOGY`` environment
 variable (the launcher sets it) because os-ken and Ryu parse their own command line.
 """
@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from echelonflow.errors import UserError
-from topologies import graphs
+from echelonflow.topology import Topology, TopologyError, build
 
 ENV_VAR = "ECHELON_TOPOLOGY"
 
@@ -22,17 +22,17 @@ class SpecError(UserError):
     """A topology spec file that is missing or cannot be turned into a topology."""
 
 
-def spec_of(topology: graphs.Topology) -> dict[str, Any]:
+def spec_of(topology: Topology) -> dict[str, Any]:
     return {"kind": topology.kind, "params": dict(topology.params), "rate_bps": topology.rate_bps}
 
 
-def write_spec(topology: graphs.Topology, path: str) -> None:
+def write_spec(topology: Topology, path: str) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(spec_of(topology), handle, indent=2, sort_keys=True)
         handle.write("\n")
 
 
-def topology_from_spec(spec: Any, source: str = "topology spec") -> graphs.Topology:
+def topology_from_spec(spec: Any, source: str = "topology spec") -> Topology:
     """Build the topology a spec describes; every problem names the field and the value."""
     if not isinstance(spec, dict):
         raise SpecError(f"{source}: expected a JSON object, got {type(spec).__name__}")
@@ -46,12 +46,12 @@ def topology_from_spec(spec: Any, source: str = "topology spec") -> graphs.Topol
     if not isinstance(params, dict):
         raise SpecError(f"{source}: 'params' must be an object, got {params!r}")
     try:
-        return graphs.build(spec["kind"], spec["rate_bps"], **params)
-    except graphs.TopologyError as exc:
+        return build(spec["kind"], spec["rate_bps"], **params)
+    except TopologyError as exc:
         raise SpecError(f"{source}: {exc}") from None
 
 
-def load_spec(path: str | None = None) -> graphs.Topology:
+def load_spec(path: str | None = None) -> Topology:
     """The topology named by ``path`` (default: the ``ECHELON_TOPOLOGY`` environment variable)."""
     path = path or os.environ.get(ENV_VAR, "")
     if not path:

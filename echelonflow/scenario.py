@@ -17,7 +17,7 @@ from typing import Any
 
 from echelonflow.errors import ScenarioError, UserError
 from echelonflow.model import ComputeTask, Job
-from topologies.graphs import Topology, TopologyError, build
+from echelonflow.topology import Topology, TopologyError, build
 
 EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
 DEFAULT_SCHEDULERS = ("fair", "coflow", "echelon")

@@ -36,7 +36,7 @@ from echelonflow.errors import UserError
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.results import EchelonResult, FlowResult, JobResult, RunResult, TaskResult
 from echelonflow.schedulers.base import ActiveFlow, Decision, Scheduler, Snapshot
-from topologies.graphs import Topology
+from echelonflow.topology import Topology
 
 #: The simulator's result for one scheduler is exactly the shared result shape's run.
 SimulationResult = RunResult

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import networkx as nx
 
+from echelonflow.topology import Topology
 from topologies import cleanup, ovs
-from topologies.graphs import Topology
 
 
 def assert_within(value: float, target: float, lo: float, hi: float, what: str) -> None:

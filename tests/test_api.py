@@ -25,7 +25,7 @@ from controller.client import ApiClientError, EchelonClient
 from controller.registry import Registry
 from controller.service import SchedulingService
 from controller.store import open_registry
-from topologies.graphs import fattree
+from echelonflow.topology import fattree
 
 TOKEN = "test-token-0123456789"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from controller.launcher import ControllerProcess, free_tcp_port
+from echelonflow.topology import fattree
 from tests.fabric_helpers import assert_within, controller_and_fabric, iperf3_flows, ping_loss
-from topologies import graphs
 
 pytestmark = [pytest.mark.fabric, pytest.mark.slow]
 
@@ -25,7 +25,7 @@ LINK_BPS = 50e6
 
 @pytest.fixture(scope="module")
 def env(require_fabric):
-    topo = graphs.fattree(LINK_BPS, k=4)
+    topo = fattree(LINK_BPS, k=4)
     port = free_tcp_port()
     state = SimpleNamespace(topo=topo, port=port, ctl=ControllerProcess(topo, ofp_port=port))
     with controller_and_fabric(state):

@@ -19,9 +19,10 @@ from controller.enforcement import EnforcementError, Enforcer, FlowMatch
 from controller.launcher import free_tcp_port
 from controller.routing import Router, path_hops
 from controller.topology_spec import SpecError, load_spec, topology_from_spec, write_spec
-from topologies import graphs, qos
+from echelonflow.queues import dscp_for_queue
+from echelonflow.topology import Topology, fattree, leaf_spine
 
-TOPO = graphs.fattree(10e6, k=4)
+TOPO = fattree(10e6, k=4)
 
 
 class Recorder:
@@ -56,7 +57,7 @@ class Recorder:
                 if isinstance(op, fm.Barrier) and op.ticket is not None:
                     op.ticket.switch_done(dpid)
 
-    def walk(self, topo: graphs.Topology, src: str, packet: dict) -> list[str]:
+    def walk(self, topo: Topology, src: str, packet: dict) -> list[str]:
         """Follow ``packet`` from host ``src`` through the highest-priority matching rules."""
         dpid_to_name = {topo.graph.nodes[s]["dpid"]: s for s in topo.switches}
         name_to_dpid = {v: k for k, v in dpid_to_name.items()}
@@ -250,7 +251,7 @@ def test_install_pins_both_directions_marks_class_and_meters_first_switch():
     assert rec.walk(TOPO, "h5", packet(MATCH.reversed())) == list(reversed(PATH))
     for hop in path_hops(TOPO, PATH):
         (rule,) = [r for r in rec.rules[hop.dpid].values() if r.match == MATCH.fields()]
-        assert rule.actions[:2] == (fm.SetDscp(qos.dscp_for_queue(1)), fm.SetQueue(1))
+        assert rule.actions[:2] == (fm.SetDscp(dscp_for_queue(1)), fm.SetQueue(1))
         assert rule.send_flow_removed and rule.idle_timeout_s == 60
         assert (rule.meter_id is not None) == (hop.switch == "e1")
     (back,) = [r for r in rec.rules[dpid("e3")].values() if r.match == MATCH.reversed().fields()]
@@ -316,7 +317,7 @@ def test_update_changes_class_then_rate_then_clears_it():
     enf.update("f1", queue=3)
     for hop in path_hops(TOPO, PATH):
         (rule,) = [r for r in rec.rules[hop.dpid].values() if r.match == MATCH.fields()]
-        assert rule.actions[:2] == (fm.SetDscp(qos.dscp_for_queue(3)), fm.SetQueue(3))
+        assert rule.actions[:2] == (fm.SetDscp(dscp_for_queue(3)), fm.SetQueue(3))
     enf.update("f1", rate_bps=5e6)  # adds a meter (Recorder asserts add-before-use)
     first = rec.rules[dpid("e1")][(fm.PRIORITY_ENFORCED, MATCH.fields())]
     assert first.meter_id == 1 and rec.meters[dpid("e1")][1].rate_kbps == 5000
@@ -369,7 +370,7 @@ def test_idle_timeout_of_first_forward_rule_ends_the_flow():
 # ----------------------------------------------------------------------------- spec, launcher, command
 def test_spec_round_trip_and_errors(tmp_path):
     path = str(tmp_path / "t.json")
-    write_spec(graphs.leaf_spine(1e6, leaves=2, spines=2, hosts_per_leaf=1), path)
+    write_spec(leaf_spine(1e6, leaves=2, spines=2, hosts_per_leaf=1), path)
     topo = load_spec(path)
     assert (topo.kind, topo.params, len(topo.hosts)) == ("leafspine", {"leaves": 2, "spines": 2,
                                                                        "hosts_per_leaf": 1}, 2)

@@ -18,7 +18,7 @@ import pytest
 
 from controller.launcher import free_tcp_port
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
-from topologies.graphs import dumbbell
+from echelonflow.topology import dumbbell
 from traffic.emulate import (
     REPO_ROOT,
     EmulationError,
@@ -115,9 +115,8 @@ def test_agents_on_the_fabric_deliver_exact_bytes_and_respect_dependencies(fabri
 def test_ovs_transmit_socket_gets_the_large_send_buffer(fabric):
     """The userspace datapath's one tx socket is enlarged (else every port drops once queues back up)."""
     from topologies import ovs
-    from topologies.fabric import kernel_datapath_available
 
-    if kernel_datapath_available():
+    if ovs.kernel_datapath_available():
         pytest.skip("kernel datapath: no shared userspace packet socket")
     fab, hosts_ip = fabric
     fab.host("h1").cmd(f"ping -c 1 -W 2 {hosts_ip['h3']}")  # the socket exists once a packet was sent

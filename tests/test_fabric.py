@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from echelonflow.queues import dscp_for_queue, tos_for_queue
+from echelonflow.topology import dumbbell, fattree, two_hosts
 from tests.fabric_helpers import (
     assert_nothing_left,
     assert_within,
@@ -23,7 +25,7 @@ from tests.fabric_helpers import (
     ping_loss,
     static_flow_table,
 )
-from topologies import graphs, ovs, qos
+from topologies import ovs, qos
 from topologies.fabric import Fabric, FabricError, fabric_lock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +41,7 @@ def snapshot(fab: Fabric):
 
 # --------------------------------------------------------------------------- no root needed
 def test_bad_arguments_are_clear_errors():
-    topo = graphs.two_hosts(RATE_BPS)
+    topo = two_hosts(RATE_BPS)
     with pytest.raises(FabricError, match="queues must be an integer from 2 to 8"):
         Fabric(topo, queues=1)
     with pytest.raises(FabricError, match="datapath must be"):
@@ -53,9 +55,9 @@ def test_bad_arguments_are_clear_errors():
 
 
 def test_queue_dscp_mapping_and_filter_parsing():
-    assert [Fabric.dscp_for_queue(q) for q in range(4)] == [0, 8, 16, 24]
+    assert [dscp_for_queue(q) for q in range(4)] == [0, 8, 16, 24]
     with pytest.raises(ValueError, match="queue must be"):
-        Fabric.dscp_for_queue(8)
+        dscp_for_queue(8)
     lines = qos.filter_lines("s1-eth1", 4)
     assert lines[0].endswith("match ip dsfield 0x20 0xfc flowid 1:2") and len(lines) == 3
     dump = (
@@ -69,7 +71,7 @@ def test_queue_dscp_mapping_and_filter_parsing():
 
 
 def test_static_flows_are_loop_free_trees():
-    topo = graphs.fattree(RATE_BPS, k=4)
+    topo = fattree(RATE_BPS, k=4)
     table = static_flow_table(topo)
     # Follow every (switch, destination) along the installed ports: it must reach the host in <= 5 hops.
     for dst in topo.hosts:
@@ -87,7 +89,7 @@ def test_static_flows_are_loop_free_trees():
 # --------------------------------------------------------------------------- real fabric
 @pytest.mark.fabric
 def test_mn_custom_builds_our_topologies(require_fabric, tmp_path):
-    """Debian's `mn` loads the file by path and builds working networks from graphs.py."""
+    """Debian's `mn` loads the file by path and builds working networks from echelonflow/topology.py."""
     custom = os.path.join(ROOT, "topologies", "mininet_topo.py")
     with fabric_lock(timeout_s=600):  # mn uses machine-global bridge/interface names too
         before = set(ovs.list_bridges()), set(ovs.existing_links())
@@ -106,13 +108,13 @@ def test_mn_custom_builds_our_topologies(require_fabric, tmp_path):
     log = build.stdout + build.stderr
     assert build.returncode == 0, log[-2000:]
     switches = log.split("*** Adding switches:")[1].split("***")[0].split()
-    assert sorted(switches) == sorted(graphs.fattree(RATE_BPS, 4).switches)
+    assert sorted(switches) == sorted(fattree(RATE_BPS, 4).switches)
     assert after == before, "mn left bridges or interfaces behind"
 
 
 @pytest.mark.fabric
 def test_two_hosts_ping_shaped_rate_and_clean_stop(require_fabric):
-    fab = Fabric(graphs.two_hosts(RATE_BPS), controller_port=None, fail_mode="standalone")
+    fab = Fabric(two_hosts(RATE_BPS), controller_port=None, fail_mode="standalone")
     with fab:
         owned = snapshot(fab)
         assert ovs.bridges_owned(fab.tag) == {"s1": fab.tag}
@@ -124,8 +126,8 @@ def test_two_hosts_ping_shaped_rate_and_clean_stop(require_fabric):
 @pytest.mark.fabric
 def test_dumbbell_priority_and_equal_share(require_fabric):
     """Two senders into the shared 10 Mbit/s link: queue 1 beats queue 3; equal classes share."""
-    tos = qos.tos_for_queue
-    with Fabric(graphs.dumbbell(RATE_BPS, 2), controller_port=None, fail_mode="standalone") as fab:
+    tos = tos_for_queue
+    with Fabric(dumbbell(RATE_BPS, 2), controller_port=None, fail_mode="standalone") as fab:
         assert ping_loss(fab, "h1", "h3") == 0.0 and ping_loss(fab, "h2", "h3") == 0.0
         high, low = iperf3_flows(fab, [("h1", "h3", tos(1)), ("h2", "h3", tos(3))], seconds=5)
         assert high / (high + low) >= 0.90, f"queue 1 got {high:.3g} bps, queue 3 got {low:.3g} bps"
@@ -137,7 +139,7 @@ def test_dumbbell_priority_and_equal_share(require_fabric):
 
 @pytest.mark.fabric
 def test_watchdog_restores_filters_after_ovs_rebuilds_qos(require_fabric):
-    with Fabric(graphs.two_hosts(RATE_BPS), controller_port=None, fail_mode="standalone") as fab:
+    with Fabric(two_hosts(RATE_BPS), controller_port=None, fail_mode="standalone") as fab:
         assert fab.watchdog is not None and fab.watchdog.missing() == []
         qos_uuid = ovs.run(["ovs-vsctl", "get", "Port", "s1-eth2", "qos"]).strip()
         ovs.run(["ovs-vsctl", "clear", "Port", "s1-eth2", "qos"])  # OVS deletes the htb root ...
@@ -151,7 +153,7 @@ def test_watchdog_restores_filters_after_ovs_rebuilds_qos(require_fabric):
 
 @pytest.mark.fabric
 def test_fattree_k4_pingall_with_static_flows_and_clean_stop(require_fabric):
-    topo = graphs.fattree(RATE_BPS, k=4)
+    topo = fattree(RATE_BPS, k=4)
     fab = Fabric(topo, controller_port=None)
     with fab:
         owned = snapshot(fab)
@@ -168,7 +170,7 @@ def test_fattree_k4_pingall_with_static_flows_and_clean_stop(require_fabric):
 
 @pytest.mark.fabric
 def test_controller_timeout_tears_down_and_explains(require_fabric):
-    fab = Fabric(graphs.two_hosts(RATE_BPS), controller_port=6, connect_timeout_s=2)
+    fab = Fabric(two_hosts(RATE_BPS), controller_port=6, connect_timeout_s=2)
     with pytest.raises(FabricError, match=r"1 of 1 switches did not connect .*tcp:127.0.0.1:6 "):
         fab.start()
     assert fab.net is None and fab.state is None
@@ -177,9 +179,9 @@ def test_controller_timeout_tears_down_and_explains(require_fabric):
 
 OWNER_SCRIPT = """
 import sys, time
-from topologies import graphs
+from echelonflow.topology import dumbbell
 from topologies.fabric import Fabric
-fab = Fabric(graphs.dumbbell(10e6, 1), controller_port=None, fail_mode="standalone", tag=sys.argv[1]).start()
+fab = Fabric(dumbbell(10e6, 1), controller_port=None, fail_mode="standalone", tag=sys.argv[1]).start()
 print("READY", flush=True)
 time.sleep(600)
 """

@@ -10,7 +10,7 @@ import pytest
 
 from controller.registry import ConflictError, NotFoundError, Registry, RegistryError
 from controller.store import Store, StoreError, open_registry
-from topologies.graphs import fattree, two_hosts
+from echelonflow.topology import fattree, two_hosts
 
 RATE_BPS = 20e6
 

@@ -23,8 +23,9 @@ import pytest
 
 from controller.client import ApiClientError
 from controller.launcher import ControllerProcess, free_tcp_port
+from echelonflow.queues import dscp_for_queue
+from echelonflow.topology import fattree
 from tests.fabric_helpers import assert_within, controller_and_fabric, iperf3_flows
-from topologies import graphs, qos
 
 pytestmark = [pytest.mark.fabric, pytest.mark.slow]
 
@@ -64,7 +65,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def env(require_fabric):
-    topo = graphs.fattree(LINK_BPS, k=4)
+    topo = fattree(LINK_BPS, k=4)
     workdir = tempfile.mkdtemp(prefix="echelon-rf-")
     port, api_port = free_tcp_port(), free_tcp_port()
     state = SimpleNamespace(topo=topo, port=port, api_port=api_port, workdir=workdir,
@@ -186,7 +187,7 @@ def test_registered_flows_are_enforced_in_scheduler_order(env):
         assert 1 <= queue <= 3, alloc[fid]
         for switch, rule in rules.items():
             assert int(rule["queue"]) == queue, (fid, switch, rule["line"], alloc[fid])
-            assert int(rule["dscp"]) == qos.dscp_for_queue(queue), (fid, switch, rule["line"])
+            assert int(rule["dscp"]) == dscp_for_queue(queue), (fid, switch, rule["line"])
         first = rules[switches[0]]
         if alloc[fid]["meter_rate_bps"] is None:
             assert first["meter"] is None, first["line"]

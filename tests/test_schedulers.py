@@ -18,7 +18,7 @@ from echelonflow.errors import UserError
 from echelonflow.schedulers import SCHEDULERS, get_scheduler
 from echelonflow.schedulers.base import ActiveFlow, Decision, Snapshot
 from echelonflow.schedulers.echelon import CoflowScheduler, EchelonScheduler
-from topologies.graphs import Topology, build
+from echelonflow.topology import Topology, build
 
 REL = 1e-6
 

@@ -11,7 +11,7 @@ from controller.registry import Registry, RegistryError
 from controller.service import FiveTuple, SchedulingService
 from controller.store import open_registry
 from echelonflow.schedulers import get_scheduler
-from topologies.graphs import fattree, two_hosts
+from echelonflow.topology import fattree, two_hosts
 
 MB = 1_000_000
 B_BPS = 8 * MB  # 1 MB/s: the paper's B = 1 in MB and seconds
@@ -315,14 +315,13 @@ def test_drives_the_real_enforcer_unchanged():
     service's match objects, paths, queues and rates, and ends up holding exactly the service's view."""
     from controller import flowmods as fm
     from controller.enforcement import Enforcer, FlowMatch
-    from topologies import qos
+    from echelonflow.queues import dscp_for_queue
 
     topo = fattree(20e6, 4)
     sent = []
     enforcer = Enforcer(topo, lambda dpid, ops: sent.append((dpid, list(ops))))
     reg = Registry(topo)
-    svc = SchedulingService(reg, enforcer, now=Clock(0.0), queues=enforcer.queues, match_factory=FlowMatch,
-                            dscp_of_queue=qos.dscp_for_queue)
+    svc = SchedulingService(reg, enforcer, now=Clock(0.0), queues=enforcer.queues, match_factory=FlowMatch)
     reg.add_job("j")
     reg.add_echelon("j", "small", flows=[{"flow_id": "s", "src": "h1", "dst": "h5", "size_bytes": MB}])
     reg.add_echelon("j", "big", flows=[{"flow_id": "b", "src": "h2", "dst": "h5", "size_bytes": 5 * MB}])
@@ -339,7 +338,7 @@ def test_drives_the_real_enforcer_unchanged():
     dpids = {topo.graph.nodes[n]["dpid"] for n in reg.path_of("j/s")[1:-1]}
     rules = [op for dpid, ops in sent if dpid in dpids for op in ops if isinstance(op, fm.FlowRule)]
     marks = {a.dscp for r in rules for a in r.actions if isinstance(a, fm.SetDscp)}
-    assert qos.dscp_for_queue(1) in marks
+    assert dscp_for_queue(1) in marks
     assert any(isinstance(op, fm.MeterSet) and op.rate_kbps == 20000 for _d, ops in sent for op in ops)
     svc.set_scheduler("fair")
     assert enforcer.live_flows() == {} and svc.installed == {}

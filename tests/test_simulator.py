@@ -8,8 +8,8 @@ from echelonflow.errors import UserError
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.schedulers import SCHEDULERS, get_scheduler
 from echelonflow.schedulers.base import Decision, Scheduler, Snapshot
+from echelonflow.topology import build
 from simulator.engine import SimulationError, check_decision, simulate
-from topologies.graphs import build
 
 B_BYTES_PER_S = 1.25e6  # 10 Mbit/s
 

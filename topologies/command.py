@@ -51,13 +51,13 @@ def run_clean(args: argparse.Namespace) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from topologies import graphs
+    from echelonflow.topology import TopologyError, build
     from topologies.fabric import Fabric
 
     params = {"fattree": {"k": args.k}, "dumbbell": {"hosts_per_side": args.hosts_per_side}}
     try:
-        topology = graphs.build(args.topology, args.rate_mbps * 1e6, **params.get(args.topology, {}))
-    except graphs.TopologyError as exc:
+        topology = build(args.topology, args.rate_mbps * 1e6, **params.get(args.topology, {}))
+    except TopologyError as exc:
         raise UserError(str(exc)) from None
     fabric = Fabric(
         topology,

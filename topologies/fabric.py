@@ -1,6 +1,7 @@
 """Bring up and tear down the emulated fabric: Open vSwitch bridges + Mininet hosts + shaped queues.
 
-One :class:`Fabric` is one :class:`topologies.graphs.Topology` made real:
+One :class:`Fabric` is one :class:`echelonflow.topology.Topology` made real (Mininet is imported only
+when a fabric starts, so this module loads, and says what is missing, on a machine without it):
 
 * OVS bridges (OpenFlow 1.3 only) on the userspace datapath (``datapath_type=netdev``) unless the
   kernel module exists, each pointed at the controller at ``tcp:<controller_ip>:<controller_port>``;
@@ -35,13 +36,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from echelonflow import queues as queue_marks
 from echelonflow.errors import UserError
+from echelonflow.topology import Topology
 from topologies import cleanup, ovs, qos
-from topologies.graphs import Topology
-from topologies.mininet_topo import host_intf, intf_name
 
 LOCK_PATH = "/run/echelon-fabric.lock"
-OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 _TAG_RE = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
 
 
@@ -96,36 +96,6 @@ def fabric_lock(timeout_s: float | None = None) -> Iterator[None]:
         lock.release()
 
 
-# --------------------------------------------------------------------------- OVS daemon
-def ovs_running() -> bool:
-    proc = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True)
-    return proc.returncode == 0
-
-
-def ensure_ovs_running() -> None:
-    """Start ovsdb-server and ovs-vswitchd with ovs-ctl if ``ovs-vsctl show`` fails (no systemd here)."""
-    if ovs_running():
-        return
-    if not os.path.exists(OVS_CTL):
-        raise FabricError(f"Open vSwitch is not running and {OVS_CTL} is missing (install openvswitch)")
-    proc = subprocess.run(
-        [OVS_CTL, "start", "--system-id=random"], capture_output=True, text=True, timeout=120
-    )
-    if proc.returncode != 0 or not ovs_running():
-        raise FabricError(f"could not start Open vSwitch: {(proc.stderr or proc.stdout).strip()[-300:]}")
-
-
-def kernel_datapath_available() -> bool:
-    """Is the openvswitch kernel module loaded or installed for the running kernel?"""
-    if os.path.isdir("/sys/module/openvswitch"):
-        return True
-    release = os.uname().release
-    for root, _dirs, files in os.walk(f"/lib/modules/{release}"):
-        if any(f.startswith("openvswitch.ko") for f in files) and "net/openvswitch" in root:
-            return True
-    return False
-
-
 # --------------------------------------------------------------------------- fabric
 class Fabric:
     """An emulated fabric for one topology; use as a context manager or call start()/stop()."""
@@ -147,7 +117,7 @@ class Fabric:
         ``fail_mode="standalone"`` learning-switch tests); otherwise start() waits for every switch to
         connect to ``controller_ip:controller_port``."""
         if not isinstance(topology, Topology):
-            raise FabricError(f"Fabric needs a topologies.graphs.Topology, got {type(topology).__name__}")
+            raise FabricError(f"Fabric needs an echelonflow.topology.Topology, got {type(topology).__name__}")
         if controller_port is not None and (
             not isinstance(controller_port, int) or isinstance(controller_port, bool)
             or not 1 <= controller_port <= 65535
@@ -158,7 +128,7 @@ class Fabric:
         if fail_mode not in ("secure", "standalone"):
             raise FabricError(f"fail_mode must be 'secure' or 'standalone', got {fail_mode!r}")
         try:
-            qos.check_queues(queues)
+            queue_marks.check_queues(queues)
         except ValueError as exc:
             raise FabricError(str(exc)) from None
         tag = tag or f"f{os.getpid()}x{int(time.time() * 1000) % 10**8}"
@@ -192,18 +162,13 @@ class Fabric:
     @property
     def switch_ports(self) -> dict[str, float]:
         """Switch-side interface name -> link rate (bps), for every switch port."""
-        return qos.port_rates(self.topology.graph.edges(data=True), set(self.topology.switches))
+        return self.topology.switch_port_rates()
 
     @property
     def interfaces(self) -> list[str]:
         """Every interface the fabric creates (switch ports and host interfaces)."""
-        hosts = [host_intf(self.topology, h) for h in self.topology.hosts]
+        hosts = [self.topology.host_intf(h) for h in self.topology.hosts]
         return sorted(self.switch_ports) + hosts
-
-    @staticmethod
-    def dscp_for_queue(q: int) -> int:
-        """DSCP codepoint the controller marks for queue ``q`` (0 = unmarked default class)."""
-        return qos.dscp_for_queue(q)
 
     def host(self, name: str) -> Any:
         """The Mininet host object ``name`` (e.g. ``h1``)."""
@@ -232,7 +197,10 @@ class Fabric:
         self._started = True
         try:
             self._install_exit_hooks()
-            ensure_ovs_running()
+            try:
+                ovs.ensure_ovs_running()
+            except ovs.OvsError as exc:
+                raise FabricError(str(exc)) from None
             self._recover_crashed()
             datapath = self._resolve_datapath()
             self._check_names_free()
@@ -294,7 +262,7 @@ class Fabric:
 
     # ------------------------------------------------------------------ steps
     def _resolve_datapath(self) -> str:
-        has_kernel = kernel_datapath_available()
+        has_kernel = ovs.kernel_datapath_available()
         if self.datapath == "kernel" and not has_kernel:
             raise FabricError("datapath='kernel' asked for, but this kernel has no openvswitch module")
         if self.datapath == "auto":
@@ -350,7 +318,7 @@ class Fabric:
         """Offload off (TCP needs it through the userspace datapath) and, if asked, egress shaping."""
         for name in self.topology.hosts:
             node = self.net.get(name)
-            intf = host_intf(self.topology, name)
+            intf = self.topology.host_intf(name)
             out = node.cmd(f"ethtool -K {intf} tx off rx off >/dev/null 2>&1; echo rc=$?")
             if "rc=0" not in out:
                 raise FabricError(f"ethtool -K {intf} tx off rx off failed in host {name}")
@@ -396,7 +364,7 @@ class Fabric:
         deadline = time.monotonic() + self.connect_timeout_s
         ours = set(self.bridges)
         while True:
-            waiting = sorted(ours - _connected_bridges())
+            waiting = sorted(ours - ovs.connected_bridges())
             if not waiting:
                 return
             if time.monotonic() > deadline:
@@ -431,21 +399,6 @@ class Fabric:
             raise KeyboardInterrupt
         else:
             raise SystemExit(128 + signum)
-
-
-def _connected_bridges() -> set:
-    """Names of bridges with at least one connected controller (two vsctl calls for the whole switch)."""
-    bridges = ovs.run(["ovs-vsctl", "--timeout=10", "--format=csv", "--no-headings", "--data=bare",
-                       "--columns=name,controller", "list", "Bridge"])
-    ctrls = ovs.run(["ovs-vsctl", "--timeout=10", "--format=csv", "--no-headings", "--data=bare",
-                     "--columns=_uuid,is_connected", "list", "Controller"])
-    connected = {line.split(",")[0] for line in ctrls.splitlines() if line.endswith(",true")}
-    out = set()
-    for line in bridges.splitlines():
-        name, _, refs = line.partition(",")
-        if any(ref in connected for ref in refs.strip('"').split()):
-            out.add(name.strip('"'))
-    return out
 
 
 def _check_prerequisites() -> None:
@@ -483,6 +436,4 @@ def _switch_class() -> Any:
     return _SWITCH_CLASS
 
 
-__all__ = [
-    "Fabric", "FabricError", "fabric_lock", "ensure_ovs_running", "kernel_datapath_available", "intf_name",
-]
+__all__ = ["Fabric", "FabricError", "fabric_lock"]

@@ -1,6 +1,6 @@
-"""Mininet ``Topo`` classes built from :mod:`topologies.graphs` (never a second description).
+"""Mininet ``Topo`` classes built from :mod:`echelonflow.topology` (never a second description).
 
-Every host, switch, link and port number comes from a :class:`topologies.graphs.Topology`:
+Every host, switch, link and port number comes from a :class:`echelonflow.topology.Topology`:
 
 * hosts ``h1..hN`` get the graph's ``ip`` (as a /8, the whole fabric is one subnet) and ``mac``;
 * switches keep the graph's names (``e3``, ``a2``, ``c1``, ``l1``, ``p1``, ``s1``) and its dpid, written
@@ -14,7 +14,7 @@ OVS QoS instead, because Mininet's tc and OVS's QoS would both own the root qdis
 The module-level ``topos`` dict makes ``mn --custom topologies/mininet_topo.py --topo fattree,4``
 work with Debian's ``mn``; the classes take positional arguments for that reason.  When ``mn`` loads
 this file by path (it ``exec()``s it with neither ``__package__`` nor ``__file__``), the repository root
-is put on ``sys.path`` first so that ``topologies.graphs`` imports.
+is put on ``sys.path`` first so that ``echelonflow.topology`` imports.
 
 Kept Python 3.9 compatible.
 """
@@ -30,29 +30,15 @@ if not globals().get("__package__"):  # loaded by path; `mn --custom` exec()s us
 
 from mininet.topo import Topo  # noqa: E402
 
-from topologies import graphs  # noqa: E402
+from echelonflow.topology import Topology, dpid_hex, dumbbell, fattree, leaf_spine, two_hosts  # noqa: E402
 
 DEFAULT_RATE_BPS = 10e6  # only recorded on the graph; shaping is the fabric's job
 
 
-def dpid_hex(dpid: int) -> str:
-    """A dpid as the 16 hex digits Mininet's ``dpid=`` and OVS's ``other_config:datapath-id`` take."""
-    return f"{dpid:016x}"
-
-
-def host_intf(topology: graphs.Topology, host: str) -> str:
-    """Name of a host's one interface (Mininet's ``<node>-eth<port>`` scheme)."""
-    return intf_name(host, topology.port(host, topology.host_switch(host)))
-
-
-def intf_name(node: str, port_no: int) -> str:
-    return f"{node}-eth{port_no}"
-
-
 class GraphTopo(Topo):
-    """A Mininet topology that is exactly a :class:`graphs.Topology`; ``self.topology`` keeps the graph."""
+    """A Mininet topology that is exactly a :class:`Topology`; ``self.topology`` keeps the graph."""
 
-    def build(self, topology: graphs.Topology) -> None:  # type: ignore[override]
+    def build(self, topology: Topology) -> None:  # type: ignore[override]
         self.topology = topology
         g = topology.graph
         for host in topology.hosts:
@@ -60,9 +46,8 @@ class GraphTopo(Topo):
             self.addHost(host, ip=data["ip"] + "/8", mac=data["mac"])
         for switch in topology.switches:
             self.addSwitch(switch, dpid=dpid_hex(g.nodes[switch]["dpid"]))
-        # Links in a fixed order (by the first endpoint's port) so interface creation is reproducible.
-        edges = sorted(g.edges(data=True), key=lambda e: (graphs._natural(e[0]), e[2]["ports"][e[0]]))
-        for a, b, data in edges:
+        # Links in a fixed order so interface creation is reproducible.
+        for a, b, data in topology.links_in_port_order():
             self.addLink(a, b, port1=data["ports"][a], port2=data["ports"][b])
 
 
@@ -70,21 +55,21 @@ class TwoHostsTopo(GraphTopo):
     """h1 - s1 - h2 (``--topo two_hosts``)."""
 
     def build(self, rate_bps: float = DEFAULT_RATE_BPS) -> None:  # type: ignore[override]
-        super().build(graphs.two_hosts(float(rate_bps)))
+        super().build(two_hosts(float(rate_bps)))
 
 
 class DumbbellTopo(GraphTopo):
     """Two switches joined by one bottleneck (``--topo dumbbell,HOSTS_PER_SIDE``)."""
 
     def build(self, hosts_per_side: int = 2, rate_bps: float = DEFAULT_RATE_BPS) -> None:  # type: ignore[override]
-        super().build(graphs.dumbbell(float(rate_bps), hosts_per_side=int(hosts_per_side)))
+        super().build(dumbbell(float(rate_bps), hosts_per_side=int(hosts_per_side)))
 
 
 class FatTreeTopo(GraphTopo):
     """Al-Fares k-ary fat-tree (``--topo fattree,K``)."""
 
     def build(self, k: int = 4, rate_bps: float = DEFAULT_RATE_BPS) -> None:  # type: ignore[override]
-        super().build(graphs.fattree(float(rate_bps), k=int(k)))
+        super().build(fattree(float(rate_bps), k=int(k)))
 
 
 class LeafSpineTopo(GraphTopo):
@@ -94,7 +79,7 @@ class LeafSpineTopo(GraphTopo):
         self, leaves: int = 4, spines: int = 2, hosts_per_leaf: int = 4, rate_bps: float = DEFAULT_RATE_BPS
     ) -> None:
         super().build(
-            graphs.leaf_spine(float(rate_bps), leaves=int(leaves), spines=int(spines),
+            leaf_spine(float(rate_bps), leaves=int(leaves), spines=int(spines),
                               hosts_per_leaf=int(hosts_per_leaf))
         )
 

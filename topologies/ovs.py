@@ -1,4 +1,8 @@
-"""Thin, batched wrappers around ``ovs-vsctl`` and ``ip``/``tc`` used by the fabric and its cleanup.
+"""Open vSwitch and ``ip`` at arm's length: batched ``ovs-vsctl`` writes, JSON OVSDB reads, the daemons.
+
+Used by the fabric, its cleanup and the demo's set-up check; imports no Mininet, so checking or
+starting OVS never loads it.  OVSDB is read with ``ovs-vsctl --format=json`` and decoded (never by
+splitting CSV on commas: maps and sets carry commas and quotes of their own).
 
 Why batched: one ``ovs-vsctl`` process per row would make a k=8 fat-tree (80 bridges, 640 ports) take
 minutes; OVSDB accepts many ``--``-separated commands in one transaction, so we group commands up to a
@@ -10,9 +14,11 @@ keeps QoS/Queue rows after their bridge is gone).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 OWNER_KEY = "echelon-owner"
 MAX_ARGS_CHARS = 100000  # well below ARG_MAX; one transaction per chunk
@@ -61,6 +67,40 @@ def list_bridges() -> list[str]:
     return run(["ovs-vsctl", "--timeout=10", "list-br"]).split()
 
 
+def list_rows(table: str, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """Rows of an OVSDB table as ``{column: value}``, read with ``ovs-vsctl --format=json``.
+
+    Values are decoded from OVSDB's JSON notation: a uuid becomes its string, a map a dict, a set a
+    list (a one-element set arrives as the bare atom and becomes a one-element list too when the
+    column is a set of references such as ``controller``; callers ask :func:`as_list` when unsure).
+    """
+    text = run(["ovs-vsctl", "--timeout=10", "--format=json", "--data=json",
+                f"--columns={','.join(columns)}", "list", table])
+    try:
+        doc = json.loads(text)
+        return [{name: _decode(value) for name, value in zip(doc["headings"], row)} for row in doc["data"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise OvsError(f"ovs-vsctl list {table}: unexpected output ({exc})") from None
+
+
+def _decode(value: Any) -> Any:
+    """One OVSDB JSON datum as plain Python: ["uuid", u] -> u, ["map", pairs] -> dict, ["set", xs] -> list."""
+    if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
+        kind, body = value
+        if kind in ("uuid", "named-uuid"):
+            return body
+        if kind == "map":
+            return {_decode(k): _decode(v) for k, v in body}
+        if kind == "set":
+            return [_decode(v) for v in body]
+    return value
+
+
+def as_list(value: Any) -> list[Any]:
+    """A set column's value as a list (OVSDB sends a one-element set as the bare element)."""
+    return value if isinstance(value, list) else [value]
+
+
 def rows_owned(table: str, tag: str = "") -> dict[str, str]:
     """uuid -> owner tag of rows in ``table`` tagged with ``echelon-owner`` (any tag if ``tag`` is '')."""
     return _owned(table, "_uuid", tag)
@@ -73,26 +113,57 @@ def bridges_owned(tag: str = "") -> dict[str, str]:
 
 def _owned(table: str, key_column: str, tag: str) -> dict[str, str]:
     """``key_column`` value -> owner tag of the ``table`` rows carrying :data:`OWNER_KEY` (``tag`` if set)."""
-    text = run(
-        ["ovs-vsctl", "--timeout=10", "--format=csv", "--no-headings", "--data=bare",
-         f"--columns={key_column},external_ids", "list", table]
-    )
     found: dict[str, str] = {}
-    for line in text.splitlines():
-        key, _, ext = line.partition(",")
-        owner = _ext_value(ext, OWNER_KEY)
+    for row in list_rows(table, (key_column, "external_ids")):
+        owner = row["external_ids"].get(OWNER_KEY)
         if owner is not None and (not tag or owner == tag):
-            found[key.strip().strip('"')] = owner
+            found[row[key_column]] = owner
     return found
 
 
-def _ext_value(ext: str, key: str) -> str | None:
-    """Value of ``key`` in a bare-format csv map cell like ``"a=b c=d"`` (or None)."""
-    for item in ext.strip().strip('"').split():
-        k, _, v = item.partition("=")
-        if k == key:
-            return v
-    return None
+def connected_bridges() -> set[str]:
+    """Names of bridges with at least one connected controller."""
+    connected = {row["_uuid"] for row in list_rows("Controller", ("_uuid", "is_connected"))
+                 if row["is_connected"] is True}
+    return {row["name"] for row in list_rows("Bridge", ("name", "controller"))
+            if any(ref in connected for ref in as_list(row["controller"]))}
+
+
+# --------------------------------------------------------------------------- the OVS daemons
+OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
+
+
+def ovs_running() -> bool:
+    """Do ovsdb-server and ovs-vswitchd answer (``ovs-vsctl show`` succeeds)?"""
+    try:
+        proc = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True,
+                              timeout=30)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def ensure_ovs_running() -> None:
+    """Start ovsdb-server and ovs-vswitchd with ovs-ctl if they do not answer (no systemd here)."""
+    if ovs_running():
+        return
+    if not os.path.exists(OVS_CTL):
+        raise OvsError(f"Open vSwitch is not running and {OVS_CTL} is missing (install openvswitch)")
+    proc = subprocess.run([OVS_CTL, "start", "--system-id=random"], capture_output=True, text=True,
+                          timeout=120)
+    if proc.returncode != 0 or not ovs_running():
+        raise OvsError(f"could not start Open vSwitch: {(proc.stderr or proc.stdout).strip()[-300:]}")
+
+
+def kernel_datapath_available() -> bool:
+    """Is the openvswitch kernel module loaded or installed for the running kernel?"""
+    if os.path.isdir("/sys/module/openvswitch"):
+        return True
+    release = os.uname().release
+    for root, _dirs, files in os.walk(f"/lib/modules/{release}"):
+        if any(f.startswith("openvswitch.ko") for f in files) and "net/openvswitch" in root:
+            return True
+    return False
 
 
 def existing_links() -> list[str]:

@@ -9,8 +9,8 @@ Queue semantics (the controller relies on them):
   (1 % of the link), so a lower class is starved only down to that floor, never to zero.
 
 Why DSCP + tc filters: on the userspace datapath OVS accepts ``set_queue`` and builds the htb classes,
-but every packet lands in the default class (OVS FAQ; measured, see docs/platform notes).  So the
-controller marks ``ip_dscp = dscp_for_queue(q)`` and we add one ``tc u32`` filter per class that maps
+but every packet lands in the default class (docs/platform.md).  So the controller marks
+``ip_dscp = echelonflow.queues.dscp_for_queue(q)`` and we add one ``tc u32`` filter per class that maps
 that DSCP to htb class ``1:(q+1)``.  The kernel datapath honours ``set_queue`` natively and the filters
 agree with it, so both datapaths behave the same.
 
@@ -21,7 +21,7 @@ the old qdisc, silently turning priority off.  :class:`FilterWatchdog` checks al
 
 Why shape host egress too: the simulator treats host uplinks as capacity-limited links.  Without a
 shaper in the host namespace a host would blast at veth speed into its edge switch, so congestion
-(and drops in the single shared userspace transmit socket, see the platform notes) would happen at the
+(and drops in the single shared userspace transmit socket, docs/platform.md) would happen at the
 switch instead of at the link the model says is the bottleneck.
 """
 
@@ -31,27 +31,10 @@ import subprocess
 import threading
 from collections.abc import Iterable, Sequence
 
+from echelonflow.queues import tos_for_queue
 from topologies.ovs import OWNER_KEY
 
-MAX_QUEUES = 8
 MIN_RATE_FRACTION = 0.01
-
-
-def check_queues(queues: int) -> None:
-    if not isinstance(queues, int) or isinstance(queues, bool) or not 2 <= queues <= MAX_QUEUES:
-        raise ValueError(f"queues must be an integer from 2 to {MAX_QUEUES}, got {queues!r}")
-
-
-def dscp_for_queue(q: int) -> int:
-    """DSCP codepoint the controller marks for queue ``q`` (class selectors CS1..CS7; queue 0 unmarked)."""
-    if not isinstance(q, int) or isinstance(q, bool) or not 0 <= q < MAX_QUEUES:
-        raise ValueError(f"queue must be an integer from 0 to {MAX_QUEUES - 1}, got {q!r}")
-    return 8 * q
-
-
-def tos_for_queue(q: int) -> int:
-    """The IP TOS byte (DSCP << 2) for queue ``q``, as ``iperf3 --tos`` and tc's ``dsfield`` take it."""
-    return dscp_for_queue(q) << 2
 
 
 def min_rate_bps(rate_bps: float) -> int:
@@ -189,13 +172,3 @@ class FilterWatchdog:
                 self.check_once()
             except (OSError, subprocess.SubprocessError, ValueError):
                 continue  # transient (e.g. a port going away during stop); next tick retries
-
-
-def port_rates(edges: Iterable[tuple[str, str, dict]], switches: set[str]) -> dict[str, float]:
-    """Interface name -> link rate for every switch port (both ends of switch-switch links)."""
-    out: dict[str, float] = {}
-    for a, b, data in edges:
-        for node in (a, b):
-            if node in switches:
-                out[f"{node}-eth{data['ports'][node]}"] = float(data["rate_bps"])
-    return out

@@ -49,7 +49,7 @@ def setup_problems() -> list[str]:
     if importlib.util.find_spec("os_ken") is None and importlib.util.find_spec("ryu") is None:
         problems.append("neither os-ken nor ryu is installed: run bash bootstrap.sh")
     if not problems:
-        from topologies.fabric import ensure_ovs_running, ovs_running
+        from topologies.ovs import ensure_ovs_running, ovs_running
 
         was_running = ovs_running()
         try:

@@ -1,4 +1,4 @@
-"""Topology graphs: the single description the simulator, the Mininet fabric and the controller share.
+"""The topology: the single description the simulator, the controller and the Mininet fabric share.
 
 A :class:`Topology` wraps an undirected ``networkx.Graph`` whose nodes are hosts and switches and whose
 edges are full-duplex links of one capacity each way.  Everything the three consumers need is an
@@ -9,6 +9,10 @@ attribute here, so they can never disagree:
 * edges: ``rate_bps`` and ``ports`` = {node: OpenFlow port number on that node}.  Port numbers are
   given out per node in link-creation order starting at 1 and Mininet is told to use exactly them.
 
+Names and addresses live here too, so nobody derives them twice: host addresses (:func:`host_ip`,
+:func:`host_mac`), interface names (``<node>-eth<port>``, Mininet's scheme, :func:`intf_name`), dpids
+and their hex form (:func:`dpid_hex`).
+
 Switch names say what they are (``e3`` edge, ``a2`` aggregation, ``c1`` core, ``l1`` leaf, ``p1``
 spine, ``s1`` anything else); a dpid carries the layer in its high bits (edge 1, agg 2, core 3, leaf 4,
 spine 5, other 6) and the switch's number in the low 16, so a dpid in a log reads back to a name.
@@ -17,7 +21,7 @@ Equal-cost paths come from the known structure (fat-tree, leaf-spine), not from 
 k=16 fat-tree (1024 hosts) answers instantly; one of them is pinned per flow by a stable hash, so the
 simulator and the controller put the same flow on the same path.
 
-Kept Python 3.9 compatible: the controller imports it.
+Pure (networkx only) and kept Python 3.9 compatible: the controller imports it.
 """
 
 from __future__ import annotations
@@ -46,6 +50,16 @@ def host_ip(index: int) -> str:
 
 def host_mac(index: int) -> str:
     return f"00:00:00:00:{(index >> 8) & 0xFF:02x}:{index & 0xFF:02x}"
+
+
+def intf_name(node: str, port_no: int) -> str:
+    """Name of the interface behind OpenFlow port ``port_no`` of ``node`` (Mininet's scheme)."""
+    return f"{node}-eth{port_no}"
+
+
+def dpid_hex(dpid: int) -> str:
+    """A dpid as the 16 hex digits Mininet's ``dpid=`` and OVS's ``other_config:datapath-id`` take."""
+    return f"{dpid:016x}"
 
 
 class Topology:
@@ -86,11 +100,11 @@ class Topology:
     # ----------------------------------------------------------------- queries
     @property
     def hosts(self) -> list[str]:
-        return sorted((n for n, d in self.graph.nodes(data=True) if d["kind"] == "host"), key=_natural)
+        return sorted((n for n, d in self.graph.nodes(data=True) if d["kind"] == "host"), key=natural_key)
 
     @property
     def switches(self) -> list[str]:
-        return sorted((n for n, d in self.graph.nodes(data=True) if d["kind"] == "switch"), key=_natural)
+        return sorted((n for n, d in self.graph.nodes(data=True) if d["kind"] == "switch"), key=natural_key)
 
     def port(self, node: str, neighbour: str) -> int:
         """OpenFlow port on ``node`` that leads to ``neighbour``."""
@@ -105,6 +119,23 @@ class Topology:
     def host_switch(self, host: str) -> str:
         (switch,) = list(self.graph.neighbors(host))
         return switch
+
+    def host_intf(self, host: str) -> str:
+        """Name of a host's one interface."""
+        return intf_name(host, self.port(host, self.host_switch(host)))
+
+    def switch_port_rates(self) -> dict[str, float]:
+        """Interface name -> link rate (bits/s) of every switch port (both ends of switch-switch links)."""
+        out: dict[str, float] = {}
+        for a, b, data in self.graph.edges(data=True):
+            for node in (a, b):
+                if self.graph.nodes[node]["kind"] == "switch":
+                    out[intf_name(node, data["ports"][node])] = float(data["rate_bps"])
+        return out
+
+    def links_in_port_order(self) -> list[tuple[str, str, dict]]:
+        """Edges ``(a, b, data)`` sorted by ``a``'s name, then ``a``'s port: a reproducible creation order."""
+        return sorted(self.graph.edges(data=True), key=lambda e: (natural_key(e[0]), e[2]["ports"][e[0]]))
 
     def capacity_bps(self) -> dict[DirectedLink, float]:
         """Capacity of every directed link (both directions of each full-duplex edge)."""
@@ -146,9 +177,8 @@ class Topology:
 
     # ----------------------------------------------------------------- structured paths
     def _up(self, node: str, layer: str) -> list[str]:
-        return sorted(
-            (n for n in self.graph.neighbors(node) if self.graph.nodes[n].get("layer") == layer), key=_natural
-        )
+        above = [n for n in self.graph.neighbors(node) if self.graph.nodes[n].get("layer") == layer]
+        return sorted(above, key=natural_key)
 
     def _fattree_paths(self, src: str, dst: str) -> list[NodePath]:
         e_src, e_dst = self.host_switch(src), self.host_switch(dst)
@@ -171,7 +201,8 @@ class Topology:
         return [(src, l_src, spine, l_dst, dst) for spine in self._up(l_src, "spine")]
 
 
-def _natural(name: str) -> tuple[str, int]:
+def natural_key(name: str) -> tuple[str, int]:
+    """Sort key that puts ``h2`` before ``h10``."""
     head = name.rstrip("0123456789")
     tail = name[len(head):]
     return head, int(tail) if tail else -1
