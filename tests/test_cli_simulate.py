@@ -1,4 +1,4 @@
-"""``echelon simulate`` end to end: the installed console script and ``echelonflow.cli.main``."""
+"""``echelon simulate`` end to end: the installed console script and ``cli.main.main``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from echelonflow.cli import main
+from cli.main import main
 from echelonflow.results import Results, format_table
 
 ECHELON = str(Path(sys.executable).parent / "echelon")

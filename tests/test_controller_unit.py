@@ -619,7 +619,7 @@ def test_service_flows_are_listed_but_not_touchable():
 
 
 def test_command_bad_topology_is_one_line_exit_2():
-    proc = subprocess.run([sys.executable, "-m", "echelonflow.cli", "controller", "--k", "3"],
+    proc = subprocess.run([sys.executable, "-m", "cli", "controller", "--k", "3"],
                           capture_output=True, text=True, cwd=_root())
     assert proc.returncode == 2
     assert proc.stderr.strip() == "echelon: error: fat-tree k must be an even integer >= 2, got 3"

@@ -74,10 +74,10 @@ def cross_jobs():
 def test_emulate_fig2_reproduces_the_paper_within_10_percent(require_fabric, tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     out_dir = tmp_path / "run"
-    emu = subprocess.run([sys.executable, "-m", "echelonflow.cli", "emulate", "fig2", "--json", "--out",
+    emu = subprocess.run([sys.executable, "-m", "cli", "emulate", "fig2", "--json", "--out",
                           str(out_dir)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert emu.returncode == 0, emu.stderr[-2000:]
-    sim = subprocess.run([sys.executable, "-m", "echelonflow.cli", "simulate", "fig2", "--json"],
+    sim = subprocess.run([sys.executable, "-m", "cli", "simulate", "fig2", "--json"],
                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     emulated, simulated = json.loads(emu.stdout), json.loads(sim.stdout)
     assert emulated["mode"] == "emulate" and simulated["mode"] == "simulate"

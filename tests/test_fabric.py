@@ -221,7 +221,7 @@ def test_kill9_then_echelon_fabric_clean_removes_everything(require_fabric):
     proc.kill()
     proc.wait(timeout=10)
     assert ovs.bridges_owned(tag), "SIGKILL should leave the bridges for clean to remove"
-    out = subprocess.run([PY, "-m", "echelonflow.cli", "fabric", "clean"], cwd=ROOT, capture_output=True,
+    out = subprocess.run([PY, "-m", "cli", "fabric", "clean"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "removed" in out.stdout

@@ -34,7 +34,7 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 VENV39 = Path(os.environ.get("ECHELON_VENV39", str(ROOT / ".venv39")))
 PYTHON39_CANDIDATES = ("/root/.pyenv/versions/3.9.18/bin/python3.9",)
 # Packages that must run on the VM's Python (docs/CONTRACTS.md, "Python and environment").
-PY39_PACKAGES = ("echelonflow", "controller", "topologies")
+PY39_PACKAGES = ("echelonflow", "controller", "topologies", "cli")
 # Pure unit tests of the core and the controller (whichever exist; others need Mininet or os-ken).
 PURE_TESTS = (
     "test_echelon.py", "test_workloads.py", "test_trace.py", "test_schedulers.py", "test_registry.py",
@@ -75,9 +75,12 @@ def venv39() -> Path:
 
 
 def py_modules(package: str) -> list[str]:
-    """Dotted names of every module in ``package`` (a top-level folder of the project)."""
+    """Dotted names of every module in ``package`` (a top-level folder of the project; ``__main__``
+    modules are left out: importing one runs the program)."""
     names = []
     for path in sorted((ROOT / package).rglob("*.py")):
+        if path.name == "__main__.py":
+            continue
         rel = path.relative_to(ROOT).with_suffix("")
         parts = list(rel.parts)
         if parts[-1] == "__init__":

@@ -10,7 +10,7 @@ import os
 import matplotlib.image as mpimg
 import pytest
 
-from echelonflow.cli import main
+from cli.main import main
 from echelonflow.results import Results
 from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import get_scheduler
