@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from http import HTTPStatus
 from typing import Any, Callable
 from urllib.parse import parse_qs
 
@@ -35,9 +36,10 @@ DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: ~8,000 flow declarations in one reque
 StartResponse = Callable[..., Any]
 
 
-REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-           405: "Method Not Allowed", 409: "Conflict", 411: "Length Required", 413: "Payload Too Large",
-           415: "Unsupported Media Type", 500: "Internal Server Error", 503: "Service Unavailable"}
+#: A full 10,000-operation enforcement batch is 2-4 MB of JSON (docs/api.md): that endpoint gets more room.
+BODY_LIMITS = {"post_enforcement": 8 << 20}
+#: Deepest JSON nesting a request may have (the deepest valid body, a batch's match, has 4 levels).
+MAX_DEPTH = 32
 
 _ID = r"([^/]+)"
 # (pattern, {method: (handler name, needs auth)})
@@ -93,7 +95,7 @@ class Api:
             LOG.exception("API request failed")
             status, payload, headers = 500, _error(None, f"internal error: {type(err).__name__}"), []
         body = json.dumps(payload, sort_keys=True).encode()
-        start_response(f"{status} {REASONS.get(status, '')}".rstrip(), [
+        start_response(f"{status} {HTTPStatus(status).phrase}", [
             ("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers])
         return [body]
 
@@ -104,7 +106,7 @@ class Api:
             raise ApiError(404, "path", f"no such endpoint {path!r} (the API lives under {PREFIX}/)")
         route = path[len(PREFIX):]
         for pattern, methods in ROUTES:
-            match = pattern.match(route)
+            match = pattern.fullmatch(route)
             if match is None:
                 continue
             if method not in methods:
@@ -115,12 +117,14 @@ class Api:
             if needs_auth and not bearer_ok(environ.get("HTTP_AUTHORIZATION"), self.token):
                 raise ApiError(401, "Authorization", "missing or wrong bearer token (see the token file)",
                                [("WWW-Authenticate", 'Bearer realm="echelon"')])
-            body = self._body(environ) if method in ("POST", "PUT") else None
+            limit = max(self.max_body_bytes, BODY_LIMITS.get(handler_name, 0))
+            body = self._body(environ, limit) if method in ("POST", "PUT") else None
             query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
             return getattr(self, handler_name)(*match.groups(), body=body, query=query)
         raise ApiError(404, "path", f"no such endpoint {path!r}")
 
-    def _body(self, environ: dict[str, Any]) -> Any:
+    def _body(self, environ: dict[str, Any], limit: int) -> Any:
+        """The request's JSON body, whole: a body cut short (the client gave up) is refused, not used."""
         ctype = environ.get("CONTENT_TYPE", "")
         if ctype and ctype.split(";")[0].strip().lower() != "application/json":
             raise ApiError(415, "Content-Type", f"must be application/json, got {ctype!r}")
@@ -131,21 +135,26 @@ class Api:
                 length = int(length_text)
             except ValueError:
                 raise ApiError(400, "Content-Length", f"not a number: {length_text!r}") from None
-            if length > self.max_body_bytes:
-                raise ApiError(413, "body", f"{length} bytes is over the limit of {self.max_body_bytes}")
-            raw = stream.read(length) if length > 0 else b""
+            if length > limit:
+                raise ApiError(413, "body", f"{length} bytes is over the limit of {limit}")
+            raw = _read_exactly(stream, length)
         else:
-            raw = stream.read(self.max_body_bytes + 1)
-            if len(raw) > self.max_body_bytes:
-                raise ApiError(413, "body", f"over the limit of {self.max_body_bytes} bytes")
+            raw = _read(stream, limit + 1)
+            if len(raw) > limit:
+                raise ApiError(413, "body", f"over the limit of {limit} bytes")
         if not raw.strip():
             raise ApiError(400, "body", "empty; send a JSON object")
         try:
-            return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+            value = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
         except UnicodeDecodeError:
             raise ApiError(400, "body", "not UTF-8") from None
+        except RecursionError:
+            raise ApiError(400, "body", f"nested deeper than {MAX_DEPTH} levels") from None
         except ValueError as exc:
             raise ApiError(400, "body", f"malformed JSON: {exc}") from None
+        if _depth_over(value, MAX_DEPTH):
+            raise ApiError(400, "body", f"nested deeper than {MAX_DEPTH} levels")
+        return value
 
     # ------------------------------------------------------------------ reads
     def health(self, body: Any, query: Any) -> tuple[int, Any]:
@@ -276,6 +285,39 @@ class Api:
 
 def _error(field: str | None, problem: str) -> dict[str, Any]:
     return {"error": {"field": field, "problem": problem}}
+
+
+def _read_exactly(stream: Any, length: int) -> bytes:
+    """``length`` bytes of the body, or a 400 when the client closed (or timed out) before sending them."""
+    chunks, got = [], 0
+    while got < length:
+        chunk = _read(stream, length - got)
+        if not chunk:
+            raise ApiError(400, "body", f"truncated: {got} of the announced {length} bytes arrived")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _read(stream: Any, size: int) -> bytes:
+    try:
+        return stream.read(size)
+    except (OSError, ValueError) as exc:  # timeout, reset, or a broken chunked encoding
+        raise ApiError(400, "body", f"could not be read whole ({type(exc).__name__})") from None
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests arrays/objects deeper than ``limit`` (iterative: no recursion to exhaust)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _reject_constant(name: str) -> Any:

@@ -26,6 +26,7 @@ and event type as arguments, so unit tests run it against a recording send funct
 
 from __future__ import annotations
 
+import heapq
 import ipaddress
 import itertools
 import math
@@ -44,6 +45,8 @@ from echelonflow.topology import Topology
 SendFn = Callable[[int, list[fm.Op]], None]
 IP_PROTO_TCP = 6
 IP_PROTO_UDP = 17
+#: Highest meter rate accepted (1 Tbit/s; OpenFlow meters count kbit/s in 32 bits, ~4.3 Tbit/s).
+MAX_RATE_BPS = 1e12
 
 
 class EnforcementError(UserError):
@@ -191,6 +194,9 @@ class Enforcer:
         self.clock = clock
         self.event_factory = event_factory
         self._flows: dict[str, LiveFlow] = {}
+        self._holders: dict[FlowMatch, str] = {}  # 5-tuple, both directions -> live flow id
+        self._freed_meter_ids: list[int] = []  # a heap: the lowest freed id is reused first
+        self._next_meter_id = 1
         self._by_number: dict[int, str] = {}
         self._numbers = itertools.count(1)
         nodes = topology.graph.nodes
@@ -205,10 +211,11 @@ class Enforcer:
         if flow_id in self._flows:
             raise EnforcementError(f"flow {flow_id!r} is already enforced; update or remove it first",
                                    "flow_id", "conflict")
+        check_match_free(flow_id, match, self._holders)
         number = next(self._numbers)
         meter_id = self._free_meter_id() if rate_bps is not None else None
         flow = LiveFlow(flow_id, match, node_path, queue, rate_bps, meter_id, number)
-        self._flows[flow_id] = flow
+        self._set_live(flow)
         self._by_number[number] = flow_id
         ops = self._flow_ops(flow)
         return self._dispatch(ops, order=self._send_order(flow))
@@ -227,6 +234,8 @@ class Enforcer:
             new = replace(new, rate_bps=rate_bps, meter_id=old.meter_id or self._free_meter_id())
         if clear_rate:
             new = replace(new, rate_bps=None, meter_id=None)
+        if old.meter_id is not None and new.meter_id is None:
+            heapq.heappush(self._freed_meter_ids, old.meter_id)
         first = self._hops(new.path)[0].dpid
         ops: dict[int, list[fm.Op]] = {}
         if new.queue != old.queue:
@@ -242,7 +251,7 @@ class Enforcer:
             first_ops = ops.setdefault(first, [])
             first_ops[:] = [op for op in first_ops if not _is_forward_rule(op, new)]
             first_ops.extend([self._forward_rules(new)[0][1], fm.Barrier(), fm.MeterDelete(old.meter_id)])
-        self._flows[flow_id] = new
+        self._set_live(new)
         return self._dispatch(ops, order=self._send_order(new))
 
     def validate_install(
@@ -279,6 +288,10 @@ class Enforcer:
         flow = self._live(flow_id)
         del self._flows[flow_id]
         del self._by_number[flow.number]
+        if flow.meter_id is not None:
+            heapq.heappush(self._freed_meter_ids, flow.meter_id)
+        for match in (flow.match, flow.match.reversed()):
+            self._holders.pop(match, None)
         return self._dispatch(self._delete_ops(flow), order=self._send_order(flow))
 
     def reinstall(self, dpid: int) -> Ack:
@@ -307,6 +320,15 @@ class Enforcer:
 
     def live_flows(self) -> dict[str, LiveFlow]:
         return dict(self._flows)
+
+    def holders(self) -> dict[FlowMatch, str]:
+        """Every 5-tuple the live flows' rules match (both directions) -> the flow holding it.
+
+        A second flow on the same 5-tuple would replace the first one's rules (same match and priority)
+        and take or drop its meter, so installs refuse a held 5-tuple (:func:`check_match_free`): a
+        scheduled flow and a primitive can never disturb each other.
+        """
+        return dict(self._holders)
 
     def flow_of_cookie(self, cookie: int) -> str | None:
         """The enforced flow whose *forward* rule carries ``cookie`` (None: reverse, other owner, gone)."""
@@ -395,12 +417,16 @@ class Enforcer:
             self.send(dpid, list(ops[dpid]) + [fm.Barrier(ticket=ack)])
         return ack
 
+    def _set_live(self, flow: LiveFlow) -> None:
+        self._flows[flow.flow_id] = flow
+        self._holders[flow.match] = self._holders[flow.match.reversed()] = flow.flow_id
+
     def _free_meter_id(self) -> int:
-        used = {f.meter_id for f in self._flows.values()}
-        meter_id = 1
-        while meter_id in used:
-            meter_id += 1
-        return meter_id
+        """A meter id no live flow uses: the lowest freed one, else a new one (ids stay small)."""
+        if self._freed_meter_ids:
+            return heapq.heappop(self._freed_meter_ids)
+        self._next_meter_id += 1
+        return self._next_meter_id - 1
 
     # ----------------------------------------------------------------------- validation
     def _live(self, flow_id: str) -> LiveFlow:
@@ -456,13 +482,29 @@ class Enforcer:
         if rate_bps is None:
             return
         ok = isinstance(rate_bps, (int, float)) and not isinstance(rate_bps, bool)
-        if not ok or not math.isfinite(rate_bps) or rate_bps < 1000:  # type: ignore[arg-type]
-            raise _refuse(flow_id, f"rate_bps must be a number >= 1000 (1 kbit/s), got {rate_bps!r}",
-                          "rate_bps")
+        if not ok or not 1000 <= rate_bps <= MAX_RATE_BPS:  # also refuses NaN, inf and 10**400
+            raise _refuse(flow_id, f"rate_bps must be a number of 1000 (1 kbit/s) .. {MAX_RATE_BPS:g}, "
+                                   f"got {_short(rate_bps)}", "rate_bps")
+
+
+def check_match_free(flow_id: str, match: FlowMatch, held: dict[FlowMatch, str]) -> None:
+    """Refuse (``conflict``) a ``match`` whose 5-tuple, either way round, another live flow holds."""
+    for candidate in (match, match.reversed()):
+        owner = held.get(candidate)
+        if owner is not None and owner != flow_id:
+            raise EnforcementError(
+                f"flow {flow_id!r}: {match.src_ip}:{match.src_port} -> {match.dst_ip}:{match.dst_port} "
+                f"(proto {match.ip_proto}) is already enforced for flow {owner!r}", "match", "conflict")
 
 
 def _refuse(flow_id: str, problem: str, field: str) -> EnforcementError:
     return EnforcementError(f"flow {flow_id!r}: {problem}", field)
+
+
+def _short(value: object, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a refused value must not flood a one-line error."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_forward_rule(op: fm.Op, flow: LiveFlow) -> bool:

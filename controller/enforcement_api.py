@@ -9,8 +9,9 @@ as primitives: the scheduling service is the normal user of enforcement.
 A POST carries one operation (``{"op": "install" | "update" | "remove", ...}``) or ``{"op": "batch",
 "requests": [...]}``.  Every operation of a request is validated, in order and against the live state
 as the earlier ones would leave it, before the first one is applied: a refused request applies nothing.
-Flow ids containing ``/`` are reserved for the scheduling service's ``job/flow`` ids, so the primitives
-can neither take over nor disturb a scheduled flow.
+Flow ids containing ``/`` are reserved for the scheduling service's ``job/flow`` ids, and a 5-tuple
+(either direction) that a live flow's rules match cannot be installed again under another id, so the
+primitives can neither take over nor disturb a scheduled flow, nor the service a primitive's.
 
 Framework-free and stdlib only (Python 3.9 compatible); waits use the Enforcer's event type, i.e. the
 hub's events inside the controller.
@@ -22,7 +23,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.enforcement import Ack, EnforcementError, Enforcer, FlowMatch, LiveFlow, wait_acks
+from controller.enforcement import (
+    Ack,
+    EnforcementError,
+    Enforcer,
+    FlowMatch,
+    LiveFlow,
+    check_match_free,
+    wait_acks,
+)
 from controller.validation import ApiError, fields
 
 #: Most operations one batch may carry (a 100-flow batch is what benchmarks/bench_rules.py times).
@@ -87,7 +96,8 @@ class EnforcementEndpoints:
             items = [(f"requests[{i}].", r) for i, r in enumerate(requests)]
         else:
             items = [("", body)]
-        live = set(self.enforcer.live_flows())
+        live = {fid: flow.match for fid, flow in self.enforcer.live_flows().items()}
+        held = self.enforcer.holders()
         steps = []
         for prefix, request in items:
             step = self._step(prefix, request)
@@ -97,9 +107,17 @@ class EnforcementEndpoints:
             if step.op != "install" and step.flow_id not in live:
                 raise ApiError(404, prefix + "flow_id", f"no enforced flow {step.flow_id!r}")
             if step.op == "install":
-                live.add(step.flow_id)
+                match = step.kwargs["match"]
+                try:
+                    check_match_free(step.flow_id, match, held)
+                except EnforcementError as err:
+                    raise ApiError(409, prefix + "match", str(err)) from None
+                live[step.flow_id] = match
+                held[match] = held[match.reversed()] = step.flow_id
             elif step.op == "remove":
-                live.discard(step.flow_id)
+                gone = live.pop(step.flow_id)
+                held.pop(gone, None)
+                held.pop(gone.reversed(), None)
             steps.append(step)
         return steps
 

@@ -39,7 +39,8 @@ from echelonflow.model import qualified
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
 from echelonflow.topology import Topology
 
-ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+#: Used with ``fullmatch``: a pattern ending in "$" also accepts the id followed by a newline.
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 KINDS = ("coflow", "staggered")
 STATES = ("declared", "active", "finished")
 FLOW_FIELDS = ("flow_id", "src", "dst", "size_bytes", "offset_s", "start_offset_s")
@@ -141,7 +142,7 @@ LoadedRows = tuple[Iterable[JobRecord], Iterable[EchelonRecord], Iterable[FlowRe
 def check_id(field: str, value: Any) -> str:
     if not isinstance(value, str):
         raise RegistryError(field, f"must be a string, got {_type(value)}")
-    if not ID_PATTERN.match(value):
+    if not ID_PATTERN.fullmatch(value):
         raise RegistryError(field, f"{value!r} is not a valid id (1-128 of A-Z a-z 0-9 . _ : -, not starting "
                                    "with a punctuation character)")
     return value
@@ -150,7 +151,10 @@ def check_id(field: str, value: Any) -> str:
 def check_number(field: str, value: Any, minimum: float, maximum: float, allow_min: bool = True) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RegistryError(field, f"must be a number, got {_type(value)}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer literal beyond a float's range, e.g. 10**400
+        raise RegistryError(field, f"must be <= {maximum:g}, got a {len(str(value))}-digit integer") from None
     if not math.isfinite(number):
         raise RegistryError(field, f"must be finite, got {value!r}")
     if number < minimum or (number == minimum and not allow_min):

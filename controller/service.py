@@ -144,6 +144,8 @@ class SchedulingService:
         self.last_round: RoundReport | None = None
         self._last_run_s = float("-inf")
         self._stopped = False
+        #: Flow id -> why the port last refused it (logged once per reason, retried every round).
+        self._refused: dict[str, str] = {}
         #: Acks (objects with ``wait``/``done``/``unreachable``) of pushed operations not yet resolved.
         self.pending_acks: list[Any] = []
         #: One round at a time.  Sending to a switch yields to other green threads, so without it an API
@@ -320,9 +322,15 @@ class SchedulingService:
         """
         try:
             result = method(*args, **kwargs)
+        except UserError as exc:  # refused (e.g. its 5-tuple is a primitive's): say so once, retry later
+            if self._refused.get(args[0]) != str(exc):
+                self._refused[args[0]] = str(exc)
+                LOG.warning("enforcement %s refused: %s", getattr(method, "__name__", "call"), exc)
+            return False
         except Exception:  # noqa: BLE001 - one switch's trouble must not stop the others
             LOG.exception("enforcement %s%r failed", getattr(method, "__name__", "call"), args[:1])
             return False
+        self._refused.pop(args[0], None)
         unresolved = not getattr(result, "done", True) or getattr(result, "unreachable", None)
         if hasattr(result, "wait") and unresolved:
             self.pending_acks.append(result)

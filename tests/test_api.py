@@ -172,6 +172,26 @@ BAD = [
     ("GET", "/nothing-here", None, {}, 404, "path"),
     ("DELETE", "/jobs", None, {}, 405, "method"),
     ("GET", "/jobs/j1/flows/f1/start", None, {}, 405, "method"),
+    # hardening (issue 11): nesting, huge integers, ids with a final newline
+    ("POST", "/jobs", b"[" * 10000 + b"]" * 10000, {}, 400, "body"),
+    ("POST", "/jobs", b'{"job_id": ' + b"[" * 40 + b"]" * 40 + b"}", {}, 400, "body"),
+    ("POST", "/jobs", b'{"a":' * 10000 + b"1" + b"}" * 10000, {}, 400, "body"),
+    ("POST", "/jobs", {"job_id": "j2", "weight": 10**400}, {}, 400, "weight"),
+    ("POST", "/jobs", {"job_id": "a\n"}, {}, 400, "job_id"),
+    ("POST", "/jobs/j1/echelons", {"echelon_id": "e2", "flows": [
+        {"flow_id": "a", "src": "h1", "dst": "h2", "size_bytes": 5, "offset_s": 10**400}]}, {}, 400,
+     "flows[0].offset_s"),
+    ("POST", "/jobs/j1/echelons", {"echelon_id": "e2", "flows": [
+        {"flow_id": "a", "src": "h1", "dst": "h2", "size_bytes": 5, "start_offset_s": -10**400}]}, {}, 400,
+     "flows[0].start_offset_s"),
+    ("POST", "/jobs/j1/echelons", {"echelon_id": "e2", "flows": flows(("a", "h1", "h2", 10**400))}, {}, 400,
+     "flows[0].size_bytes"),
+    ("POST", "/jobs/j1/echelons", {"echelon_id": "e2\n"}, {}, 400, "echelon_id"),
+    ("POST", "/jobs/j1/flows/f1/start", {"src_port": 1, "dst_port": 2, "start_s": 10**400}, {}, 400,
+     "start_s"),
+    ("POST", "/jobs/j1/flows/f2/finish", {"finish_s": 10**400}, {}, 400, "finish_s"),
+    ("GET", "/jobs/j1%0A", None, {}, 400, "job_id"),
+    ("GET", "/jobs%0A", None, {}, 404, "path"),
 ]
 
 
@@ -242,6 +262,42 @@ def test_oversized_body_without_content_length_is_refused(served):
         answer += data
     sock.close()
     assert answer.startswith(b"HTTP/1.1 413")
+    assert served.registry.jobs == {}
+
+
+def _raw_exchange(served, data: bytes, close_write: bool) -> bytes:
+    """Send ``data`` over loopback TCP (optionally closing our side) and read the whole answer."""
+    with socket.create_connection(("127.0.0.1", served.server.port), timeout=10) as sock:
+        sock.sendall(data)
+        if close_write:
+            sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return answer
+            answer += chunk
+
+
+def test_truncated_body_is_refused_and_changes_nothing(served):
+    """A client that announced 1000 bytes, sent 19 and gave up must not get its job created."""
+    seed(served)
+    before = copy.deepcopy(served.registry.dump())
+    head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+            + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+    answer = _raw_exchange(served, head + b'{"job_id":"trunc2"}', close_write=True)
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+    assert error["field"] == "body" and "truncated" in error["problem"]
+    assert served.registry.dump() == before and "trunc2" not in served.registry.jobs
+
+
+def test_truncated_chunked_body_is_refused(served):
+    head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+            + b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    body = b'{"job_id":"trunc3"}'
+    answer = _raw_exchange(served, head + b"%x\r\n" % (len(body) + 50) + body, close_write=True)
+    assert not answer.startswith(b"HTTP/1.1 2"), answer[:200]
     assert served.registry.jobs == {}
 
 

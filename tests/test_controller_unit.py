@@ -281,7 +281,7 @@ def test_unreachable_switch_resolves_ack_as_not_ok():
         ({"path": ("h2", "e1", "h1")}, "path must run from h1 to h5"),
         ({"queue": 4}, "queue must be an integer 0..3"),
         ({"queue": True}, "queue must be"),
-        ({"rate_bps": 0}, "rate_bps must be a number >= 1000"),
+        ({"rate_bps": 0}, "rate_bps must be a number of 1000"),
         ({"rate_bps": float("nan")}, "rate_bps"),
         ({"match": FlowMatch("10.9.9.9", ip("h5"), 1, 2)}, "not a host of fattree4"),
         ({"match": FlowMatch(ip("h1"), ip("h5"), 0, 2)}, "src_port must be a port"),
@@ -333,10 +333,11 @@ def test_update_changes_class_then_rate_then_clears_it():
 def test_remove_deletes_rules_then_meter_and_frees_the_meter_id():
     rec = Recorder()
     enf = make_enforcer(rec)
+    other = FlowMatch(ip("h5"), ip("h1"), 5202, 40002)
     enf.install("f1", MATCH, PATH, queue=1, rate_bps=1e6)
-    enf.install("f2", MATCH.reversed(), tuple(reversed(PATH)), queue=2, rate_bps=2e6)
+    enf.install("f2", other, tuple(reversed(PATH)), queue=2, rate_bps=2e6)
     enf.remove("f1")
-    assert all(r.cookie >> 56 != fm.COOKIE_ENFORCE or r.match in (MATCH.reversed().fields(), MATCH.fields())
+    assert all(r.cookie >> 56 != fm.COOKIE_ENFORCE or r.match in (other.fields(), other.reversed().fields())
                for t in rec.rules.values() for r in t.values())
     assert rec.meters[dpid("e1")] == {} and list(enf.live_flows()) == ["f2"]
     enf.install("f3", MATCH, PATH, queue=1, rate_bps=3e6)
@@ -561,7 +562,8 @@ def _inst(**over):
 )
 def test_bad_enforcement_request_names_the_field_and_applies_nothing(body, query, status, field):
     served = make_api()
-    served.enforcer.install("live", MATCH.reversed(), tuple(reversed(PATH)), queue=2, rate_bps=3e6)
+    live_match = FlowMatch(ip("h5"), ip("h1"), 5201, 40099)  # not the 5-tuple the bodies install
+    served.enforcer.install("live", live_match, tuple(reversed(PATH)), queue=2, rate_bps=3e6)
     before, sent = served.enforcer.live_flows(), len(served.switches.sent)
     got_status, answer = call(served.api, "POST", "/v1/enforcement" + query, body)
     assert (got_status, answer["error"]["field"]) == (status, field), answer
@@ -629,3 +631,81 @@ def test_live_reply_is_json_serialisable():
     enf = make_enforcer(Recorder())
     enf.install("f1", MATCH, PATH, queue=1)
     json.dumps({k: list(v.path) for k, v in enf.live_flows().items()})
+
+
+# ----------------------------------------------------------------------------- hardening (issue 11)
+def test_primitive_cannot_take_a_scheduled_flows_5_tuple():
+    """Finding 5: an install on a service flow's 5-tuple (either direction) is a 409 that changes nothing."""
+    served = make_api()
+    served.enforcer.install("kt/a", MATCH, PATH, queue=1, rate_bps=2e6)
+    before, sent = served.enforcer.live_flows(), len(served.switches.sent)
+    for match in (MATCH, MATCH.reversed()):
+        body = _inst(flow_id="p1", match={"src_ip": match.src_ip, "dst_ip": match.dst_ip,
+                                          "src_port": match.src_port, "dst_port": match.dst_port})
+        status, answer = call(served.api, "POST", "/v1/enforcement", body)
+        assert (status, answer["error"]["field"]) == (409, "match"), answer
+        assert "kt/a" in answer["error"]["problem"]
+        batch = {"op": "batch", "requests": [_inst(flow_id="ok", match=_m(src_port=40009)), body]}
+        status, answer = call(served.api, "POST", "/v1/enforcement", batch)
+        assert (status, answer["error"]["field"]) == (409, "requests[1].match"), answer
+    assert served.enforcer.live_flows() == before and len(served.switches.sent) == sent
+    assert before["kt/a"].meter_id == 1
+
+
+def test_batch_may_reuse_a_5_tuple_it_frees_first():
+    served = make_api()
+    assert call(served.api, "POST", "/v1/enforcement", _inst(flow_id="p1"))[0] == 200
+    swap = {"op": "batch", "requests": [{"op": "remove", "flow_id": "p1"}, _inst(flow_id="p2", queue=2)]}
+    status, answer = call(served.api, "POST", "/v1/enforcement", swap)
+    assert status == 200, answer
+    assert list(served.enforcer.live_flows()) == ["p2"]
+
+
+def test_service_never_takes_a_primitives_5_tuple(caplog):
+    """The reverse of finding 5: the service leaves a primitive's 5-tuple alone and retries later."""
+    from controller.registry import Registry
+    from controller.service import SchedulingService
+
+    switches = AckingSwitches()
+    enforcer = Enforcer(TOPO, switches, queues=4)
+    registry = Registry(TOPO)
+    service = SchedulingService(registry, enforcer, match_factory=FlowMatch)
+    enforcer.install("p1", MATCH, PATH, queue=3)
+    registry.add_job("kt")
+    registry.add_echelon("kt", "e", None, [{"flow_id": "a", "src": "h1", "dst": "h5", "size_bytes": 10**6}])
+    registry.flow_started("kt", "a", MATCH.src_port, MATCH.dst_port, 1.0)
+    with caplog.at_level("WARNING", logger="echelon.service"):
+        service.reschedule("arrival")
+        service.reschedule("interval")
+    assert enforcer.live_flows()["p1"].queue == 3 and "kt/a" not in enforcer.live_flows()
+    assert service.allocation("kt/a")["enforced"] is False
+    refusals = [r for r in caplog.records if "already enforced for flow 'p1'" in r.getMessage()]
+    assert len(refusals) == 1  # once per reason, not every round
+    enforcer.remove("p1")
+    assert service.reschedule("interval").installs == 1
+    assert enforcer.live_flows()["kt/a"].path == registry.path_of("kt/a")
+
+
+@pytest.mark.parametrize("rate", [10**400, -10**400, 2e12])
+def test_huge_rates_are_a_400(rate):
+    served = make_api()
+    status, answer = call(served.api, "POST", "/v1/enforcement", _inst(rate_bps=rate))
+    assert (status, answer["error"]["field"]) == (400, "rate_bps"), answer
+    assert len(answer["error"]["problem"]) < 200
+
+
+def test_a_full_10000_operation_batch_fits_the_body_limit():
+    """Finding 10: the documented batch maximum must not be refused by the body size limit."""
+    from controller.enforcement_api import MAX_BATCH
+
+    served = make_api()
+    requests = [_inst(flow_id=f"bench-flow-{i:05d}", match=_m(src_port=10000 + i), rate_bps=5e6,
+                      path=list(TOPO.path_for("h1", "h5", f"bench-flow-{i:05d}")))
+                for i in range(MAX_BATCH)]
+    body = {"op": "batch", "requests": requests}
+    assert len(json.dumps(body)) > 1 << 20  # over the general 1 MiB limit
+    status, answer = call(served.api, "POST", "/v1/enforcement", body)
+    assert status == 200, answer
+    assert len(answer["applied"]) == MAX_BATCH == len(served.enforcer.live_flows())
+    status, answer = call(served.api, "POST", "/v1/jobs", {"job_id": "x" * (2 << 20)})
+    assert (status, answer["error"]["field"]) == (413, "body")  # other endpoints keep 1 MiB

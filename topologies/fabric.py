@@ -42,7 +42,7 @@ from echelonflow.topology import Topology
 from topologies import cleanup, ovs, qos
 
 LOCK_PATH = "/run/echelon-fabric.lock"
-_TAG_RE = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
+_TAG_RE = re.compile(r"[A-Za-z0-9_.-]{1,40}")
 
 
 class FabricError(UserError):
@@ -132,7 +132,7 @@ class Fabric:
         except ValueError as exc:
             raise FabricError(str(exc)) from None
         tag = tag or f"f{os.getpid()}x{int(time.time() * 1000) % 10**8}"
-        if not _TAG_RE.match(tag):
+        if not _TAG_RE.fullmatch(tag):
             raise FabricError(f"tag must be 1-40 characters of letters, digits, '_', '.', '-', got {tag!r}")
         self.topology = topology
         self.controller_port = controller_port
