@@ -22,8 +22,8 @@ def main() -> None:
         for order_by in ORDERINGS:
             for cls in (EchelonScheduler, CoflowScheduler):
                 result = simulate(scenario.topology, scenario.jobs, cls(order_by=order_by)).to_json_dict()
-                jct = sum(job["completion_time"] for job in result["jobs"].values())
-                print(f"{name:20s} {cls.name:9s} {order_by:10s} {result['objective']:11.2f} {jct:9.2f}")
+                jct = sum(job["completion_s"] for job in result["jobs"].values())
+                print(f"{name:20s} {cls.name:9s} {order_by:10s} {result['objective_s']:11.2f} {jct:9.2f}")
 
 
 if __name__ == "__main__":

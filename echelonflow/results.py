@@ -1,33 +1,46 @@
-"""The result document shared by ``echelon simulate`` and ``echelon emulate``.
+"""The result document shared by ``echelon simulate`` and ``echelon emulate``, and its one builder.
 
-One shape for both, so reports and comparisons never care where numbers came from::
+One shape for both, so reports and comparisons never care where numbers came from; the format is
+documented in ``docs/results-format.md``.  Every time is in seconds from the run's start (``_s``)::
 
     {"scenario": NAME, "mode": "simulate" | "emulate", "runs": [
         {"scheduler": NAME,
-         "jobs": {JOB: {"completion_time": s, "slowdown": x}},
-         "echelonflows": {"job/ech": {"tardiness": s, "kind": str, "flows": ["job/flow", ...]}},
-         "flows": {"job/flow": {"start": s, "finish": s, "ideal_finish": s, "src": h, "dst": h,
+         "jobs": {JOB: {"completion_s": s, "slowdown": x}},
+         "echelonflows": {"job/ech": {"tardiness_s": s, "kind": str, "flows": ["job/flow", ...]}},
+         "flows": {"job/flow": {"start_s": s, "finish_s": s, "ideal_finish_s": s, "src": h, "dst": h,
                                 "size_bytes": n, "echelon": "job/ech"}},
-         "tasks": {"job/task": {"type": "compute", "host": h, "start": s, "finish": s}
-                             | {"type": "flow", "src": h, "dst": h, "start": s, "finish": s}},
-         "objective": sum of EchelonFlow tardiness (Eq. 4)}]}
+         "tasks": {"job/task": {"type": "compute", "host": h, "start_s": s, "finish_s": s}
+                             | {"type": "flow", "src": h, "dst": h, "start_s": s, "finish_s": s}},
+         "objective_s": sum of EchelonFlow tardiness (Eq. 4)}]}
 
-Times are seconds from the run's start (jobs start at 0).  :func:`format_table` renders the one
-human table that compares schedulers.
+:func:`build_run` is the only place that turns task start and finish times into these numbers
+(reference times, ideal finish times, tardiness, the objective, completion and slowdown): the simulator
+feeds it simulated times, the emulation runner the agents' measured ones.  :func:`format_table` renders
+the one human table that compares schedulers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from echelonflow import echelon as echelon_mod
+from echelonflow.echelon import EchelonSpec
 from echelonflow.errors import UserError
+from echelonflow.model import ComputeTask, Job, qualified
+
+#: Keys of the format before units were in the names (a run folder written then cannot be read).
+_OLD_RUN_KEYS = {"objective"}
+
+
+class OldFormatError(UserError):
+    """A result document in the format before unit-named keys."""
 
 
 @dataclass
 class JobResult:
-    completion_time: float
+    completion_s: float
     slowdown: float
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -36,7 +49,7 @@ class JobResult:
 
 @dataclass
 class EchelonResult:
-    tardiness: float
+    tardiness_s: float
     kind: str
     flows: list[str] = field(default_factory=list)
 
@@ -46,9 +59,9 @@ class EchelonResult:
 
 @dataclass
 class FlowResult:
-    start: float
-    finish: float
-    ideal_finish: float
+    start_s: float
+    finish_s: float
+    ideal_finish_s: float
     src: str
     dst: str
     size_bytes: int
@@ -63,8 +76,8 @@ class TaskResult:
     """A compute task has ``host``; a flow task has ``src`` and ``dst``."""
 
     type: str
-    start: float
-    finish: float
+    start_s: float
+    finish_s: float
     host: str | None = None
     src: str | None = None
     dst: str | None = None
@@ -75,7 +88,7 @@ class TaskResult:
             out["host"] = self.host
         else:
             out["src"], out["dst"] = self.src, self.dst
-        out["start"], out["finish"] = self.start, self.finish
+        out["start_s"], out["finish_s"] = self.start_s, self.finish_s
         return out
 
 
@@ -88,7 +101,7 @@ class RunResult:
     echelonflows: dict[str, EchelonResult] = field(default_factory=dict)
     flows: dict[str, FlowResult] = field(default_factory=dict)
     tasks: dict[str, TaskResult] = field(default_factory=dict)
-    objective: float = 0.0
+    objective_s: float = 0.0
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -97,15 +110,20 @@ class RunResult:
             "echelonflows": {k: v.to_json_dict() for k, v in self.echelonflows.items()},
             "flows": {k: v.to_json_dict() for k, v in self.flows.items()},
             "tasks": {k: v.to_json_dict() for k, v in self.tasks.items()},
-            "objective": self.objective,
+            "objective_s": self.objective_s,
         }
 
     def job_tardiness_s(self, job_id: str) -> list[float]:
         """Tardiness of each of ``job_id``'s EchelonFlows (keys are ``job/echelon``; job ids have no '/')."""
-        return [e.tardiness for key, e in self.echelonflows.items() if key.split("/", 1)[0] == job_id]
+        return [e.tardiness_s for key, e in self.echelonflows.items() if key.split("/", 1)[0] == job_id]
 
     @classmethod
     def from_json_dict(cls, data: dict[str, Any]) -> RunResult:
+        if isinstance(data, dict) and _OLD_RUN_KEYS & set(data):
+            raise OldFormatError(
+                "result document is in the older format without units in its keys ('objective', "
+                "'completion_time', ...); re-run the simulation or emulation to write the current format"
+            )
         try:
             return cls(
                 scheduler=data["scheduler"],
@@ -113,10 +131,63 @@ class RunResult:
                 echelonflows={k: EchelonResult(**v) for k, v in data["echelonflows"].items()},
                 flows={k: FlowResult(**v) for k, v in data["flows"].items()},
                 tasks={k: TaskResult(**v) for k, v in data["tasks"].items()},
-                objective=data["objective"],
+                objective_s=data["objective_s"],
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise UserError(f"result run is malformed ({type(exc).__name__}: {exc})") from None
+
+
+def job_completion_s(job: Job, finish_s: Mapping[str, float]) -> float:
+    """When ``job``'s last task finished (``finish_s`` keyed by ``job/task``); 0 for a job without tasks."""
+    return max((finish_s[qualified(job.job_id, tid)] for tid in job.tasks), default=0.0)
+
+
+def build_run(
+    scheduler: str,
+    jobs: Sequence[Job],
+    start_s: Mapping[str, float],
+    finish_s: Mapping[str, float],
+    alone_s: Mapping[str, float] | None = None,
+    echelons: Mapping[str, Mapping[str, EchelonSpec]] | None = None,
+) -> RunResult:
+    """The result of one run from when each task started and finished (keys ``job/task``, seconds).
+
+    For every EchelonFlow the reference time r comes from its flows' actual starts
+    (:func:`echelonflow.echelon.reference_time`), each flow is due at r + o_j and the EchelonFlow's
+    tardiness is its worst flow's lateness (Eq. 2); the objective is their sum (Eq. 4).  A job's
+    slowdown is its completion over ``alone_s[job]`` (its completion when it ran alone), 1.0 without
+    one.  ``echelons`` (job id -> :func:`~echelonflow.echelon.echelons_of`) saves recomputing the
+    groups when the caller has them.
+    """
+    run = RunResult(scheduler)
+    for job in jobs:
+        for task in job.tasks.values():
+            qid = qualified(job.job_id, task.task_id)
+            if isinstance(task, ComputeTask):
+                run.tasks[qid] = TaskResult("compute", start_s[qid], finish_s[qid], host=task.host)
+            else:
+                run.tasks[qid] = TaskResult("flow", start_s[qid], finish_s[qid], src=task.src, dst=task.dst)
+        specs = echelons[job.job_id] if echelons is not None else echelon_mod.echelons_of(job)
+        for echelon_id, spec in specs.items():
+            eqid = qualified(job.job_id, echelon_id)
+            flow_qids = {fid: qualified(job.job_id, fid) for fid in spec.flow_ids}
+            reference_s = echelon_mod.reference_time(spec, {f: start_s[q] for f, q in flow_qids.items()})
+            assert reference_s is not None  # every flow of a finished run has started
+            for fid, qid in flow_qids.items():
+                flow = job.tasks[fid]
+                run.flows[qid] = FlowResult(
+                    start_s=start_s[qid], finish_s=finish_s[qid],
+                    ideal_finish_s=reference_s + spec.offsets_s[fid], src=flow.src, dst=flow.dst,
+                    size_bytes=flow.size_bytes, echelon=eqid,
+                )
+            tardiness_s = echelon_mod.echelon_tardiness(
+                spec, {f: finish_s[q] for f, q in flow_qids.items()}, reference_s)
+            run.echelonflows[eqid] = EchelonResult(tardiness_s, spec.kind, list(flow_qids.values()))
+        done_s = job_completion_s(job, finish_s)
+        base_s = (alone_s or {}).get(job.job_id, done_s)
+        run.jobs[job.job_id] = JobResult(done_s, done_s / base_s if base_s > 0 else 1.0)
+    run.objective_s = echelon_mod.total_tardiness(e.tardiness_s for e in run.echelonflows.values())
+    return run
 
 
 @dataclass
@@ -153,13 +224,13 @@ def format_table(results: Results) -> str:
                 [
                     run.scheduler,
                     job_id,
-                    f"{job.completion_time:.3f}",
+                    f"{job.completion_s:.3f}",
                     f"{job.slowdown:.3f}",
                     f"{sum(tard):.3f}" if tard else "-",
                     f"{max(tard):.3f}" if tard else "-",
                 ]
             )
-        rows.append([run.scheduler, "(all)", "", "", f"{run.objective:.3f}", ""])
+        rows.append([run.scheduler, "(all)", "", "", f"{run.objective_s:.3f}", ""])
     return render_table(f"scenario {results.scenario} ({results.mode})", header, rows)
 
 

@@ -59,7 +59,7 @@ def plot_timeline(run: RunResult, path: str, title: str = "") -> None:
     color = {job: _COLORS[i % len(_COLORS)] for i, job in enumerate(jobs)}
     per_host: dict[str, dict[str, list]] = {}
     for qid, task in run.tasks.items():
-        span = (task.start, task.finish, qid, qid.split("/", 1)[0])
+        span = (task.start_s, task.finish_s, qid, qid.split("/", 1)[0])
         if task.type == "compute":
             per_host.setdefault(task.host, {}).setdefault("compute", []).append(span)
         else:
@@ -78,7 +78,7 @@ def plot_timeline(run: RunResult, path: str, title: str = "") -> None:
         rows.append(("", []))  # gap between hosts
     if rows:
         rows.pop()
-    end = max((t.finish for t in run.tasks.values()), default=1.0) or 1.0
+    end = max((t.finish_s for t in run.tasks.values()), default=1.0) or 1.0
     height = min(40.0, 1.8 + 0.3 * max(1, len(rows)))
     fig, ax = plt.subplots(figsize=(11, height))
     for y, (label, spans) in enumerate(rows):
@@ -95,7 +95,7 @@ def plot_timeline(run: RunResult, path: str, title: str = "") -> None:
                         bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "alpha": 0.7,
                               "linewidth": 0})
             if kind == "out" and qid in run.flows:
-                due = run.flows[qid].ideal_finish
+                due = run.flows[qid].ideal_finish_s
                 ax.plot([due, due], [y - 0.42, y + 0.42], color="black", linewidth=1.6)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([label for label, _ in rows], fontsize=8)
@@ -104,9 +104,9 @@ def plot_timeline(run: RunResult, path: str, title: str = "") -> None:
     ax.set_xlim(0, end * 1.02)
     ax.set_xlabel("time since job start (s)")
     ax.grid(axis="x", linestyle=":", linewidth=0.6)
-    completions = ", ".join(f"{j} {r.completion_time:.2f} s" for j, r in run.jobs.items())
+    completions = ", ".join(f"{j} {r.completion_s:.2f} s" for j, r in run.jobs.items())
     fig.suptitle(f"{title}\njob completion: {completions}; "
-                 f"objective (sum of tardiness) {run.objective:.2f} s", fontsize=10)
+                 f"objective (sum of tardiness) {run.objective_s:.2f} s", fontsize=10)
     handles = [Patch(facecolor=color[j], label=f"job {j}") for j in jobs]
     handles += [Patch(facecolor="white", edgecolor="black", label="compute"),
                 Patch(facecolor="white", edgecolor="black", hatch="//", label="flow out"),
@@ -132,7 +132,7 @@ def plot_jct(documents: Sequence[Results], path: str) -> None:
             for job_id, job in run.jobs.items():
                 if job_id not in jobs:
                     jobs.append(job_id)
-                values[(doc.mode, run.scheduler, job_id)] = (job.completion_time, job.slowdown)
+                values[(doc.mode, run.scheduler, job_id)] = (job.completion_s, job.slowdown)
     bars = [(job, mode) for job in jobs for mode in modes]
     width = 0.8 / max(1, len(bars))
     fig, axes = plt.subplots(1, 2, figsize=(max(8.0, 2.2 * len(schedulers) + 0.5 * len(bars)), 4.2))

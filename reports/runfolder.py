@@ -111,10 +111,10 @@ def csv_rows(documents: Sequence[Results]) -> list[dict[str, str]]:
                 tard = run.job_tardiness_s(job_id)
                 rows.append({
                     "scenario": doc.scenario, "mode": doc.mode, "scheduler": run.scheduler, "job": job_id,
-                    "completion_s": f"{job.completion_time:.6f}", "slowdown": f"{job.slowdown:.6f}",
+                    "completion_s": f"{job.completion_s:.6f}", "slowdown": f"{job.slowdown:.6f}",
                     "tardiness_sum_s": f"{sum(tard):.6f}" if tard else "",
                     "tardiness_max_s": f"{max(tard):.6f}" if tard else "",
-                    "objective_s": f"{run.objective:.6f}",
+                    "objective_s": f"{run.objective_s:.6f}",
                 })
     return rows
 

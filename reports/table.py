@@ -27,10 +27,10 @@ def format_comparison(emulated: Results, simulated: Results) -> str:
             sjob = sim.jobs.get(job_id) if sim else None
             emu_t = sum(run.job_tardiness_s(job_id))
             sim_t = sum(sim.job_tardiness_s(job_id)) if sim else None
-            gap = relative_gap(job.completion_time, sjob.completion_time) if sjob else None
+            gap = relative_gap(job.completion_s, sjob.completion_s) if sjob else None
             rows.append([
-                run.scheduler, job_id, f"{job.completion_time:.3f}",
-                f"{sjob.completion_time:.3f}" if sjob else "-", f"{gap:+.1%}" if gap is not None else "-",
+                run.scheduler, job_id, f"{job.completion_s:.3f}",
+                f"{sjob.completion_s:.3f}" if sjob else "-", f"{gap:+.1%}" if gap is not None else "-",
                 f"{job.slowdown:.3f}", f"{sjob.slowdown:.3f}" if sjob else "-",
                 f"{emu_t:.3f}", f"{sim_t:.3f}" if sim_t is not None else "-",
             ])

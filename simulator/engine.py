@@ -12,7 +12,9 @@ flow finish (remaining bits / rate).
 
 EchelonFlow bookkeeping comes from ``echelonflow.echelon``: each flow's offset o_j, and the group's
 reference time r recomputed from the actual starts whenever one of its flows starts, so a flow's
-ideal finish is r + o_j (the paper's arrangement function anchored at the head flow).
+ideal finish is r + o_j (the paper's arrangement function anchored at the head flow).  The scheduler
+sees that running r; the result (tardiness, objective, ideal finish times) is built from the final task
+times by ``echelonflow.results.build_run``, the same builder the emulation uses.
 
 Slowdown of a job = its completion time with all jobs together / its completion time when it runs
 alone on the same network with the same scheduler (one extra run per job when there are several).
@@ -26,7 +28,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +36,7 @@ from echelonflow import echelon as echelon_mod
 from echelonflow.echelon import EchelonSpec
 from echelonflow.errors import UserError
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
-from echelonflow.results import EchelonResult, FlowResult, JobResult, RunResult, TaskResult
+from echelonflow.results import RunResult, build_run, job_completion_s
 from echelonflow.schedulers.base import ActiveFlow, Decision, Scheduler, Snapshot
 from echelonflow.topology import Topology
 
@@ -106,35 +108,15 @@ def simulate(
     """Run all ``jobs`` together (and each alone, for slowdowns); return the shared result shape."""
     if placement_check:
         check_placement(topology, jobs)
-    together = _Run(topology, jobs, scheduler, check_invariants).run()
-    alone: dict[str, float] = {}
-    for job in jobs:
-        if len(jobs) == 1:
-            alone[job.job_id] = together.completion_s[job.job_id]
-        else:
-            solo = _Run(topology, [job], scheduler, check_invariants).run()
-            alone[job.job_id] = solo.completion_s[job.job_id]
-    return together.to_result(scheduler.name, alone)
-
-
-class _Outcome:
-    """Raw timings of one run, turned into the shared result shape by :meth:`to_result`."""
-
-    def __init__(self) -> None:
-        self.completion_s: dict[str, float] = {}
-        self.tasks: dict[str, TaskResult] = {}
-        self.flows: dict[str, FlowResult] = {}
-        self.echelons: dict[str, EchelonResult] = {}
-
-    def to_result(self, scheduler_name: str, alone_s: Mapping[str, float]) -> RunResult:
-        jobs = {}
-        for job_id, done_s in self.completion_s.items():
-            base = alone_s[job_id]
-            jobs[job_id] = JobResult(completion_time=done_s, slowdown=done_s / base if base > 0 else 1.0)
-        objective = sum(e.tardiness for e in self.echelons.values())
-        return RunResult(
-            scheduler_name, jobs, dict(self.echelons), dict(self.flows), dict(self.tasks), objective
-        )
+    together = _Run(topology, jobs, scheduler, check_invariants)
+    together.run()
+    alone_s: dict[str, float] = {}
+    if len(jobs) > 1:
+        for job in jobs:
+            solo = _Run(topology, [job], scheduler, check_invariants)
+            solo.run()
+            alone_s[job.job_id] = job_completion_s(job, solo.finish_s)
+    return build_run(scheduler.name, jobs, together.start_s, together.finish_s, alone_s, together.specs)
 
 
 class _Run:
@@ -158,6 +140,7 @@ class _Run:
         self.active: dict[str, _Flow] = {}
         self.flow_echelon: dict[str, tuple[str, float]] = {}  # flow qid -> (echelon qid, offset_s)
         self.echelons: dict[str, _EchelonState] = {}
+        self.specs: dict[str, dict[str, EchelonSpec]] = {}  # job id -> its EchelonFlows
         self.leftover_bytes: dict[str, float] = {}
         for job_index, job in enumerate(self.jobs):
             self._index_job(job_index, job)
@@ -173,14 +156,16 @@ class _Run:
             for dep in dict.fromkeys(task.deps):
                 self.dependants[qualified(job.job_id, dep)].append(qualified(job.job_id, task.task_id))
         # echelons_of puts every flow in exactly one spec, so every flow has an entry below.
-        for echelon_id, spec in echelon_mod.echelons_of(job).items():
+        self.specs[job.job_id] = echelon_mod.echelons_of(job)
+        for echelon_id, spec in self.specs[job.job_id].items():
             eqid = qualified(job.job_id, echelon_id)
             self.echelons[eqid] = _EchelonState(spec, job.job_id)
             for flow_id in spec.flow_ids:
                 self.flow_echelon[qualified(job.job_id, flow_id)] = (eqid, spec.offsets_s[flow_id])
 
     # ------------------------------------------------------------------ main loop
-    def run(self) -> _Outcome:
+    def run(self) -> None:
+        """Simulate until every task is done; the times are then in ``start_s`` and ``finish_s``."""
         released = [qid for qid, n in self.waiting.items() if n == 0]
         flows_changed = self._release(released)
         while True:
@@ -211,7 +196,6 @@ class _Run:
             )
         if self.check:
             self._check_delivered()
-        return self._outcome()
 
     def _advance(self, next_s: float) -> list[str]:
         """Move the clock to ``next_s``; return the qids of flows and computes that finish then."""
@@ -331,35 +315,6 @@ class _Run:
             size = self.task_of[qid][2].size_bytes
             if left > max(BYTES_ATOL, 1e-6 * size):
                 raise AssertionError(f"flow {qid}: {left} of {size} bytes undelivered at its finish")
-
-    def _outcome(self) -> _Outcome:
-        out = _Outcome()
-        for job in self.jobs:
-            finishes = [self.finish_s[qualified(job.job_id, tid)] for tid in job.tasks]
-            out.completion_s[job.job_id] = max(finishes) if finishes else 0.0
-        for qid, (_, _, task) in self.task_of.items():
-            if isinstance(task, ComputeTask):
-                out.tasks[qid] = TaskResult("compute", self.start_s[qid], self.finish_s[qid], host=task.host)
-                continue
-            start_s, finish_s = self.start_s[qid], self.finish_s[qid]
-            out.tasks[qid] = TaskResult("flow", start_s, finish_s, src=task.src, dst=task.dst)
-            eqid, offset_s = self.flow_echelon[qid]
-            out.flows[qid] = FlowResult(
-                start=start_s,
-                finish=finish_s,
-                ideal_finish=self.echelons[eqid].reference_s + offset_s,
-                src=task.src,
-                dst=task.dst,
-                size_bytes=task.size_bytes,
-                echelon=eqid,
-            )
-        for eqid, state in self.echelons.items():
-            flow_ids = state.spec.flow_ids
-            finishes = {fid: self.finish_s[qualified(state.job_id, fid)] for fid in flow_ids}
-            tardiness = echelon_mod.echelon_tardiness(state.spec, finishes, state.reference_s)
-            flow_qids = [qualified(state.job_id, fid) for fid in flow_ids]
-            out.echelons[eqid] = EchelonResult(tardiness, state.spec.kind, flow_qids)
-        return out
 
 
 def check_decision(snapshot: Snapshot, decision: Decision) -> None:

@@ -88,15 +88,15 @@ def test_dependencies_and_one_compute_at_a_time(tmp_path):
     for job in jobs:
         for task in job.tasks.values():
             mine = result.tasks[qualified(job.job_id, task.task_id)]
-            assert mine.finish >= mine.start >= 0
+            assert mine.finish_s >= mine.start_s >= 0
             for dep in task.deps:
-                assert mine.start >= result.tasks[qualified(job.job_id, dep)].finish, (task.task_id, dep)
+                assert mine.start_s >= result.tasks[qualified(job.job_id, dep)].finish_s, (task.task_id, dep)
             if isinstance(task, ComputeTask):
-                assert mine.finish - mine.start == pytest.approx(task.duration_s, abs=0.02)
+                assert mine.finish_s - mine.start_s == pytest.approx(task.duration_s, abs=0.02)
     by_host = {}
     for qid, task in result.tasks.items():
         if task.type == "compute":
-            by_host.setdefault(task.host, []).append((task.start, task.finish, qid))
+            by_host.setdefault(task.host, []).append((task.start_s, task.finish_s, qid))
     for host, spans in by_host.items():
         spans.sort()
         for (_, end, q1), (start, _, q2) in zip(spans, spans[1:]):
@@ -112,7 +112,7 @@ def test_ready_computes_run_in_job_then_declaration_order(tmp_path):
     job.add(ComputeTask("early", "h2", 0.1, ("f",)))
     job.add(ComputeTask("mid", "h2", 0.1, ("f",)))
     result = assemble_run([job], run([job], tmp_path).documents, "none")
-    order = sorted(("late", "early", "mid"), key=lambda t: result.tasks[f"t/{t}"].start)
+    order = sorted(("late", "early", "mid"), key=lambda t: result.tasks[f"t/{t}"].start_s)
     assert order == ["late", "early", "mid"]
 
 
@@ -124,10 +124,10 @@ def test_fig2_timing_matches_the_ideal_schedule_on_an_unshaped_network(tmp_path)
     ideal = ideal_schedule(job)
     for tid, (start, finish) in ideal.items():
         got = result.tasks[qualified("fig2", tid)]
-        assert got.start == pytest.approx(start, abs=0.05), tid
-        assert got.finish == pytest.approx(finish, abs=0.06), tid
-    assert result.jobs["fig2"].completion_time == pytest.approx(max(f for _, f in ideal.values()), abs=0.06)
-    assert all(abs(e.tardiness) < 0.05 for e in result.echelonflows.values())
+        assert got.start_s == pytest.approx(start, abs=0.05), tid
+        assert got.finish_s == pytest.approx(finish, abs=0.06), tid
+    assert result.jobs["fig2"].completion_s == pytest.approx(max(f for _, f in ideal.values()), abs=0.06)
+    assert all(abs(e.tardiness_s) < 0.05 for e in result.echelonflows.values())
 
 
 # ------------------------------------------------------------------------------------------ failures

@@ -24,12 +24,12 @@ def test_fig2_json_reproduces_the_paper_via_console_script() -> None:
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["scenario"] == "fig2" and doc["mode"] == "simulate"
-    completion = {run["scheduler"]: run["jobs"]["fig2"]["completion_time"] for run in doc["runs"]}
+    completion = {run["scheduler"]: run["jobs"]["fig2"]["completion_s"] for run in doc["runs"]}
     assert completion == pytest.approx({"fair": 8.5, "coflow": 10.0, "echelon": 8.0}, abs=1e-6)
     echelon = next(run for run in doc["runs"] if run["scheduler"] == "echelon")
-    assert echelon["objective"] == pytest.approx(4.0, abs=1e-6)
+    assert echelon["objective_s"] == pytest.approx(4.0, abs=1e-6)
     flow = echelon["flows"]["fig2/" + sorted(k.split("/")[1] for k in echelon["flows"])[0]]
-    assert set(flow) == {"start", "finish", "ideal_finish", "src", "dst", "size_bytes", "echelon"}
+    assert set(flow) == {"start_s", "finish_s", "ideal_finish_s", "src", "dst", "size_bytes", "echelon"}
     assert flow["size_bytes"] == 2_500_000
     tasks = echelon["tasks"]
     assert {t["type"] for t in tasks.values()} == {"compute", "flow"}
@@ -51,8 +51,9 @@ def test_multi_job_fattree_scenario_json(capsys) -> None:
     for run in doc["runs"]:
         assert set(run["jobs"]) == {"gpipe", "ring"}
         for job in run["jobs"].values():
-            assert job["completion_time"] > 0 and job["slowdown"] > 0
-        assert run["objective"] == pytest.approx(sum(e["tardiness"] for e in run["echelonflows"].values()))
+            assert job["completion_s"] > 0 and job["slowdown"] > 0
+        tardiness_s = [e["tardiness_s"] for e in run["echelonflows"].values()]
+        assert run["objective_s"] == pytest.approx(sum(tardiness_s))
     assert "gpipe" in format_table(Results.from_json_dict(doc))
 
 

@@ -41,10 +41,10 @@ def fake_emulation(sim: Results, stretch: float) -> Results:
     data["mode"] = "emulate"
     for run in data["runs"]:
         for job in run["jobs"].values():
-            job["completion_time"] *= stretch
+            job["completion_s"] *= stretch
         for task in run["tasks"].values():
-            task["start"] *= stretch
-            task["finish"] *= stretch
+            task["start_s"] *= stretch
+            task["finish_s"] *= stretch
     return Results.from_json_dict(data)
 
 
@@ -66,9 +66,9 @@ def test_run_folder_has_documents_csv_and_plots(tmp_path, fig2_sim):
     by_scheduler = {r["scheduler"]: r for r in rows}
     for run in fig2_sim.runs:
         row = by_scheduler[run.scheduler]
-        assert float(row["completion_s"]) == pytest.approx(run.jobs["fig2"].completion_time, abs=1e-6)
+        assert float(row["completion_s"]) == pytest.approx(run.jobs["fig2"].completion_s, abs=1e-6)
         assert float(row["tardiness_max_s"]) == pytest.approx(
-            max(e.tardiness for e in run.echelonflows.values()), abs=1e-6)
+            max(e.tardiness_s for e in run.echelonflows.values()), abs=1e-6)
         assert row["mode"] == "simulate"
     expected = {timeline_file("simulate", r.scheduler) for r in fig2_sim.runs} | {"jct.png"}
     assert {os.path.basename(p) for p in folder.plots} == expected
@@ -104,6 +104,16 @@ def test_report_command_rerenders_from_json(tmp_path, fig2_sim, capsys):
     assert_png(str(run_dir / "jct.png"))
 
 
+#: A results.json as written before the keys carried units.
+OLD_FORMAT = {"scenario": "fig2", "mode": "emulate", "runs": [{
+    "scheduler": "fair", "jobs": {"fig2": {"completion_time": 8.5, "slowdown": 1.0}},
+    "echelonflows": {"fig2/act": {"tardiness": 4.5, "kind": "staggered", "flows": ["fig2/act0"]}},
+    "flows": {"fig2/act0": {"start": 1.0, "finish": 3.0, "ideal_finish": 1.0, "src": "h1", "dst": "h2",
+                            "size_bytes": 1, "echelon": "fig2/act"}},
+    "tasks": {"fig2/act0": {"type": "flow", "src": "h1", "dst": "h2", "start": 1.0, "finish": 3.0}},
+    "objective": 4.5}]}
+
+
 @pytest.mark.parametrize(
     "setup, needle",
     [
@@ -114,6 +124,7 @@ def test_report_command_rerenders_from_json(tmp_path, fig2_sim, capsys):
          "no 'runs' field"),
         (lambda d: (d.mkdir(), (d / "results.json").write_text(
             '{"scenario": "x", "mode": "emulate", "runs": [{"scheduler": "fair"}]}')), "malformed"),
+        (lambda d: (d.mkdir(), (d / "results.json").write_text(json.dumps(OLD_FORMAT))), "older format"),
     ],
 )
 def test_report_on_a_bad_folder_is_one_line_exit_2(tmp_path, capsys, setup, needle):

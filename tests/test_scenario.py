@@ -56,7 +56,7 @@ def test_trace_jobs_load_relative_to_the_scenario_and_simulate(tmp_path: Path) -
     scenario = load_scenario(write(tmp_path, base(jobs=[{"trace": "sub/fig2-trace.json"}])))
     assert [j.job_id for j in scenario.jobs] == ["t"]
     result = simulate(scenario.topology, scenario.jobs, get_scheduler("echelon"))
-    assert result.jobs["t"].completion_time == pytest.approx(8.0, abs=1e-6)
+    assert result.jobs["t"].completion_s == pytest.approx(8.0, abs=1e-6)
     save_trace(tmp_path / "far.json", [generate("fig2", "t", ["h1", "h2"], {})])
     dumbbell = {"kind": "dumbbell", "hosts_per_side": 1, "rate_mbps": 10}
     far = base(topology=dumbbell, jobs=[{"trace": "far.json"}])

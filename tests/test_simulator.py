@@ -35,15 +35,15 @@ def fig2_job(job_id: str = "fig2", src: str = "h1", dst: str = "h2") -> Job:
 )
 def test_fig2_reproduces_the_paper(name, completion, finishes, tardiness) -> None:
     result = simulate(build("two_hosts", 10e6), [fig2_job()], get_scheduler(name))
-    assert result.jobs["fig2"].completion_time == pytest.approx(completion, abs=1e-6)
+    assert result.jobs["fig2"].completion_s == pytest.approx(completion, abs=1e-6)
     assert result.jobs["fig2"].slowdown == pytest.approx(1.0)
-    assert [result.flows[f"fig2/act{i}"].finish for i in range(3)] == pytest.approx(finishes, abs=1e-6)
-    assert [result.flows[f"fig2/act{i}"].ideal_finish for i in range(3)] == pytest.approx([1, 2, 3])
-    assert result.echelonflows["fig2/act"].tardiness == pytest.approx(tardiness, abs=1e-6)
+    assert [result.flows[f"fig2/act{i}"].finish_s for i in range(3)] == pytest.approx(finishes, abs=1e-6)
+    assert [result.flows[f"fig2/act{i}"].ideal_finish_s for i in range(3)] == pytest.approx([1, 2, 3])
+    assert result.echelonflows["fig2/act"].tardiness_s == pytest.approx(tardiness, abs=1e-6)
     assert result.echelonflows["fig2/act"].kind == "staggered"
-    assert result.objective == pytest.approx(tardiness, abs=1e-6)
-    assert result.tasks["fig2/w2_mb2"].finish == pytest.approx(completion, abs=1e-6)
-    assert result.tasks["fig2/act0"].start == pytest.approx(1.0)
+    assert result.objective_s == pytest.approx(tardiness, abs=1e-6)
+    assert result.tasks["fig2/w2_mb2"].finish_s == pytest.approx(completion, abs=1e-6)
+    assert result.tasks["fig2/act0"].start_s == pytest.approx(1.0)
 
 
 def _one_flow_job(job_id: str, src: str, dst: str, size: int) -> Job:
@@ -56,20 +56,20 @@ def test_jobs_share_a_bottleneck_and_slowdowns_follow() -> None:
     topo = build("dumbbell", 8e6, hosts_per_side=2)  # h1,h2 left; h3,h4 right; 1e6 B/s everywhere
     jobs = [_one_flow_job("a", "h1", "h3", 10**6), _one_flow_job("b", "h2", "h4", 10**6)]
     fair = simulate(topo, jobs, get_scheduler("fair"))
-    assert [fair.jobs[j].completion_time for j in "ab"] == pytest.approx([2.0, 2.0])
+    assert [fair.jobs[j].completion_s for j in "ab"] == pytest.approx([2.0, 2.0])
     assert [fair.jobs[j].slowdown for j in "ab"] == pytest.approx([2.0, 2.0])
     echelon = simulate(topo, jobs, get_scheduler("echelon"))  # equal bottlenecks: group id breaks the tie
-    assert [echelon.jobs[j].completion_time for j in "ab"] == pytest.approx([1.0, 2.0])
+    assert [echelon.jobs[j].completion_s for j in "ab"] == pytest.approx([1.0, 2.0])
     assert [echelon.jobs[j].slowdown for j in "ab"] == pytest.approx([1.0, 2.0])
-    assert echelon.objective == pytest.approx(1.0 + 2.0)  # ideal finish = start = 0 for both
+    assert echelon.objective_s == pytest.approx(1.0 + 2.0)  # ideal finish = start = 0 for both
 
 
 def test_smaller_coflow_goes_first_under_varys() -> None:
     topo = build("dumbbell", 8e6, hosts_per_side=2)
     jobs = [_one_flow_job("big", "h1", "h3", 3 * 10**6), _one_flow_job("small", "h2", "h4", 10**6)]
     result = simulate(topo, jobs, get_scheduler("coflow"))
-    assert result.jobs["small"].completion_time == pytest.approx(1.0)
-    assert result.jobs["big"].completion_time == pytest.approx(4.0)
+    assert result.jobs["small"].completion_s == pytest.approx(1.0)
+    assert result.jobs["big"].completion_s == pytest.approx(4.0)
 
 
 def test_compute_tie_rule_declaration_order_one_at_a_time() -> None:
@@ -78,9 +78,9 @@ def test_compute_tie_rule_declaration_order_one_at_a_time() -> None:
     job.add(ComputeTask("x", "h1", 1.0))
     job.add(ComputeTask("other_host", "h2", 1.0))
     result = simulate(build("two_hosts", 1e6), [job], get_scheduler("fair"))
-    assert (result.tasks["j/second_declared_first"].start, result.tasks["j/x"].start) == (0.0, 2.0)
-    assert result.tasks["j/other_host"].start == 0.0
-    assert result.jobs["j"].completion_time == pytest.approx(3.0)
+    assert (result.tasks["j/second_declared_first"].start_s, result.tasks["j/x"].start_s) == (0.0, 2.0)
+    assert result.tasks["j/other_host"].start_s == 0.0
+    assert result.jobs["j"].completion_s == pytest.approx(3.0)
 
 
 def test_zero_size_flow_and_zero_duration_compute_complete_instantly() -> None:
@@ -89,8 +89,8 @@ def test_zero_size_flow_and_zero_duration_compute_complete_instantly() -> None:
     job.add(FlowTask("f0", "h1", "h2", 0, ("c0",)))
     job.add(ComputeTask("c1", "h2", 0.5, ("f0",)))
     result = simulate(build("two_hosts", 1e6), [job], get_scheduler("echelon"))
-    assert result.flows["z/f0"].finish == 0.0
-    assert result.jobs["z"].completion_time == pytest.approx(0.5)
+    assert result.flows["z/f0"].finish_s == 0.0
+    assert result.jobs["z"].completion_s == pytest.approx(0.5)
 
 
 class _Starver(Scheduler):
@@ -139,7 +139,7 @@ def test_many_jobs_on_a_fattree_deliver_everything(name: str) -> None:
     result = simulate(topo, jobs, get_scheduler(name))  # invariants checked on every decision
     assert len(result.flows) == 18
     for flow in result.flows.values():
-        assert flow.finish >= flow.start + flow.size_bytes / B_BYTES_PER_S - 1e-9  # never beats line rate
+        assert flow.finish_s >= flow.start_s + flow.size_bytes / B_BYTES_PER_S - 1e-9  # never beats line rate
     for job_id, job in result.jobs.items():
-        assert job.completion_time >= 6.0 - 1e-9  # 3 s compute + 2 s transfer + 1 s compute, at best
+        assert job.completion_s >= 6.0 - 1e-9  # 3 s compute + 2 s transfer + 1 s compute, at best
         assert job.slowdown >= 1.0 - 1e-9 or name != "fair", job_id

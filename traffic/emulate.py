@@ -8,8 +8,8 @@ Two layers:
   (by pid) on failure or Ctrl-C.  The first agent that fails decides the error message.
 * :func:`assemble_run` merges the agents' documents into the result shape shared with the simulator
   (``echelonflow.results``): compute times from the compute's host, a flow's start from its sender and its
-  finish from its receiver (the moment the last byte arrived), EchelonFlow reference times, ideal finish
-  times and tardiness from ``echelonflow.echelon``, exactly as the simulator computes them.
+  finish from its receiver (the moment the last byte arrived); reference times, ideal finish times,
+  tardiness and the objective come from ``echelonflow.results.build_run``, the simulator's builder.
 
 :func:`emulate_scenario` (the fabric part: fresh Mininet/OVS fabric and controller per scheduler) builds on
 both; see ``docs/emulation.md``.
@@ -27,9 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from echelonflow import echelon as echelon_mod
 from echelonflow.model import ComputeTask, Job, qualified
-from echelonflow.results import EchelonResult, FlowResult, JobResult, RunResult, TaskResult
+from echelonflow.results import RunResult, build_run
 from traffic.control import ControlError, wait_for_sockets
 from traffic.runspec import RegistrySettings, RunSpec, SpecError, check_serialisable, save_runspec
 
@@ -249,47 +248,24 @@ def assemble_run(
     a job's slowdown is its completion over ``alone_s[job]`` (its completion when run alone), 1.0 if
     not given.
     """
-    run = RunResult(scheduler)
+    start_s: dict[str, float] = {}
+    finish_s: dict[str, float] = {}
     for job in jobs:
-        starts: dict[str, float] = {}
-        finishes: dict[str, float] = {}
         for task in job.tasks.values():
             qid = qualified(job.job_id, task.task_id)
             if isinstance(task, ComputeTask):
                 record = _record(documents, task.host, "tasks", qid)
-                start, finish = float(record["start"]), float(record["finish"])
-                run.tasks[qid] = TaskResult("compute", start, finish, host=task.host)
-            else:
-                sent = _record(documents, task.src, "sent", qid)
-                received = _record(documents, task.dst, "received", qid)
-                for who, count in (("receiver", received.get("received_bytes")),
-                                   ("sender's confirmation", sent.get("confirmed_bytes"))):
-                    if count != task.size_bytes:
-                        raise EmulationError(
-                            f"flow {qid}: {who} counted {count} bytes, expected {task.size_bytes}"
-                        )
-                start, finish = float(sent["start"]), float(received["finish"])
-                run.tasks[qid] = TaskResult("flow", start, finish, src=task.src, dst=task.dst)
-            starts[task.task_id], finishes[task.task_id] = start, finish
-        run.jobs[job.job_id] = JobResult(max(finishes.values()) if finishes else 0.0, 1.0)
-        for ech_id, spec in echelon_mod.echelons_of(job).items():
-            flow_starts = {fid: starts[fid] for fid in spec.flow_ids}
-            reference_s = echelon_mod.reference_time(spec, flow_starts)
-            eqid = qualified(job.job_id, ech_id)
-            for fid in spec.flow_ids:
-                task = job.tasks[fid]
-                run.flows[qualified(job.job_id, fid)] = FlowResult(
-                    start=starts[fid], finish=finishes[fid], ideal_finish=reference_s + spec.offsets_s[fid],
-                    src=task.src, dst=task.dst, size_bytes=task.size_bytes, echelon=eqid)
-            flow_finishes = {f: finishes[f] for f in spec.flow_ids}
-            tardiness = echelon_mod.echelon_tardiness(spec, flow_finishes, reference_s)
-            run.echelonflows[eqid] = EchelonResult(float(tardiness), spec.kind,
-                                                   [qualified(job.job_id, f) for f in spec.flow_ids])
-    for job_id, result in run.jobs.items():
-        base = (alone_s or {}).get(job_id, result.completion_time)
-        result.slowdown = result.completion_time / base if base > 0 else 1.0
-    run.objective = sum(e.tardiness for e in run.echelonflows.values())
-    return run
+                start_s[qid], finish_s[qid] = float(record["start"]), float(record["finish"])
+                continue
+            sent = _record(documents, task.src, "sent", qid)
+            received = _record(documents, task.dst, "received", qid)
+            for who, count in (("receiver", received.get("received_bytes")),
+                               ("sender's confirmation", sent.get("confirmed_bytes"))):
+                if count != task.size_bytes:
+                    raise EmulationError(
+                        f"flow {qid}: {who} counted {count} bytes, expected {task.size_bytes}")
+            start_s[qid], finish_s[qid] = float(sent["start"]), float(received["finish"])
+    return build_run(scheduler, jobs, start_s, finish_s, alone_s)
 
 
 def _record(documents: Mapping[str, Mapping[str, Any]], host: str, section: str,
@@ -339,11 +315,13 @@ def emulate_scheduler(
     simulated_s: Mapping[str, float],
     settings: EmulationSettings,
     progress: Callable[[str], None],
+    alone_fallback_s: Mapping[str, float] | None = None,
 ) -> RunResult:
     """One scheduler on a fresh fabric and controller: all jobs together, then (several jobs) each alone.
 
-    ``simulated_s`` (job -> simulated completion) only sizes the run timeout.  Everything started here
-    (controller, fabric, agents) is stopped in ``finally`` blocks, also on Ctrl-C.
+    ``simulated_s`` (job -> simulated completion) only sizes the run timeout.  Without the alone
+    rounds (``settings.alone_runs`` false) slowdowns are taken against ``alone_fallback_s``.
+    Everything started here (controller, fabric, agents) is stopped in ``finally`` blocks, also on Ctrl-C.
     """
     import shutil
     import tempfile
@@ -419,12 +397,12 @@ def emulate_scheduler(
                 documents = outcome.documents
             else:
                 solo = assemble_run(round_jobs, outcome.documents, scheduler)
-                alone_s.update({j: r.completion_time for j, r in solo.jobs.items()})
+                alone_s.update({j: r.completion_s for j, r in solo.jobs.items()})
             problems += ctl.log_problems()
         if problems:
             progress(f"[{scheduler}] warning: controller log shows {len(problems)} problem line(s), "
                      f"e.g. {problems[0][:160]}")
-        return assemble_run(jobs, documents, scheduler, alone_s or None)
+        return assemble_run(jobs, documents, scheduler, alone_s or alone_fallback_s)
     finally:
         progress(f"[{scheduler}] tearing down")
         try:

@@ -83,23 +83,23 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     emulated = Results(scenario.name, "emulate")
     settings = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace)
     for sim_run in simulated.runs:
-        sim_s = {j: r.completion_time for j, r in sim_run.jobs.items()}
+        sim_s = {j: r.completion_s for j, r in sim_run.jobs.items()}
+        alone_fallback_s = None
+        if not alone_runs and len(scenario.jobs) > 1:  # slowdowns against the simulated alone times
+            scheduler = get_scheduler(sim_run.scheduler)
+            alone_fallback_s = {job.job_id: simulate(scenario.topology, [job], scheduler).jobs[job.job_id]
+                                .completion_s for job in scenario.jobs}
         say(f"scheduler {sim_run.scheduler}: emulating {scenario.name} "
             f"(simulated completion {_times(sim_s)})")
         try:
             result = emulate_scheduler(scenario.topology, scenario.jobs, sim_run.scheduler, sim_s, settings,
-                                       say)
+                                       say, alone_fallback_s)
         except EmulationError as exc:
             print(f"echelon: error: emulation of {scenario.name} under {sim_run.scheduler} failed: {exc} "
                   f"(logs in {run_dir}/logs/{sim_run.scheduler})", file=sys.stderr)
             return None
-        if not alone_runs and len(scenario.jobs) > 1:
-            for job_id, job in result.jobs.items():
-                alone = simulate(scenario.topology, [j for j in scenario.jobs if j.job_id == job_id],
-                                 get_scheduler(sim_run.scheduler)).jobs[job_id].completion_time
-                job.slowdown = job.completion_time / alone if alone > 0 else 1.0
         emulated.runs.append(result)
-        emu_s = {j: r.completion_time for j, r in result.jobs.items()}
+        emu_s = {j: r.completion_s for j, r in result.jobs.items()}
         say(f"scheduler {sim_run.scheduler}: emulated completion {_times(emu_s)}")
     folder = write_run_folder(run_dir, emulated, [simulated], plots=plots)
     return emulated, folder, format_comparison(emulated, simulated)
