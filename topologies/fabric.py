@@ -30,6 +30,7 @@ import fcntl
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -291,7 +292,7 @@ class Fabric:
         from mininet.link import Link
         from mininet.log import setLogLevel
         from mininet.net import Mininet
-        from mininet.node import Host, RemoteController
+        from mininet.node import Host
 
         from topologies.mininet_topo import GraphTopo
 
@@ -306,7 +307,7 @@ class Fabric:
         )
         if self.controller_port is not None:
             self.net.addController(
-                RemoteController("c0", ip=self.controller_ip, port=self.controller_port)
+                _controller_class()("c0", ip=self.controller_ip, port=self.controller_port)
             )
         self.net.build()
         assert self.state is not None
@@ -434,6 +435,44 @@ def _switch_class() -> Any:
 
         _SWITCH_CLASS = TaggedOVSSwitch
     return _SWITCH_CLASS
+
+
+def controller_listening(ip: str, port: int, timeout_s: float = 2.0) -> bool:
+    """Does something accept TCP connections at ``ip:port``?  A plain connect: no bytes are read, so
+    whatever the controller sends first (its OpenFlow HELLO) cannot upset the check."""
+    try:
+        with socket.create_connection((ip, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+_CONTROLLER_CLASS: Any = None
+
+
+def _controller_class() -> Any:
+    """Mininet's RemoteController with a reachability check that cannot crash (defined lazily).
+
+    Mininet's own check runs ``echo A | telnet IP PORT`` in a shell and decodes its output as UTF-8; when
+    the controller's binary HELLO reaches telnet first, the decode raises UnicodeDecodeError and the
+    fabric start dies with a traceback (2 of 60 constructions under CPU load, and one real emulation).
+    Reachability is only a hint here anyway: :meth:`Fabric._wait_connected` waits for every switch."""
+    global _CONTROLLER_CLASS
+    if _CONTROLLER_CLASS is None:
+        from mininet.log import warn
+        from mininet.node import RemoteController
+
+        class ProbedRemoteController(RemoteController):
+            """RemoteController whose ``checkListening`` is a socket connect (see _controller_class)."""
+
+            def checkListening(self) -> None:  # noqa: N802 (Mininet's name)
+                if self.port is None:
+                    self.port = 6653
+                if not controller_listening(self.ip, self.port):
+                    warn(f"controller at {self.ip}:{self.port} is not listening (yet)\n")
+
+        _CONTROLLER_CLASS = ProbedRemoteController
+    return _CONTROLLER_CLASS
 
 
 __all__ = ["Fabric", "FabricError", "fabric_lock"]

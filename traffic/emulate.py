@@ -30,6 +30,7 @@ from typing import Any, Callable
 from echelonflow.model import ComputeTask, Job, qualified
 from echelonflow.results import RunResult, build_run
 from traffic.control import ControlError, wait_for_sockets
+from traffic.monitor import FidelityMonitor
 from traffic.runspec import RegistrySettings, RunSpec, SpecError, check_serialisable, save_runspec
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -295,6 +296,7 @@ class EmulationSettings:
     pace: bool = True  # agents pace flows at their allocated rate (schedulers that enforce only)
     controller_interval_s: float = 0.2  # the scheduling service's periodic round (arrivals run at once)
     start_wait_s: float = 0.5  # a flow's start call waits this long at most for its rules' barrier acks
+    monitor_interval_s: float = 0.25  # fidelity monitor's sampling period (traffic.monitor)
 
 
 def fabric_popen(fabric: Any) -> PopenFn:
@@ -371,6 +373,7 @@ def emulate_scheduler(
             rounds += [(f"alone-{job.job_id}", [job]) for job in jobs]
         documents: dict[str, dict] = {}
         alone_s: dict[str, float] = {}
+        monitor_docs: dict[str, dict] = {}
         for index, (label, round_jobs) in enumerate(rounds):
             fresh_controller(label)
             if index == 0:
@@ -387,12 +390,17 @@ def emulate_scheduler(
                                         settings.pace, settings.start_wait_s)
             progress(f"[{scheduler}] {label}: {len(round_jobs)} job(s), "
                      f"{len(agent_hosts(round_jobs))} agents")
-            outcome = run_agents(
-                round_jobs, hosts_ip, agents_dir, fabric_popen(fabric), data_port=settings.data_port,
-                registry=registry, scheduler=scheduler,
-                run_timeout_s=settings.run_timeout_factor * budget + settings.run_timeout_extra_s,
-                progress=lambda text, s=scheduler, lb=label: progress(f"[{s}] {lb}: {text}"),
-            )
+            monitor = FidelityMonitor(fabric.switch_ports, settings.monitor_interval_s, ctl.pid)
+            with monitor:
+                outcome = run_agents(
+                    round_jobs, hosts_ip, agents_dir, fabric_popen(fabric), data_port=settings.data_port,
+                    registry=registry, scheduler=scheduler,
+                    run_timeout_s=settings.run_timeout_factor * budget + settings.run_timeout_extra_s,
+                    progress=lambda text, s=scheduler, lb=label: progress(f"[{s}] {lb}: {text}"),
+                )
+            monitor_docs[label] = monitor.report(window=(outcome.t0_s, time.time()))
+            monitor.save_intervals(os.path.join(workdir, f"monitor-{label}.json"))
+            _say_monitor(progress, scheduler, label, monitor_docs[label])
             if label == "together":
                 documents = outcome.documents
             else:
@@ -413,6 +421,22 @@ def emulate_scheduler(
             if settings.logs_dir:
                 _keep_logs(workdir, os.path.join(settings.logs_dir, "logs", scheduler))
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _say_monitor(progress: Callable[[str], None], scheduler: str, label: str, doc: Mapping[str, Any]) -> None:
+    """One progress line with the round's fidelity verdict."""
+    busy = doc["ovs_thread_busy"]
+    idle = doc["cpu_idle"]
+    verdict = "trusted" if doc["trusted"] else "NOT trusted: " + "; ".join(doc["reasons"])
+    progress(f"[{scheduler}] {label}: fidelity monitor: {verdict} (switch thread median/p90 "
+             f"{_pct(busy['median'])}/{_pct(busy['p90'])} of a core, machine idle median "
+             f"{_pct(idle['median'])}, "
+             f"{doc['busy_port_intervals']} busy port intervals, link ratio median "
+             f"{_pct(doc['link_ratio']['median'])})")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
 
 
 def _warm_up(fabric: Any, jobs: Sequence[Job], hosts_ip: Mapping[str, str]) -> None:
@@ -445,6 +469,6 @@ def _keep_logs(workdir: str, target: str) -> None:
     os.makedirs(target, exist_ok=True)
     for root, _dirs, files in os.walk(workdir):
         for name in files:
-            if name.endswith(".log") or name.startswith("out-"):
+            if name.endswith(".log") or name.startswith(("out-", "monitor-")):
                 rel = os.path.relpath(os.path.join(root, name), workdir).replace(os.sep, "_")
                 shutil.copyfile(os.path.join(root, name), os.path.join(target, rel))
