@@ -73,6 +73,11 @@ class Registry:
         """The rate the flow should be paced at, or None for no limit (plain TCP)."""
         return None
 
+    def trace(self, job_id: str, flow_id: str) -> dict[str, list]:
+        """What the agent saw of a flow's allocation and progress over time (epoch seconds):
+        ``allocations`` [(t, dscp, rate_bps decided, pacing bytes/s applied)], ``progress`` [(t, acked)]."""
+        return {}
+
     def close(self) -> None:
         """Stop background polling."""
 
@@ -228,13 +233,17 @@ class Agent:
             arrival: Arrival = event[1]
             qid = qualified(arrival.header.job, arrival.header.flow)
             self.received_out[qid] = {"src": arrival.header.src, "received_bytes": arrival.received_bytes,
-                                      "finish": self.rel(arrival.finish_s)}
+                                      "finish": self.rel(arrival.finish_s),
+                                      "header": self.rel(arrival.header_s)}
             self._complete(qid, arrival.finish_s, ready, launched)
         elif kind == "sent":
             qid, result = event[1], event[2]
             owned = self.owned[qid]
             self.sent_out[qid].update(dst_port=result.dst_port, sent_bytes=result.sent_bytes,
-                                      confirmed_bytes=result.received_bytes, finish=self.rel(result.finish_s))
+                                      confirmed_bytes=result.received_bytes, finish=self.rel(result.finish_s),
+                                      connected=self.rel(result.connected_s),
+                                      last_queued=self.rel(result.last_queued_s),
+                                      confirmed=self.rel(result.confirmed_s))
             self.registry.flow_finished(owned.job, owned.task, result.finish_s)
             self._complete(qid, result.finish_s, ready, launched)
         elif kind == "control":
@@ -299,6 +308,7 @@ class Agent:
         def on_bound(src_port: int) -> None:
             self.sent_out[owned.qid]["src_port"] = src_port
             self.registry.flow_started(owned.job, flow, src_port, self.spec.data_port, start_epoch)
+            self.sent_out[owned.qid]["registered"] = self.rel(self.clock())
 
         header = FlowHeader(job_id, flow.task_id, self.me, flow.size_bytes)
         header_bytes = len(header.encode())
@@ -352,6 +362,13 @@ class Agent:
         for qid, record in self.received_out.items():
             self.tasks_out.setdefault(qid, {"type": "flow", "src": record["src"], "dst": self.me})
             self.tasks_out[qid]["finish"] = record["finish"]
+        for qid, record in self.sent_out.items():
+            job_id, flow_id = qid.split("/", 1)
+            seen = self.registry.trace(job_id, flow_id)
+            record["allocations"] = [
+                {"t_s": self.rel(t), "dscp": dscp, "rate_bps": rate, "pacing_bytes_per_s": pace}
+                for t, dscp, rate, pace in seen.get("allocations", [])]
+            record["progress"] = [[self.rel(t), acked] for t, acked in seen.get("progress", [])]
         return {
             "host": self.me,
             "t0_s": self.spec.t0_s,
@@ -404,6 +421,8 @@ class RegistryLink(Registry):
         self._dscp: dict[str, int] = {}
         self._rate_bps: dict[str, float] = {}
         self._active: dict[tuple[str, str], tuple[socket.socket, int] | None] = {}
+        self._allocations: dict[str, list] = {}  # flow -> [(t, dscp, rate_bps, pacing)] on every change
+        self._progress: dict[str, list] = {}  # flow -> [(t, acked bytes)] at every poll
         self._stop = threading.Event()
         self._errors: list[str] = []
         self.enforces = bool(self.client.scheduler().get("enforces"))
@@ -465,7 +484,21 @@ class RegistryLink(Registry):
         rate = self._rate_bps.get(f"{self.prefix}{job_id}/{flow_id}")
         return None if rate is None else int(rate / 8)
 
+    def trace(self, job_id: str, flow_id: str) -> dict[str, list]:
+        name = f"{self.prefix}{job_id}/{flow_id}"
+        return {"allocations": list(self._allocations.get(name, ())),
+                "progress": list(self._progress.get(name, ()))}
+
     def _remember(self, key: tuple[str, str], allocation: dict) -> None:
+        self._remember_allocation(key, allocation)
+        name = f"{key[0]}/{key[1]}"
+        rate = self._rate_bps.get(name) if self.settings.pace and self.enforces else None
+        entry = (self._dscp.get(name), allocation.get("rate_bps"), None if rate is None else int(rate / 8))
+        log = self._allocations.setdefault(name, [])
+        if not log or log[-1][1:] != entry:
+            log.append((time.time(), *entry))
+
+    def _remember_allocation(self, key: tuple[str, str], allocation: dict) -> None:
         value = allocation.get("dscp")
         if isinstance(value, int) and 0 <= value <= 63:
             self._dscp[f"{key[0]}/{key[1]}"] = value
@@ -488,6 +521,8 @@ class RegistryLink(Registry):
                     answer = None
                     if conn is not None:
                         acked = acked_bytes(*conn)
+                        if acked is not None:
+                            self._progress.setdefault(f"{key[0]}/{key[1]}", []).append((time.time(), acked))
                         if acked:  # the progress answer carries the allocation too: one call, not two
                             answer = self._call("flow_progress", key[0], key[1], acked)
                     if answer is None:

@@ -72,6 +72,9 @@ class SendResult:
     sent_bytes: int
     received_bytes: int
     finish_s: float  # receiver's arrival time of the last byte (epoch seconds)
+    connected_s: float = 0.0  # sender: connect() returned (epoch)
+    last_queued_s: float = 0.0  # sender: the last payload byte was handed to the kernel (epoch)
+    confirmed_s: float = 0.0  # sender: the receiver's confirmation arrived (epoch)
 
 
 #: Offset of ``tcpi_bytes_acked`` (u64) in Linux's ``struct tcp_info`` (since Linux 4.1).
@@ -151,6 +154,7 @@ def send_flow(
                     f"{connect_timeout_s:g} s ({_describe(last_error)})"
                 ) from None
             time.sleep(0.05)
+    connected_s = time.time()
     try:
         if on_connected is not None:
             on_connected(sock)
@@ -178,6 +182,7 @@ def send_flow(
                     continue
                 sent += n
                 last_progress = time.monotonic()
+            last_queued_s = time.time()
             sock.shutdown(socket.SHUT_WR)
         except OSError as exc:
             if isinstance(exc, socket.timeout):
@@ -187,6 +192,7 @@ def send_flow(
             _raise_refusal_if_any(sock, header, dst_ip)
             raise
         reply = _read_line(sock, header.name, refresh, io_timeout_s)
+        confirmed_s = time.time()
     except socket.timeout:
         raise TransferError(f"flow {header.name}: peer {dst_ip} stalled for {io_timeout_s:g} s") from None
     except OSError as exc:
@@ -200,7 +206,8 @@ def send_flow(
         raise TransferError(
             f"flow {header.name}: sent {header.size_bytes} bytes but receiver counted {received}"
         )
-    return SendResult(src_port, dst_port, sent, int(received), float(reply["finish_s"]))
+    return SendResult(src_port, dst_port, sent, int(received), float(reply["finish_s"]), connected_s,
+                      last_queued_s, confirmed_s)
 
 
 def _raise_refusal_if_any(sock: socket.socket, header: FlowHeader, dst_ip: str) -> None:
@@ -312,6 +319,7 @@ class Arrival:
     finish_s: float  # epoch time the last byte arrived
     received_bytes: int
     src_addr: tuple
+    header_s: float = 0.0  # epoch time the flow's header was read (its first bytes arrived)
 
 
 class FlowReceiver:
@@ -371,6 +379,7 @@ class FlowReceiver:
         try:
             conn.settimeout(self._io_timeout_s)
             header = _read_header(conn, name)
+            header_s = self._clock()
             name = header.name
             refusal = self._accept_header(header)
             if refusal:  # report locally first, then tell the sender (its error must not overtake ours)
@@ -391,7 +400,7 @@ class FlowReceiver:
                 )
                 conn.sendall((json.dumps({"error": f"{extra} bytes too many"}) + "\n").encode())
                 return
-            self._on_arrival(Arrival(header, finish_s, received, addr))
+            self._on_arrival(Arrival(header, finish_s, received, addr, header_s))
             conn.sendall((json.dumps({"received_bytes": received, "finish_s": finish_s}) + "\n").encode())
         except socket.timeout:
             self._on_error(f"flow {name}: sender {addr[0]} stalled for {self._io_timeout_s:g} s")
