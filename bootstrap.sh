@@ -11,7 +11,7 @@ WANT_TEST=0
 [[ "${1:-}" == "--test" ]] && WANT_TEST=1
 
 APT_RUNTIME=(openvswitch-switch mininet iperf3 ethtool iputils-ping iproute2 python3-venv python3-networkx)
-APT_TEST=(shellcheck ruby)
+APT_TEST=(shellcheck ruby chromium chromium-driver)
 
 say() { echo "bootstrap: $*" >&2; }
 

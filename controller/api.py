@@ -4,6 +4,10 @@ Framework-free on purpose: os-ken dropped Ryu's WSGI layer, and the standard WSG
 ``eventlet.wsgi`` (the controller's hub, see ``controller.api_server``) as well as under any test server.
 Endpoints are documented in ``docs/api.md``.
 
+Besides the JSON endpoints it serves the dashboard's static files at ``/ui/`` (``controller.dashboard``)
+and read-only live views for it (``/v1/topology``, ``/v1/links``, ``/v1/echelons``, ``/v1/rounds``, built
+by ``controller.live_view``).
+
 Every refusal is a JSON body ``{"error": {"field": ..., "problem": ...}}`` with a 4xx status, decided in
 this order: unknown route 404, wrong method 405, missing/bad token 401 (state-changing calls only), body
 over ``max_body_bytes`` 413, malformed JSON 400, missing/unknown/mistyped fields 400, unknown job /
@@ -23,9 +27,12 @@ from typing import Any, Callable
 from urllib.parse import parse_qs
 
 from controller.auth import bearer_ok
+from controller.dashboard import PREFIX as UI_PREFIX
+from controller.dashboard import Dashboard
 from controller.enforcement_api import EnforcementEndpoints
+from controller.live_view import LiveView
 from controller.registry import STATES, RegistryError
-from controller.service import SchedulingService
+from controller.service import RECENT_ROUNDS, SchedulingService
 from controller.store import StoreError
 from controller.validation import ApiError, fields
 
@@ -47,6 +54,10 @@ ROUTES: list[tuple[re.Pattern[str], dict[str, tuple[str, bool]]]] = [
     (re.compile(r"^/health$"), {"GET": ("health", False)}),
     (re.compile(r"^/scheduler$"), {"GET": ("get_scheduler", False), "PUT": ("put_scheduler", True)}),
     (re.compile(r"^/flows$"), {"GET": ("list_all_flows", False)}),
+    (re.compile(r"^/topology$"), {"GET": ("get_topology", False)}),
+    (re.compile(r"^/links$"), {"GET": ("get_links", False)}),
+    (re.compile(r"^/echelons$"), {"GET": ("get_echelons", False)}),
+    (re.compile(r"^/rounds$"), {"GET": ("get_rounds", False)}),
     (re.compile(r"^/enforcement$"), {"GET": ("get_enforcement", False), "POST": ("post_enforcement", True)}),
     (re.compile(r"^/jobs$"), {"GET": ("list_jobs", False), "POST": ("post_job", True)}),
     (re.compile(rf"^/jobs/{_ID}$"), {"GET": ("get_job", False)}),
@@ -69,7 +80,8 @@ class Api:
     def __init__(self, service: SchedulingService, token: str,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  status: Callable[[], dict[str, Any]] | None = None,
-                 enforcement: EnforcementEndpoints | None = None) -> None:
+                 enforcement: EnforcementEndpoints | None = None,
+                 live: LiveView | None = None) -> None:
         self.service = service
         self.registry = service.registry
         self.token = token
@@ -78,9 +90,15 @@ class Api:
         self.status = status
         #: The low-level enforcement primitives (None: no OpenFlow fabric, e.g. the standalone server).
         self.enforcement = enforcement
+        #: The dashboard's views (the app passes one that also sees the switches' counters).
+        self.live = live if live is not None else LiveView(service)
+        self.dashboard = Dashboard()
 
     # ------------------------------------------------------------------ WSGI entry
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == UI_PREFIX or path.startswith(UI_PREFIX + "/"):
+            return self.dashboard(environ, start_response)
         try:
             status, payload = self._dispatch(environ)
             headers: list[tuple[str, str]] = []
@@ -203,6 +221,21 @@ class Api:
 
     def get_allocation(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
         return 200, self.service.allocation(self.registry.flow(job_id, flow_id).key)
+
+    def get_topology(self, body: Any, query: Any) -> tuple[int, Any]:
+        _no_query(query)
+        return 200, self.live.topology()
+
+    def get_links(self, body: Any, query: Any) -> tuple[int, Any]:
+        _no_query(query)
+        return 200, self.live.links()
+
+    def get_echelons(self, body: Any, query: Any) -> tuple[int, Any]:
+        return 200, self.live.echelons(_number_param(query, "recent_s", 0.0, 86400.0))
+
+    def get_rounds(self, body: Any, query: Any) -> tuple[int, Any]:
+        limit = _number_param(query, "limit", 1, RECENT_ROUNDS)
+        return 200, self.live.rounds(20 if limit is None else int(limit))
 
     def get_enforcement(self, body: Any, query: Any) -> tuple[int, Any]:
         _no_query(query)
@@ -348,6 +381,23 @@ def _wait_filter(query: dict[str, list[str]]) -> float | None:
 def _no_query(query: dict[str, list[str]]) -> None:
     for name in query:
         raise ApiError(400, name, "unknown query parameter (this endpoint takes none)")
+
+
+def _number_param(query: dict[str, list[str]], name: str, low: float, high: float) -> float | None:
+    """The one optional numeric query parameter ``name`` (low <= value <= high) of a read endpoint."""
+    for other in query:
+        if other != name:
+            raise ApiError(400, other, f"unknown query parameter (allowed: {name})")
+    values = query.get(name)
+    if not values:
+        return None
+    try:
+        value = float(values[0]) if len(values) == 1 else float("nan")
+    except ValueError:
+        value = float("nan")
+    if not low <= value <= high:  # also refuses NaN
+        raise ApiError(400, name, f"must be one number in [{low:g}, {high:g}], got {values!r}")
+    return value
 
 
 def _state_filter(query: dict[str, list[str]]) -> str | None:

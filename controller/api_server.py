@@ -65,8 +65,10 @@ class ApiServer:
     """Listens on TCP and a Unix socket and serves one WSGI app on both, as green threads."""
 
     def __init__(self, app: Callable[..., Any], host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-                 socket_path: str | None = None, unix: bool = True, socket_timeout_s: float = 30.0) -> None:
+                 socket_path: str | None = None, unix: bool = True, socket_timeout_s: float = 30.0,
+                 name: str = "API") -> None:
         self.app = app
+        self.name = name
         self.host = host
         self.port = int(port)
         self.socket_path = socket_path
@@ -101,7 +103,8 @@ class ApiServer:
             self._threads.append(eventlet.spawn(
                 eventlet.wsgi.server, sock, self.app, log=_QuietLog(), log_output=True,
                 socket_timeout=self.socket_timeout_s, debug=False))
-        LOG.info("API on http://%s:%d and unix:%s", self.host, self.port, self.socket_path)
+        LOG.info("%s on http://%s:%d%s", self.name, self.host, self.port,
+                 f" and unix:{self.socket_path}" if self.unix else "")
 
     def _listen_unix(self, path: str) -> Any:
         directory = os.path.dirname(os.path.abspath(path))

@@ -16,6 +16,10 @@ Load it with ``osken-manager controller/app.py`` (or ``ryu-manager controller/ap
   ``ECHELON_STATS_INTERVAL_S`` (flow-counter poll of enforced flows, 1.0; 0 turns it off).  The API is
   the app's only control surface: besides the registry and the scheduler it serves the low-level
   enforcement primitives (``/v1/enforcement``, controller.enforcement_api) that tests and benchmarks use.
+* Prometheus metrics (controller.metrics) on ``ECHELON_METRICS_HOST``:``ECHELON_METRICS_PORT``
+  (127.0.0.1:9302; ``off`` turns them off), and the dashboard at ``/ui/`` on the API's address.  Every
+  stats interval each switch is asked for its port and meter counters (controller.switch_stats), which
+  feed both.
 
 Every handler decodes the event, asks a pure object what to do and sends the op list it returns
 (:func:`send_ops`); no forwarding logic lives here.  Everything runs as green threads of the one eventlet
@@ -49,10 +53,13 @@ from controller.auth import DEFAULT_TOKEN_PATH, generate_token, write_token  # n
 from controller.compat import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, ofp_event, set_ev_cls  # noqa: E402
 from controller.enforcement import Ack, Enforcer, FlowMatch  # noqa: E402
 from controller.enforcement_api import EnforcementEndpoints  # noqa: E402
+from controller.live_view import LiveView  # noqa: E402
+from controller.metrics import DEFAULT_METRICS_PORT, ControllerMetrics  # noqa: E402
 from controller.routing import Router  # noqa: E402
 from controller.service import SchedulingService  # noqa: E402
 from controller.store import DEFAULT_PATH as DEFAULT_STORE_PATH  # noqa: E402
 from controller.store import open_registry  # noqa: E402
+from controller.switch_stats import MeterCounters, PortCounters, SwitchStats  # noqa: E402
 from controller.topology_spec import load_spec  # noqa: E402
 
 LOG = logging.getLogger("echelon.controller")
@@ -82,16 +89,25 @@ class EchelonApp(compat.BaseApp):
             lock=compat.hub.Semaphore(),
         )
         self.stats_interval_s = float(os.environ.get("ECHELON_STATS_INTERVAL_S", "1.0"))
+        self.switch_stats = SwitchStats(self.topology)
+        live = LiveView(self.service, self.switch_stats)
+        self.metrics = ControllerMetrics(live, connected=lambda: list(self.datapaths),
+                                         meter_owners=self.meter_owners)
+        self.service.round_listeners.append(self.metrics.observe_round)
         token = generate_token()
         self.token_file = os.environ.get("ECHELON_TOKEN_FILE", DEFAULT_TOKEN_PATH)
         write_token(self.token_file, token)
         self.api_server = ApiServer(
             Api(self.service, token, status=self.switch_status,
-                enforcement=EnforcementEndpoints(self.enforcer)),
+                enforcement=EnforcementEndpoints(self.enforcer), live=live),
             host=os.environ.get("ECHELON_API_HOST", "127.0.0.1"),
             port=int(os.environ.get("ECHELON_API_PORT", "8181")),
             socket_path=os.environ.get("ECHELON_API_SOCKET") or None,
         )
+        metrics_port = os.environ.get("ECHELON_METRICS_PORT", str(DEFAULT_METRICS_PORT))
+        self.metrics_server = None if metrics_port == "off" else ApiServer(
+            self.metrics.wsgi_app(), host=os.environ.get("ECHELON_METRICS_HOST", "127.0.0.1"),
+            port=int(metrics_port), unix=False, name="metrics")
         self._closed = False
         LOG.info("echelon app up (%s): topology %s, %d switches", compat.FRAMEWORK, self.topology.name,
                  len(self.topology.switches))
@@ -106,12 +122,14 @@ class EchelonApp(compat.BaseApp):
         """
         thread = super().start()
         self.api_server.start()
+        if self.metrics_server is not None:
+            self.metrics_server.start()
         report = self.service.start()
         LOG.info("registry loaded: %s; scheduler %s re-enforced %d flows", self.registry.counts(),
                  self.service.scheduler_name, report.installs)
         self.threads.append(compat.hub.spawn(self.service.run, compat.hub.sleep))
         if self.stats_interval_s > 0:
-            self.threads.append(compat.hub.spawn(self._poll_flow_stats))
+            self.threads.append(compat.hub.spawn(self._poll_stats))
         signal.signal(signal.SIGTERM, self._on_sigterm)
         return thread
 
@@ -122,6 +140,8 @@ class EchelonApp(compat.BaseApp):
         self._closed = True
         self.service.stop()
         self.api_server.stop()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
         store = self.registry.store
         if store is not None:
             store.close()  # type: ignore[attr-defined]
@@ -148,13 +168,20 @@ class EchelonApp(compat.BaseApp):
         return {"switches": {"connected": len(self.datapaths), "expected": len(self.topology.switches)},
                 "enforced_flows": len(self.enforcer.live_flows())}
 
-    # ----------------------------------------------------------------------- flow counters
-    def _poll_flow_stats(self) -> None:
-        """Every ``stats_interval_s``: ask each first-hop switch for its enforced forward rules' counters.
+    def meter_owners(self) -> dict[tuple[int, int], str]:
+        """(first-hop dpid, meter id) -> flow id of every enforced flow with a meter (metrics labels)."""
+        return {(self.enforcer.first_hop(f.flow_id), f.meter_id): f.flow_id
+                for f in self.enforcer.live_flows().values() if f.meter_id is not None}
 
-        One request per switch (cookie/mask select forward enforcement rules only); the replies feed
-        ``service.observe_bytes`` in :meth:`_on_flow_stats`, so remaining bytes stay current even when an
-        agent reports progress rarely.
+    # ----------------------------------------------------------------------- counters
+    def _poll_stats(self) -> None:
+        """Every ``stats_interval_s``: ask each first-hop switch for its enforced forward rules' counters,
+        and every switch for its port and meter counters.
+
+        One flow-stats request per first-hop switch (cookie/mask select forward enforcement rules only);
+        the replies feed ``service.observe_bytes`` in :meth:`_on_flow_stats`, so remaining bytes stay
+        current even when an agent reports progress rarely.  Port and meter replies go to
+        ``switch_stats`` (metrics and the dashboard's link utilisation).
         """
         cookie, mask = Enforcer.FORWARD_COOKIE
         while not self._closed:
@@ -166,6 +193,25 @@ class EchelonApp(compat.BaseApp):
                 ofp, parser = dp.ofproto, dp.ofproto_parser
                 dp.send_msg(parser.OFPFlowStatsRequest(dp, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY, cookie, mask,
                                                        parser.OFPMatch()))
+            for dp in list(self.datapaths.values()):
+                ofp, parser = dp.ofproto, dp.ofproto_parser
+                dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
+                dp.send_msg(parser.OFPMeterStatsRequest(dp, 0, ofp.OFPM_ALL))
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def _on_port_stats(self, ev: Any) -> None:
+        msg = ev.msg
+        rows = {s.port_no: PortCounters(s.tx_packets, s.rx_packets, s.tx_bytes, s.rx_bytes, s.tx_dropped,
+                                        s.rx_dropped, s.tx_errors, s.rx_errors) for s in msg.body}
+        self.switch_stats.record_ports(msg.datapath.id, time.time(), rows, _more(msg))
+
+    @set_ev_cls(ofp_event.EventOFPMeterStatsReply, MAIN_DISPATCHER)
+    def _on_meter_stats(self, ev: Any) -> None:
+        msg = ev.msg
+        rows = {s.meter_id: MeterCounters(
+            s.flow_count, s.byte_in_count, s.packet_in_count, sum(b.byte_band_count for b in s.band_stats),
+            sum(b.packet_band_count for b in s.band_stats)) for s in msg.body}
+        self.switch_stats.record_meters(msg.datapath.id, rows, _more(msg))
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def _on_flow_stats(self, ev: Any) -> None:
@@ -184,6 +230,7 @@ class EchelonApp(compat.BaseApp):
                 if isinstance(op, fm.Barrier) and op.ticket is not None:
                     op.ticket.switch_unreachable(dpid)
             return
+        self.metrics.sent(dpid, ops)
         for op in ops:
             msg = fm.encode(op, dp.ofproto, dp.ofproto_parser)
             msg.datapath = dp
@@ -200,6 +247,7 @@ class EchelonApp(compat.BaseApp):
             LOG.warning("switch dpid %#x is not in topology %s; ignoring it", dp.id, self.topology.name)
             return
         self.datapaths[dp.id] = dp
+        self.metrics.connected(dp.id)
         self.send_ops(dp.id, self.router.ops_for_switch(dp.id))
         self.enforcer.reinstall(dp.id)
         LOG.info("switch %s (dpid %#x) ready", self.router.switch_by_dpid[dp.id], dp.id)
@@ -211,6 +259,7 @@ class EchelonApp(compat.BaseApp):
         dp = ev.datapath
         if dp.id is not None and self.datapaths.get(dp.id) is dp:
             del self.datapaths[dp.id]
+            self.metrics.disconnected(dp.id)
             for key in [k for k in self._barrier_tickets if k[0] == dp.id]:
                 self._barrier_tickets.pop(key).switch_unreachable(dp.id)
             LOG.info("switch dpid %#x disconnected", dp.id)
@@ -233,6 +282,7 @@ class EchelonApp(compat.BaseApp):
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def _on_error(self, ev: Any) -> None:
         msg = ev.msg
+        self.metrics.error(msg.datapath.id)
         LOG.error("%s switch dpid %#x rejected a message: type=%d code=%d", OFP_ERROR_MARK,
                   msg.datapath.id, msg.type, msg.code)
 
@@ -241,6 +291,7 @@ class EchelonApp(compat.BaseApp):
     def _on_packet_in(self, ev: Any) -> None:
         msg = ev.msg
         dpid, in_port = msg.datapath.id, msg.match["in_port"]
+        self.metrics.packet_in(dpid)
         pkt = compat.packet.Packet(msg.data)
         request = pkt.get_protocol(compat.arp.arp)
         if request is not None:
@@ -267,3 +318,7 @@ class EchelonApp(compat.BaseApp):
         reply.serialize()
         self.send_ops(dpid, [fm.PacketOut(fm.OFPP_CONTROLLER, in_port, bytes(reply.data))])
 
+
+def _more(msg: Any) -> bool:
+    """Whether a multipart reply continues in another message (OFPMPF_REPLY_MORE)."""
+    return bool(msg.flags & msg.datapath.ofproto.OFPMPF_REPLY_MORE)

@@ -14,6 +14,7 @@ from echelonflow.errors import UserError
 
 DEFAULT_OFP_PORT = 6653
 DEFAULT_API_PORT = 8181
+DEFAULT_METRICS_PORT = 9302  # = controller.metrics.DEFAULT_METRICS_PORT (Faucet's exporter port)
 DEFAULT_STORE = "/var/lib/echelon/registry.sqlite"
 DEFAULT_TOKEN = "/run/echelon/token"
 
@@ -38,6 +39,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--store", default=DEFAULT_STORE, help="registry SQLite file (kept across restarts)")
     parser.add_argument("--token-file", default=DEFAULT_TOKEN, help="where the API bearer token is written")
     parser.add_argument("--interval-s", type=float, default=0.5, help="reschedule interval in seconds")
+    parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT,
+                        help="Prometheus /metrics port (default %(default)s, as Faucet's exporter)")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address the metrics listen on (default loopback only)")
     parser.set_defaults(run=run)
 
 
@@ -62,18 +67,24 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     if not 1 <= args.api_port <= 65535:
         raise UserError(f"--api-port must be 1..65535, got {args.api_port}")
+    if not 1 <= args.metrics_port <= 65535:
+        raise UserError(f"--metrics-port must be 1..65535, got {args.metrics_port}")
+    if args.metrics_port == args.api_port:
+        raise UserError(f"--metrics-port and --api-port must differ, both are {args.api_port}")
     if not args.interval_s > 0:
         raise UserError(f"--interval-s must be positive, got {args.interval_s}")
     socket_path = args.api_socket or f"/run/echelon/controller-{args.api_port}.sock"
     controller = ControllerProcess(topology, ofp_port=args.ofp_port, queues=args.queues,
                                    api_port=args.api_port, store_path=args.store, token_file=args.token_file,
-                                   api_socket_path=socket_path, interval_s=args.interval_s)
+                                   api_socket_path=socket_path, interval_s=args.interval_s,
+                                   metrics_port=args.metrics_port, metrics_host=args.metrics_host)
     controller.start()
     try:
         print(f"echelon controller: pid {controller.pid}, topology {topology.name}, "
               f"OpenFlow on port {args.ofp_port}, API on {controller.api_url} and unix:{socket_path} "
               f"(token {args.token_file}), registry {args.store}, log {controller.log_path}; "
               "Ctrl-C stops it", flush=True)
+        print(f"dashboard: {controller.dashboard_url}\nmetrics:   {controller.metrics_url}", flush=True)
         while controller.proc is not None and controller.proc.poll() is None:
             time.sleep(0.5)
         status = controller.proc.returncode if controller.proc is not None else 0

@@ -5,9 +5,10 @@ Ryu is installed; ``manager=`` picks another, e.g. a Python 3.9 venv's ``ryu-man
 ``controller/app.py`` with the OpenFlow port asked for, records the pid, and waits until the port listens
 and the app answers on its HTTP API, the app's one control surface (:meth:`ControllerProcess.client`).
 
-Every instance gets its own registry store, token file, API port and API Unix socket (under its working
-directory unless given), so parallel tests and emulation runs never collide; they are exposed as
-``store_path``, ``token_file`` (alias ``token_path``), ``api_port``, ``api_socket_path`` and ``api_url``, and
+Every instance gets its own registry store, token file, API port, metrics port and API Unix socket (under
+its working directory unless given), so parallel tests and emulation runs never collide; they are exposed
+as ``store_path``, ``token_file`` (alias ``token_path``), ``api_port``, ``api_socket_path``, ``api_url``,
+``dashboard_url``, ``metrics_port`` and ``metrics_url``, and
 :meth:`ControllerProcess.client` returns an :class:`~controller.client.EchelonClient` for them.  A restart
 on the same ``store_path`` (and ``api_port``) gets the stored registry back.  ``stop()`` signals that pid only
 (SIGTERM, then SIGKILL), never anything found by name.  The log is kept in memory after stop so tests
@@ -107,7 +108,9 @@ class ControllerProcess:
     """One controller child process for ``topology`` listening for switches on ``ofp_port``.
 
     ``api_port`` 0 (default) picks a free port at start; ``store_path``, ``token_file`` and
-    ``api_socket_path`` default to files in the working directory.  ``interval_s`` is the scheduling
+    ``api_socket_path`` default to files in the working directory.  ``metrics_port`` 0 (default) picks a
+    free port for ``/metrics``, None serves no metrics; ``metrics_host`` is the address it listens on
+    (loopback unless a Prometheus elsewhere must scrape it).  ``interval_s`` is the scheduling
     service's reschedule interval, ``stats_interval_s`` its switch-counter poll (0 = off).  ``manager``
     is the command to run the app with (default: ``compat.MANAGER`` next to the running Python).
     """
@@ -128,9 +131,13 @@ class ControllerProcess:
         interval_s: float = 0.5,
         stats_interval_s: float = 1.0,
         manager: str | Sequence[str] | None = None,
+        metrics_port: int | None = 0,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
         _check_port("OpenFlow", ofp_port)
         _check_port("API", api_port, allow_zero=True)
+        if metrics_port is not None:
+            _check_port("metrics", metrics_port, allow_zero=True)
         if not interval_s > 0 or not stats_interval_s >= 0:
             raise ControllerError(f"interval_s must be > 0 and stats_interval_s >= 0, got {interval_s!r} "
                                   f"and {stats_interval_s!r}")
@@ -148,6 +155,8 @@ class ControllerProcess:
         self.interval_s = interval_s
         self.stats_interval_s = stats_interval_s
         self.manager = manager
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_text = ""
 
@@ -184,6 +193,19 @@ class ControllerProcess:
         """The API over TCP on loopback (root namespace only)."""
         return f"http://127.0.0.1:{self.api_port}"
 
+    @property
+    def dashboard_url(self) -> str:
+        """The live dashboard (served by the API)."""
+        return f"{self.api_url}/ui/"
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Prometheus metrics (None when started with ``metrics_port=None``)."""
+        if self.metrics_port is None:
+            return None
+        host = "127.0.0.1" if self.metrics_host in ("0.0.0.0", "") else self.metrics_host
+        return f"http://{host}:{self.metrics_port}/metrics"
+
     def client(self, timeout_s: float = 30.0, tcp: bool = False) -> EchelonClient:
         """An API client for this controller (Unix socket by default, ``tcp=True`` for loopback TCP)."""
         if tcp:
@@ -212,6 +234,10 @@ class ControllerProcess:
             self.api_port = free_tcp_port()
         elif tcp_port_listening(self.api_port):
             raise ControllerError(f"TCP port {self.api_port} for the API is already in use")
+        if self.metrics_port == 0:
+            self.metrics_port = free_tcp_port()
+        elif self.metrics_port is not None and tcp_port_listening(self.metrics_port):
+            raise ControllerError(f"TCP port {self.metrics_port} for the metrics is already in use")
         write_spec(self.topology, self.spec_path)
         env = dict(os.environ)
         env.update({
@@ -225,6 +251,8 @@ class ControllerProcess:
             "ECHELON_API_SOCKET": self.api_socket_path,
             "ECHELON_INTERVAL_S": repr(float(self.interval_s)),
             "ECHELON_STATS_INTERVAL_S": repr(float(self.stats_interval_s)),
+            "ECHELON_METRICS_HOST": self.metrics_host,
+            "ECHELON_METRICS_PORT": "off" if self.metrics_port is None else str(self.metrics_port),
             "PYTHONWARNINGS": "ignore::DeprecationWarning",
         })
         env.update(self.extra_env)

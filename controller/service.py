@@ -28,6 +28,10 @@ counters include Ethernet/IP/TCP headers).  The clock is passed in, so tests con
 After a controller restart the registry is loaded from the store; :meth:`SchedulingService.start`
 reschedules at once and installs every live flow again without any agent doing anything.
 
+Every round's :class:`RoundReport` is kept in ``recent_rounds`` (the last ``RECENT_ROUNDS``, for the
+dashboard's table) and handed to each callable in ``round_listeners`` (the metrics exporter's
+histograms), so observers need no hook inside the round itself.
+
 Kept Python 3.9 compatible; no os_ken import (the app wires the real ``Enforcer`` in).
 """
 
@@ -36,6 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Protocol
@@ -51,6 +56,8 @@ LOG = logging.getLogger("echelon.service")
 DEFAULT_SCHEDULER = "echelon"
 #: TCP payload per full-size frame (MSS 1448 with timestamps in a 1514-byte Ethernet frame).
 PAYLOAD_FRACTION = 1448.0 / 1514.0
+#: How many past rounds ``SchedulingService.recent_rounds`` keeps.
+RECENT_ROUNDS = 100
 
 
 class FiveTuple(NamedTuple):
@@ -89,6 +96,7 @@ class RoundReport:
 
     reason: str
     now_s: float
+    scheduler: str = ""
     active_flows: int = 0
     snapshot_s: float = 0.0
     decide_s: float = 0.0
@@ -142,6 +150,8 @@ class SchedulingService:
         self.installed: dict[str, Installed] = {}
         self.state = _State()
         self.last_round: RoundReport | None = None
+        self.recent_rounds: deque[RoundReport] = deque(maxlen=RECENT_ROUNDS)
+        self.round_listeners: list[Callable[[RoundReport], None]] = []
         self._last_run_s = float("-inf")
         self._stopped = False
         #: Flow id -> why the port last refused it (logged once per reason, retried every round).
@@ -216,12 +226,16 @@ class SchedulingService:
     # ------------------------------------------------------------------ the round
     def reschedule(self, reason: str) -> RoundReport:
         with self._round_lock:
-            return self._round(reason)
+            report = self._round(reason)
+        self.recent_rounds.append(report)
+        for listener in self.round_listeners:
+            listener(report)
+        return report
 
     def _round(self, reason: str) -> RoundReport:
         now_s = self.now()
         self._last_run_s = now_s
-        report = RoundReport(reason=reason, now_s=now_s)
+        report = RoundReport(reason=reason, now_s=now_s, scheduler=self.scheduler.name)
         started = time.perf_counter()
         snapshot = self.registry.snapshot(now_s)
         report.active_flows = len(snapshot.flows)

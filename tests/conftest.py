@@ -1,6 +1,7 @@
 """Shared test fixtures.
 
-Fabric tests need root, Open vSwitch and Mininet.  Outside CI a machine without them skips those
+Fabric tests need root, Open vSwitch and Mininet; browser tests need Debian's chromium, its chromedriver
+and selenium (all installed by ``bootstrap.sh --test``).  Outside CI a machine without them skips those
 tests with the reason; under ``CI=true`` a missing prerequisite is a failure, because a skipped
 suite proves nothing.
 """
@@ -35,4 +36,29 @@ def require_fabric() -> None:
     if reason:
         if IN_CI:
             pytest.fail(f"CI=true but the fabric cannot run: {reason}")
+        pytest.skip(reason)
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+def browser_missing_reason() -> str:
+    """Why a real browser cannot run here, or '' if it can."""
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not os.access(path, os.X_OK):
+            return f"needs {path} (Debian's chromium and chromium-driver; bootstrap.sh --test installs them)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "needs selenium in the venv (bootstrap.sh --test installs it)"
+    return ""
+
+
+@pytest.fixture(scope="session")
+def require_browser() -> None:
+    reason = browser_missing_reason()
+    if reason:
+        if IN_CI:
+            pytest.fail(f"CI=true but the browser cannot run: {reason}")
         pytest.skip(reason)

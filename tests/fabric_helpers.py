@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Sequence
@@ -120,6 +121,47 @@ def ping_loss(fabric, src: str, dst: str, count: int = 3) -> float:
         if "packet loss" in part:
             return float(part.split("%")[0]) / 100.0
     raise AssertionError(f"no ping summary in: {out[-300:]}")
+
+
+# --------------------------------------------------------------------------- what the switches hold
+def dump(switch: str, what: str = "dump-flows") -> str:
+    return subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", what, switch], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def enforced_rules(switch: str) -> list[dict]:
+    """The switch's priority-20 (enforcement) rules, parsed."""
+    rules = []
+    for line in dump(switch).splitlines():
+        if "priority=20" not in line:
+            continue
+        found = {name: re.search(pattern, line) for name, pattern in {
+            "tp_src": r"tp_src=(\d+)", "tp_dst": r"tp_dst=(\d+)", "dscp": r"set_field:(\d+)->ip_dscp",
+            "queue": r"set_queue:(\d+)", "meter": r"meter:(\d+)", "duration_s": r"duration=([\d.]+)s",
+            "cookie": r"cookie=(0x[0-9a-f]+)"}.items()}
+        rules.append({k: (m.group(1) if m else None) for k, m in found.items()} | {"line": line})
+    return rules
+
+
+def rules_of(flow: dict) -> dict[str, dict]:
+    """Switch -> the forward rule of ``flow`` (a flow view from the API), for every switch on its path."""
+    found = {}
+    for switch in flow["path"][1:-1]:
+        for rule in enforced_rules(switch):
+            if rule["tp_src"] == str(flow["src_port"]) and rule["tp_dst"] == str(flow["dst_port"]):
+                found[switch] = rule
+    return found
+
+
+def wait_until(check, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not true after {timeout_s:.0f} s")
+        time.sleep(0.2)
 
 
 # --------------------------------------------------------------------------- static flows (scaffolding)

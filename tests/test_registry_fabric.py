@@ -25,7 +25,15 @@ from controller.client import ApiClientError
 from controller.launcher import ControllerProcess, free_tcp_port
 from echelonflow.queues import dscp_for_queue
 from echelonflow.topology import fattree
-from tests.fabric_helpers import assert_within, controller_and_fabric, iperf3_flows
+from tests.fabric_helpers import (
+    assert_within,
+    controller_and_fabric,
+    dump,
+    enforced_rules,
+    iperf3_flows,
+    rules_of,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.fabric, pytest.mark.slow]
 
@@ -84,63 +92,23 @@ def _controller(env) -> ControllerProcess:
 
 
 # --------------------------------------------------------------------------- switch state
-def _dump(switch: str, what: str = "dump-flows") -> str:
-    return subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", what, switch], capture_output=True, text=True,
-                          check=True).stdout
-
-
-def _enforced_rules(switch: str) -> list[dict]:
-    """The switch's priority-20 (enforcement) rules, parsed."""
-    rules = []
-    for line in _dump(switch).splitlines():
-        if "priority=20" not in line:
-            continue
-        found = {name: re.search(pattern, line) for name, pattern in {
-            "tp_src": r"tp_src=(\d+)", "tp_dst": r"tp_dst=(\d+)", "dscp": r"set_field:(\d+)->ip_dscp",
-            "queue": r"set_queue:(\d+)", "meter": r"meter:(\d+)", "duration_s": r"duration=([\d.]+)s",
-            "cookie": r"cookie=(0x[0-9a-f]+)"}.items()}
-        rules.append({k: (m.group(1) if m else None) for k, m in found.items()} | {"line": line})
-    return rules
-
-
 def _meters(switch: str) -> dict[int, int]:
     """meter id -> rate in kbit/s on one switch."""
     out = {}
-    for block in _dump(switch, "dump-meters").split("meter=")[1:]:
+    for block in dump(switch, "dump-meters").split("meter=")[1:]:
         rate = re.search(r"rate=(\d+)", block)
         out[int(block.split()[0])] = int(rate.group(1)) if rate else 0
     return out
 
 
-def _rules_of(env, flow: dict) -> dict[str, dict]:
-    """Switch -> the forward rule of ``flow`` (a flow view from the API), for every switch on its path."""
-    found = {}
-    for switch in flow["path"][1:-1]:
-        for rule in _enforced_rules(switch):
-            if rule["tp_src"] == str(flow["src_port"]) and rule["tp_dst"] == str(flow["dst_port"]):
-                found[switch] = rule
-    return found
-
-
 def _all_enforcement(env) -> dict[str, list]:
     out = {}
     for switch in env.topo.switches:
-        rules, meters = _enforced_rules(switch), _meters(switch)
+        rules, meters = enforced_rules(switch), _meters(switch)
         if rules or meters:
             out[switch] = [r["line"].split(" actions")[0].split("priority=")[-1] for r in rules] + \
                 [f"meter {m}" for m in meters]
     return out
-
-
-def _wait_until(check, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not true after {timeout_s:.0f} s")
-        time.sleep(0.2)
 
 
 def _run_in_host(env, host: str, plan: dict) -> dict:
@@ -180,7 +148,7 @@ def test_registered_flows_are_enforced_in_scheduler_order(env):
     assert sorted(flows) == ["c0", "c1", "s0", "s1", "s2"]
     alloc = {fid: client.allocation(JOB, fid) for fid in flows}
     for fid, flow in flows.items():
-        rules = _rules_of(env, flow)
+        rules = rules_of(flow)
         switches = flow["path"][1:-1]
         assert sorted(rules) == sorted(switches), f"{fid}: rules on {sorted(rules)}, path {switches}"
         queue = alloc[fid]["queue"]
@@ -209,12 +177,12 @@ def test_finished_flow_loses_its_rules_and_meter(env):
     client = env.ctl.client()
     flow = client.flow(JOB, "s0")
     first = flow["path"][1]
-    meter = _rules_of(env, flow)[first]["meter"]
+    meter = rules_of(flow)[first]["meter"]
     assert meter is not None and int(meter) in _meters(first)
     answer = client.flow_finished(JOB, "s0", wait_s=10)
     assert answer["enforcement"]["in_force"], answer
-    assert _rules_of(env, flow) == {}, "rules of a finished flow are still in the switches"
-    others = [r["meter"] for r in _enforced_rules(first)]
+    assert rules_of(flow) == {}, "rules of a finished flow are still in the switches"
+    others = [r["meter"] for r in enforced_rules(first)]
     if meter not in others:  # the meter id may be re-used by a flow that starts at the same switch
         assert int(meter) not in _meters(first)
     assert client.allocation(JOB, "s0")["enforced"] is False
@@ -224,7 +192,7 @@ def test_bad_requests_are_refused_and_change_nothing(env):
     client = env.ctl.client()
     before = (client.jobs(), client.flows(), client.scheduler())
     rules_before = {s: sorted(r["line"].split(" actions")[0].split("priority=")[-1]
-                              for r in _enforced_rules(s)) for s in env.topo.switches}
+                              for r in enforced_rules(s)) for s in env.topo.switches}
     flow = {"flow_id": "x", "src": "h1", "dst": "h2", "size_bytes": 1000}
     bad = [
         (401, lambda: client.request("POST", "/jobs", {"job_id": "evil"})),  # no token
@@ -251,7 +219,7 @@ def test_bad_requests_are_refused_and_change_nothing(env):
         assert err.value.problem and err.value.field is not None
     assert (client.jobs(), client.flows(), client.scheduler()) == before
     rules_after = {s: sorted(r["line"].split(" actions")[0].split("priority=")[-1]
-                             for r in _enforced_rules(s)) for s in env.topo.switches}
+                             for r in enforced_rules(s)) for s in env.topo.switches}
     assert rules_after == rules_before
 
 
@@ -264,7 +232,7 @@ def test_switching_to_fair_removes_everything_and_back(env):
     answer = client.set_scheduler("echelon", wait_s=10)
     assert answer["enforcement"]["in_force"] and answer["pushed"]["installs"] == 4, answer
     for fid in ("s1", "s2", "c0", "c1"):
-        assert _rules_of(env, client.flow(JOB, fid)), f"{fid} not enforced again"
+        assert rules_of(client.flow(JOB, fid)), f"{fid} not enforced again"
 
 
 def test_restart_keeps_registry_and_rules_come_back(env):
@@ -281,12 +249,12 @@ def test_restart_keeps_registry_and_rules_come_back(env):
     assert client.scheduler()["scheduler"] == "echelon"
     for fid in ("s1", "s2", "c0", "c1"):
         flow = client.flow(JOB, fid)
-        rules = _wait_until(lambda f=flow: len(_rules_of(env, f)) == len(f["path"]) - 2 and _rules_of(env, f),
+        rules = wait_until(lambda f=flow: len(rules_of(f)) == len(f["path"]) - 2 and rules_of(f),
                             10, f"{fid}'s rules back after the restart")
         since_s = time.monotonic() - restarted_at
         for switch, rule in rules.items():  # installed by the new controller, not left over
             assert float(rule["duration_s"]) <= since_s, (fid, switch, rule["line"])
-    assert _rules_of(env, client.flow(JOB, "s0")) == {}
+    assert rules_of(client.flow(JOB, "s0")) == {}
 
 
 def test_real_tcp_flows_get_their_enforced_classes(env):

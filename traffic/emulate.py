@@ -297,6 +297,8 @@ class EmulationSettings:
     controller_interval_s: float = 0.2  # the scheduling service's periodic round (arrivals run at once)
     start_wait_s: float = 0.5  # a flow's start call waits this long at most for its rules' barrier acks
     monitor_interval_s: float = 0.25  # fidelity monitor's sampling period (traffic.monitor)
+    api_port: int = 0  # the controllers' API (and dashboard) port; 0: a free one per controller
+    metrics_port: int = 0  # the controllers' /metrics port; 0: a free one per controller
 
 
 def fabric_popen(fabric: Any) -> PopenFn:
@@ -351,7 +353,8 @@ def emulate_scheduler(
             ctl.stop()
         ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
                                 interval_s=settings.controller_interval_s,
-                                workdir=os.path.join(workdir, f"ctl-{label}"))
+                                workdir=os.path.join(workdir, f"ctl-{label}"), api_port=settings.api_port,
+                                metrics_port=settings.metrics_port)
         os.makedirs(ctl.workdir)
         progress(f"[{scheduler}] {label}: starting controller (OpenFlow port {port})")
         ctl.start()

@@ -6,7 +6,9 @@ torn down.  The same scenario is simulated for comparison, and one table shows e
 values side by side.  The run folder (default ``runs/<timestamp>-<scenario>/``) gets results.json (mode
 ``emulate``, the same shape as ``echelon simulate --json``), results-simulate.json, results.csv, the plots
 and the agents' and controller's logs.  Progress goes to stderr; ``--json`` prints the emulated document
-on stdout.  Needs root, Open vSwitch and Mininet.
+on stdout.  ``--live`` gives every controller of the run the same API and metrics ports (8181 and 9302),
+so the dashboard and ``/metrics`` stay at one address while the run goes from round to round.  Needs
+root, Open vSwitch and Mininet.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "simulator's alone time)")
     parser.add_argument("--no-pacing", action="store_true",
                         help="agents only mark DSCP and do not pace flows at their allocated rates")
+    parser.add_argument("--live", action="store_true",
+                        help="serve the dashboard at http://127.0.0.1:8181/ui/ and metrics on port 9302 "
+                             "during the run (the controller restarts per scheduler and round; the page "
+                             "reconnects)")
     parser.set_defaults(run=run)
 
 
@@ -47,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     outcome = emulate_and_report(scenario, names or list(scenario.schedulers), out=args.out,
                                  plots=not args.no_plots, alone_runs=not args.no_alone,
-                                 pace=not args.no_pacing)
+                                 pace=not args.no_pacing, live=args.live)
     if outcome is None:
         return 1
     emulated, folder, table = outcome
@@ -60,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=True, progress=None, pace=True):
+def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=True, progress=None, pace=True,
+                       live=False):
     """Simulate, emulate every scheduler, write the run folder; returns (emulated, folder, table).
 
     Returns None after printing one error line when the emulation failed (an agent, the fabric or the
@@ -82,6 +89,12 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
         simulated.runs.append(simulate(scenario.topology, scenario.jobs, get_scheduler(name)))
     emulated = Results(scenario.name, "emulate")
     settings = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace)
+    if live:
+        from controller.command import DEFAULT_API_PORT, DEFAULT_METRICS_PORT
+
+        settings.api_port, settings.metrics_port = DEFAULT_API_PORT, DEFAULT_METRICS_PORT
+        say(f"live dashboard: http://127.0.0.1:{DEFAULT_API_PORT}/ui/  metrics: "
+            f"http://127.0.0.1:{DEFAULT_METRICS_PORT}/metrics")
     for sim_run in simulated.runs:
         sim_s = {j: r.completion_s for j, r in sim_run.jobs.items()}
         alone_fallback_s = None
