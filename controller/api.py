@@ -363,19 +363,25 @@ MAX_WAIT_S = 60.0
 
 def _wait_filter(query: dict[str, list[str]]) -> float | None:
     """The optional ``wait_s`` query parameter of state-changing calls (seconds, 0 < wait_s <= 60)."""
-    for name in query:
-        if name != "wait_s":
-            raise ApiError(400, name, "unknown query parameter (allowed: wait_s)")
-    values = query.get("wait_s")
+    wait_s = _one_number(query, "wait_s")
+    if wait_s is not None and not 0 < wait_s <= MAX_WAIT_S:  # also refuses NaN
+        raise ApiError(400, "wait_s", f"must be one number of seconds in (0, {MAX_WAIT_S:g}], "
+                                      f"got {query['wait_s']!r}")
+    return wait_s
+
+
+def _one_number(query: dict[str, list[str]], name: str) -> float | None:
+    """The only query parameter allowed, ``name``, as a number (NaN when it is not exactly one number)."""
+    for other in query:
+        if other != name:
+            raise ApiError(400, other, f"unknown query parameter (allowed: {name})")
+    values = query.get(name)
     if not values:
         return None
     try:
-        wait_s = float(values[0]) if len(values) == 1 else float("nan")
+        return float(values[0]) if len(values) == 1 else float("nan")
     except ValueError:
-        wait_s = float("nan")
-    if not 0 < wait_s <= MAX_WAIT_S:  # also refuses NaN
-        raise ApiError(400, "wait_s", f"must be one number of seconds in (0, {MAX_WAIT_S:g}], got {values!r}")
-    return wait_s
+        return float("nan")
 
 
 def _no_query(query: dict[str, list[str]]) -> None:
@@ -385,18 +391,9 @@ def _no_query(query: dict[str, list[str]]) -> None:
 
 def _number_param(query: dict[str, list[str]], name: str, low: float, high: float) -> float | None:
     """The one optional numeric query parameter ``name`` (low <= value <= high) of a read endpoint."""
-    for other in query:
-        if other != name:
-            raise ApiError(400, other, f"unknown query parameter (allowed: {name})")
-    values = query.get(name)
-    if not values:
-        return None
-    try:
-        value = float(values[0]) if len(values) == 1 else float("nan")
-    except ValueError:
-        value = float("nan")
-    if not low <= value <= high:  # also refuses NaN
-        raise ApiError(400, name, f"must be one number in [{low:g}, {high:g}], got {values!r}")
+    value = _one_number(query, name)
+    if value is not None and not low <= value <= high:  # also refuses NaN
+        raise ApiError(400, name, f"must be one number in [{low:g}, {high:g}], got {query[name]!r}")
     return value
 
 

@@ -355,7 +355,7 @@ def test_grafana_dashboard_only_queries_exported_metrics(live) -> None:
     (["--metrics-port", "8181"], "--metrics-port and --api-port must differ"),
 ])
 def test_controller_command_refuses_bad_metrics_ports(args, message) -> None:
-    proc = subprocess.run([sys.executable, "-m", "echelonflow.cli", "controller", *args], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "cli", "controller", *args], capture_output=True,
                           text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
