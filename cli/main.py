@@ -3,12 +3,17 @@
 Each sub-command module exposes ``register(subparsers)`` and keeps heavy imports (Mininet, os-ken,
 matplotlib) inside its run function, so ``echelon simulate`` works on a machine without any of them.
 A :class:`~echelonflow.errors.UserError` becomes a one-line message and exit status 2.
+
+SIGTERM and SIGHUP stop a command the way Ctrl-C does: they raise :class:`Terminated` (a
+``KeyboardInterrupt``) in the main thread, so every ``finally`` stops what the command started (fabric,
+controller, agents, by pid) and removes its temporary files before the exit status 128 + signal.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from echelonflow.errors import UserError
@@ -22,6 +27,20 @@ COMMAND_MODULES = (
     "controller.command",
     "topologies.command",
 )
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived: unwind like Ctrl-C (clean-up in ``finally`` blocks), exit 128 + signum."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    for other in (signal.SIGTERM, signal.SIGHUP):  # the clean-up now running is not to be cut short
+        signal.signal(other, signal.SIG_IGN)
+    raise Terminated(signum)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,11 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _terminate)
     try:
         return int(args.run(args) or 0)
     except UserError as err:
         print(f"echelon: error: {err}", file=sys.stderr)
         return 2
+    except Terminated as stop:
+        print(f"echelon: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        return 128 + stop.signum
     except KeyboardInterrupt:
         print("echelon: interrupted", file=sys.stderr)
         return 130

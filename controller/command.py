@@ -33,6 +33,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--rate-mbps", type=float, default=10.0, help="link rate in Mbit/s")
     parser.add_argument("--queues", type=int, default=4, help="priority queues per port (as the fabric)")
     parser.add_argument("--ofp-port", type=int, default=DEFAULT_OFP_PORT, help="OpenFlow listen port")
+    parser.add_argument("--ofp-host", default="127.0.0.1",
+                        help="OpenFlow listen address (default loopback; 0.0.0.0 for remote switches)")
     parser.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="HTTP API port on 127.0.0.1")
     parser.add_argument("--api-socket", default=None,
                         help="HTTP API unix socket (default /run/echelon/controller-<api-port>.sock)")
@@ -77,17 +79,18 @@ def run(args: argparse.Namespace) -> int:
     controller = ControllerProcess(topology, ofp_port=args.ofp_port, queues=args.queues,
                                    api_port=args.api_port, store_path=args.store, token_file=args.token_file,
                                    api_socket_path=socket_path, interval_s=args.interval_s,
-                                   metrics_port=args.metrics_port, metrics_host=args.metrics_host)
+                                   metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+                                   ofp_host=args.ofp_host)
     controller.start()
     try:
         print(f"echelon controller: pid {controller.pid}, topology {topology.name}, "
-              f"OpenFlow on port {args.ofp_port}, API on {controller.api_url} and unix:{socket_path} "
+              f"OpenFlow on {args.ofp_host}:{args.ofp_port}, API on {controller.api_url} and "
+              f"unix:{socket_path} "
               f"(token {args.token_file}), registry {args.store}, log {controller.log_path}; "
               "Ctrl-C stops it", flush=True)
         print(f"dashboard: {controller.dashboard_url}\nmetrics:   {controller.metrics_url}", flush=True)
         while controller.proc is not None and controller.proc.poll() is None:
             time.sleep(0.5)
-        status = controller.proc.returncode if controller.proc is not None else 0
-        raise UserError(f"the controller exited with status {status}: {controller._tail()}")
+        raise UserError(f"the controller {controller.exit_reason()}")
     finally:
         controller.stop()

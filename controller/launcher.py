@@ -11,7 +11,12 @@ as ``store_path``, ``token_file`` (alias ``token_path``), ``api_port``, ``api_so
 ``dashboard_url``, ``metrics_port`` and ``metrics_url``, and
 :meth:`ControllerProcess.client` returns an :class:`~controller.client.EchelonClient` for them.  A restart
 on the same ``store_path`` (and ``api_port``) gets the stored registry back.  ``stop()`` signals that pid only
-(SIGTERM, then SIGKILL), never anything found by name.  The log is kept in memory after stop so tests
+(SIGTERM, then SIGKILL), never anything found by name.  The child also gets SIGTERM when the process that
+started it dies, even by SIGKILL (a parent-death signal), and, in an own temporary working directory, its
+pid is written down in the directory's ``owner.json`` for ``echelon fabric clean``
+(:mod:`echelonflow.ownership`; the owner of a given workdir records it there).  OpenFlow listens on
+loopback only unless ``ofp_host`` says otherwise (the switches of a Mininet fabric connect from the root
+namespace).  The log is kept in memory after stop so tests
 can fail when the controller logged a traceback or a switch rejected a message (:meth:`log_problems`).
 
 Imports no os-ken/Ryu/Mininet: the framework is picked by looking for the package, not importing it.
@@ -26,17 +31,19 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 
 from controller.client import ApiClientError, EchelonClient
 from controller.topology_spec import ENV_VAR, write_spec
+from echelonflow import ownership
 from echelonflow.errors import UserError
 from echelonflow.topology import Topology
 
 APP_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "app.py")
 PROBLEM_MARKS = ("Traceback (most recent call last)", "uncaught exception", "OFP-ERROR")
+#: Log lines that say why a manager stopped (its last one is quoted when it exits).
+ERROR_MARKS = ("Error", "error:", "ERROR", "CRITICAL", "Errno")
 
 
 class ControllerError(UserError):
@@ -133,6 +140,7 @@ class ControllerProcess:
         manager: str | Sequence[str] | None = None,
         metrics_port: int | None = 0,
         metrics_host: str = "127.0.0.1",
+        ofp_host: str = "127.0.0.1",
     ) -> None:
         _check_port("OpenFlow", ofp_port)
         _check_port("API", api_port, allow_zero=True)
@@ -143,6 +151,7 @@ class ControllerProcess:
                                   f"and {stats_interval_s!r}")
         self.topology = topology
         self.ofp_port = ofp_port
+        self.ofp_host = ofp_host
         self.queues = queues
         self.route_idle_s = route_idle_s
         self.extra_env = dict(extra_env or {})
@@ -225,7 +234,7 @@ class ControllerProcess:
         if tcp_port_listening(self.ofp_port):
             raise ControllerError(f"TCP port {self.ofp_port} is already in use (another controller running?)")
         if self.workdir is None:
-            self.workdir = tempfile.mkdtemp(prefix="echelon-ctl-")
+            self.workdir = ownership.make_run_folder("ctl")
         if len(self.api_socket_path) > MAX_SOCKET_PATH:
             raise ControllerError(f"API socket path {self.api_socket_path!r} is longer than "
                                   f"{MAX_SOCKET_PATH} bytes (a Unix socket limit); use a shorter workdir "
@@ -256,12 +265,15 @@ class ControllerProcess:
             "PYTHONWARNINGS": "ignore::DeprecationWarning",
         })
         env.update(self.extra_env)
-        cmd = command + ["--ofp-tcp-listen-port", str(self.ofp_port), APP_PATH]
+        cmd = ownership.PDEATHSIG + command + [
+            "--ofp-listen-host", self.ofp_host, "--ofp-tcp-listen-port", str(self.ofp_port), APP_PATH]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         try:
+            if self._own_workdir:  # a given workdir is its owner's to record (the emulation runner does)
+                ownership.record_processes(self.workdir, self.proc.pid)
             self.wait_ready(timeout_s)
         except BaseException:
             self.stop()
@@ -273,7 +285,7 @@ class ControllerProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise ControllerError(f"controller exited with status {self.proc.returncode}: {self._tail()}")
+                raise ControllerError(f"controller {self.exit_reason()}")
             if tcp_port_listening(self.ofp_port) and os.path.exists(self.api_socket_path):
                 try:
                     with self.client(timeout_s=1.0) as client:
@@ -342,6 +354,23 @@ class ControllerProcess:
     def log_problems(self) -> list[str]:
         """Log lines showing a bug or a rejected message (tracebacks, uncaught exceptions, OFP errors)."""
         return [line for line in self.current_log().splitlines() if any(m in line for m in PROBLEM_MARKS)]
+
+    def exit_reason(self) -> str:
+        """How the child ended, in words: the signal that killed it, or its status and the last error line
+        of its log (not merely the last line, which is usually an unrelated 'switch ready')."""
+        code = None if self.proc is None else self.proc.poll()
+        if code is None:
+            return "is running"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"was killed by {name}"
+        errors = [line.strip() for line in self.current_log().splitlines()
+                  if any(mark in line for mark in ERROR_MARKS)]
+        detail = errors[-1] if errors else "its log has no error line"
+        return f"exited with status {code}: {detail}"
 
     def _tail(self, lines: int = 15) -> str:
         return " | ".join(self.current_log().splitlines()[-lines:]) or "(empty log)"

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import networkx as nx
 
+from echelonflow import ownership
 from echelonflow.topology import Topology
 from topologies import cleanup, ovs
 
@@ -200,7 +201,7 @@ def leftovers(tag: str, bridges: Sequence[str], interfaces: Sequence[str],
         "qos_rows": sorted(ovs.rows_owned("QoS", tag)),
         "queue_rows": sorted(ovs.rows_owned("Queue", tag)),
         "interfaces": sorted(set(interfaces) & present),
-        "pids": [r["pid"] for r in pids if cleanup.same_process(r)],
+        "pids": [r["pid"] for r in pids if ownership.same_process(r)],
         "state_file": [cleanup.state_path(tag)] if os.path.exists(cleanup.state_path(tag)) else [],
     }
 

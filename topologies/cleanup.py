@@ -17,11 +17,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import time
 from dataclasses import dataclass, field
 
 from echelonflow.fileio import write_json_atomic
+from echelonflow.ownership import clean_abandoned, kill_recorded, same_process
 from topologies import ovs
 
 STATE_DIR = "/run/echelon"
@@ -29,26 +28,6 @@ STATE_DIR = "/run/echelon"
 
 def state_path(tag: str) -> str:
     return os.path.join(STATE_DIR, f"fabric-{tag}.json")
-
-
-def process_start(pid: int) -> int | None:
-    """Kernel start time of ``pid`` (clock ticks since boot), or None if it does not exist."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            text = fh.read()
-    except OSError:
-        return None
-    # comm (field 2) may contain spaces/parens: fields after the last ')' are fixed.
-    return int(text.rsplit(")", 1)[1].split()[19])
-
-
-def same_process(record: dict[str, int]) -> bool:
-    """Is the process recorded as {pid, start} still the same one (not a reused pid)?"""
-    return process_start(int(record["pid"])) == record.get("start")
-
-
-def proc_record(pid: int) -> dict[str, int]:
-    return {"pid": pid, "start": process_start(pid)}
 
 
 @dataclass
@@ -90,23 +69,6 @@ def list_states() -> list[FabricState]:
     return states
 
 
-def kill_recorded(records: list[dict[str, int]], grace_s: float = 2.0) -> int:
-    """SIGTERM (then SIGKILL) the recorded processes that are still the same process; return count."""
-    alive = [r for r in records if same_process(r)]
-    for r in alive:
-        with contextlib.suppress(OSError):
-            os.kill(int(r["pid"]), signal.SIGHUP)
-            os.kill(int(r["pid"]), signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(same_process(r) for r in alive):
-        time.sleep(0.05)
-    for r in alive:
-        if same_process(r):
-            with contextlib.suppress(OSError):
-                os.kill(int(r["pid"]), signal.SIGKILL)
-    return len(alive)
-
-
 def remove_state(state: FabricState) -> dict[str, int]:
     """Remove everything ``state`` lists (only bridges and rows still carrying its tag); return counts."""
     killed = kill_recorded(state.pids)
@@ -141,12 +103,15 @@ def _destroy_rows(qos: set, queues: set) -> int:
 
 
 def clean(include_alive: bool = False) -> dict[str, int]:
-    """Remove every fabric whose owner is dead (all fabrics if ``include_alive``) and orphaned tagged rows.
+    """Remove every fabric whose owner is dead (all fabrics if ``include_alive``) and orphaned tagged rows,
+    and end the controllers and agents of dead runs and remove their temporary folders
+    (:func:`echelonflow.ownership.clean_abandoned`).
 
     Rows and bridges tagged by a fabric whose owner is still running are left alone, so ``clean`` is
     safe while another fabric is up.
     """
-    totals = {"fabrics": 0, "processes": 0, "bridges": 0, "rows": 0, "skipped_alive": 0}
+    totals = clean_abandoned()
+    totals.update({"fabrics": 0, "bridges": 0, "rows": 0, "skipped_alive": 0})
     alive_tags = set()
     for state in list_states():
         if state.owner_alive() and not include_alive:

@@ -37,6 +37,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from echelonflow import ownership
 from echelonflow import queues as queue_marks
 from echelonflow.errors import UserError
 from echelonflow.topology import Topology
@@ -206,7 +207,7 @@ class Fabric:
             datapath = self._resolve_datapath()
             self._check_names_free()
             self.state = cleanup.FabricState(
-                tag=self.tag, owner=cleanup.proc_record(os.getpid()),
+                tag=self.tag, owner=ownership.proc_record(os.getpid()),
                 bridges=self.bridges, interfaces=self.interfaces,
             )
             self.state.save()
@@ -312,7 +313,7 @@ class Fabric:
         self.net.build()
         assert self.state is not None
         nodes = list(self.net.hosts) + list(self.net.switches) + list(self.net.controllers)
-        self.state.pids = [cleanup.proc_record(n.pid) for n in nodes if n.pid]
+        self.state.pids = [ownership.proc_record(n.pid) for n in nodes if n.pid]
         self.state.save()
 
     def _configure_hosts(self) -> None:
@@ -381,7 +382,7 @@ class Fabric:
         atexit.register(self.stop)
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be set from the main thread
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._old_handlers[signum] = signal.signal(signum, self._on_signal)
 
     def _remove_exit_hooks(self) -> None:
@@ -396,6 +397,8 @@ class Fabric:
         self.stop()
         if callable(previous):
             previous(signum, frame)
+        elif previous == signal.SIG_IGN:
+            return
         elif signum == signal.SIGINT:
             raise KeyboardInterrupt
         else:

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from echelonflow import ownership
 from echelonflow.model import ComputeTask, Job, qualified
 from echelonflow.results import RunResult, build_run
 from traffic.control import ControlError, wait_for_sockets
@@ -132,7 +133,9 @@ def run_agents(
     try:
         for host, handle in handles.items():
             with open(handle.log_path, "w", encoding="utf-8") as log_file:
-                handle.proc = popen(host, [python, "-u", "-m", "traffic.agent", handle.spec_path], log_file)
+                handle.proc = popen(host, ownership.PDEATHSIG + [python, "-u", "-m", "traffic.agent",
+                                                                 handle.spec_path], log_file)
+        ownership.record_processes(workdir, *(h.pid for h in handles.values()))
         say(f"{len(handles)} agents started (pids {', '.join(str(h.pid) for h in handles.values())})")
         try:
             wait_for_sockets(control_dir, hosts, max(0.0, t0_s - time.time()),
@@ -328,13 +331,12 @@ def emulate_scheduler(
     Everything started here (controller, fabric, agents) is stopped in ``finally`` blocks, also on Ctrl-C.
     """
     import shutil
-    import tempfile
 
     from controller.client import ApiClientError, EchelonClient
     from controller.launcher import ControllerProcess, free_tcp_port
     from topologies.fabric import Fabric
 
-    workdir = tempfile.mkdtemp(prefix="echelon-emu-")
+    workdir = ownership.make_run_folder("emu")
     port = free_tcp_port()
     tag = f"emu{os.getpid()}-{scheduler}"[:40]
     fabric = Fabric(topology, controller_port=port, queues=settings.queues, tag=tag)
@@ -358,6 +360,7 @@ def emulate_scheduler(
         os.makedirs(ctl.workdir)
         progress(f"[{scheduler}] {label}: starting controller (OpenFlow port {port})")
         ctl.start()
+        ownership.record_processes(workdir, ctl.pid)
         if fabric.net is not None:
             ctl.wait_switches(timeout_s=30)
         with EchelonClient(socket_path=ctl.api_socket_path, token_file=ctl.token_file) as client:

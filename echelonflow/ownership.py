@@ -1,0 +1,124 @@
+"""Who owns a run's temporary folder and the processes started for it, written down inside the folder.
+
+A run killed with SIGKILL runs no clean-up code: its controller and agents die with it (they are started
+with a parent-death signal, see :data:`PDEATHSIG`), but its temporary folders (token, registry store,
+logs) stay, and a child started from a thread that is gone, or by an older build, may still be running.
+So every temporary folder a run creates (``echelon-*`` under the system's temporary directory) gets an
+``owner.json`` naming the owning process and every process started for it, each as pid plus kernel start
+time (a reused pid is never mistaken for it).  ``echelon fabric clean`` (:func:`clean_abandoned`) ends
+the recorded processes of folders whose owner is dead, by pid, and removes those folders.
+
+Standard library only (the controller's launcher, the emulation runner and the fabric clean-up share
+it); nothing here is found or stopped by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Iterable
+
+from echelonflow.fileio import write_json_atomic
+
+OWNER_FILE = "owner.json"
+TEMP_PREFIX = "echelon-"
+#: Prefix for a child's command line: it gets SIGTERM when the process (thread) that started it dies,
+#: also by SIGKILL (``setpriv`` from util-linux sets PR_SET_PDEATHSIG, which survives the exec).
+PDEATHSIG = ["setpriv", "--pdeathsig", "TERM"] if shutil.which("setpriv") else []
+
+ProcRecord = dict  # {"pid": int, "start": int | None}
+
+
+def process_start(pid: int) -> int | None:
+    """Kernel start time of ``pid`` (clock ticks since boot), or None if it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    # comm (field 2) may contain spaces/parens: fields after the last ')' are fixed.
+    return int(text.rsplit(")", 1)[1].split()[19])
+
+
+def proc_record(pid: int) -> ProcRecord:
+    return {"pid": pid, "start": process_start(pid)}
+
+
+def same_process(record: ProcRecord) -> bool:
+    """Is the process recorded as {pid, start} still the same one (not a reused pid)?"""
+    return process_start(int(record["pid"])) == record.get("start")
+
+
+def kill_recorded(records: Iterable[ProcRecord], grace_s: float = 2.0) -> int:
+    """SIGHUP+SIGTERM (then SIGKILL) the recorded processes that are still the same process; return count."""
+    alive = [r for r in records if same_process(r)]
+    for r in alive:
+        with contextlib.suppress(OSError):
+            os.kill(int(r["pid"]), signal.SIGHUP)
+            os.kill(int(r["pid"]), signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(same_process(r) for r in alive):
+        time.sleep(0.05)
+    for r in alive:
+        if same_process(r):
+            with contextlib.suppress(OSError):
+                os.kill(int(r["pid"]), signal.SIGKILL)
+    return len(alive)
+
+
+def make_run_folder(kind: str) -> str:
+    """A new temporary folder ``echelon-<kind>-*`` owned (per its ``owner.json``) by this process."""
+    folder = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{kind}-")
+    record_processes(folder)
+    return folder
+
+
+def record_processes(folder: str, *pids: int) -> None:
+    """Write down in ``folder/owner.json`` that this process owns ``folder`` and started ``pids``."""
+    me = proc_record(os.getpid())
+    data = read_owner(folder)
+    if data is None or data.get("owner") != me:
+        data = {"owner": me, "processes": []}
+    data["processes"] += [proc_record(pid) for pid in pids]
+    write_json_atomic(os.path.join(folder, OWNER_FILE), data)
+
+
+def read_owner(folder: str) -> dict | None:
+    try:
+        with open(os.path.join(folder, OWNER_FILE), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(data, dict) and isinstance(data.get("owner"), dict) and isinstance(
+        data.get("processes"), list)
+    return data if ok else None
+
+
+def clean_abandoned(root: str | None = None) -> dict[str, int]:
+    """End the recorded processes of every ``echelon-*`` folder under ``root`` whose owner is dead, and
+    remove those folders (nested folders' records count: a run keeps its controller's folder inside its
+    own).  Folders without an owner record, or with a live owner, are left alone."""
+    root = root or tempfile.gettempdir()
+    totals = {"folders": 0, "processes": 0}
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return totals
+    for name in names:
+        folder = os.path.join(root, name)
+        top = read_owner(folder) if name.startswith(TEMP_PREFIX) else None
+        if top is None or same_process(top["owner"]):
+            continue
+        for inner, _dirs, files in os.walk(folder):
+            if OWNER_FILE in files:
+                record = read_owner(inner)
+                if record is not None:
+                    totals["processes"] += kill_recorded(record["processes"])
+        shutil.rmtree(folder, ignore_errors=True)
+        totals["folders"] += 1
+    return totals
