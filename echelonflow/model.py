@@ -52,6 +52,11 @@ class Job:
 
     job_id: str
     tasks: dict[str, Task] = field(default_factory=dict)
+    # When the job enters the cluster (seconds from the run's start): no task starts earlier, and its
+    # completion time counts from here.
+    arrival_s: float = 0.0
+    # Eq. 4's weight w_i (> 0): how much its EchelonFlows' tardiness counts; schedulers that can use it.
+    weight: float = 1.0
     # EchelonFlow id -> kind ("coflow" or "staggered"); informational, for reports.
     echelon_kinds: dict[str, str] = field(default_factory=dict)
     # Optional explicit ideal finish offsets (seconds after the head flow) from a trace; when absent

@@ -11,7 +11,7 @@ documented in ``docs/results-format.md``.  Every time is in seconds from the run
                                 "size_bytes": n, "echelon": "job/ech"}},
          "tasks": {"job/task": {"type": "compute", "host": h, "start_s": s, "finish_s": s}
                              | {"type": "flow", "src": h, "dst": h, "start_s": s, "finish_s": s}},
-         "objective_s": sum of EchelonFlow tardiness (Eq. 4)}]}
+         "objective_s": sum of EchelonFlow tardiness times the job's weight (Eq. 4)}]}
 
 :func:`build_run` is the only place that turns task start and finish times into these numbers
 (reference times, ideal finish times, tardiness, the objective, completion and slowdown): the simulator
@@ -138,8 +138,10 @@ class RunResult:
 
 
 def job_completion_s(job: Job, finish_s: Mapping[str, float]) -> float:
-    """When ``job``'s last task finished (``finish_s`` keyed by ``job/task``); 0 for a job without tasks."""
-    return max((finish_s[qualified(job.job_id, tid)] for tid in job.tasks), default=0.0)
+    """How long ``job`` took from its arrival to its last task's finish (``finish_s`` keyed by
+    ``job/task``); 0 for a job without tasks."""
+    last_s = max((finish_s[qualified(job.job_id, tid)] for tid in job.tasks), default=None)
+    return 0.0 if last_s is None else last_s - job.arrival_s
 
 
 def build_run(
@@ -154,12 +156,14 @@ def build_run(
 
     For every EchelonFlow the reference time r comes from its flows' actual starts
     (:func:`echelonflow.echelon.reference_time`), each flow is due at r + o_j and the EchelonFlow's
-    tardiness is its worst flow's lateness (Eq. 2); the objective is their sum (Eq. 4).  A job's
+    tardiness is its worst flow's lateness (Eq. 2); the objective is their sum weighted by each job's
+    ``weight`` (Eq. 4).  A job's completion counts from its arrival; its
     slowdown is its completion over ``alone_s[job]`` (its completion when it ran alone), 1.0 without
     one.  ``echelons`` (job id -> :func:`~echelonflow.echelon.echelons_of`) saves recomputing the
     groups when the caller has them.
     """
     run = RunResult(scheduler)
+    weights: list[float] = []  # each EchelonFlow's job weight, in run.echelonflows order (Eq. 4)
     for job in jobs:
         for task in job.tasks.values():
             qid = qualified(job.job_id, task.task_id)
@@ -183,10 +187,11 @@ def build_run(
             tardiness_s = echelon_mod.echelon_tardiness(
                 spec, {f: finish_s[q] for f, q in flow_qids.items()}, reference_s)
             run.echelonflows[eqid] = EchelonResult(tardiness_s, spec.kind, list(flow_qids.values()))
+            weights.append(job.weight)
         done_s = job_completion_s(job, finish_s)
         base_s = (alone_s or {}).get(job.job_id, done_s)
         run.jobs[job.job_id] = JobResult(done_s, done_s / base_s if base_s > 0 else 1.0)
-    run.objective_s = echelon_mod.total_tardiness(e.tardiness_s for e in run.echelonflows.values())
+    run.objective_s = echelon_mod.total_tardiness((e.tardiness_s for e in run.echelonflows.values()), weights)
     return run
 
 

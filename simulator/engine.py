@@ -1,6 +1,7 @@
 """Event-driven fluid (flow-level) simulator: jobs' DAGs over a topology under one scheduler.
 
-Model.  A task starts as soon as all its dependencies are done.  A host runs its compute tasks one
+Model.  A job enters at its ``arrival_s``; a task starts as soon as that time has come and all its
+dependencies are done.  A host runs its compute tasks one
 at a time (it is a GPU): among the ready ones it picks the job listed first, then the task declared
 first in ``job.tasks`` (the same tie rule as ``echelonflow.echelon.ideal_schedule``).  A flow takes
 the path ``topology.path_for(src, dst, "job/flow")`` (the same pinned path the controller installs)
@@ -8,7 +9,9 @@ under a scheduler that enforces, and its host pair's route ``topology.pair_path`
 not (``fair``: plain TCP follows the controller's per-pair routes), and moves as a fluid at the rate
 the scheduler gives it.  The scheduler is asked again at every flow arrival and completion; between
 those events every rate is constant, so the next event time is exact: the earliest compute finish or
-flow finish (remaining bits / rate).
+flow finish (remaining bits / rate), a job arrival, or the time the scheduler said its decision expires
+(``Decision.valid_until_s``: Aalo's queue thresholds).  Schedulers that learn see every flow start and
+finish through ``Scheduler.observe``.
 
 EchelonFlow bookkeeping comes from ``echelonflow.echelon``: each flow's offset o_j, and the group's
 reference time r recomputed from the actual starts whenever one of its flows starts, so a flow's
@@ -16,8 +19,9 @@ ideal finish is r + o_j (the paper's arrangement function anchored at the head f
 sees that running r; the result (tardiness, objective, ideal finish times) is built from the final task
 times by ``echelonflow.results.build_run``, the same builder the emulation uses.
 
-Slowdown of a job = its completion time with all jobs together / its completion time when it runs
-alone on the same network with the same scheduler (one extra run per job when there are several).
+A job's completion time counts from its arrival.  Slowdown of a job = its completion time with all jobs
+together / its completion time when it runs alone on the same network with the same scheduler (one
+extra run per job when there are several).
 
 Pure: no os_ken, no mininet.  Invariants (no directed link over capacity, non-negative rates, every
 byte delivered) are checked on every decision unless ``check_invariants=False``.
@@ -37,7 +41,7 @@ from echelonflow.echelon import EchelonSpec
 from echelonflow.errors import UserError
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.results import RunResult, build_run, job_completion_s
-from echelonflow.schedulers.base import ActiveFlow, Decision, Scheduler, Snapshot
+from echelonflow.schedulers.base import ActiveFlow, Decision, FlowEvent, Scheduler, Snapshot
 from echelonflow.topology import Topology
 
 #: The simulator's result for one scheduler is exactly the shared result shape's run.
@@ -72,8 +76,11 @@ class _EchelonState:
 
     spec: EchelonSpec
     job_id: str
+    weight: float = 1.0
     starts_s: dict[str, float] = field(default_factory=dict)
     reference_s: float = math.inf
+    first_start_s: float = math.inf
+    finished_bytes: float = 0.0  # bytes of its flows that have finished
 
 
 def check_placement(topology: Topology, jobs: Sequence[Job]) -> None:
@@ -142,8 +149,13 @@ class _Run:
         self.echelons: dict[str, _EchelonState] = {}
         self.specs: dict[str, dict[str, EchelonSpec]] = {}  # job id -> its EchelonFlows
         self.leftover_bytes: dict[str, float] = {}
+        # (arrival_s, job index) of jobs not yet arrived; their root tasks are released then.
+        self.arrivals: list[tuple[float, int]] = []
+        self.valid_until_s = math.inf
+        self.observing = type(scheduler).observe is not Scheduler.observe
         for job_index, job in enumerate(self.jobs):
             self._index_job(job_index, job)
+            heapq.heappush(self.arrivals, (float(job.arrival_s), job_index))
 
     # ------------------------------------------------------------------ setup
     def _index_job(self, job_index: int, job: Job) -> None:
@@ -159,21 +171,24 @@ class _Run:
         self.specs[job.job_id] = echelon_mod.echelons_of(job)
         for echelon_id, spec in self.specs[job.job_id].items():
             eqid = qualified(job.job_id, echelon_id)
-            self.echelons[eqid] = _EchelonState(spec, job.job_id)
+            self.echelons[eqid] = _EchelonState(spec, job.job_id, float(job.weight))
             for flow_id in spec.flow_ids:
                 self.flow_echelon[qualified(job.job_id, flow_id)] = (eqid, spec.offsets_s[flow_id])
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
         """Simulate until every task is done; the times are then in ``start_s`` and ``finish_s``."""
-        released = [qid for qid, n in self.waiting.items() if n == 0]
-        flows_changed = self._release(released)
+        flows_changed = self._arrive()
         while True:
             self._dispatch_computes()
             if flows_changed and self.active:
                 self._decide()
             flows_changed = False
             next_s = self.running[0][0] if self.running else math.inf
+            if self.arrivals and self.arrivals[0][0] < next_s:
+                next_s = self.arrivals[0][0]
+            if self.active and self.now_s < self.valid_until_s < next_s:
+                next_s = self.valid_until_s
             for flow in self.active.values():
                 if flow.rate_bps > 0:
                     done_s = self.now_s + 8.0 * flow.remaining_bytes / flow.rate_bps
@@ -187,8 +202,9 @@ class _Run:
                         f"e.g. {min(self.active)!r})"
                     )
                 break
+            expired = self.now_s < self.valid_until_s <= next_s
             finished = self._advance(next_s)
-            flows_changed = self._complete(finished)
+            flows_changed = self._complete(finished) or self._arrive() or expired
         undone = [qid for qid in self.task_of if qid not in self.finish_s]
         if undone:
             raise SimulationError(
@@ -196,6 +212,16 @@ class _Run:
             )
         if self.check:
             self._check_delivered()
+
+    def _arrive(self) -> bool:
+        """Release the root tasks of every job whose arrival time has come; True when a flow started."""
+        released = []
+        tol = TIME_RTOL * max(1.0, self.now_s)
+        while self.arrivals and self.arrivals[0][0] <= self.now_s + tol:
+            _, job_index = heapq.heappop(self.arrivals)
+            job = self.jobs[job_index]
+            released.extend(qualified(job.job_id, t.task_id) for t in job.tasks.values() if not t.deps)
+        return self._release(released)
 
     def _advance(self, next_s: float) -> list[str]:
         """Move the clock to ``next_s``; return the qids of flows and computes that finish then."""
@@ -231,7 +257,11 @@ class _Run:
             if isinstance(task, ComputeTask):
                 self.host_busy[task.host] = False
             else:
-                del self.active[qid]
+                flow = self.active.pop(qid)
+                state = self.echelons[flow.echelon_qid]
+                state.finished_bytes += float(task.size_bytes)
+                if self.observing:
+                    self._observe("finish", qid, task, float(task.size_bytes))
                 changed = True
         released = []
         for qid in qids:
@@ -276,6 +306,13 @@ class _Run:
         state = self.echelons[self.flow_echelon[qid][0]]
         state.starts_s[task.task_id] = self.now_s
         state.reference_s = float(echelon_mod.reference_time(state.spec, state.starts_s))
+        state.first_start_s = min(state.first_start_s, self.now_s)
+        if self.observing:
+            self._observe("start", qid, task, 0.0)
+
+    def _observe(self, kind: str, qid: str, task: FlowTask, size_bytes: float) -> None:
+        eqid = self.flow_echelon[qid][0]
+        self.scheduler.observe(FlowEvent(kind, qid, eqid, task.src, task.dst, self.now_s, size_bytes))
 
     def _dispatch_computes(self) -> None:
         for host, ready in self.host_ready.items():
@@ -288,9 +325,14 @@ class _Run:
 
     # ------------------------------------------------------------------ scheduling
     def _decide(self) -> None:
+        group_sent: dict[str, float] = {}
+        for qid, flow in self.active.items():
+            sent = self.task_of[qid][2].size_bytes - flow.remaining_bytes
+            group_sent[flow.echelon_qid] = group_sent.get(flow.echelon_qid, 0.0) + sent
         flows = []
         for qid, flow in self.active.items():
-            reference_s = self.echelons[flow.echelon_qid].reference_s
+            state = self.echelons[flow.echelon_qid]
+            reference_s = state.reference_s
             flows.append(
                 ActiveFlow(
                     flow_id=qid,
@@ -300,12 +342,17 @@ class _Run:
                     ideal_finish_s=reference_s + flow.offset_s,
                     offset_s=flow.offset_s,
                     reference_s=reference_s,
+                    weight=state.weight,
+                    sent_bytes=self.task_of[qid][2].size_bytes - flow.remaining_bytes,
+                    group_sent_bytes=state.finished_bytes + group_sent[flow.echelon_qid],
+                    group_start_s=state.first_start_s,
                 )
             )
         snapshot = Snapshot(self.now_s, self.capacity_bps, flows)
         decision = self.scheduler.decide(snapshot)
         if self.check:
             check_decision(snapshot, decision)
+        self.valid_until_s = decision.valid_until_s
         for qid, flow in self.active.items():
             flow.rate_bps = float(decision.rate_bps.get(qid, 0.0))
 

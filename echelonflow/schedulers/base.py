@@ -5,12 +5,20 @@ membership and ideal finish times, the current time) and returns a decision (a r
 rank per flow).  It performs nothing itself: the simulator turns rates into fluid progress, the
 controller turns ranks into switch queues and rates into OpenFlow meters.
 
+Clairvoyant policies (``fair``, ``coflow``, ``echelon``, ``fifo``, ``sincronia``) may read everything.
+Non-clairvoyant ones (``clairvoyant = False``: ``aalo``, ``echelon-online``) promise to read only what a
+network sees without being told: ids, paths, weights, bytes already sent (``sent_bytes``,
+``group_sent_bytes``) and when the group started (``group_start_s``), never ``remaining_bytes`` or the
+ideal-finish fields.  A policy that learns (``echelon-online``) also gets every flow start and finish
+through :meth:`Scheduler.observe`, which is all an agent reports without declarations.
+
 Units: rates and capacities in bits per second, sizes in bytes, times in seconds.
 Kept Python 3.9 compatible: the controller imports it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -31,7 +39,10 @@ class ActiveFlow:
     ideal_finish_s: float  # absolute d_j = reference time + offset
     offset_s: float  # o_j = d_j - r, the arrangement function's value for this flow
     reference_s: float  # r, the actual start of the EchelonFlow's head flow
-    weight: float = 1.0  # per-job weight of Eq. 4 (informational for now)
+    weight: float = 1.0  # the job's weight (Eq. 4's w_i; > 0)
+    sent_bytes: float = 0.0  # bytes of this flow delivered so far (attained service)
+    group_sent_bytes: float = 0.0  # bytes delivered by every flow of its group, finished ones included
+    group_start_s: float = 0.0  # when the group's first flow started (a coflow's arrival)
 
 
 @dataclass(frozen=True)
@@ -43,12 +54,31 @@ class Snapshot:
     flows: Sequence[ActiveFlow]
 
 
+@dataclass(frozen=True)
+class FlowEvent:
+    """What an agent reports about one flow: its start, or its finish with the bytes it moved."""
+
+    kind: str  # "start" or "finish"
+    flow_id: str  # qualified "job/flow"
+    echelon_id: str  # qualified "job/echelon"
+    src: str
+    dst: str
+    time_s: float
+    size_bytes: float = 0.0  # bytes the flow moved (finish events)
+
+
 @dataclass
 class Decision:
-    """Per-flow rate (bits/s) and priority rank (0 = most urgent; equal ranks share a class)."""
+    """Per-flow rate (bits/s) and priority rank (0 = most urgent; equal ranks share a class).
+
+    ``valid_until_s``: the policy would decide differently at that time even with no arrival or
+    departure (Aalo's queue thresholds); the simulator asks again then, the controller's periodic round
+    covers it anyway.
+    """
 
     rate_bps: dict[str, float] = field(default_factory=dict)
     rank: dict[str, int] = field(default_factory=dict)
+    valid_until_s: float = math.inf
 
     def as_dict(self) -> dict[str, dict[str, float]]:
         return {fid: {"rate_bps": self.rate_bps[fid], "rank": self.rank.get(fid, 0)} for fid in self.rate_bps}
@@ -63,6 +93,10 @@ class Scheduler:
 
     name: str = ""
     enforces: bool = True
+    clairvoyant: bool = True
 
     def decide(self, snapshot: Snapshot) -> Decision:
         raise NotImplementedError
+
+    def observe(self, event: FlowEvent) -> None:
+        """A flow started or finished (default: ignored; learning policies override it)."""

@@ -11,7 +11,8 @@ Per decision (rates in bits/s; "bytes" below are taken as bits, ``8 * remaining_
 2. groups are ordered smallest-effective-bottleneck-first on their remaining volume,
    ``max_l C_l / c_l`` (Varys's SEBF; ``order_by="volume"``, the default), by the offset-adjusted
    residual bottleneck ``max_l max_j (C_j / c_l - o_j)`` (``"bottleneck"``), or by ``t*_H`` itself
-   (``"tardiness"``).  Measured on the bundled scenarios (README, "Group ordering"), volume wins: the
+   (``"tardiness"``), each divided by the job's weight (the weighted sum of Eq. 4: Smith's rule orders
+   by time per weight).  Measured on the bundled scenarios (README, "Group ordering"), volume wins: the
    objective is a sum over groups, so as in Smith's rule the group that occupies the bottleneck
    for the least time goes first; subtracting offsets makes a staggered group look shorter than
    the bandwidth it really holds and lets it delay everyone else;
@@ -59,6 +60,7 @@ class EchelonScheduler(Scheduler):
         residual: list[float] = []
         full: list[float] = []
         groups: dict[str, list[int]] = {}
+        weight: dict[str, float] = {}
         ids: list[str] = []
         bits: list[float] = []
         offset: list[float] = []
@@ -87,6 +89,7 @@ class EchelonScheduler(Scheduler):
                 path.append(li)
             paths.append(path)
             groups.setdefault(flow.echelon_id, []).append(idx)
+            weight[flow.echelon_id] = flow.weight
 
         # ---- EDF order inside each group (ties by flow id, already sorted), then order the groups
         ordered: list[tuple[float, str, list[int]]] = []
@@ -99,7 +102,7 @@ class EchelonScheduler(Scheduler):
                 key = _bottleneck(members, bits, no_slack, 0.0, paths, full)
             else:
                 key = _bottleneck(members, bits, due, now, paths, full)
-            ordered.append((key, gid, members))
+            ordered.append((_weighted(key, weight[gid]), gid, members))
         ordered.sort(key=lambda item: (item[0], item[1]))
 
         # ---- just-in-time rates, group by group, against the residual capacity
@@ -164,6 +167,12 @@ def _bottleneck(
             if value > worst:
                 worst = value
     return worst
+
+
+def _weighted(key: float, weight: float) -> float:
+    """A group's ordering key under its job's weight: a heavier job looks shorter (Smith's rule,
+    bottleneck / weight); a negative key (ahead of schedule) becomes more negative instead."""
+    return key / weight if key >= 0 else key * weight
 
 
 def _consume(path: list[int], amount_bps: float, residual: list[float], full: list[float]) -> None:
