@@ -5,17 +5,26 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from echelonflow.errors import UserError
-from echelonflow.schedulers.base import ActiveFlow, Decision, Scheduler, Snapshot
+from echelonflow.schedulers.aalo import AaloScheduler
+from echelonflow.schedulers.base import ActiveFlow, Decision, FlowEvent, Scheduler, Snapshot
 from echelonflow.schedulers.echelon import CoflowScheduler, EchelonScheduler
 from echelonflow.schedulers.fair import FairScheduler
+from echelonflow.schedulers.fifo import FifoScheduler
+from echelonflow.schedulers.sincronia import SincroniaScheduler
 
 SCHEDULERS: dict[str, type[Scheduler]] = {
     "fair": FairScheduler,
     "coflow": CoflowScheduler,
     "echelon": EchelonScheduler,
+    "fifo": FifoScheduler,
+    "sincronia": SincroniaScheduler,
+    "aalo": AaloScheduler,
 }
 
-__all__ = ["SCHEDULERS", "ActiveFlow", "Decision", "Scheduler", "Snapshot", "check_names", "get_scheduler"]
+__all__ = [
+    "SCHEDULERS", "ActiveFlow", "Decision", "FlowEvent", "Scheduler", "Snapshot",
+    "check_names", "get_scheduler",
+]
 
 
 def _unknown(name: object) -> UserError:
