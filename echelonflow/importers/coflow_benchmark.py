@@ -1,0 +1,171 @@
+"""The Coflow-Benchmark trace format (github.com/coflow/coflow-benchmark) -> one job per coflow.
+
+Format: line 1 is ``<ports> <coflows>``; then one line per coflow,
+``<id> <arrival_ms> <#mappers> <mapper port>... <#reducers> <port>:<MB>...``, where a reducer's MB is what
+it receives in total.  The trace logs shuffle sizes only at the reducers, so, as in the benchmark's own
+simulator (CoflowSim), a reducer's bytes are split evenly over the coflow's mappers: one flow per
+(mapper, reducer) pair.
+
+Mapping onto this project's model:
+
+* coflow ``id`` -> job ``id`` (the trace's id, verbatim), arriving at ``arrival_ms / 1000`` seconds; all
+  its flows start at arrival (mappers are assumed done, as in CoflowSim) and form one Coflow
+  (echelon ``shuffle``, kind ``coflow``), so the job's completion time is the coflow completion time;
+* trace port p -> host ``h{p+1}`` (ports are numbered from 0, hosts from 1); the trace's model is one
+  non-blocking switch of ``ports`` ports: the ``bigswitch`` topology;
+* MB -> bytes with 1 MB = 2^20 bytes, as CoflowSim reads it.  The matching port rate is 1 Gbit/s =
+  2^30 bit/s (CoflowSim's ``RACK_BITS_PER_SEC = 1024 * 1048576``), so a 1 MB flow takes exactly 1/128 s
+  alone and completion times are comparable with the published CoflowSim results; with decimal units
+  (10^9 bit/s) every time would be 7.4 % shorter (2^30 / 10^9 = 1.0737);
+* a flow whose mapper and reducer share a port never crosses the switch (the ports are racks' uplinks):
+  it is left out (FB2010: 4,911 of 706,397 flows, 0.7 % of the bytes).  A coflow left with no flow at
+  all (FB2010: 3) becomes a job of one zero-second compute task on its reducer, so every coflow of the
+  trace is a job and completes at its arrival.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from echelonflow.errors import TraceError
+from echelonflow.model import ComputeTask, FlowTask, Job
+from echelonflow.workloads.spec import split_bytes
+
+BYTES_PER_MB = 2**20
+#: The trace's port rate: 1 Gbit/s in CoflowSim's binary units (see the module docstring).
+PORT_RATE_BPS = float(2**30)
+ECHELON_ID = "shuffle"
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """What an import kept and what it left out (for reports)."""
+
+    ports: int
+    coflows: int
+    flows: int
+    local_flows_dropped: int
+    bytes_total: int
+    bytes_dropped: int
+
+
+def host_of(port: int) -> str:
+    """Trace port p (from 0) -> host name ``h{p+1}``."""
+    return f"h{port + 1}"
+
+
+def load_coflow_benchmark(path: str | Path) -> list[Job]:
+    """All coflows of the trace as jobs (module docstring); TraceError naming line and problem if bad."""
+    return read_coflow_benchmark(path)[0]
+
+
+def read_coflow_benchmark(path: str | Path) -> tuple[list[Job], TraceSummary]:
+    """The jobs and a summary of what was kept."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="ascii")
+    except OSError as err:
+        raise TraceError(f"{source}: cannot read coflow trace: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise TraceError(f"{source}: not a text coflow trace (byte {err.start} is not ASCII)") from None
+    lines = text.splitlines()
+    if not lines or not lines[0].strip():
+        raise TraceError(f"{source} line 1: empty; expected '<ports> <coflows>'")
+    header = lines[0].split()
+    if len(header) != 2:
+        raise TraceError(f"{source} line 1: expected '<ports> <coflows>', got {lines[0].strip()!r}")
+    ports = _int(header[0], f"{source} line 1: ports", 1)
+    count = _int(header[1], f"{source} line 1: coflows", 1)
+    body = [(n, line) for n, line in enumerate(lines[1:], start=2) if line.strip()]
+    if len(body) != count:
+        raise TraceError(f"{source}: the header announces {count} coflows, the file has {len(body)} lines")
+    hosts = [host_of(p) for p in range(ports)]
+    jobs: list[Job] = []
+    seen: set[str] = set()
+    flows = dropped = bytes_total = bytes_dropped = 0
+    for number, line in body:
+        job, kept, local, local_bytes, total = _coflow(line.split(), hosts, f"{source} line {number}")
+        if job.job_id in seen:
+            raise TraceError(f"{source} line {number}: coflow {job.job_id!r}: duplicate coflow id")
+        seen.add(job.job_id)
+        jobs.append(job)
+        flows, dropped = flows + kept, dropped + local
+        bytes_total, bytes_dropped = bytes_total + total, bytes_dropped + local_bytes
+    return jobs, TraceSummary(ports, len(jobs), flows, dropped, bytes_total, bytes_dropped)
+
+
+def _coflow(tokens: list[str], hosts: list[str], where: str) -> tuple[Job, int, int, int, int]:
+    if len(tokens) < 5:
+        raise TraceError(f"{where}: expected '<id> <arrival_ms> <#mappers> <ports>... <#reducers> "
+                         f"<port>:<MB>...', got {len(tokens)} fields")
+    coflow_id = tokens[0]
+    if "/" in coflow_id:
+        raise TraceError(f"{where}: coflow id {coflow_id!r} must not contain '/'")
+    where = f"{where}: coflow {coflow_id!r}"
+    arrival_ms = _number(tokens[1], f"{where}: arrival_ms")
+    n_mappers = _int(tokens[2], f"{where}: number of mappers", 1)
+    if len(tokens) < 4 + n_mappers:
+        raise TraceError(f"{where}: announces {n_mappers} mappers but the line ends after {len(tokens) - 3}")
+    mappers = [_port(tokens[3 + i], hosts, f"{where}: mapper {i}") for i in range(n_mappers)]
+    if len(set(mappers)) != n_mappers:
+        raise TraceError(f"{where}: a mapper port is listed twice")
+    n_reducers = _int(tokens[3 + n_mappers], f"{where}: number of reducers", 1)
+    entries = tokens[4 + n_mappers:]
+    if len(entries) != n_reducers:
+        raise TraceError(f"{where}: announces {n_reducers} reducers but gives {len(entries)} port:MB entries")
+    job = Job(coflow_id, arrival_s=arrival_ms / 1000.0)
+    job.echelon_kinds[ECHELON_ID] = "coflow"
+    seen: set[int] = set()
+    kept = local = local_bytes = total_bytes = 0
+    for r, entry in enumerate(entries):
+        port_text, sep, mb_text = entry.partition(":")
+        if not sep:
+            raise TraceError(f"{where}: reducer {r} entry {entry!r} is not PORT:MB")
+        port = _port(port_text, hosts, f"{where}: reducer {r}")
+        if port in seen:
+            raise TraceError(f"{where}: reducer port {port} is listed twice")
+        seen.add(port)
+        megabytes = _number(mb_text, f"{where}: reducer {r} MB")
+        total = round(megabytes * BYTES_PER_MB)
+        if total < n_mappers:
+            raise TraceError(f"{where}: reducer {r} receives {mb_text} MB, less than one byte per mapper")
+        total_bytes += total
+        for mapper, part in zip(mappers, split_bytes(total, n_mappers)):
+            if mapper == port:
+                local, local_bytes = local + 1, local_bytes + part
+                continue
+            job.add(FlowTask(f"m{mapper}.r{port}", hosts[mapper], hosts[port], part, (), ECHELON_ID))
+            kept += 1
+    if not kept:
+        job.echelon_kinds.clear()
+        job.add(ComputeTask("local-shuffle", hosts[mappers[0]], 0.0, (), "shuffle within one port"))
+    return job, kept, local, local_bytes, total_bytes
+
+
+def _int(text: str, where: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise TraceError(f"{where}: {text!r} is not a whole number") from None
+    if value < minimum:
+        raise TraceError(f"{where}: must be at least {minimum}, got {value}")
+    return value
+
+
+def _number(text: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise TraceError(f"{where}: {text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise TraceError(f"{where}: must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _port(text: str, hosts: list[str], where: str) -> int:
+    port = _int(text, f"{where} port", 0)
+    if port >= len(hosts):
+        raise TraceError(f"{where}: port {port} is outside the trace's ports 0..{len(hosts) - 1}")
+    return port
