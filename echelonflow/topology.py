@@ -8,6 +8,7 @@ attribute here, so they can never disagree:
 * switch nodes: ``kind="switch"``, ``layer`` (edge/agg/core, leaf/spine, or switch), ``dpid``;
 * edges: ``rate_bps`` and ``ports`` = {node: OpenFlow port number on that node}.  Port numbers are
   given out per node in link-creation order starting at 1 and Mininet is told to use exactly them.
+  Links above the edge/leaf layer of a fat-tree or leaf-spine run at ``rate_bps / oversubscription``.
 
 Names and addresses live here too, so nobody derives them twice: host addresses (:func:`host_ip`,
 :func:`host_mac`), interface names (``<node>-eth<port>``, Mininet's scheme, :func:`intf_name`), dpids
@@ -17,9 +18,9 @@ Switch names say what they are (``e3`` edge, ``a2`` aggregation, ``c1`` core, ``
 spine, ``s1`` anything else); a dpid carries the layer in its high bits (edge 1, agg 2, core 3, leaf 4,
 spine 5, other 6) and the switch's number in the low 16, so a dpid in a log reads back to a name.
 
-Equal-cost paths come from the known structure (fat-tree, leaf-spine), not from a graph search, so a
-k=16 fat-tree (1024 hosts) answers instantly; one of them is pinned per flow by a stable hash, so the
-simulator and the controller put the same flow on the same path.
+Equal-cost paths come from the known structure (fat-tree, leaf-spine, big switch), not from a graph
+search, so a k=16 fat-tree (1024 hosts) answers instantly; one of them is pinned per flow by a stable
+hash, so the simulator and the controller put the same flow on the same path.
 
 Pure (networkx only) and kept Python 3.9 compatible: the controller imports it.
 """
@@ -65,7 +66,7 @@ def dpid_hex(dpid: int) -> str:
 class Topology:
     """A named topology graph with path and capacity helpers."""
 
-    def __init__(self, name: str, kind: str, params: dict[str, int], rate_bps: float) -> None:
+    def __init__(self, name: str, kind: str, params: dict[str, float], rate_bps: float) -> None:
         self.name = name
         self.kind = kind
         self.params = dict(params)
@@ -156,6 +157,8 @@ class Topology:
             return self._fattree_paths(src, dst)
         if self.kind == "leafspine":
             return self._leafspine_paths(src, dst)
+        if self.kind == "bigswitch":
+            return [(src, self.host_switch(src), dst)]
         return sorted(tuple(p) for p in nx.all_shortest_paths(self.graph, src, dst))
 
     def path_for(self, src: str, dst: str, flow_key: str) -> NodePath:
@@ -230,51 +233,79 @@ def dumbbell(rate_bps: float, hosts_per_side: int = 2) -> Topology:
     return topo
 
 
-def fattree(rate_bps: float, k: int = 4) -> Topology:
-    """Al-Fares k-ary fat-tree: k pods of k/2 edge and k/2 agg switches, (k/2)^2 cores, k^3/4 hosts."""
+def bigswitch(rate_bps: float, hosts: int = 2) -> Topology:
+    """N hosts on one non-blocking switch: the model of the Coflow-Benchmark (one port per rack)."""
+    _check_positive("hosts", hosts)
+    if hosts < 2:
+        raise TopologyError(f"a big switch needs at least 2 hosts, got {hosts!r}")
+    topo = Topology(f"bigswitch{hosts}", "bigswitch", {"hosts": hosts}, rate_bps)
+    s1 = topo.add_switch("switch")
+    for _ in range(hosts):
+        topo.add_link(topo.add_host(), s1)
+    return topo
+
+
+def fattree(rate_bps: float, k: int = 4, oversubscription: float = 1) -> Topology:
+    """Al-Fares k-ary fat-tree: k pods of k/2 edge and k/2 agg switches, (k/2)^2 cores, k^3/4 hosts.
+
+    ``oversubscription`` r: edge-agg and agg-core links run at ``rate_bps / r``, so an edge switch's
+    hosts can send r times what its uplinks carry (r:1 towards the core; 1 = full bisection).
+    """
     if not isinstance(k, int) or k < 2 or k % 2:
         raise TopologyError(f"fat-tree k must be an even integer >= 2, got {k!r}")
     half = k // 2
-    topo = Topology(f"fattree{k}", "fattree", {"k": k}, rate_bps)
+    ratio = _check_ratio(oversubscription)
+    params: dict[str, float] = {"k": k} if ratio == 1 else {"k": k, "oversubscription": oversubscription}
+    topo = Topology(f"fattree{k}" + _ratio_suffix(ratio), "fattree", params, rate_bps)
+    upper_bps = rate_bps / ratio
     cores = [topo.add_switch("core") for _ in range(half * half)]
     for pod in range(k):
         aggs = [topo.add_switch("agg", pod) for _ in range(half)]
         edges = [topo.add_switch("edge", pod) for _ in range(half)]
         for i, agg in enumerate(aggs):
             for core in cores[i * half:(i + 1) * half]:
-                topo.add_link(agg, core)
+                topo.add_link(agg, core, upper_bps)
         for edge, agg in product(edges, aggs):
-            topo.add_link(edge, agg)
+            topo.add_link(edge, agg, upper_bps)
         for edge in edges:
             for _ in range(half):
                 topo.add_link(topo.add_host(), edge)
     return topo
 
 
-def leaf_spine(rate_bps: float, leaves: int = 4, spines: int = 2, hosts_per_leaf: int = 4) -> Topology:
-    """Two-tier Clos: every leaf connects to every spine."""
+def leaf_spine(rate_bps: float, leaves: int = 4, spines: int = 2, hosts_per_leaf: int = 4,
+               oversubscription: float = 1) -> Topology:
+    """Two-tier Clos: every leaf connects to every spine; leaf-spine links at ``rate_bps / oversubscription``.
+
+    A leaf's own ratio is then ``hosts_per_leaf * oversubscription / spines`` : 1.
+    """
     for name, value in (("leaves", leaves), ("spines", spines), ("hosts_per_leaf", hosts_per_leaf)):
         _check_positive(name, value)
-    topo = Topology(
-        f"leafspine{leaves}x{spines}",
-        "leafspine",
-        {"leaves": leaves, "spines": spines, "hosts_per_leaf": hosts_per_leaf},
-        rate_bps,
-    )
+    ratio = _check_ratio(oversubscription)
+    params: dict[str, float] = {"leaves": leaves, "spines": spines, "hosts_per_leaf": hosts_per_leaf}
+    if ratio != 1:
+        params["oversubscription"] = oversubscription
+    topo = Topology(f"leafspine{leaves}x{spines}" + _ratio_suffix(ratio), "leafspine", params, rate_bps)
     spine_names = [topo.add_switch("spine") for _ in range(spines)]
     for _ in range(leaves):
         leaf = topo.add_switch("leaf")
         for spine in spine_names:
-            topo.add_link(leaf, spine)
+            topo.add_link(leaf, spine, rate_bps / ratio)
         for _ in range(hosts_per_leaf):
             topo.add_link(topo.add_host(), leaf)
     return topo
 
 
-BUILDERS = {"two_hosts": two_hosts, "dumbbell": dumbbell, "fattree": fattree, "leafspine": leaf_spine}
+BUILDERS = {
+    "two_hosts": two_hosts,
+    "dumbbell": dumbbell,
+    "fattree": fattree,
+    "leafspine": leaf_spine,
+    "bigswitch": bigswitch,
+}
 
 
-def build(kind: str, rate_bps: float, **params: int) -> Topology:
+def build(kind: str, rate_bps: float, **params: float) -> Topology:
     """Build a topology by kind name; unknown kinds or parameters raise :class:`TopologyError`."""
     if kind not in BUILDERS:
         raise TopologyError(f"unknown topology {kind!r}; choose one of {', '.join(sorted(BUILDERS))}")
@@ -289,3 +320,15 @@ def build(kind: str, rate_bps: float, **params: int) -> Topology:
 def _check_positive(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise TopologyError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_ratio(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value < float("inf"):
+        raise TopologyError(f"oversubscription must be a finite number >= 1 (upper links run at rate / it), "
+                            f"got {value!r}")
+    return float(value)
+
+
+def _ratio_suffix(ratio: float) -> str:
+    """Name part for an oversubscribed fabric, e.g. ``-os4`` (none at 1:1, so old names stay)."""
+    return "" if ratio == 1 else f"-os{ratio:g}"

@@ -30,7 +30,15 @@ if not globals().get("__package__"):  # loaded by path; `mn --custom` exec()s us
 
 from mininet.topo import Topo  # noqa: E402
 
-from echelonflow.topology import Topology, dpid_hex, dumbbell, fattree, leaf_spine, two_hosts  # noqa: E402
+from echelonflow.topology import (  # noqa: E402
+    Topology,
+    bigswitch,
+    dpid_hex,
+    dumbbell,
+    fattree,
+    leaf_spine,
+    two_hosts,
+)
 
 DEFAULT_RATE_BPS = 10e6  # only recorded on the graph; shaping is the fabric's job
 
@@ -66,25 +74,35 @@ class DumbbellTopo(GraphTopo):
 
 
 class FatTreeTopo(GraphTopo):
-    """Al-Fares k-ary fat-tree (``--topo fattree,K``)."""
+    """Al-Fares k-ary fat-tree (``--topo fattree,K[,RATE_BPS[,OVERSUBSCRIPTION]]``)."""
 
-    def build(self, k: int = 4, rate_bps: float = DEFAULT_RATE_BPS) -> None:  # type: ignore[override]
-        super().build(fattree(float(rate_bps), k=int(k)))
+    def build(self, k: int = 4, rate_bps: float = DEFAULT_RATE_BPS,  # type: ignore[override]
+              oversubscription: float = 1) -> None:
+        super().build(fattree(float(rate_bps), k=int(k), oversubscription=float(oversubscription)))
+
+
+class BigSwitchTopo(GraphTopo):
+    """N hosts on one switch (``--topo bigswitch,N``)."""
+
+    def build(self, hosts: int = 2, rate_bps: float = DEFAULT_RATE_BPS) -> None:  # type: ignore[override]
+        super().build(bigswitch(float(rate_bps), hosts=int(hosts)))
 
 
 class LeafSpineTopo(GraphTopo):
     """Two-tier Clos (``--topo leafspine,LEAVES,SPINES,HOSTS_PER_LEAF``)."""
 
     def build(  # type: ignore[override]
-        self, leaves: int = 4, spines: int = 2, hosts_per_leaf: int = 4, rate_bps: float = DEFAULT_RATE_BPS
+        self, leaves: int = 4, spines: int = 2, hosts_per_leaf: int = 4, rate_bps: float = DEFAULT_RATE_BPS,
+        oversubscription: float = 1,
     ) -> None:
         super().build(
             leaf_spine(float(rate_bps), leaves=int(leaves), spines=int(spines),
-                              hosts_per_leaf=int(hosts_per_leaf))
+                       hosts_per_leaf=int(hosts_per_leaf), oversubscription=float(oversubscription))
         )
 
 
 topos = {
+    "bigswitch": BigSwitchTopo,
     "fattree": FatTreeTopo,
     "dumbbell": DumbbellTopo,
     "leafspine": LeafSpineTopo,

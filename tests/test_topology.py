@@ -1,0 +1,62 @@
+"""Topology kinds for evaluation: the big switch (Coflow-Benchmark model) and oversubscribed Clos fabrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.topology_spec import spec_of, topology_from_spec
+from echelonflow.topology import Topology, TopologyError, build
+
+
+def test_bigswitch_is_one_switch_with_one_path_per_pair() -> None:
+    topo = build("bigswitch", 2**30, hosts=150)
+    assert topo.name == "bigswitch150" and topo.switches == ["s1"]
+    assert topo.hosts[0] == "h1" and topo.hosts[-1] == "h150" and len(topo.hosts) == 150
+    assert topo.equal_cost_paths("h1", "h150") == [("h1", "s1", "h150")]
+    capacity = topo.capacity_bps()
+    assert len(capacity) == 300 and set(capacity.values()) == {2.0**30}
+    assert len({topo.graph.nodes[h]["ip"] for h in topo.hosts}) == 150
+
+
+@pytest.mark.parametrize("hosts", [1, 0, -3, 2.5, True, "4"])
+def test_bigswitch_rejects_bad_host_counts(hosts) -> None:
+    with pytest.raises(TopologyError):
+        build("bigswitch", 1e9, hosts=hosts)
+
+
+def _rates_by_layer(topo: Topology) -> dict[tuple[str, str], set[float]]:
+    layer = {n: d.get("layer", "host") for n, d in topo.graph.nodes(data=True)}
+    out: dict[tuple[str, str], set[float]] = {}
+    for a, b, data in topo.graph.edges(data=True):
+        out.setdefault(tuple(sorted((layer[a], layer[b]))), set()).add(data["rate_bps"])
+    return out
+
+
+def test_fattree_oversubscription_divides_the_upper_links() -> None:
+    topo = build("fattree", 10e6, k=4, oversubscription=4)
+    assert topo.name == "fattree4-os4" and topo.params == {"k": 4, "oversubscription": 4}
+    assert _rates_by_layer(topo) == {
+        ("edge", "host"): {10e6}, ("agg", "edge"): {2.5e6}, ("agg", "core"): {2.5e6}}
+    # an edge switch's hosts can send 4x what its uplinks carry
+    edge = topo.host_switch("h1")
+    down = sum(topo.graph.edges[edge, h]["rate_bps"] for h in topo.graph.neighbors(edge) if h.startswith("h"))
+    up = sum(topo.graph.edges[edge, a]["rate_bps"] for a in topo.graph.neighbors(edge) if a.startswith("a"))
+    assert down / up == pytest.approx(4.0)
+    plain = build("fattree", 10e6, k=4)
+    assert plain.name == "fattree4" and plain.params == {"k": 4}
+    assert build("fattree", 10e6, k=4, oversubscription=1).name == "fattree4"
+
+
+def test_leafspine_oversubscription_and_the_spec_round_trip() -> None:
+    topo = build("leafspine", 10e6, leaves=2, spines=2, hosts_per_leaf=4, oversubscription=2.5)
+    assert _rates_by_layer(topo) == {("host", "leaf"): {10e6}, ("leaf", "spine"): {4e6}}
+    again = topology_from_spec(spec_of(topo))
+    assert again.name == topo.name and again.capacity_bps() == topo.capacity_bps()
+    big = topology_from_spec(spec_of(build("bigswitch", 1e9, hosts=8)))
+    assert big.name == "bigswitch8"
+
+
+@pytest.mark.parametrize("ratio", [0.5, 0, -1, float("inf"), float("nan"), True, "4"])
+def test_bad_oversubscription_is_refused(ratio) -> None:
+    with pytest.raises(TopologyError, match="oversubscription"):
+        build("fattree", 10e6, k=4, oversubscription=ratio)
