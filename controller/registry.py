@@ -399,20 +399,36 @@ class Registry:
 
     # ------------------------------------------------------------------ scheduler view
     def snapshot(self, now_s: float) -> Snapshot:
-        """Active flows with paths, remaining bytes and ideal finish times, for any ``Scheduler``."""
+        """Active flows with paths, remaining bytes and ideal finish times, for any ``Scheduler``.
+
+        Also what non-clairvoyant policies go by: each flow's delivered bytes, its group's delivered
+        bytes (finished flows included) and the group's first start.
+        """
         out = []
+        group_sent: dict[str, float] = {}
+        group_start: dict[str, float] = {}
+        for key in self._active:
+            group = self.flows[key].echelon_key
+            if group not in group_sent:
+                started = [f for f in self.flows_of(group) if f.start_s is not None]
+                group_sent[group] = sum(self.bytes_done(f) for f in started)
+                group_start[group] = min(f.start_s for f in started)
         for key in self._active:
             flow = self.flows[key]
             ref = self._reference_s[flow.echelon_key]
+            done = self.bytes_done(flow)
             out.append(ActiveFlow(
                 flow_id=key,
                 echelon_id=flow.echelon_key,
                 path=self._paths[key][1],
-                remaining_bytes=max(0.0, flow.size_bytes - self.bytes_done(flow)),
+                remaining_bytes=max(0.0, flow.size_bytes - done),
                 ideal_finish_s=ref + flow.offset_s,
                 offset_s=flow.offset_s,
                 reference_s=ref,
                 weight=self.jobs[flow.job_id].weight,
+                sent_bytes=done,
+                group_sent_bytes=group_sent[flow.echelon_key],
+                group_start_s=group_start[flow.echelon_key],
             ))
         return Snapshot(now_s=now_s, capacity_bps=self._capacity_bps, flows=out)
 

@@ -10,6 +10,7 @@ problem, so a run never starts on a half-valid scenario.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +24,10 @@ EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
 DEFAULT_SCHEDULERS = ("fair", "coflow", "echelon")
 
 _TOP_FIELDS = {"name", "description", "topology", "jobs", "schedulers"}
-_GENERATOR_JOB_FIELDS = {"id", "generator", "params", "hosts"}
+_TIMING_FIELDS = {"arrival_s", "weight"}
+_GENERATOR_JOB_FIELDS = {"id", "generator", "params", "hosts"} | _TIMING_FIELDS
 _TRACE_JOB_FIELDS = {"trace"}
+_COFLOW_JOB_FIELDS = {"coflow_benchmark", "max_coflows", "weight"}
 
 
 @dataclass
@@ -140,9 +143,14 @@ def _jobs(entries: Any, topology: Topology, path: Path, fail: Any) -> list[Job]:
         if "trace" in entry:
             _no_unknown(entry, _TRACE_JOB_FIELDS, label, fail)
             jobs.extend(_trace_jobs(entry["trace"], known_hosts, path, f"{label}.trace", fail))
+        elif "coflow_benchmark" in entry:
+            _no_unknown(entry, _COFLOW_JOB_FIELDS, label, fail)
+            jobs.extend(_coflow_jobs(entry, path, label, fail))
         else:
             _no_unknown(entry, _GENERATOR_JOB_FIELDS, label, fail)
-            jobs.append(_generated_job(entry, known_hosts, label, fail))
+            job = _generated_job(entry, known_hosts, label, fail)
+            _set_timing(job, entry, label, fail)
+            jobs.append(job)
     seen: set[str] = set()
     host_set = set(known_hosts)
     for job in jobs:
@@ -183,18 +191,65 @@ def _generated_job(entry: dict[str, Any], known_hosts: list[str], label: str, fa
         raise fail(f"{label}.params", str(exc)) from None
 
 
-def _trace_jobs(rel: Any, known_hosts: list[str], path: Path, label: str, fail: Any) -> list[Job]:
-    from echelonflow.trace import load_trace
+def _set_timing(job: Job, entry: dict[str, Any], label: str, fail: Any) -> None:
+    """A job entry's ``arrival_s`` (>= 0) and ``weight`` (> 0), when given."""
+    if "arrival_s" in entry:
+        job.arrival_s = _number(entry["arrival_s"], f"{label}.arrival_s", fail, positive=False)
+    if "weight" in entry:
+        job.weight = _number(entry["weight"], f"{label}.weight", fail, positive=True)
+
+
+def _number(value: Any, field_name: str, fail: Any, positive: bool) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (positive and value == 0):
+        raise fail(field_name, f"must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
+    return float(value)
+
+
+def _data_path(rel: Any, path: Path, label: str, fail: Any) -> Path:
+    """A path named in a scenario: ``../shared/data/...`` is the shared data folder (next to the
+    repository), any other relative path is relative to the scenario file."""
+    from echelonflow.shared_data import resolve_shared
 
     if not isinstance(rel, str) or not rel:
         raise fail(label, f"must be a path string, got {rel!r}")
-    trace_path = (path.parent / rel) if not os.path.isabs(rel) else Path(rel)
+    try:
+        shared = resolve_shared(rel)
+    except UserError as exc:
+        raise fail(label, str(exc)) from None
+    if shared is not None:
+        return shared
+    return (path.parent / rel) if not os.path.isabs(rel) else Path(rel)
+
+
+def _trace_jobs(rel: Any, known_hosts: list[str], path: Path, label: str, fail: Any) -> list[Job]:
+    from echelonflow.trace import load_trace
+
+    trace_path = _data_path(rel, path, label, fail)
     if not trace_path.is_file():
         raise fail(label, f"trace file {str(trace_path)!r} does not exist")
     try:
         return list(load_trace(str(trace_path), known_hosts=known_hosts))
     except UserError as exc:
         raise fail(label, str(exc)) from None
+
+
+def _coflow_jobs(entry: dict[str, Any], path: Path, label: str, fail: Any) -> list[Job]:
+    """``{"coflow_benchmark": PATH[, "max_coflows": N][, "weight": W]}``: one job per coflow."""
+    from echelonflow.importers.coflow_benchmark import load_coflow_benchmark
+
+    trace_path = _data_path(entry["coflow_benchmark"], path, f"{label}.coflow_benchmark", fail)
+    limit = entry.get("max_coflows")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise fail(f"{label}.max_coflows", f"must be a positive whole number, got {limit!r}")
+    try:
+        jobs = load_coflow_benchmark(trace_path)
+    except UserError as exc:
+        raise fail(f"{label}.coflow_benchmark", str(exc)) from None
+    jobs = jobs[:limit] if limit is not None else jobs
+    for job in jobs:
+        _set_timing(job, {k: v for k, v in entry.items() if k == "weight"}, label, fail)
+    return jobs
 
 
 def _check_hosts(job: Job, known: set, topology: Topology, fail: Any) -> None:

@@ -31,7 +31,8 @@ from echelonflow.model import (
 )
 
 TOP_FIELDS = {"jobs": True, "description": False}  # field -> required
-JOB_FIELDS = {"id": True, "tasks": True, "echelons": False, "description": False}
+JOB_FIELDS = {"id": True, "tasks": True, "echelons": False, "description": False, "arrival_s": False,
+              "weight": False}
 COMPUTE_FIELDS = {"id": True, "type": True, "host": True, "duration_s": True, "deps": False, "label": False}
 FLOW_FIELDS = {
     "id": True,
@@ -111,6 +112,10 @@ def job_to_trace(job: Job) -> dict[str, Any]:
             group = echelons.setdefault(flow.echelon_id or flow.task_id, {})
             group.setdefault("offsets_s", {})[flow.task_id] = job.explicit_offsets_s[flow.task_id]
     out: dict[str, Any] = {"id": job.job_id, "tasks": tasks}
+    if job.arrival_s:
+        out["arrival_s"] = job.arrival_s
+    if job.weight != 1.0:
+        out["weight"] = job.weight
     if echelons:
         out["echelons"] = echelons
     return out
@@ -143,6 +148,10 @@ def _parse_job(data: Any, where: str, source: str, hosts: set[str] | None) -> Jo
     if not isinstance(tasks_data, list) or not tasks_data:
         raise TraceError(f"{where}: 'tasks' must be a non-empty list, got {_kind(tasks_data)}")
     job = Job(job_id)
+    if "arrival_s" in data:
+        job.arrival_s = _number(data["arrival_s"], f"{where}: field 'arrival_s'")
+    if "weight" in data:
+        job.weight = _weight(data["weight"], f"{where}: field 'weight'")
     for index, task_data in enumerate(tasks_data):
         task = _parse_task(task_data, where, index, hosts)
         if task.task_id in job.tasks:
@@ -283,6 +292,13 @@ def _number(value: Any, where: str) -> float:
         raise TraceError(f"{where} must be finite, got {value!r}")
     if value < 0:
         raise TraceError(f"{where} must not be negative, got {value!r}")
+    return float(value)
+
+
+def _weight(value: Any, where: str) -> float:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value <= 0:
+        raise TraceError(f"{where} must be a finite number > 0, got {value!r}")
     return float(value)
 
 

@@ -130,6 +130,19 @@ def test_fig2_timing_matches_the_ideal_schedule_on_an_unshaped_network(tmp_path)
     assert all(abs(e.tardiness_s) < 0.05 for e in result.echelonflows.values())
 
 
+def test_a_job_starts_at_its_arrival_and_completes_from_it(tmp_path):
+    early = Job("early")
+    early.add(ComputeTask("c", "h1", 0.1))
+    late = Job("late", arrival_s=0.8)
+    late.add(ComputeTask("c", "h1", 0.1))
+    late.add(FlowTask("f", "h1", "h2", 10_000, ("c",)))
+    late.add(ComputeTask("d", "h2", 0.1, ("f",)))
+    result = assemble_run([early, late], run([early, late], tmp_path).documents, "none")
+    assert result.tasks["early/c"].start == pytest.approx(0.0, abs=0.05)
+    assert result.tasks["late/c"].start == pytest.approx(0.8, abs=0.05)
+    assert result.jobs["late"].completion_time == pytest.approx(0.2, abs=0.06)  # counted from arrival
+
+
 # ------------------------------------------------------------------------------------------ failures
 def slow_job():
     job = Job("s")
@@ -364,9 +377,12 @@ def test_agents_declare_start_and_finish_every_flow_in_the_registry(tmp_path, re
     client = EchelonClient(socket_path=sock_path, token_file=token)
     client.set_scheduler("echelon")
     jobs = mixed_jobs()
+    jobs[1].weight = 2.5
     work = tmp_path / "w"
     work.mkdir()
     outcome = run(jobs, work, registry=RegistrySettings(sock_path, token, 0.05, "r1-"))
+    assert {j["job_id"]: j["weight"] for j in client.jobs() if j["job_id"].startswith("r1-")} == {
+        "r1-a": 1.0, "r1-b": 2.5}
     for job in jobs:
         flows = {f["flow_id"]: f for f in client.flows("r1-" + job.job_id)}
         nonzero = [f for f in job.flows if f.size_bytes > 0]

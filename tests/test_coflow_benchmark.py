@@ -1,4 +1,4 @@
-"""Coflow-Benchmark import: the shared FB2010 trace read in place, and malformed traces rejected in one line."""
+"""Coflow-Benchmark import: the shared FB2010 trace read in place; malformed traces fail in one line."""
 
 from __future__ import annotations
 

@@ -66,6 +66,10 @@ def test_snapshot_has_active_flows_with_reference_time_and_remaining(reg, topo):
     reg.flow_finished("j1", "f1", 103.0)
     assert [f.flow_id for f in reg.snapshot(103.0).flows] == ["j1/f2"]
     assert reg.flows["j1/f1"].bytes_sent == 1_000_000
+    # what non-clairvoyant policies see: delivered bytes of the flow and of its group (finished f1
+    # included), and the group's first start
+    (f2,) = reg.snapshot(103.0).flows
+    assert (f2.sent_bytes, f2.group_sent_bytes, f2.group_start_s) == (800_000, 1_800_000, 100.0)
 
 
 def test_reference_time_follows_the_earliest_anchor(topo):

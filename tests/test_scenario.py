@@ -11,6 +11,7 @@ from echelonflow.errors import ScenarioError
 from echelonflow.scenario import bundled_names, load_scenario
 
 GOOD_JOB = {"id": "p", "generator": "fig2", "hosts": ["h1", "h2"], "params": {"micro_batches": 2}}
+FB2010 = "../shared/data/coflow-benchmark/FB2010-1Hr-150-0.txt"
 
 
 def write(tmp_path: Path, doc, name: str = "s.json") -> str:
@@ -30,7 +31,7 @@ def test_bundled_scenarios_load() -> None:
     for name in bundled_names():
         scenario = load_scenario(name)
         assert scenario.name == name
-        assert scenario.jobs and scenario.schedulers == ["fair", "coflow", "echelon"]
+        assert scenario.jobs and scenario.schedulers[:1] == ["fair"]
         assert scenario.source.endswith(f"{name}.json")
     fig2 = load_scenario("fig2")
     assert fig2.topology.rate_bps == 10e6
@@ -87,7 +88,16 @@ def test_trace_jobs_load_relative_to_the_scenario_and_simulate(tmp_path: Path) -
         (base(jobs=[GOOD_JOB, GOOD_JOB]), r"field jobs: duplicate job id 'p'"),
         (base(jobs=[{**GOOD_JOB, "params": {"micro_batches": "x"}}]), r"jobs\[0\]\.params: .*micro_batches"),
         (base(jobs=[{**GOOD_JOB, "params": {"warp": 1}}]), r"jobs\[0\]\.params: .*warp"),
-        (base(schedulers=["fair", "sincronia"]), r"field schedulers: unknown scheduler 'sincronia'"),
+        (base(schedulers=["fair", "pfabric"]), r"field schedulers: unknown scheduler 'pfabric'"),
+        (base(jobs=[{**GOOD_JOB, "arrival_s": -1}]), r"jobs\[0\]\.arrival_s: must be a finite number >= 0"),
+        (base(jobs=[{**GOOD_JOB, "weight": 0}]), r"jobs\[0\]\.weight: must be a finite number > 0"),
+        (base(jobs=[{**GOOD_JOB, "weight": True}]), r"jobs\[0\]\.weight: must be a finite number > 0"),
+        (base(jobs=[{"coflow_benchmark": "nope.txt"}]), r"jobs\[0\]\.coflow_benchmark: .*cannot read"),
+        (base(jobs=[{"coflow_benchmark": "../shared/data/no-such.txt"}]),
+         r"jobs\[0\]\.coflow_benchmark: shared data 'no-such.txt' is missing"),
+        (base(jobs=[{"coflow_benchmark": "x.txt", "arrival_s": 3}]), r"jobs\[0\]: unknown field 'arrival_s'"),
+        (base(jobs=[{"coflow_benchmark": FB2010, "max_coflows": 0}]), r"jobs\[0\]\.max_coflows: must be a"),
+        (base(jobs=[{"coflow_benchmark": FB2010, "max_coflows": 3}]), r"task .* uses host 'h2\d', not in"),
         (base(schedulers="fair"), r"field schedulers: must be a non-empty list"),
     ],
 )
@@ -104,3 +114,38 @@ def test_unknown_name_and_missing_file() -> None:
         load_scenario("nope")
     with pytest.raises(ScenarioError, match="scenario file '/no/such.json' does not exist"):
         load_scenario("/no/such.json")
+
+
+def test_arrival_and_weight_of_generated_jobs(tmp_path: Path) -> None:
+    late = {**GOOD_JOB, "id": "late", "arrival_s": 2.5, "weight": 4}
+    scenario = load_scenario(write(tmp_path, base(jobs=[GOOD_JOB, late])))
+    assert [(j.arrival_s, j.weight) for j in scenario.jobs] == [(0.0, 1.0), (2.5, 4.0)]
+
+
+def test_trace_files_carry_arrival_and_weight(tmp_path: Path) -> None:
+    from echelonflow.trace import load_trace, save_trace
+    from echelonflow.workloads import generate
+
+    job = generate("fig2", "t", ["h1", "h2"], {})
+    job.arrival_s, job.weight = 7.25, 0.5
+    save_trace(tmp_path / "t.json", [job])
+    (again,) = load_trace(tmp_path / "t.json")
+    assert (again.arrival_s, again.weight) == (7.25, 0.5)
+    text = (tmp_path / "t.json").read_text()
+    (tmp_path / "bad.json").write_text(text.replace('"weight": 0.5', '"weight": -1'))
+    from echelonflow.errors import TraceError
+
+    with pytest.raises(TraceError, match="job 't': field 'weight' must be a finite number > 0"):
+        load_trace(tmp_path / "bad.json")
+
+
+def test_coflow_benchmark_entries_expand_to_one_job_per_coflow(tmp_path: Path) -> None:
+    topology = {"kind": "bigswitch", "hosts": 150, "rate_bps": 2**30}
+    doc = {"topology": topology, "jobs": [{"coflow_benchmark": FB2010, "max_coflows": 5, "weight": 2}]}
+    scenario = load_scenario(write(tmp_path, doc))
+    assert [j.job_id for j in scenario.jobs] == ["1", "2", "3", "4", "5"]
+    assert {j.weight for j in scenario.jobs} == {2.0}
+    assert scenario.jobs[1].arrival_s == pytest.approx(10.833)
+    fb = load_scenario("fb2010")
+    assert len(fb.jobs) == 526 and fb.topology.name == "bigswitch150" and fb.topology.rate_bps == 2**30
+    assert fb.schedulers == ["fair", "fifo", "coflow", "sincronia", "aalo", "echelon"]

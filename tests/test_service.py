@@ -159,7 +159,7 @@ def test_unknown_scheduler_is_refused_and_nothing_changes():
     reg, port = fig2_registry(), RecordingPort()
     svc = SchedulingService(reg, port, now=Clock(1.0))
     version = reg.version
-    for bad in ("sincronia", 3, None):
+    for bad in ("pfabric", 3, None):
         with pytest.raises(RegistryError) as info:
             svc.set_scheduler(bad)
         assert info.value.field == "scheduler"

@@ -7,7 +7,7 @@ import pytest
 from echelonflow.errors import UserError
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.schedulers import SCHEDULERS, get_scheduler
-from echelonflow.schedulers.base import Decision, Scheduler, Snapshot
+from echelonflow.schedulers.base import ActiveFlow, Decision, Scheduler, Snapshot
 from echelonflow.topology import build
 from simulator.engine import SimulationError, check_decision, simulate
 
@@ -143,3 +143,97 @@ def test_many_jobs_on_a_fattree_deliver_everything(name: str) -> None:
     for job_id, job in result.jobs.items():
         assert job.completion_s >= 6.0 - 1e-9  # 3 s compute + 2 s transfer + 1 s compute, at best
         assert job.slowdown >= 1.0 - 1e-9 or name != "fair", job_id
+
+
+# ---------------------------------------------------------------------- arrivals, weights, wake-ups
+def _coflow_job(job_id: str, pairs, size: int, arrival_s: float = 0.0, weight: float = 1.0) -> Job:
+    job = Job(job_id, arrival_s=arrival_s, weight=weight)
+    for i, (src, dst) in enumerate(pairs):
+        job.add(FlowTask(f"f{i}", src, dst, size, echelon_id="c"))
+    return job
+
+
+def test_a_job_starts_at_its_arrival_and_completes_from_it() -> None:
+    topo = build("two_hosts", 8e6)  # 1e6 bytes/s
+    early = _one_flow_job("early", "h1", "h2", 10**6)
+    late = Job("late", arrival_s=5.0)
+    late.add(ComputeTask("think", "h1", 0.5))
+    late.add(FlowTask("f", "h1", "h2", 10**6, ("think",), echelon_id="e"))
+    for name in sorted(SCHEDULERS):
+        result = simulate(topo, [early, late], get_scheduler(name))
+        assert result.tasks["late/think"].start == pytest.approx(5.0), name
+        assert result.flows["late/f"].finish == pytest.approx(6.5), name
+        assert result.jobs["late"].completion_time == pytest.approx(1.5), name  # from its arrival
+        assert result.jobs["late"].slowdown == pytest.approx(1.0), name
+
+
+def test_overlapping_arrivals_share_and_fifo_keeps_arrival_order() -> None:
+    topo = build("two_hosts", 8e6)
+    first = _coflow_job("first", [("h1", "h2")], 2 * 10**6)
+    second = _coflow_job("second", [("h1", "h2")], 5 * 10**5, arrival_s=1.0)
+    fifo = simulate(topo, [first, second], get_scheduler("fifo"))
+    assert fifo.flows["first/f0"].finish == pytest.approx(2.0)
+    assert fifo.jobs["second"].completion_time == pytest.approx(1.5)  # waits 1 s, sends 0.5 s
+    varys = simulate(topo, [first, second], get_scheduler("coflow"))  # smaller remaining first
+    assert varys.flows["second/f0"].finish == pytest.approx(1.5)
+    assert varys.flows["first/f0"].finish == pytest.approx(2.5)
+
+
+@pytest.mark.parametrize("name", ["coflow", "echelon", "sincronia"])
+def test_weight_lets_the_heavier_of_two_equal_coflows_go_first(name: str) -> None:
+    topo = build("two_hosts", 8e6)
+    for heavy in ("a", "b"):
+        jobs = [_coflow_job(j, [("h1", "h2")], 10**6, weight=3.0 if j == heavy else 1.0) for j in "ab"]
+        result = simulate(topo, jobs, get_scheduler(name))
+        light = "b" if heavy == "a" else "a"
+        assert result.jobs[heavy].completion_time == pytest.approx(1.0), (name, heavy)
+        assert result.jobs[light].completion_time == pytest.approx(2.0), (name, heavy)
+
+
+def test_sincronia_orders_by_bottleneck_not_by_total_size() -> None:
+    # On a big switch: "wide" sends 1 MB from each of 3 hosts to 3 others (3 MB in all, 1 MB per port);
+    # "narrow" sends 2 MB over one port pair.  Smallest bottleneck first: wide (1 s) before narrow (2 s).
+    topo = build("bigswitch", 8e6, hosts=8)
+    wide = _coflow_job("wide", [("h1", "h4"), ("h2", "h5"), ("h3", "h6")], 10**6)
+    narrow = _coflow_job("narrow", [("h1", "h4")], 2 * 10**6)
+    result = simulate(topo, [narrow, wide], get_scheduler("sincronia"))
+    assert result.jobs["wide"].completion_time == pytest.approx(1.0)
+    assert result.jobs["narrow"].completion_time == pytest.approx(3.0)
+
+
+def test_aalo_demotes_a_coflow_when_it_crosses_its_queue_threshold() -> None:
+    # 1 Gbit/s (2^30 bit/s) link: Aalo's first queue ends at 10 MiB attained.  "big" (40 MiB) starts at 0,
+    # "small" (5 MiB) arrives while big is still in queue 0 and waits behind it (FIFO within a queue)
+    # until big crosses 10 MiB; then small, still in queue 0, goes first.  The simulator must wake up at
+    # that crossing (Decision.valid_until_s) although no flow arrives or leaves then.
+    mib, rate = 2**20, 2**30
+    topo = build("two_hosts", rate)
+    big = _coflow_job("big", [("h1", "h2")], 40 * mib)
+    small = _coflow_job("small", [("h1", "h2")], 5 * mib, arrival_s=0.01)
+    result = simulate(topo, [big, small], get_scheduler("aalo"))
+    crossing_s = 10 * mib * 8 / rate
+    assert result.flows["small/f0"].finish == pytest.approx(crossing_s + 5 * mib * 8 / rate)
+    assert result.flows["big/f0"].finish == pytest.approx(45 * mib * 8 / rate)
+    fifo = simulate(topo, [big, small], get_scheduler("fifo"))
+    assert fifo.flows["small/f0"].finish == pytest.approx(45 * mib * 8 / rate)
+
+
+def test_aalo_uses_no_sizes() -> None:
+    # Non-clairvoyant: the decision must not change when remaining bytes and ideal finishes change.
+    from dataclasses import replace
+
+    topo = build("fattree", 1e9, k=4)
+    hosts = topo.hosts
+    flows = []
+    for i in range(12):
+        src, dst = hosts[i], hosts[-1 - i]
+        path = topo.links_of(topo.path_for(src, dst, f"f{i}"))
+        flows.append(ActiveFlow(f"f{i}", f"g{i % 4}", path, 1e6 * (i + 1), 3.0, 1.0, 2.0, sent_bytes=1e5 * i,
+                                group_sent_bytes=3e6 * (i % 4), group_start_s=0.1 * (i % 4)))
+    snapshot = Snapshot(5.0, topo.capacity_bps(), flows)
+    for name in ("aalo", "fifo"):
+        first = get_scheduler(name).decide(snapshot)
+        blind = [replace(f, remaining_bytes=7.0 + i, ideal_finish_s=0.0, offset_s=9.0, reference_s=-4.0)
+                 for i, f in enumerate(flows)]
+        second = get_scheduler(name).decide(Snapshot(5.0, topo.capacity_bps(), blind))
+        assert first.rank == second.rank and first.rate_bps == second.rate_bps

@@ -133,8 +133,8 @@ BAD = [
     ("job id with slash", mutate(lambda d: d["jobs"][0].update(id="a/b")), "must not contain '/'"),
     (
         "job unknown field",
-        mutate(lambda d: d["jobs"][0].update(weight=2)),
-        "job 'j1': unknown field 'weight'",
+        mutate(lambda d: d["jobs"][0].update(priority=2)),
+        "job 'j1': unknown field 'priority'",
     ),
     ("job missing tasks", mutate(lambda d: d["jobs"][0].pop("tasks")), "job 'j1': missing field 'tasks'"),
     (

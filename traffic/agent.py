@@ -196,11 +196,13 @@ class Agent:
         ready: list[tuple[int, int, str]] = []  # heap of (job index, declaration index, qid)
         running: tuple[float, str] | None = None  # (finish epoch, qid) of the compute in progress
         launched: set[str] = set()
-        for qid, left in self.deps_left.items():
-            if not left:
-                self._make_ready(qid, ready, launched)
+        # A job's tasks without dependencies become ready when the job arrives (t0 + arrival_s).
+        arrivals = sorted((self.spec.t0_s + self.owned[qid].job.arrival_s, qid)
+                          for qid, left in self.deps_left.items() if not left)
         while self.pending:
             now = self.clock()
+            while arrivals and arrivals[0][0] <= now:
+                self._make_ready(arrivals.pop(0)[1], ready, launched)
             if running is not None and now >= running[0]:
                 qid = running[1]
                 running = None
@@ -219,6 +221,8 @@ class Agent:
                     f"run not finished {self.spec.run_timeout_s:g} s after t0; waiting for {waiting}"
                 )
             wake = deadline if running is None else min(deadline, running[0])
+            if arrivals:
+                wake = min(wake, arrivals[0][0])
             try:
                 event = self.events.get(timeout=max(0.0, wake - now))
             except queue.Empty:
@@ -437,7 +441,7 @@ class RegistryLink(Registry):
         from echelonflow.echelon import echelons_of
 
         job_id = self.prefix + job.job_id
-        self._call("register_job", job_id)
+        self._call("register_job", job_id, weight=job.weight)
         for ech_id, spec in echelons_of(job).items():
             head_start = spec.ideal_start_s[spec.head]
             flows = [{"flow_id": fid, "src": job.tasks[fid].src, "dst": job.tasks[fid].dst,

@@ -391,7 +391,7 @@ def emulate_scheduler(
                 _tune_datapath(progress, scheduler)
             agents_dir = os.path.join(workdir, label)
             os.makedirs(agents_dir)
-            budget = max(simulated_s.get(j.job_id, 0.0) for j in round_jobs)
+            budget = max(j.arrival_s + simulated_s.get(j.job_id, 0.0) for j in round_jobs)
             registry = RegistrySettings(ctl.api_socket_path, ctl.token_file, settings.poll_interval_s, "",
                                         settings.pace, settings.start_wait_s)
             progress(f"[{scheduler}] {label}: {len(round_jobs)} job(s), "
