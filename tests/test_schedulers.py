@@ -44,26 +44,31 @@ def validate(snapshot: Snapshot, decision: Decision) -> None:
 
 def _random_instance(seed: int, n_flows: int) -> Snapshot:
     rng = random.Random(seed)
-    kind = rng.choice(["two_hosts", "dumbbell", "fattree", "leafspine"])
+    kind = rng.choice(["two_hosts", "dumbbell", "fattree", "leafspine", "bigswitch"])
     topo = {
         "two_hosts": lambda: build("two_hosts", 1e6),
         "dumbbell": lambda: build("dumbbell", 1e6, hosts_per_side=rng.randint(1, 3)),
-        "fattree": lambda: build("fattree", 1e6, k=rng.choice([2, 4])),
+        "fattree": lambda: build("fattree", 1e6, k=rng.choice([2, 4]), oversubscription=rng.choice([1, 3])),
         "leafspine": lambda: build("leafspine", 1e6, leaves=rng.randint(2, 3), spines=rng.randint(1, 2),
-                                   hosts_per_leaf=rng.randint(1, 2)),
+                                   hosts_per_leaf=rng.randint(1, 2), oversubscription=rng.choice([1, 2.5])),
+        "bigswitch": lambda: build("bigswitch", 1e6, hosts=rng.randint(2, 6)),
     }[kind]()
     hosts = topo.hosts
     now = rng.uniform(0, 5)
     flows = []
     n_groups = rng.randint(1, 4)
     refs = [now - rng.uniform(0, 3) for _ in range(n_groups)]
+    weights = [rng.choice([1.0, 1.0, rng.uniform(0.1, 5)]) for _ in range(n_groups)]
+    group_sent = [rng.choice([0.0, rng.uniform(0, 1e5), rng.uniform(0, 1e8)]) for _ in range(n_groups)]
     for i in range(n_flows):
         src, dst = rng.sample(hosts, 2)
         g = rng.randrange(n_groups)
         offset = rng.choice([0.0, rng.uniform(0, 4)])
         remaining = rng.choice([0.0, rng.uniform(1e-3, 1e6), float(rng.randint(1, 10**6))])
         path = Topology.links_of(topo.path_for(src, dst, f"f{i}"))
-        flows.append(ActiveFlow(f"f{i}", f"g{g}", path, remaining, refs[g] + offset, offset, refs[g]))
+        flows.append(ActiveFlow(f"f{i}", f"g{g}", path, remaining, refs[g] + offset, offset, refs[g],
+                                weight=weights[g], sent_bytes=rng.uniform(0, 1e5),
+                                group_sent_bytes=group_sent[g], group_start_s=refs[g]))
     return Snapshot(now, topo.capacity_bps(), flows)
 
 
@@ -83,6 +88,30 @@ def test_every_scheduler_is_feasible_work_conserving_deterministic(
     assert sorted(first.rank.values()) == (
         [0] * len(first.rank) if name == "fair" else list(range(len(first.rank)))
     )
+
+
+NON_CLAIRVOYANT = sorted(n for n, cls in SCHEDULERS.items() if not cls.clairvoyant)
+
+
+@pytest.mark.parametrize("name", NON_CLAIRVOYANT)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**9), n_flows=st.integers(1, 25))
+def test_non_clairvoyant_schedulers_ignore_sizes_and_ideal_finishes(
+    name: str, seed: int, n_flows: int
+) -> None:
+    """Sizes and ideal finish times may change arbitrarily (a flow stays unfinished): same decision."""
+    from dataclasses import replace
+
+    snapshot = _random_instance(seed, n_flows)
+    rng = random.Random(seed + 1)
+    blind = [
+        replace(f, remaining_bytes=rng.uniform(1, 1e9) if f.remaining_bytes > 1e-9 else f.remaining_bytes,
+                ideal_finish_s=rng.uniform(-5, 5), offset_s=rng.uniform(0, 5), reference_s=rng.uniform(-5, 5))
+        for f in snapshot.flows
+    ]
+    first = get_scheduler(name).decide(snapshot)
+    second = get_scheduler(name).decide(Snapshot(snapshot.now_s, snapshot.capacity_bps, blind))
+    assert first.rank == second.rank and first.rate_bps == second.rate_bps
 
 
 def _single_link_run(scheduler, flows, capacity_bps):
