@@ -138,9 +138,9 @@ def test_a_job_starts_at_its_arrival_and_completes_from_it(tmp_path):
     late.add(FlowTask("f", "h1", "h2", 10_000, ("c",)))
     late.add(ComputeTask("d", "h2", 0.1, ("f",)))
     result = assemble_run([early, late], run([early, late], tmp_path).documents, "none")
-    assert result.tasks["early/c"].start == pytest.approx(0.0, abs=0.05)
-    assert result.tasks["late/c"].start == pytest.approx(0.8, abs=0.05)
-    assert result.jobs["late"].completion_time == pytest.approx(0.2, abs=0.06)  # counted from arrival
+    assert result.tasks["early/c"].start_s == pytest.approx(0.0, abs=0.05)
+    assert result.tasks["late/c"].start_s == pytest.approx(0.8, abs=0.05)
+    assert result.jobs["late"].completion_s == pytest.approx(0.2, abs=0.06)  # counted from arrival
 
 
 # ------------------------------------------------------------------------------------------ failures

@@ -161,9 +161,9 @@ def test_a_job_starts_at_its_arrival_and_completes_from_it() -> None:
     late.add(FlowTask("f", "h1", "h2", 10**6, ("think",), echelon_id="e"))
     for name in sorted(SCHEDULERS):
         result = simulate(topo, [early, late], get_scheduler(name))
-        assert result.tasks["late/think"].start == pytest.approx(5.0), name
-        assert result.flows["late/f"].finish == pytest.approx(6.5), name
-        assert result.jobs["late"].completion_time == pytest.approx(1.5), name  # from its arrival
+        assert result.tasks["late/think"].start_s == pytest.approx(5.0), name
+        assert result.flows["late/f"].finish_s == pytest.approx(6.5), name
+        assert result.jobs["late"].completion_s == pytest.approx(1.5), name  # from its arrival
         assert result.jobs["late"].slowdown == pytest.approx(1.0), name
 
 
@@ -172,11 +172,11 @@ def test_overlapping_arrivals_share_and_fifo_keeps_arrival_order() -> None:
     first = _coflow_job("first", [("h1", "h2")], 2 * 10**6)
     second = _coflow_job("second", [("h1", "h2")], 5 * 10**5, arrival_s=1.0)
     fifo = simulate(topo, [first, second], get_scheduler("fifo"))
-    assert fifo.flows["first/f0"].finish == pytest.approx(2.0)
-    assert fifo.jobs["second"].completion_time == pytest.approx(1.5)  # waits 1 s, sends 0.5 s
+    assert fifo.flows["first/f0"].finish_s == pytest.approx(2.0)
+    assert fifo.jobs["second"].completion_s == pytest.approx(1.5)  # waits 1 s, sends 0.5 s
     varys = simulate(topo, [first, second], get_scheduler("coflow"))  # smaller remaining first
-    assert varys.flows["second/f0"].finish == pytest.approx(1.5)
-    assert varys.flows["first/f0"].finish == pytest.approx(2.5)
+    assert varys.flows["second/f0"].finish_s == pytest.approx(1.5)
+    assert varys.flows["first/f0"].finish_s == pytest.approx(2.5)
 
 
 @pytest.mark.parametrize("name", ["coflow", "echelon", "sincronia"])
@@ -186,8 +186,8 @@ def test_weight_lets_the_heavier_of_two_equal_coflows_go_first(name: str) -> Non
         jobs = [_coflow_job(j, [("h1", "h2")], 10**6, weight=3.0 if j == heavy else 1.0) for j in "ab"]
         result = simulate(topo, jobs, get_scheduler(name))
         light = "b" if heavy == "a" else "a"
-        assert result.jobs[heavy].completion_time == pytest.approx(1.0), (name, heavy)
-        assert result.jobs[light].completion_time == pytest.approx(2.0), (name, heavy)
+        assert result.jobs[heavy].completion_s == pytest.approx(1.0), (name, heavy)
+        assert result.jobs[light].completion_s == pytest.approx(2.0), (name, heavy)
 
 
 def test_sincronia_orders_by_bottleneck_not_by_total_size() -> None:
@@ -197,8 +197,8 @@ def test_sincronia_orders_by_bottleneck_not_by_total_size() -> None:
     wide = _coflow_job("wide", [("h1", "h4"), ("h2", "h5"), ("h3", "h6")], 10**6)
     narrow = _coflow_job("narrow", [("h1", "h4")], 2 * 10**6)
     result = simulate(topo, [narrow, wide], get_scheduler("sincronia"))
-    assert result.jobs["wide"].completion_time == pytest.approx(1.0)
-    assert result.jobs["narrow"].completion_time == pytest.approx(3.0)
+    assert result.jobs["wide"].completion_s == pytest.approx(1.0)
+    assert result.jobs["narrow"].completion_s == pytest.approx(3.0)
 
 
 def test_aalo_demotes_a_coflow_when_it_crosses_its_queue_threshold() -> None:
@@ -212,8 +212,8 @@ def test_aalo_demotes_a_coflow_when_it_crosses_its_queue_threshold() -> None:
     small = _coflow_job("small", [("h1", "h2")], 5 * mib, arrival_s=0.01)
     result = simulate(topo, [big, small], get_scheduler("aalo"))
     crossing_s = 10 * mib * 8 / rate
-    assert result.flows["small/f0"].finish == pytest.approx(crossing_s + 5 * mib * 8 / rate)
-    assert result.flows["big/f0"].finish == pytest.approx(45 * mib * 8 / rate)
+    assert result.flows["small/f0"].finish_s == pytest.approx(crossing_s + 5 * mib * 8 / rate)
+    assert result.flows["big/f0"].finish_s == pytest.approx(45 * mib * 8 / rate)
     fifo = simulate(topo, [big, small], get_scheduler("fifo"))
-    assert fifo.flows["small/f0"].finish == pytest.approx(45 * mib * 8 / rate)
+    assert fifo.flows["small/f0"].finish_s == pytest.approx(45 * mib * 8 / rate)
 
