@@ -15,7 +15,7 @@ import time
 import pytest
 
 from echelonflow.queues import dscp_for_queue, tos_for_queue
-from echelonflow.topology import dumbbell, fattree, two_hosts
+from echelonflow.topology import bigswitch, dumbbell, fattree, two_hosts
 from tests.fabric_helpers import (
     assert_nothing_left,
     assert_within,
@@ -166,6 +166,31 @@ def test_fattree_k4_pingall_with_static_flows_and_clean_stop(require_fabric):
         assert protocols in ("[OpenFlow13]", '["OpenFlow13"]')
         assert ovs.run(["ovs-vsctl", "get", "Bridge", "c1", "datapath_type"]).strip() in ("netdev", '""')
     assert_nothing_left(*owned)
+
+
+@pytest.mark.fabric
+def test_bigswitch_is_one_ovs_switch_at_full_rate_per_port(require_fabric):
+    """The Coflow-Benchmark model: N hosts on one switch; two disjoint pairs each get the port rate."""
+    topo = bigswitch(RATE_BPS, hosts=6)
+    with Fabric(topo, controller_port=None, fail_mode="standalone") as fab:
+        owned = snapshot(fab)
+        assert list(ovs.bridges_owned(fab.tag)) == ["s1"]
+        assert fab.net.pingAll(timeout=1) == 0.0
+        a, b = iperf3_flows(fab, [("h1", "h2", None), ("h3", "h4", None)], seconds=5)
+        assert_within(a, RATE_BPS, 0.85, 1.05, "bigswitch pair 1")
+        assert_within(b, RATE_BPS, 0.85, 1.05, "bigswitch pair 2 (non-blocking: no sharing)")
+    assert_nothing_left(*owned)
+
+
+@pytest.mark.fabric
+def test_oversubscribed_fattree_shapes_its_upper_links(require_fabric):
+    """k=4 with oversubscription 4: edge-agg and agg-core at 2.5 Mbit/s; inside one edge switch, 10."""
+    topo = fattree(RATE_BPS, k=4, oversubscription=4)
+    with Fabric(topo, controller_port=None) as fab:
+        install_static_flows(topo)
+        assert ping_loss(fab, "h1", "h16") == 0.0
+        assert_within(iperf3_bps(fab, "h1", "h16", seconds=5), RATE_BPS / 4, 0.85, 1.05, "across the core")
+        assert_within(iperf3_bps(fab, "h1", "h2", seconds=5), RATE_BPS, 0.85, 1.05, "under one edge switch")
 
 
 @pytest.mark.fabric
