@@ -30,13 +30,17 @@ def fabric_missing_reason() -> str:
     return ""
 
 
-@pytest.fixture(scope="session")
-def require_fabric() -> None:
-    reason = fabric_missing_reason()
+def need(what: str, reason: str) -> None:
+    """Skip because ``reason`` (outside CI), or fail (``CI=true``: a skipped suite proves nothing)."""
     if reason:
         if IN_CI:
-            pytest.fail(f"CI=true but the fabric cannot run: {reason}")
+            pytest.fail(f"CI=true but {what} cannot run: {reason}")
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def require_fabric() -> None:
+    need("the fabric", fabric_missing_reason())
 
 
 CHROMIUM = "/usr/bin/chromium"
@@ -57,8 +61,4 @@ def browser_missing_reason() -> str:
 
 @pytest.fixture(scope="session")
 def require_browser() -> None:
-    reason = browser_missing_reason()
-    if reason:
-        if IN_CI:
-            pytest.fail(f"CI=true but the browser cannot run: {reason}")
-        pytest.skip(reason)
+    need("the browser", browser_missing_reason())
