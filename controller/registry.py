@@ -14,14 +14,11 @@ Identifiers: a job id is global; EchelonFlow ids and flow ids are unique within 
 ``"job/id"``, the same key the simulator uses, so ``Topology.path_for`` pins a flow to the same path in
 both.
 
-Reference time ``r`` of an EchelonFlow (the paper's r = s_0, generalised to late or missing heads):
-``r = min over started flows j of (start_j - ideal_start_offset_j)``, where ``ideal_start_offset_j`` is
-the flow's declared ``start_offset_s`` (its ideal start relative to the head flow's ideal start).  Only
-flows that declared it take part, plus always the first flow to start, which falls back to its
-ideal-finish offset ``offset_s`` when it gave no start offset ("r = start of the first flow to start minus
-its offset").  The fallback is deliberately limited to the first flow: a flow that starts long before it
-is needed (an FSDP all-gather prefetched with the others) would otherwise drag r back by its offset.  For a
-punctual head both rules give exactly r = s_0.  A flow's ideal finish is ``d_j = r + offset_s``.
+EchelonFlow semantics are the core's (``echelonflow.echelon``): the kind when none is declared
+(:func:`~echelonflow.echelon.infer_kind`) and the reference time ``r`` from the flows' actual starts,
+their declared ``start_offset_s`` (ideal start relative to the head's) and ``offset_s``
+(:func:`~echelonflow.echelon.reference_time_from_starts`, which also covers flows declared without a
+start offset).  A flow's ideal finish is ``d_j = r + offset_s``.
 
 Kept Python 3.9 compatible: the controller imports it.
 """
@@ -34,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from echelonflow.echelon import KINDS, FlowStart, infer_kind, reference_time_from_starts
 from echelonflow.errors import UserError
 from echelonflow.model import qualified
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
@@ -41,7 +39,6 @@ from echelonflow.topology import Topology
 
 #: Used with ``fullmatch``: a pattern ending in "$" also accepts the id followed by a newline.
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-KINDS = ("coflow", "staggered")
 STATES = ("declared", "active", "finished")
 FLOW_FIELDS = ("flow_id", "src", "dst", "size_bytes", "offset_s", "start_offset_s")
 FLOW_REQUIRED = ("flow_id", "src", "dst", "size_bytes")
@@ -315,7 +312,7 @@ class Registry:
             raise RegistryError("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
         new_flows = self._parse_flows(job_id, echelon_id, flows, kind)
         if kind is None:
-            kind = "coflow" if all(f.offset_s == 0 for f in new_flows) else "staggered"
+            kind = infer_kind(f.offset_s for f in new_flows)
         record = EchelonRecord(job_id, echelon_id, kind)
         self._commit(echelons=[record], flows=new_flows)
         self.echelons[key] = record
@@ -546,12 +543,11 @@ class Registry:
         return self._tuple(self.flows[flow_key])
 
     def _refresh_reference(self, echelon_key: str) -> None:
-        started = [f for f in self.flows_of(echelon_key) if f.start_s is not None]
-        if not started:
+        # flows_of lists in declaration order (seq), which breaks ties between equal starts.
+        started = [FlowStart(f.start_s, f.start_offset_s, f.offset_s)
+                   for f in self.flows_of(echelon_key) if f.start_s is not None]
+        reference_s = reference_time_from_starts(started)
+        if reference_s is None:
             self._reference_s.pop(echelon_key, None)
-            return
-        first = min(started, key=lambda f: (f.start_s, f.seq))
-        first_offset = first.start_offset_s if first.start_offset_s is not None else first.offset_s
-        anchors = [first.start_s - first_offset]
-        anchors.extend(f.start_s - f.start_offset_s for f in started if f.start_offset_s is not None)
-        self._reference_s[echelon_key] = min(anchors)
+        else:
+            self._reference_s[echelon_key] = reference_s

@@ -28,12 +28,17 @@ Groups and offsets (:func:`echelons_of`)
     derived value of a flow.  ``job.echelon_kinds`` may label a group: ``"coflow"`` then means the
     paper's Eq. 5 (every d_j = r), so its derived offsets are all 0 even where consumers start at
     different times (e.g. a ring all-reduce's last steps feed the next iteration's forward).  Without a
-    label the kind is ``"coflow"`` when every offset is 0, else ``"staggered"``.
+    label the kind is ``"coflow"`` when every offset is 0, else ``"staggered"`` (:func:`infer_kind`).
 
-Run time (:func:`reference_time`, tardiness functions)
+Run time (:func:`reference_time`, :func:`reference_time_from_starts`, tardiness functions)
     r = min over started flows j of (actual start_j - (ideal start_j - ideal start_head)); that is the
     head's actual start when the head starts first, and never lets a late head push everyone's due
-    time back.  Flow j is due at r + o_j.
+    time back.  Flow j is due at r + o_j.  Flows declared to the controller may come without their
+    ideal-start offset (ideal start_j - ideal start_head); such a flow takes part only if it is the
+    first to start, and then with its ideal-finish offset o_j instead ("r = start of the first flow to
+    start minus its offset").  The fallback is deliberately limited to the first flow: a flow that
+    starts long before it is needed (an FSDP all-gather prefetched with the others) would otherwise
+    drag r back by its offset.  For a punctual head both rules give exactly r = start of the head.
 
 Pure and Python 3.9 compatible.
 """
@@ -42,8 +47,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from echelonflow.errors import UserError
 from echelonflow.model import (
@@ -223,7 +229,7 @@ def echelons_of(job: Job) -> dict[str, EchelonSpec]:
                 value = due[fid] - head_due
             offsets[fid] = value if value > 0 else 0.0
         if label is None:
-            label = "coflow" if all(v == 0 for v in offsets.values()) else "staggered"
+            label = infer_kind(offsets.values())
         specs[echelon_id] = EchelonSpec(
             echelon_id=echelon_id,
             kind=label,
@@ -234,18 +240,45 @@ def echelons_of(job: Job) -> dict[str, EchelonSpec]:
     return specs
 
 
+def infer_kind(offsets_s: Iterable[float]) -> str:
+    """``"coflow"`` when every ideal-finish offset is 0 (the paper's Eq. 5), else ``"staggered"``."""
+    return "coflow" if all(v == 0 for v in offsets_s) else "staggered"
+
+
+class FlowStart(NamedTuple):
+    """A started flow as the reference time needs it."""
+
+    start_s: float  # actual start
+    start_offset_s: float | None  # ideal start relative to the head's ideal start (None: not declared)
+    offset_s: float  # ideal-finish offset o_j
+
+
+def reference_time_from_starts(started: Sequence[FlowStart]) -> float | None:
+    """r from an EchelonFlow's started flows (module docstring); None if none has started.
+
+    Among flows that started at the same moment the one listed first counts as the first to start.
+    """
+    if not started:
+        return None
+    first = min(started, key=lambda f: f.start_s)  # min keeps the first of equal starts
+    first_offset = first.start_offset_s if first.start_offset_s is not None else first.offset_s
+    anchors = [first.start_s - first_offset]
+    anchors.extend(f.start_s - f.start_offset_s for f in started if f.start_offset_s is not None)
+    return min(anchors)
+
+
 def reference_time(spec: EchelonSpec, actual_start_s: Mapping[str, float]) -> float | None:
     """r at run time from the flows of ``spec`` that have started (keys: the spec's flow ids).
 
-    r = min_j (actual start_j - (ideal start_j - ideal start_head)); None if none has started.
+    Every flow of a spec knows its ideal start, so r = min_j (actual start_j - (ideal start_j - ideal
+    start_head)); None if none has started.
     """
     head_ideal = spec.ideal_start_s[spec.flow_ids[0]]
-    candidates = [
-        actual_start_s[fid] - (spec.ideal_start_s[fid] - head_ideal)
+    return reference_time_from_starts([
+        FlowStart(actual_start_s[fid], spec.ideal_start_s[fid] - head_ideal, spec.offsets_s[fid])
         for fid in spec.flow_ids
         if fid in actual_start_s
-    ]
-    return min(candidates) if candidates else None
+    ])
 
 
 def flow_tardiness(finish_s: float, reference_s: float, offset_s: float) -> float:

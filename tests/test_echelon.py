@@ -7,13 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from echelonflow.echelon import (
+    FlowStart,
     compute_order_key,
     echelon_tardiness,
     echelons_of,
     flow_tardiness,
     ideal_finish_times,
     ideal_schedule,
+    infer_kind,
     reference_time,
+    reference_time_from_starts,
     total_tardiness,
 )
 from echelonflow.errors import UserError
@@ -161,6 +164,29 @@ def test_reference_time_rules() -> None:
     assert reference_time(spec, {"f1": 2.5}) == 1.5  # head not started yet: anchored by f1
     assert reference_time(spec, {"f0": 4.0, "f1": 2.5}) == 1.5  # a late head does not move r back
     assert reference_time(spec, {"f0": 1.2, "f1": 5.0}) == 1.2
+
+
+def test_reference_time_for_flows_declared_without_start_offsets() -> None:
+    """The controller's flows may lack the ideal-start offset: only the first to start then anchors r,
+    with its ideal-finish offset (values worked by hand)."""
+    assert reference_time_from_starts([]) is None
+    assert reference_time_from_starts([FlowStart(11.0, None, 1.0)]) == 10.0  # head not started: 11 - 1
+    # a late head (0 offset, starts at 12) does not move r: later starters without start offsets
+    # take no part
+    assert reference_time_from_starts([FlowStart(11.0, None, 1.0), FlowStart(12.0, None, 0.0)]) == 10.0
+    # prefetched all at 30, needed at 30, 31, 32: the first listed of the equal starts anchors r = 30
+    # (a min over start - offset would give 28)
+    prefetched = [FlowStart(30.0, None, 0.0), FlowStart(30.0, None, 1.0), FlowStart(30.0, None, 2.0)]
+    assert reference_time_from_starts(prefetched) == 30.0
+    assert reference_time_from_starts(prefetched[::-1]) == 28.0  # listed first = the one due last
+    # a declared start offset always takes part: 20.5 - 0.5, below the first starter's 21 - 0
+    assert reference_time_from_starts([FlowStart(21.0, None, 0.0), FlowStart(20.5, 0.5, 3.0)]) == 20.0
+    assert reference_time_from_starts([FlowStart(21.0, 0.0, 0.0), FlowStart(23.0, 1.0, 3.0)]) == 21.0
+
+
+def test_kind_is_coflow_only_when_every_offset_is_zero() -> None:
+    assert infer_kind([0.0, 0.0]) == "coflow" and infer_kind([]) == "coflow"
+    assert infer_kind([0.0, 1e-9]) == "staggered"
 
 
 def test_tardiness_helpers() -> None:

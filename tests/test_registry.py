@@ -258,3 +258,36 @@ def test_unusable_store_path_is_a_clear_error(tmp_path):
     with pytest.raises(StoreError):
         Store(str(corrupt))
     assert sqlite3.sqlite_version  # stdlib sqlite only
+
+
+@pytest.mark.parametrize("scenario_name", ["fattree-gpipe-ring", "fattree-fsdp-ps"])
+def test_registry_due_times_equal_the_simulators(scenario_name):
+    """Declared the way the agents declare (offsets and ideal-start offsets from the core) and started
+    at the simulated start times, every flow is due exactly when the simulator says, with the same kind."""
+    from echelonflow.echelon import echelons_of
+    from echelonflow.scenario import load_scenario
+    from echelonflow.schedulers import get_scheduler
+    from simulator.engine import simulate
+
+    scenario = load_scenario(scenario_name)
+    result = simulate(scenario.topology, scenario.jobs, get_scheduler("echelon"))
+    reg = Registry(scenario.topology)
+    for job in scenario.jobs:
+        reg.add_job(job.job_id)
+        for echelon_id, spec in echelons_of(job).items():
+            head_start = spec.ideal_start_s[spec.head]
+            reg.add_echelon(job.job_id, echelon_id, kind=spec.kind, flows=[
+                flow(fid, job.tasks[fid].src, job.tasks[fid].dst, job.tasks[fid].size_bytes,
+                     offset_s=spec.offsets_s[fid], start_offset_s=spec.ideal_start_s[fid] - head_start)
+                for fid in spec.flow_ids])
+    by_start = sorted(result.flows.items(), key=lambda item: item[1].start_s)
+    for port, (qid, simulated) in enumerate(by_start, start=1024):
+        job_id, flow_id = qid.split("/", 1)
+        reg.flow_started(job_id, flow_id, port, 5201, simulated.start_s)
+    assert len(by_start) > 20
+    for qid, simulated in result.flows.items():
+        record = reg.flows[qid]
+        assert reg.reference_s(record.echelon_key) + record.offset_s == pytest.approx(
+            simulated.ideal_finish_s, abs=1e-9), qid
+    assert {k: e.kind for k, e in reg.echelons.items()} == {
+        k: e.kind for k, e in result.echelonflows.items()}
