@@ -288,7 +288,7 @@ class Api:
         start_s = body.get("start_s")
         flow = self.registry.flow_started(job_id, flow_id, body["src_port"], body["dst_port"],
                                           self.service.now() if start_s is None else start_s)
-        self.service.on_arrival(flow.key)
+        self.service.on_arrival()
         return 200, self._waited({"flow": self.registry.flow_view(self.registry.flows[flow.key]),
                                   "allocation": self.service.allocation(flow.key)}, wait_s)
 
@@ -306,7 +306,7 @@ class Api:
             finish_s = self.service.now()
         wait_s = _wait_filter(query)
         flow = self.registry.flow_finished(job_id, flow_id, finish_s, body.get("bytes_sent"))
-        self.service.on_departure(flow.key)
+        self.service.on_departure()
         return 200, self._waited({"flow": self.registry.flow_view(flow)}, wait_s)
 
     def _waited(self, answer: dict[str, Any], wait_s: float | None) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from controller.api import Api  # noqa: E402
 from controller.api_server import ApiServer  # noqa: E402
 from controller.auth import DEFAULT_TOKEN_PATH, generate_token, write_token  # noqa: E402
 from controller.compat import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, ofp_event, set_ev_cls  # noqa: E402
-from controller.enforcement import Ack, Enforcer, FlowMatch  # noqa: E402
+from controller.enforcement import Ack, Enforcer  # noqa: E402
 from controller.enforcement_api import EnforcementEndpoints  # noqa: E402
 from controller.live_view import LiveView  # noqa: E402
 from controller.metrics import DEFAULT_METRICS_PORT, ControllerMetrics  # noqa: E402
@@ -84,7 +84,7 @@ class EchelonApp(compat.BaseApp):
         self.switch_ready_hooks: list[Callable[[int], None]] = []
         self.registry = open_registry(self.topology, os.environ.get("ECHELON_STORE", DEFAULT_STORE_PATH))
         self.service = SchedulingService(
-            self.registry, self.enforcer, queues=self.enforcer.queues, match_factory=FlowMatch,
+            self.registry, self.enforcer, queues=self.enforcer.queues,
             interval_s=float(os.environ.get("ECHELON_INTERVAL_S", "0.5")),
             lock=compat.hub.Semaphore(),
         )
@@ -215,11 +215,11 @@ class EchelonApp(compat.BaseApp):
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def _on_flow_stats(self, ev: Any) -> None:
-        dpid, now_s = ev.msg.datapath.id, time.time()
+        dpid = ev.msg.datapath.id
         for stat in ev.msg.body:
             flow_id = self.enforcer.flow_of_cookie(stat.cookie)
             if flow_id is not None and self.enforcer.first_hop(flow_id) == dpid:
-                self.service.observe_bytes(flow_id, stat.byte_count, now_s)
+                self.service.observe_bytes(flow_id, stat.byte_count)
 
     # ----------------------------------------------------------------------- sending
     def send_ops(self, dpid: int, ops: list[fm.Op]) -> None:

@@ -7,8 +7,8 @@ and the app answers on its HTTP API, the app's one control surface (:meth:`Contr
 
 Every instance gets its own registry store, token file, API port, metrics port and API Unix socket (under
 its working directory unless given), so parallel tests and emulation runs never collide; they are exposed
-as ``store_path``, ``token_file`` (alias ``token_path``), ``api_port``, ``api_socket_path``, ``api_url``,
-``dashboard_url``, ``metrics_port`` and ``metrics_url``, and
+as ``store_path``, ``token_file``, ``api_port``, ``api_socket_path``, ``api_url``, ``dashboard_url``,
+``metrics_port`` and ``metrics_url``, and
 :meth:`ControllerProcess.client` returns an :class:`~controller.client.EchelonClient` for them.  A restart
 on the same ``store_path`` (and ``api_port``) gets the stored registry back.  ``stop()`` signals that pid only
 (SIGTERM, then SIGKILL), never anything found by name.  The child also gets SIGTERM when the process that
@@ -186,11 +186,6 @@ class ControllerProcess:
     @property
     def token_file(self) -> str:
         return self._token_file or os.path.join(str(self.workdir), "token")
-
-    @property
-    def token_path(self) -> str:
-        """Alias of :attr:`token_file`."""
-        return self.token_file
 
     @property
     def api_socket_path(self) -> str:

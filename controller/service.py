@@ -43,9 +43,9 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Protocol
+from typing import Any, Callable, Protocol
 
-from controller.enforcement import wait_acks
+from controller.enforcement import FlowMatch, wait_acks
 from controller.registry import Registry, RegistryError
 from echelonflow.errors import UserError
 from echelonflow.queues import dscp_for_queue
@@ -58,16 +58,6 @@ DEFAULT_SCHEDULER = "echelon"
 PAYLOAD_FRACTION = 1448.0 / 1514.0
 #: How many past rounds ``SchedulingService.recent_rounds`` keeps.
 RECENT_ROUNDS = 100
-
-
-class FiveTuple(NamedTuple):
-    """Default match object (field-compatible with ``controller.enforcement.FlowMatch``)."""
-
-    src_ip: str
-    dst_ip: str
-    src_port: int
-    dst_port: int
-    ip_proto: int = 6
 
 
 class EnforcementPort(Protocol):
@@ -128,7 +118,6 @@ class SchedulingService:
         rate_tolerance: float = 0.01,
         min_meter_bps: float = 8000.0,
         payload_fraction: float = PAYLOAD_FRACTION,
-        match_factory: Callable[..., Any] = FiveTuple,
         lock: Any = None,
     ) -> None:
         if queues < 2:
@@ -144,7 +133,6 @@ class SchedulingService:
         self.rate_tolerance = float(rate_tolerance)
         self.min_meter_bps = float(min_meter_bps)
         self.payload_fraction = float(payload_fraction)
-        self.match_factory = match_factory
         name = registry.settings.get("scheduler", DEFAULT_SCHEDULER)
         self.scheduler: Scheduler = get_scheduler(name)
         self.installed: dict[str, Installed] = {}
@@ -189,13 +177,15 @@ class SchedulingService:
         """First round after (re)start: re-enforces every live flow loaded from the store."""
         return self.reschedule("start")
 
-    def on_arrival(self, flow_key: str) -> RoundReport:
+    def on_arrival(self) -> RoundReport:
+        """A flow started (the registry has it): every allocation may change, so a full round."""
         return self.reschedule("arrival")
 
-    def on_departure(self, flow_key: str) -> RoundReport:
+    def on_departure(self) -> RoundReport:
+        """A flow finished: its capacity goes to the others at once, not at the next interval."""
         return self.reschedule("departure")
 
-    def observe_bytes(self, flow_id: str, byte_count: float, now: float | None = None) -> None:
+    def observe_bytes(self, flow_id: str, byte_count: float) -> None:
         """Switch-counter bytes of a flow's first-hop rule (frames incl. headers) -> payload estimate."""
         self.registry.observe_bytes(flow_id, float(byte_count) * self.payload_fraction)
 
@@ -301,7 +291,7 @@ class SchedulingService:
             have = self.installed.get(fid)
             if have is None:
                 if port is not None:
-                    match = self.match_factory(*self.registry.five_tuple(fid), 6)
+                    match = FlowMatch(*self.registry.five_tuple(fid))
                     if not self._call(port.install, fid, match, self.registry.path_of(fid), want.queue,
                                       want.rate_bps):
                         continue

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from echelonflow.errors import UserError
+from echelonflow.fileio import read_json
 from echelonflow.topology import Topology, TopologyError, build
 
 ENV_VAR = "ECHELON_TOPOLOGY"
@@ -56,11 +57,5 @@ def load_spec(path: str | None = None) -> Topology:
     path = path or os.environ.get(ENV_VAR, "")
     if not path:
         raise SpecError(f"no topology spec: set {ENV_VAR} to a JSON file (the launcher writes one)")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            spec = json.load(handle)
-    except OSError as exc:
-        raise SpecError(f"cannot read topology spec {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise SpecError(f"topology spec {path} is not valid JSON: {exc}") from None
+    spec = read_json(path, "topology spec", SpecError)
     return topology_from_spec(spec, source=path)

@@ -121,8 +121,8 @@ class RunResult:
     def from_json_dict(cls, data: dict[str, Any]) -> RunResult:
         if isinstance(data, dict) and _OLD_RUN_KEYS & set(data):
             raise OldFormatError(
-                "result document is in the older format without units in its keys ('objective', "
-                "'completion_time', ...); re-run the simulation or emulation to write the current format"
+                "written in the older format without units in its keys ('objective', 'completion_time', "
+                "...); re-run the simulation or emulation to write the current format"
             )
         try:
             return cls(

@@ -9,7 +9,6 @@ problem, so a run never starts on a half-valid scenario.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from echelonflow.errors import ScenarioError, UserError
+from echelonflow.fileio import read_json
 from echelonflow.model import ComputeTask, Job
 from echelonflow.topology import Topology, TopologyError, build
 
@@ -66,14 +66,7 @@ def resolve(name_or_path: str) -> Path:
 def load_scenario(name_or_path: str) -> Scenario:
     """Load and validate a scenario (see module docstring)."""
     path = resolve(name_or_path)
-    where = str(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ScenarioError(f"scenario {where}: cannot read ({exc.strerror})") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"scenario {where}: not valid JSON ({exc})") from None
-    return parse_scenario(data, path)
+    return parse_scenario(read_json(path, "scenario", ScenarioError), path)
 
 
 def parse_scenario(data: Any, path: Path) -> Scenario:

@@ -19,6 +19,7 @@ from typing import Any
 
 from echelonflow.echelon import KINDS
 from echelonflow.errors import TraceError
+from echelonflow.fileio import read_json
 from echelonflow.model import (
     ComputeTask,
     FlowTask,
@@ -50,22 +51,7 @@ TASK_TYPES = {"compute": COMPUTE_FIELDS, "flow": FLOW_FIELDS}
 
 def load_trace(path: str | Path, known_hosts: Collection[str] | None = None) -> list[Job]:
     """Read and check a trace file; ``known_hosts`` (if given) is every host name the topology has."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise TraceError(f"{source}: cannot read trace: {err.strerror or err}") from None
-    except UnicodeDecodeError as err:
-        raise TraceError(f"{source}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    try:
-        data = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
-    except json.JSONDecodeError as err:
-        raise TraceError(
-            f"{source}: invalid JSON at line {err.lineno} column {err.colno}: {err.msg}"
-        ) from None
-    except _JsonContentError as err:
-        raise TraceError(f"{source}: invalid JSON: {err}") from None
-    return parse_trace(data, source, known_hosts)
+    return parse_trace(read_json(path, "trace", TraceError), str(path), known_hosts)
 
 
 def parse_trace(data: Any, source: str, known_hosts: Collection[str] | None = None) -> list[Job]:
@@ -244,23 +230,6 @@ def _parse_echelons(data: Any, job: Job, where: str) -> None:
 
 
 # -------------------------------------------------------------------------------------------- values
-
-
-class _JsonContentError(ValueError):
-    pass
-
-
-def _reject_constant(name: str) -> Any:
-    raise _JsonContentError(f"{name} is not a number JSON allows")
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _JsonContentError(f"key {key!r} appears twice in one object")
-        out[key] = value
-    return out
 
 
 def _check_fields(data: Mapping, fields: Mapping[str, bool], where: str) -> None:

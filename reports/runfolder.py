@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import re
 import time
@@ -25,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from echelonflow.errors import UserError
-from echelonflow.fileio import write_json_atomic, write_text_atomic
+from echelonflow.fileio import read_json, write_json_atomic, write_text_atomic
 from echelonflow.results import Results
 
 RESULTS_FILE = "results.json"
@@ -151,17 +150,11 @@ def _render(folder: RunFolder, documents: Sequence[Results], plots: bool) -> Non
 
 
 def _load(path: str) -> Results:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise UserError(f"{path} is not valid JSON ({exc})") from None
+    data = read_json(path, "result document")
     try:
         return Results.from_json_dict(data)
     except UserError as exc:
-        raise UserError(f"{path}: {exc}") from None
+        raise UserError(f"result document {path}: {exc}") from None
 
 
 def _check_consistent(primary: Results, others: Sequence[Results]) -> None:

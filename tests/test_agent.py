@@ -317,7 +317,7 @@ def test_agent_process_with_bad_spec_exits_2_with_one_line(tmp_path):
     garbage = tmp_path / "garbage.json"
     garbage.write_text("{not json")
     for spec_path, needle in ((path, "unknown dependency 'nope'"), (garbage, "not valid JSON"),
-                              (tmp_path / "missing.json", "cannot read run-spec")):
+                              (tmp_path / "missing.json", "missing.json: cannot read")):
         proc = subprocess.run([sys.executable, "-m", "traffic.agent", str(spec_path)], cwd=REPO_ROOT,
                               capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2

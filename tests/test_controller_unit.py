@@ -669,7 +669,7 @@ def test_service_never_takes_a_primitives_5_tuple(caplog):
     switches = AckingSwitches()
     enforcer = Enforcer(TOPO, switches, queues=4)
     registry = Registry(TOPO)
-    service = SchedulingService(registry, enforcer, match_factory=FlowMatch)
+    service = SchedulingService(registry, enforcer)
     enforcer.install("p1", MATCH, PATH, queue=3)
     registry.add_job("kt")
     registry.add_echelon("kt", "e", None, [{"flow_id": "a", "src": "h1", "dst": "h5", "size_bytes": 10**6}])

@@ -118,8 +118,8 @@ OLD_FORMAT = {"scenario": "fig2", "mode": "emulate", "runs": [{
     "setup, needle",
     [
         (lambda d: None, "does not exist"),
-        (lambda d: d.mkdir(), "results.json: No such file"),
-        (lambda d: (d.mkdir(), (d / "results.json").write_text("{oops")), "is not valid JSON"),
+        (lambda d: d.mkdir(), "results.json: cannot read: No such file"),
+        (lambda d: (d.mkdir(), (d / "results.json").write_text("{oops")), "results.json: not valid JSON"),
         (lambda d: (d.mkdir(), (d / "results.json").write_text('{"scenario": "x", "mode": "emulate"}')),
          "no 'runs' field"),
         (lambda d: (d.mkdir(), (d / "results.json").write_text(

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from controller.enforcement import FlowMatch
 from controller.registry import Registry, RegistryError
-from controller.service import FiveTuple, SchedulingService
+from controller.service import SchedulingService
 from controller.store import open_registry
 from echelonflow.schedulers import get_scheduler
 from echelonflow.topology import fattree, two_hosts
@@ -68,12 +69,12 @@ def test_fig2_rates_match_the_worked_example():
     reg, clock, port = fig2_registry(), Clock(1.0), RecordingPort()
     svc = SchedulingService(reg, port, now=clock)
     reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
-    svc.on_arrival("pp/mb0")
+    svc.on_arrival()
     assert svc.allocation("pp/mb0")["rate_bps"] == pytest.approx(B_BPS)
     clock.now = 2.0
     reg.flow_progress("pp", "mb0", 1 * MB)
     reg.flow_started("pp", "mb1", 40001, 5201, 2.0)
-    svc.on_arrival("pp/mb1")
+    svc.on_arrival()
     # scheduling.md at t=2: t* = 3, f1 1/2, f2 2/3 capped to the 1/2 left
     assert svc.allocation("pp/mb0")["rate_bps"] == pytest.approx(B_BPS / 2)
     assert svc.allocation("pp/mb1")["rate_bps"] == pytest.approx(B_BPS / 2)
@@ -88,10 +89,10 @@ def test_arrival_installs_with_match_path_queue_and_meter():
     reg.add_echelon("j", "e", flows=[{"flow_id": "f", "src": "h1", "dst": "h9", "size_bytes": MB}])
     assert svc.start().installs == 0 and port.take() == []  # declared flows are not enforced
     reg.flow_started("j", "f", 40000, 5201, 5.0)
-    svc.on_arrival("j/f")
+    svc.on_arrival()
     ((op, fid, match, path, queue, rate),) = port.take()
     assert (op, fid, queue) == ("install", "j/f", 1)
-    assert match == FiveTuple("10.0.0.2", "10.0.0.10", 40000, 5201, 6)
+    assert match == FlowMatch("10.0.0.2", "10.0.0.10", 40000, 5201, 6)
     assert path == topo.path_for("h1", "h9", "j/f")
     assert rate == pytest.approx(20e6)  # alone: the whole path (back-fill)
     alloc = svc.allocation("j/f")
@@ -103,20 +104,20 @@ def test_only_changes_are_pushed():
     reg, clock, port = fig2_registry(), Clock(1.0), RecordingPort()
     svc = SchedulingService(reg, port, now=clock, rate_tolerance=0.05)
     reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
-    svc.on_arrival("pp/mb0")
+    svc.on_arrival()
     assert [c[0] for c in port.take()] == ["install"]
     clock.now = 1.5
     report = svc.tick()
     assert report is not None and (report.installs, report.updates, report.removes) == (0, 0, 0)
     assert port.take() == []  # nothing changed: nothing pushed
     reg.flow_started("pp", "mb1", 40001, 5201, 1.5)
-    svc.on_arrival("pp/mb1")
+    svc.on_arrival()
     calls = port.take()
     # mb1 is new (install); mb0's rate halves (one update, same queue: no queue field)
     assert [(c[0], c[1]) for c in calls] == [("update", "pp/mb0"), ("install", "pp/mb1")]
     assert calls[0][2] is None and calls[0][3] == pytest.approx(svc.state.decision.rate_bps["pp/mb0"])
     reg.flow_finished("pp", "mb0", 2.0)
-    svc.on_departure("pp/mb0")
+    svc.on_departure()
     calls = port.take()
     assert ("remove", "pp/mb0") in calls
     assert [c[0] for c in calls if c[1] == "pp/mb1"] in ([], ["update"])
@@ -142,7 +143,7 @@ def test_fair_enforces_nothing_and_switching_removes_everything():
     svc = SchedulingService(reg, port, now=Clock(1.0))
     for i in range(3):
         reg.flow_started("pp", f"mb{i}", 40000 + i, 5201, 1.0 + i * 0.1)
-        svc.on_arrival(f"pp/mb{i}")
+        svc.on_arrival()
     assert port.take() == []
     alloc = svc.allocation("pp/mb1")
     assert alloc["scheduler"] == "fair" and not alloc["enforced"] and alloc["queue"] == 0
@@ -220,7 +221,7 @@ def test_observed_switch_bytes_lower_the_remaining_estimate():
     svc = SchedulingService(reg, RecordingPort(), now=Clock(1.0), payload_fraction=0.5)
     reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
     reg.flow_progress("pp", "mb0", 100_000)
-    svc.observe_bytes("pp/mb0", 1_000_000, now=1.5)  # frames -> 500 kB payload
+    svc.observe_bytes("pp/mb0", 1_000_000)  # frames -> 500 kB payload
     assert reg.snapshot(1.5).flows[0].remaining_bytes == 2 * MB - 500_000
     svc.observe_bytes("pp/mb0", 100)  # counter reset after a rule reinstall: the max stays
     assert reg.snapshot(1.5).flows[0].remaining_bytes == 2 * MB - 500_000
@@ -255,7 +256,7 @@ def test_failed_push_is_retried_next_round():
     svc = SchedulingService(reg, port, now=Clock(1.0))
     reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
     port.fail_for.add("pp/mb0")
-    report = svc.on_arrival("pp/mb0")
+    report = svc.on_arrival()
     assert report.installs == 0 and "pp/mb0" not in svc.installed
     port.fail_for.clear()
     assert svc.reschedule("interval").installs == 1 and "pp/mb0" in svc.installed
@@ -265,7 +266,7 @@ def test_flow_dropped_by_the_port_is_installed_again():
     reg, port = fig2_registry(), RecordingPort()
     svc = SchedulingService(reg, port, now=Clock(1.0))
     reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
-    svc.on_arrival("pp/mb0")
+    svc.on_arrival()
     port.take()
     svc.forget("pp/mb0")  # what the app calls when the Enforcer reports an idle-timeout removal
     svc.reschedule("interval")
@@ -273,7 +274,7 @@ def test_flow_dropped_by_the_port_is_installed_again():
     # an update the port refuses (it lost the flow) is forgotten, then re-installed the round after
     reg.flow_started("pp", "mb1", 40001, 5201, 1.0)
     port.fail_for.add("pp/mb0")
-    svc.on_arrival("pp/mb1")
+    svc.on_arrival()
     assert "pp/mb0" not in svc.installed
     port.fail_for.clear()
     svc.reschedule("interval")
@@ -314,14 +315,14 @@ def test_drives_the_real_enforcer_unchanged():
     """The contract with controller.enforcement: the real Enforcer (pure, recording send) accepts the
     service's match objects, paths, queues and rates, and ends up holding exactly the service's view."""
     from controller import flowmods as fm
-    from controller.enforcement import Enforcer, FlowMatch
+    from controller.enforcement import Enforcer
     from echelonflow.queues import dscp_for_queue
 
     topo = fattree(20e6, 4)
     sent = []
     enforcer = Enforcer(topo, lambda dpid, ops: sent.append((dpid, list(ops))))
     reg = Registry(topo)
-    svc = SchedulingService(reg, enforcer, now=Clock(0.0), queues=enforcer.queues, match_factory=FlowMatch)
+    svc = SchedulingService(reg, enforcer, now=Clock(0.0), queues=enforcer.queues)
     reg.add_job("j")
     reg.add_echelon("j", "small", flows=[{"flow_id": "s", "src": "h1", "dst": "h5", "size_bytes": MB}])
     reg.add_echelon("j", "big", flows=[{"flow_id": "b", "src": "h2", "dst": "h5", "size_bytes": 5 * MB}])

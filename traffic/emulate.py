@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from echelonflow import ownership
+from echelonflow.fileio import read_json
 from echelonflow.model import ComputeTask, Job, qualified
 from echelonflow.results import RunResult, build_run
 from traffic.control import ControlError, wait_for_sockets
@@ -212,7 +213,7 @@ def _failure_text(handle: AgentHandle) -> str:
         doc = _load_json(handle.output_path)
         if doc.get("error"):
             return str(doc["error"])
-    except (OSError, ValueError):
+    except ValueError:
         pass
     try:
         with open(handle.log_path, encoding="utf-8", errors="replace") as fh:
@@ -223,19 +224,16 @@ def _failure_text(handle: AgentHandle) -> str:
 
 
 def _load_json(path: str) -> dict:
-    import json
-
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
+    data = read_json(path, "agent result", ValueError)
     if not isinstance(data, dict):
-        raise ValueError("not an object")
+        raise ValueError(f"agent result {path}: not a JSON object")
     return data
 
 
 def _read_document(handle: AgentHandle) -> dict:
     try:
         return _load_json(handle.output_path)
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:
         raise EmulationError(f"agent {handle.host} exited 0 but left no readable result ({exc})") from None
 
 

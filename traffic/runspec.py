@@ -27,11 +27,11 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from echelonflow.errors import TraceError, UserError
-from echelonflow.fileio import write_json_atomic
+from echelonflow.fileio import read_json, write_json_atomic
 from echelonflow.model import Job
 from echelonflow.trace import job_to_trace, parse_trace
 
@@ -68,7 +68,6 @@ class RunSpec:
     confirm_timeout_s: float = 30.0
     run_timeout_s: float = 600.0
     scheduler: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def control_socket(self, host: str) -> str:
         return control_socket_path(self.control_dir, host)
@@ -199,14 +198,7 @@ def parse_runspec(data: Any, source: str) -> RunSpec:
 
 
 def load_runspec(path: str) -> RunSpec:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise SpecError(f"cannot read run-spec {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"run-spec {path} is not valid JSON: {exc}") from None
-    return parse_runspec(data, path)
+    return parse_runspec(read_json(path, "run-spec", SpecError), path)
 
 
 def save_runspec(spec: RunSpec, path: str) -> None:
