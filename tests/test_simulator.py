@@ -46,6 +46,58 @@ def test_fig2_reproduces_the_paper(name, completion, finishes, tardiness) -> Non
     assert result.tasks["fig2/act0"].start_s == pytest.approx(1.0)
 
 
+#: docs/scheduler-design.md's worked Fig. 2 trace, by hand: at each decision, per flow (act0, act1,
+#: act2) the remaining size in link-seconds and the rate as a fraction of the link (None: not active).
+FIG2_TRACE = {
+    "echelon": [
+        (1, (2, None, None), (1, None, None)),
+        (2, (1, 2, None), (1 / 2, 1 / 2, None)),
+        (3, (1 / 2, 3 / 2, 2), (1 / 4, 1 / 2, 1 / 4)),
+        (5, (None, 1 / 2, 3 / 2), (None, 1 / 2, 1 / 2)),
+        (6, (None, None, 1), (None, None, 1)),
+    ],
+    "coflow": [
+        (1, (2, None, None), (1, None, None)),
+        (2, (1, 2, None), (1 / 3, 2 / 3, None)),
+        (3, (2 / 3, 4 / 3, 2), (1 / 6, 1 / 3, 1 / 2)),
+    ],
+    "fair": [
+        (1, (2, None, None), (1, None, None)),
+        (2, (1, 2, None), (1 / 2, 1 / 2, None)),
+        (3, (1 / 2, 3 / 2, 2), (1 / 3, 1 / 3, 1 / 3)),
+        (4.5, (None, 1, 3 / 2), (None, 1 / 2, 1 / 2)),
+        (6.5, (None, None, 1 / 2), (None, None, 1)),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIG2_TRACE))
+def test_fig2_decisions_follow_the_worked_trace(name) -> None:
+    link_bps = 10e6
+    seen = []
+    scheduler = get_scheduler(name)
+    decide = scheduler.decide
+
+    def recording(snapshot):
+        decision = decide(snapshot)
+        by_flow = {f.flow_id: f for f in snapshot.flows}
+        remaining = tuple(by_flow[f"fig2/act{i}"].remaining_bytes * 8 / link_bps
+                          if f"fig2/act{i}" in by_flow else None for i in range(3))
+        rates = tuple(decision.rate_bps[f"fig2/act{i}"] / link_bps if f"fig2/act{i}" in by_flow else None
+                      for i in range(3))
+        seen.append((snapshot.now_s, remaining, rates))
+        return decision
+
+    scheduler.decide = recording
+    simulate(build("two_hosts", link_bps), [fig2_job()], scheduler)
+    assert len(seen) == len(FIG2_TRACE[name])
+    for (now, remaining, rates), (want_now, want_remaining, want_rates) in zip(seen, FIG2_TRACE[name]):
+        assert now == pytest.approx(want_now)
+        for got, want in zip(remaining + rates, want_remaining + want_rates):
+            assert (got is None) == (want is None), (now, name)
+            assert want is None or got == pytest.approx(want), (now, name)
+
+
 def _one_flow_job(job_id: str, src: str, dst: str, size: int) -> Job:
     job = Job(job_id)
     job.add(FlowTask("f", src, dst, size, echelon_id="e"))
