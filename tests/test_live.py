@@ -114,7 +114,7 @@ class Live:
         self.registry.add_echelon("train", "stage", None, STAGE)
         for i in range(3):
             self.registry.flow_started("train", f"s{i}", 40_000 + i, 5_300 + i, self.clock_s)
-            self.service.on_arrival(f"train/s{i}")
+            self.service.on_arrival()
 
     def stop(self) -> None:
         for thread in self.threads:
@@ -317,7 +317,7 @@ def test_per_flow_series_disappear_when_the_echelonflow_is_over(live) -> None:
     assert len(live.scrape()["echelon_flow_rate_bits_per_second"].samples) == 3
     for i in range(3):
         live.registry.flow_finished("train", f"s{i}", live.clock_s + 1, 5_000_000)
-        live.service.on_departure(f"train/s{i}")
+        live.service.on_departure()
     after = live.scrape()
     for name in ("echelon_flow_queue", "echelon_flow_rate_bits_per_second",
                  "echelon_echelonflow_active_flows", "echelon_echelonflow_tardiness_estimate_seconds"):
