@@ -55,5 +55,9 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT_STAMP"* ]]; then
     say "installing the project into $VENV ($EXTRAS)"
     "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1
     "$VENV/bin/python" -m pip install -q -e "$ROOT[$EXTRAS]" 2>"$VENV/pip.log" || { cat "$VENV/pip.log" >&2; exit 1; }
+    # Chakra trace reader: only its protobuf schema is used (echelonflow/importers/chakra.py); its declared
+    # dependencies (HolisticTraceAnalysis, pandas, graphviz, ...) serve its converters, so skip them.
+    "$VENV/bin/python" -m pip install -q --no-deps "mlc-chakra==1.0.0" 2>"$VENV/pip.log" \
+        || { cat "$VENV/pip.log" >&2; exit 1; }
     echo "$WANT_STAMP" >"$STAMP"
 fi

@@ -28,6 +28,7 @@ _TIMING_FIELDS = {"arrival_s", "weight"}
 _GENERATOR_JOB_FIELDS = {"id", "generator", "params", "hosts"} | _TIMING_FIELDS
 _TRACE_JOB_FIELDS = {"trace"}
 _COFLOW_JOB_FIELDS = {"coflow_benchmark", "max_coflows", "weight"}
+_CHAKRA_JOB_FIELDS = {"id", "chakra", "hosts"} | _TIMING_FIELDS
 
 
 @dataclass
@@ -136,6 +137,11 @@ def _jobs(entries: Any, topology: Topology, path: Path, fail: Any) -> list[Job]:
         if "trace" in entry:
             _no_unknown(entry, _TRACE_JOB_FIELDS, label, fail)
             jobs.extend(_trace_jobs(entry["trace"], known_hosts, path, f"{label}.trace", fail))
+        elif "chakra" in entry:
+            _no_unknown(entry, _CHAKRA_JOB_FIELDS, label, fail)
+            job = _chakra_job(entry, known_hosts, path, label, fail)
+            _set_timing(job, entry, label, fail)
+            jobs.append(job)
         elif "coflow_benchmark" in entry:
             _no_unknown(entry, _COFLOW_JOB_FIELDS, label, fail)
             jobs.extend(_coflow_jobs(entry, path, label, fail))
@@ -169,19 +175,25 @@ def _generated_job(entry: dict[str, Any], known_hosts: list[str], label: str, fa
     if generator not in workloads.GENERATORS:
         valid = ", ".join(workloads.GENERATORS)
         raise fail(f"{label}.generator", f"unknown generator {generator!r}; choose one of {valid}")
-    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
-        raise fail(f"{label}.hosts", f"must be a non-empty list of host names, got {hosts!r}")
-    missing = [h for h in hosts if h not in known_hosts]
-    if missing:
-        raise fail(f"{label}.hosts", f"host {missing[0]!r} is not in the topology (h1..h{len(known_hosts)})")
-    if len(set(hosts)) != len(hosts):
-        raise fail(f"{label}.hosts", "lists a host twice")
+    hosts = _placement(hosts, known_hosts, f"{label}.hosts", fail)
     if not isinstance(params, dict):
         raise fail(f"{label}.params", f"must be an object, got {params!r}")
     try:
         return workloads.generate(generator, job_id, list(hosts), dict(params))
     except UserError as exc:
         raise fail(f"{label}.params", str(exc)) from None
+
+
+def _placement(hosts: Any, known_hosts: list[str], field_name: str, fail: Any) -> list[str]:
+    """A job's ``hosts``: a non-empty list of distinct topology hosts."""
+    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
+        raise fail(field_name, f"must be a non-empty list of host names, got {hosts!r}")
+    missing = [h for h in hosts if h not in known_hosts]
+    if missing:
+        raise fail(field_name, f"host {missing[0]!r} is not in the topology (h1..h{len(known_hosts)})")
+    if len(set(hosts)) != len(hosts):
+        raise fail(field_name, "lists a host twice")
+    return list(hosts)
 
 
 def _set_timing(job: Job, entry: dict[str, Any], label: str, fail: Any) -> None:
@@ -225,6 +237,21 @@ def _trace_jobs(rel: Any, known_hosts: list[str], path: Path, label: str, fail: 
         return list(load_trace(str(trace_path), known_hosts=known_hosts))
     except UserError as exc:
         raise fail(label, str(exc)) from None
+
+
+def _chakra_job(entry: dict[str, Any], known_hosts: list[str], path: Path, label: str, fail: Any) -> Job:
+    """``{"id": ..., "chakra": PATH, "hosts": [...]}``: a Chakra trace (file or per-rank folder)."""
+    from echelonflow.importers.chakra import load_chakra
+
+    job_id = entry.get("id")
+    if not isinstance(job_id, str) or not job_id or "/" in job_id:
+        raise fail(f"{label}.id", f"must be a non-empty string without '/', got {job_id!r}")
+    hosts = _placement(entry.get("hosts"), known_hosts, f"{label}.hosts", fail)
+    trace_path = _data_path(entry["chakra"], path, f"{label}.chakra", fail)
+    try:
+        return load_chakra(job_id, trace_path, hosts)
+    except UserError as exc:
+        raise fail(f"{label}.chakra", str(exc)) from None
 
 
 def _coflow_jobs(entry: dict[str, Any], path: Path, label: str, fail: Any) -> list[Job]:
