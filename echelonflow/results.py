@@ -92,6 +92,11 @@ class TaskResult:
         return out
 
 
+#: Keys only an emulated run has (None: absent from the document): which repeat of its scheduler it is,
+#: the fidelity monitor's verdict and numbers, and the wire check of a captured run.
+EMULATION_RUN_KEYS = ("repeat", "trusted", "fidelity_monitor", "wire_check")
+
+
 @dataclass
 class RunResult:
     """One scheduler's run of a scenario."""
@@ -102,9 +107,13 @@ class RunResult:
     flows: dict[str, FlowResult] = field(default_factory=dict)
     tasks: dict[str, TaskResult] = field(default_factory=dict)
     objective_s: float = 0.0
+    repeat: int | None = None
+    trusted: bool | None = None
+    fidelity_monitor: dict[str, Any] | None = None
+    wire_check: dict[str, Any] | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "scheduler": self.scheduler,
             "jobs": {k: v.to_json_dict() for k, v in self.jobs.items()},
             "echelonflows": {k: v.to_json_dict() for k, v in self.echelonflows.items()},
@@ -112,6 +121,8 @@ class RunResult:
             "tasks": {k: v.to_json_dict() for k, v in self.tasks.items()},
             "objective_s": self.objective_s,
         }
+        out.update({key: getattr(self, key) for key in EMULATION_RUN_KEYS if getattr(self, key) is not None})
+        return out
 
     def job_tardiness_s(self, job_id: str) -> list[float]:
         """Tardiness of each of ``job_id``'s EchelonFlows (keys are ``job/echelon``; job ids have no '/')."""
@@ -132,6 +143,7 @@ class RunResult:
                 flows={k: FlowResult(**v) for k, v in data["flows"].items()},
                 tasks={k: TaskResult(**v) for k, v in data["tasks"].items()},
                 objective_s=data["objective_s"],
+                **{key: data[key] for key in EMULATION_RUN_KEYS if key in data},
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise UserError(f"result run is malformed ({type(exc).__name__}: {exc})") from None

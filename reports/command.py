@@ -1,7 +1,8 @@
-"""``echelon report RUN_DIR``: re-render a run folder's CSV and plots from its JSON documents.
+"""``echelon report RUN_DIR``: re-render a run folder's CSV, fidelity section and plots from its JSON.
 
 Useful after editing plot code, or on a run folder copied from another machine; the table printed is
-the same one ``echelon simulate``/``emulate`` print.
+the same one ``echelon simulate``/``emulate`` print (with repeats: medians and spread), and a run that
+did not finish says so in one line.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "report",
         help="re-render the table, CSV and plots of a run folder",
-        description="Re-create results.csv and the PNG plots of a run folder from its results*.json.",
+        description="Re-create results.csv, fidelity.md and the PNG plots of a run folder from its "
+                    "results*.json.",
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by echelon emulate")
     parser.add_argument("--no-plots", action="store_true", help="only the table and the CSV")
@@ -23,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from echelonflow.results import format_table
-    from reports.runfolder import load_run_folder, rerender
+    from reports.runfolder import FIDELITY_TEXT, load_run_folder, read_status, rerender, status_line
     from reports.table import format_comparison
 
     primary, others = load_run_folder(args.run_dir)
@@ -34,9 +36,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         for doc in (primary, *others):
             print(format_table(doc))
+    partial = status_line(read_status(args.run_dir))
+    if partial:
+        print(partial)
     print()
     print(f"run folder: {folder.path}")
     print(f"  {os.path.basename(folder.csv)}")
+    if os.path.exists(os.path.join(folder.path, FIDELITY_TEXT)):
+        print(f"  {FIDELITY_TEXT}")
     for plot in folder.plots:
         print(f"  {os.path.basename(plot)}")
     return 0

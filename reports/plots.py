@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Sequence
+from typing import Any
 
 import matplotlib
 
@@ -21,6 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from matplotlib.patches import Patch  # noqa: E402
 
 from echelonflow.results import Results, RunResult  # noqa: E402
+from reports.fidelity import judged_runs, runs_by_scheduler  # noqa: E402
 
 _COLORS = plt.get_cmap("tab10").colors
 _MODE_STYLE = {"emulate": {"alpha": 0.95, "hatch": ""}, "simulate": {"alpha": 0.45, "hatch": "..."}}
@@ -120,43 +123,116 @@ def plot_timeline(run: RunResult, path: str, title: str = "") -> None:
 
 
 def plot_jct(documents: Sequence[Results], path: str) -> None:
-    """Write a PNG with completion time and slowdown per scheduler, one bar per job and mode."""
+    """Write a PNG with completion time and slowdown per scheduler, one bar per job and mode.
+
+    With repeats a bar is the median over the judged runs (:func:`reports.fidelity.judged_runs`) and a
+    whisker spans their min..max; ``n=`` under the value says how many runs."""
     modes = [d.mode for d in documents]
     schedulers: list[str] = []
     jobs: list[str] = []
-    values: dict[tuple[str, str, str], tuple[float, float]] = {}
+    values: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
     for doc in documents:
-        for run in doc.runs:
-            if run.scheduler not in schedulers:
-                schedulers.append(run.scheduler)
-            for job_id, job in run.jobs.items():
-                if job_id not in jobs:
-                    jobs.append(job_id)
-                values[(doc.mode, run.scheduler, job_id)] = (job.completion_s, job.slowdown)
+        for scheduler, runs in runs_by_scheduler(doc).items():
+            if scheduler not in schedulers:
+                schedulers.append(scheduler)
+            for run in judged_runs(runs)[0]:
+                for job_id, job in run.jobs.items():
+                    if job_id not in jobs:
+                        jobs.append(job_id)
+                    samples = values.setdefault((doc.mode, scheduler, job_id), [])
+                    samples.append((job.completion_s, job.slowdown))
     bars = [(job, mode) for job in jobs for mode in modes]
     width = 0.8 / max(1, len(bars))
     fig, axes = plt.subplots(1, 2, figsize=(max(8.0, 2.2 * len(schedulers) + 0.5 * len(bars)), 4.2))
     for ax, index, label in ((axes[0], 0, "job completion time (s)"), (axes[1], 1, "slowdown (x alone)")):
         for b, (job, mode) in enumerate(bars):
-            xs, ys = [], []
+            xs, ys, low, high, counts = [], [], [], [], []
             for s, sched in enumerate(schedulers):
-                if (mode, sched, job) in values:
+                samples = [v[index] for v in values.get((mode, sched, job), [])]
+                if samples:
+                    median = statistics.median(samples)
                     xs.append(s - 0.4 + width * (b + 0.5))
-                    ys.append(values[(mode, sched, job)][index])
+                    ys.append(median)
+                    low.append(median - min(samples))
+                    high.append(max(samples) - median)
+                    counts.append(len(samples))
             style = _MODE_STYLE.get(mode, {"alpha": 0.7, "hatch": "xx"})
             rects = ax.bar(xs, ys, width=width * 0.95, color=_COLORS[jobs.index(job) % len(_COLORS)],
                            edgecolor="black", linewidth=0.5, label=f"{job} ({mode})", **style)
-            for rect, y in zip(rects, ys):
-                ax.annotate(f"{y:.2f}", (rect.get_x() + rect.get_width() / 2, y), ha="center", va="bottom",
-                            fontsize=7, xytext=(0, 1), textcoords="offset points")
+            if any(c > 1 for c in counts):
+                ax.errorbar(xs, ys, yerr=[low, high], fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
+            for rect, y, n, up in zip(rects, ys, counts, high):
+                text = f"{y:.2f}" + (f"\nn={n}" if n > 1 else "")
+                ax.annotate(text, (rect.get_x() + rect.get_width() / 2, y + up), ha="center", va="bottom",
+                            fontsize=6 if n > 1 else 7, xytext=(0, 1), textcoords="offset points")
         ax.set_xticks(range(len(schedulers)))
         ax.set_xticklabels(schedulers)
         ax.set_ylabel(label)
         ax.grid(axis="y", linestyle=":", linewidth=0.6)
-        ax.margins(y=0.12)
+        ax.margins(y=0.15)
     axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     scenario = documents[0].scenario if documents else ""
     fig.suptitle(f"{scenario}: {' vs '.join(modes)}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_fidelity(doc: dict[str, Any], path: str) -> None:
+    """Write the fidelity section's PNG (``doc`` from :func:`reports.fidelity.fidelity`).
+
+    Left: each job's and each objective's gap, emulated median over simulated - 1, with the +-10 % band
+    of the target; a whisker spans the gaps of the fastest and slowest run.  Right: echelon's gain over
+    coflow and over fair, simulated next to emulated (from medians)."""
+    rows = [(f"{r['scheduler']}\n{r['job']}", r) for r in doc["jobs"]]
+    rows += [(f"{r['scheduler']}\nobjective", r) for r in doc["objective"]]
+    rows = [(label, r) for label, r in rows if r["gap"] is not None]
+    gains = [g for g in doc["gains"] if g["simulated_gain"] is not None and g["emulated_gain"] is not None]
+    fig, axes = plt.subplots(1, 2, figsize=(max(10.0, 0.9 * len(rows) + 0.9 * len(gains) + 3), 4.6),
+                             gridspec_kw={"width_ratios": [max(1, len(rows)), max(1, len(gains))]})
+    ax = axes[0]
+    target = doc["targets"]["gap"]
+    ax.axhspan(-100 * target, 100 * target, color="tab:green", alpha=0.12, label=f"target +-{target:.0%}")
+    for x, (_label, r) in enumerate(rows):
+        emu, sim = r["emulated"], r["simulated_s"]
+        gap = 100 * r["gap"]
+        color = "tab:blue" if r["trusted"] else "tab:gray"
+        ax.bar(x, gap, width=0.6, color=color, edgecolor="black", linewidth=0.5,
+               hatch="" if r["trusted"] else "//")
+        top = gap
+        if emu["n"] > 1 and sim:
+            low, top = 100 * (emu["min"] / sim - 1), 100 * (emu["max"] / sim - 1)
+            ax.errorbar([x], [gap], yerr=[[gap - low], [top - gap]], fmt="none", ecolor="black",
+                        elinewidth=0.8, capsize=3)
+        ax.annotate(f"{gap:+.1f}%\nn={r['runs']}", (x, max(top, 0)), ha="center", va="bottom", fontsize=7,
+                    xytext=(0, 2), textcoords="offset points")
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([label for label, _ in rows], fontsize=8)
+    ax.set_ylabel("emulated median vs simulated (%)")
+    ax.set_title("gap per job and objective (grey, hatched: untrusted runs only)", fontsize=9)
+    ax.grid(axis="y", linestyle=":", linewidth=0.6)
+    ax.legend(fontsize=8, loc="upper left", frameon=False)
+    ax.margins(y=0.2)
+    ax = axes[1]
+    for x, g in enumerate(gains):
+        ax.bar(x - 0.18, 100 * g["simulated_gain"], width=0.36, color="tab:orange", alpha=0.5, hatch="...",
+               edgecolor="black", linewidth=0.5, label="simulated" if x == 0 else None)
+        ax.bar(x + 0.18, 100 * g["emulated_gain"], width=0.36, color="tab:orange", edgecolor="black",
+               linewidth=0.5, label="emulated" if x == 0 else None)
+        kept = "" if g["kept"] is None else f"{g['kept']:.0%} kept"
+        ax.annotate(kept, (x, max(100 * g["simulated_gain"], 100 * g["emulated_gain"], 0)), ha="center",
+                    va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(gains)))
+    ax.set_xticklabels([f"over {g['over']}\n{g['metric']}" for g in gains], fontsize=8)
+    ax.set_ylabel("echelon's gain, 1 - echelon / baseline (%)")
+    ax.set_title("echelon's gain: simulated vs emulated (medians)", fontsize=9)
+    ax.grid(axis="y", linestyle=":", linewidth=0.6)
+    if gains:
+        ax.legend(fontsize=8, loc="upper right", frameon=False)
+    ax.margins(y=0.2)
+    fig.suptitle(f"{doc['scenario']}: fidelity, emulated vs simulated", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

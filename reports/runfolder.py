@@ -2,15 +2,22 @@
 
 Layout of ``runs/<YYYYmmdd-HHMMSS>-<scenario>/``::
 
-    results.json             the run's result document (echelonflow.results shape; mode emulate or simulate)
+    results.json             the run's result document (echelonflow.results shape; mode emulate or simulate);
+                             an emulation adds "status" (complete or partial, and why), "summary" (spread
+                             over each scheduler's repeats) and "fidelity" (emulated vs simulated)
     results-simulate.json    for an emulation: the simulator's document for the same scenario and schedulers
-    results.csv              one row per job x scheduler x mode (both modes when both exist)
-    timeline-<mode>-<scheduler>.png   per host: compute, outgoing and incoming flows over time (paper Fig. 2)
-    jct.png                  job completion time and slowdown per scheduler (emulated and simulated
-                             side by side)
+    results.csv              one row per job x scheduler x repeat x mode (both modes when both exist)
+    fidelity.md, fidelity.png   emulated vs simulated per job, the objective, echelon's gains (from medians)
+    timeline-<mode>-<scheduler>.png   per host: compute, outgoing and incoming flows over time (paper Fig. 2);
+                             with repeats, the run with the median objective
+    jct.png                  job completion time and slowdown per scheduler (emulated medians with their
+                             min..max, simulated side by side)
+    logs/, captures/         agents' and controllers' logs, monitor samples; pcaps of ``--capture`` runs
 
-Everything is derived from the JSON documents, so ``echelon report RUN_DIR`` can re-render CSV and plots
-at any time; JSON and CSV are written atomically (temp file + rename).
+An emulation rewrites results.json after every finished run with ``"status": {"complete": false}``, and
+marks it complete at the end: a run that dies (or is interrupted) leaves the runs it finished and says
+it is partial.  Everything else is derived from the JSON documents, so ``echelon report RUN_DIR`` can
+re-render CSV, fidelity section and plots at any time; JSON and text are written atomically.
 """
 
 from __future__ import annotations
@@ -22,16 +29,22 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from echelonflow.errors import UserError
 from echelonflow.fileio import read_json, write_json_atomic, write_text_atomic
 from echelonflow.results import Results
+from reports.fidelity import fidelity, format_fidelity, representative, runs_by_scheduler, summarize
 
 RESULTS_FILE = "results.json"
 CSV_FILE = "results.csv"
 JCT_PLOT = "jct.png"
-CSV_COLUMNS = ("scenario", "mode", "scheduler", "job", "completion_s", "slowdown", "tardiness_sum_s",
-               "tardiness_max_s", "objective_s")
+FIDELITY_TEXT = "fidelity.md"
+FIDELITY_PLOT = "fidelity.png"
+CSV_COLUMNS = ("scenario", "mode", "scheduler", "repeat", "trusted", "job", "completion_s", "slowdown",
+               "tardiness_sum_s", "tardiness_max_s", "objective_s")
+#: Top-level keys of an emulation's results.json besides the shared shape (derived or bookkeeping).
+EXTRA_KEYS = ("status", "summary", "fidelity")
 
 
 def companion_file(mode: str) -> str:
@@ -66,14 +79,16 @@ def default_run_dir(scenario: str, base: str = "runs", now: float | None = None)
 
 
 def write_run_folder(run_dir: str, primary: Results, others: Sequence[Results] = (),
-                     plots: bool = True) -> RunFolder:
-    """Write the documents, the CSV and (unless ``plots`` is false) the PNGs; returns the paths."""
+                     plots: bool = True, status: dict[str, Any] | None = None) -> RunFolder:
+    """Write the documents, the CSV, the fidelity section and (unless ``plots`` is false) the PNGs.
+
+    ``status`` (``{"complete": bool, ...}``) is recorded in results.json as is."""
     _check_consistent(primary, others)
     os.makedirs(run_dir, exist_ok=True)
     folder = _folder(run_dir, others)
-    write_json_atomic(folder.results, primary.to_json_dict())
     for other, path in zip(others, folder.companions):
         write_json_atomic(path, other.to_json_dict())
+    _write_primary(folder, primary, others, status)
     _render(folder, [primary, *others], plots)
     return folder
 
@@ -93,10 +108,30 @@ def load_run_folder(run_dir: str) -> tuple[Results, list[Results]]:
     return primary, others
 
 
+def read_status(run_dir: str) -> dict[str, Any] | None:
+    """The ``status`` an emulation recorded in results.json (None for documents without one)."""
+    try:
+        with open(os.path.join(run_dir, RESULTS_FILE), encoding="utf-8") as fh:
+            status = json.load(fh).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return status if isinstance(status, dict) else None
+
+
+def status_line(status: dict[str, Any] | None) -> str:
+    """One line for a partial run ('' for a complete one or a document without status)."""
+    if not status or status.get("complete", True):
+        return ""
+    return (f"PARTIAL RUN: {status.get('runs_done', '?')} of {status.get('runs_planned', '?')} runs "
+            f"finished; {status.get('reason') or 'the emulation did not finish'}")
+
+
 def rerender(run_dir: str, plots: bool = True) -> RunFolder:
-    """Re-create CSV and plots from the JSON documents already in ``run_dir``."""
+    """Re-create CSV, fidelity section and plots (and results.json's derived keys) from the documents."""
     primary, others = load_run_folder(run_dir)
     folder = _folder(run_dir, others)
+    if _simulated(primary, others) is not None:
+        _write_primary(folder, primary, others, read_status(run_dir))
     _render(folder, [primary, *others], plots)
     return folder
 
@@ -109,7 +144,9 @@ def csv_rows(documents: Sequence[Results]) -> list[dict[str, str]]:
             for job_id, job in run.jobs.items():
                 tard = run.job_tardiness_s(job_id)
                 rows.append({
-                    "scenario": doc.scenario, "mode": doc.mode, "scheduler": run.scheduler, "job": job_id,
+                    "scenario": doc.scenario, "mode": doc.mode, "scheduler": run.scheduler,
+                    "repeat": "" if run.repeat is None else str(run.repeat),
+                    "trusted": "" if run.trusted is None else str(run.trusted).lower(), "job": job_id,
                     "completion_s": f"{job.completion_s:.6f}", "slowdown": f"{job.slowdown:.6f}",
                     "tardiness_sum_s": f"{sum(tard):.6f}" if tard else "",
                     "tardiness_max_s": f"{max(tard):.6f}" if tard else "",
@@ -133,20 +170,50 @@ def _folder(run_dir: str, others: Sequence[Results]) -> RunFolder:
                      [os.path.join(path, companion_file(other.mode)) for other in others])
 
 
+def _simulated(primary: Results, others: Sequence[Results]) -> Results | None:
+    """The simulator's document when ``primary`` is an emulation that has one."""
+    if primary.mode != "emulate":
+        return None
+    return next((doc for doc in others if doc.mode == "simulate"), None)
+
+
+def _write_primary(folder: RunFolder, primary: Results, others: Sequence[Results],
+                   status: dict[str, Any] | None) -> None:
+    data = primary.to_json_dict()
+    simulated = _simulated(primary, others)
+    if simulated is not None and primary.runs:
+        data["summary"] = summarize(primary)
+        data["fidelity"] = fidelity(primary, simulated)
+    if status is not None:
+        data["status"] = status
+    write_json_atomic(folder.results, data)
+
+
 def _render(folder: RunFolder, documents: Sequence[Results], plots: bool) -> None:
     write_csv(folder.csv, documents)
+    simulated = _simulated(documents[0], documents[1:])
+    doc = fidelity(documents[0], simulated) if simulated is not None and documents[0].runs else None
+    if doc is not None:
+        write_text_atomic(os.path.join(folder.path, FIDELITY_TEXT), format_fidelity(doc))
     if not plots:
         return
     from reports import plots as plot_mod  # matplotlib only when plots are wanted
 
-    for doc in documents:
-        for run in doc.runs:
-            path = os.path.join(folder.path, timeline_file(doc.mode, run.scheduler))
-            plot_mod.plot_timeline(run, path, title=f"{doc.scenario}: {run.scheduler} ({doc.mode})")
+    for results in documents:
+        for scheduler, runs in runs_by_scheduler(results).items():
+            run = representative(runs)
+            path = os.path.join(folder.path, timeline_file(results.mode, scheduler))
+            which = f", repeat {run.repeat + 1} of {len(runs)} (median objective)" if len(runs) > 1 else ""
+            title = f"{results.scenario}: {scheduler} ({results.mode}{which})"
+            plot_mod.plot_timeline(run, path, title=title)
             folder.plots.append(path)
     path = os.path.join(folder.path, JCT_PLOT)
     plot_mod.plot_jct(documents, path)
     folder.plots.append(path)
+    if doc is not None:
+        path = os.path.join(folder.path, FIDELITY_PLOT)
+        plot_mod.plot_fidelity(doc, path)
+        folder.plots.append(path)
 
 
 def _load(path: str) -> Results:

@@ -1,13 +1,19 @@
 """The side-by-side table: emulated and simulated values for every job and scheduler.
 
-``echelon emulate`` and ``echelon report`` print it when a run folder holds both modes; the last column
-is the relative difference of the job completion times (emulated / simulated - 1), the number the
-fidelity target (within 10%) is about.
+``echelon emulate`` and ``echelon report`` print it when a run folder holds both modes.  Emulated values
+are medians over the scheduler's repeats (``runs`` says how many, and the min..max and standard
+deviation show the spread; one run: the run itself); ``gap`` is the relative difference of the median
+completion to the simulated one (emulated / simulated - 1), the number the fidelity target (within 10 %)
+is about.  Runs the fidelity monitor did not trust are left out while a trusted one exists; numbers from
+untrusted runs only are marked ``UNTRUSTED`` (see :mod:`reports.fidelity`).
 """
 
 from __future__ import annotations
 
-from echelonflow.results import Results, render_table
+from typing import Any
+
+from echelonflow.results import Results, RunResult, render_table
+from reports.fidelity import runs_label, summarize
 
 
 def relative_gap(emulated: float, simulated: float) -> float | None:
@@ -16,22 +22,57 @@ def relative_gap(emulated: float, simulated: float) -> float | None:
 
 
 def format_comparison(emulated: Results, simulated: Results) -> str:
-    """One table: scheduler, job, completion (emu, sim, gap), slowdown and tardiness sum (emu, sim)."""
+    """One table: per scheduler and job the emulated median completion with its spread, the simulated
+    value and the gap, slowdown and tardiness (emulated medians, simulated); one objective row each."""
     sim_runs = {run.scheduler: run for run in simulated.runs}
-    header = ["scheduler", "job", "emu_s", "sim_s", "gap", "emu_slowdown", "sim_slowdown", "emu_tard_s",
-              "sim_tard_s"]
+    header = ["scheduler", "job", "runs", "emu_s", "min..max", "stdev", "sim_s", "gap", "emu_slowdown",
+              "sim_slowdown", "emu_tard_s", "sim_tard_s"]
     rows: list[list[str]] = []
-    for run in emulated.runs:
-        sim = sim_runs.get(run.scheduler)
-        for job_id, job in run.jobs.items():
+    for scheduler, entry in summarize(emulated).items():
+        sim = sim_runs.get(scheduler)
+        for job_id, stats in entry["jobs"].items():
             sjob = sim.jobs.get(job_id) if sim else None
-            emu_t = sum(run.job_tardiness_s(job_id))
-            sim_t = sum(sim.job_tardiness_s(job_id)) if sim else None
-            gap = relative_gap(job.completion_s, sjob.completion_s) if sjob else None
+            completion = stats["completion_s"]
+            gap = relative_gap(completion["median"], sjob.completion_s) if sjob else None
             rows.append([
-                run.scheduler, job_id, f"{job.completion_s:.3f}",
-                f"{sjob.completion_s:.3f}" if sjob else "-", f"{gap:+.1%}" if gap is not None else "-",
-                f"{job.slowdown:.3f}", f"{sjob.slowdown:.3f}" if sjob else "-",
-                f"{emu_t:.3f}", f"{sim_t:.3f}" if sim_t is not None else "-",
+                scheduler, job_id, runs_label(entry), f"{completion['median']:.3f}", _range(completion),
+                f"{completion['stdev']:.3f}", f"{sjob.completion_s:.3f}" if sjob else "-",
+                f"{gap:+.1%}" if gap is not None else "-", f"{stats['slowdown']['median']:.3f}",
+                f"{sjob.slowdown:.3f}" if sjob else "-", f"{stats['tardiness_s']['median']:.3f}",
+                f"{sum(sim.job_tardiness_s(job_id)):.3f}" if sim else "-",
             ])
+        objective = entry["objective_s"]
+        rows.append([scheduler, "(objective)", runs_label(entry), f"{objective['median']:.3f}",
+                     _range(objective), f"{objective['stdev']:.3f}", _sim_objective(sim),
+                     _objective_gap(objective, sim),
+                     "", "", "", ""])
     return render_table(f"scenario {emulated.scenario}: emulated vs simulated", header, rows)
+
+
+def _range(stats: dict[str, Any]) -> str:
+    return f"{stats['min']:.2f}..{stats['max']:.2f}"
+
+
+def _sim_objective(sim: RunResult | None) -> str:
+    return "-" if sim is None else f"{sim.objective_s:.3f}"
+
+
+def _objective_gap(objective: dict[str, Any], sim: RunResult | None) -> str:
+    gap = None if sim is None else relative_gap(objective["median"], sim.objective_s)
+    return "-" if gap is None else f"{gap:+.1%}"
+
+
+def format_trust(emulated: Results) -> str:
+    """One line per run the fidelity monitor did not trust, after a count (empty without verdicts)."""
+    judged = [run for run in emulated.runs if run.trusted is not None]
+    if not judged:
+        return ""
+    lines = [f"fidelity monitor: {sum(1 for run in judged if run.trusted)} of {len(judged)} run(s) trusted"]
+    for run in judged:
+        if not run.trusted:
+            rounds = (run.fidelity_monitor or {}).get("rounds", {})
+            reasons = "; ".join(f"{label}: {', '.join(doc.get('reasons', []))}"
+                                for label, doc in rounds.items() if not doc.get("trusted"))
+            which = "" if run.repeat is None else f" repeat {run.repeat + 1}"
+            lines.append(f"  NOT trusted: {run.scheduler}{which}: {reasons}")
+    return "\n".join(lines)

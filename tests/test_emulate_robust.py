@@ -3,10 +3,18 @@ when it dies or is interrupted, and the controller-reachability check cannot cra
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The first bytes an OpenFlow 1.3 controller sends (HELLO) plus bytes that are not UTF-8 at all:
 # Mininet's telnet-based check decoded them as text and raised UnicodeDecodeError.
@@ -63,3 +71,112 @@ def test_controller_reachability_check_survives_binary_greetings(require_fabric)
         assert not controller_listening("127.0.0.1", closed)
         node = _controller_class()("c-absent", ip="127.0.0.1", port=closed)  # warns, does not raise
         Node.terminate(node)
+
+
+# ------------------------------------------------------------------------------------------ emulation
+def _nothing_left_of(tag: str) -> None:
+    from topologies import ovs
+
+    assert not ovs.bridges_owned(tag) and not ovs.rows_owned("QoS", tag) and not ovs.rows_owned("Queue", tag)
+
+
+def _pids_in(text: str) -> list[int]:
+    return [int(p) for p in re.findall(r"\d+", text.split("pids", 1)[1])]
+
+
+@pytest.mark.fabric
+def test_a_fabric_start_that_fails_is_retried_once(require_fabric, tmp_path):
+    """The controller dies while the fabric comes up (killed by pid here): the switches never connect,
+    the start fails with one line, everything is torn down, and the second attempt runs the job."""
+    from echelonflow.scenario import load_scenario
+    from traffic.emulate import EmulationSettings, emulate_scheduler
+
+    scenario = load_scenario("fig2")
+    lines: list[str] = []
+    controller_pids: list[int] = []
+
+    def progress(text: str) -> None:
+        lines.append(text)
+        if "controller up (pid" in text:
+            controller_pids.append(int(re.search(r"pid (\d+)", text).group(1)))
+        if "starting fabric" in text and sum("starting fabric" in line for line in lines) == 1:
+            os.kill(controller_pids[-1], signal.SIGKILL)
+
+    settings = EmulationSettings(fabric_connect_timeout_s=5.0, logs_dir=str(tmp_path))
+    result = emulate_scheduler(scenario.topology, scenario.jobs, "fair", {"fig2": 8.5}, settings, progress)
+    retried = [line for line in lines if "retrying once" in line]
+    assert len(retried) == 1 and "fabric start failed (" in retried[0], lines
+    assert "did not connect to the controller" in retried[0] and "\n" not in retried[0]
+    assert sum("starting fabric" in line for line in lines) == 2 and len(controller_pids) == 2
+    assert 8.0 < result.jobs["fig2"].completion_s < 12.0
+    assert result.trusted is not None and "together" in result.fidelity_monitor["rounds"]
+    _nothing_left_of(f"emu{os.getpid()}-fair")
+
+
+@pytest.mark.fabric
+def test_a_run_that_dies_leaves_its_finished_runs_marked_partial(require_fabric, tmp_path, capsys):
+    """fair finishes; under echelon an agent is killed mid-run: one error line, no traceback, and the run
+    folder holds fair's run with a status saying the folder is partial and why."""
+    from echelonflow.scenario import load_scenario
+    from reports.runfolder import load_run_folder, read_status
+    from traffic.emulate_command import emulate_and_report
+
+    killed: list[int] = []
+
+    def progress(text: str) -> None:
+        if text.startswith("[echelon] together:") and "agents started" in text and not killed:
+            killed.append(_pids_in(text)[0])
+        if text.startswith("[echelon] together: agents ready") and killed:
+            time.sleep(1.0)
+            os.kill(killed[0], signal.SIGKILL)
+
+    run_dir = tmp_path / "run"
+    outcome = emulate_and_report(load_scenario("fig2"), ["fair", "echelon"], out=str(run_dir), plots=False,
+                                 progress=progress)
+    assert outcome is None
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "under echelon failed" in err and "marked partial" in err
+    status = read_status(str(run_dir))
+    assert status["complete"] is False and (status["runs_done"], status["runs_planned"]) == (1, 2)
+    assert "under echelon failed: agent h" in status["reason"]
+    primary, _others = load_run_folder(str(run_dir))
+    assert [run.scheduler for run in primary.runs] == ["fair"]
+    assert primary.runs[0].jobs["fig2"].completion_s > 8.0
+    assert (run_dir / "results.csv").exists() and (run_dir / "fidelity.md").exists()
+    for scheduler in ("fair", "echelon"):
+        _nothing_left_of(f"emu{os.getpid()}-{scheduler}")
+
+
+@pytest.mark.fabric
+def test_ctrl_c_keeps_the_finished_runs_and_says_partial(require_fabric, tmp_path):
+    """``echelon emulate`` interrupted (SIGINT) under the second scheduler: exit 130 without a
+    traceback, everything torn down, and the first scheduler's run in the folder, marked partial."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "emulate", "fig2", "--scheduler", "fair",
+                             "--scheduler", "echelon", "--no-plots", "--out", str(run_dir)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if "[echelon] together: agents ready" in line:
+                time.sleep(1.0)
+                proc.send_signal(signal.SIGINT)
+                break
+        rest = proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = "".join(seen) + (rest or "")
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "interrupted" in err
+    from reports.runfolder import load_run_folder, read_status
+
+    status = read_status(str(run_dir))
+    assert status["complete"] is False and status["reason"] == "interrupted (Ctrl-C)"
+    assert status["runs_done"] == 1
+    assert [run.scheduler for run in load_run_folder(str(run_dir))[0].runs] == ["fair"]
+    for scheduler in ("fair", "echelon"):
+        _nothing_left_of(f"emu{proc.pid}-{scheduler}")

@@ -11,7 +11,7 @@ import matplotlib.image as mpimg
 import pytest
 
 from cli.main import main
-from echelonflow.results import Results
+from echelonflow.results import Results, RunResult, build_run
 from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import get_scheduler
 from reports.plots import _lanes
@@ -19,10 +19,12 @@ from reports.runfolder import (
     CSV_COLUMNS,
     default_run_dir,
     load_run_folder,
+    read_status,
+    status_line,
     timeline_file,
     write_run_folder,
 )
-from reports.table import format_comparison
+from reports.table import format_comparison, format_trust
 from simulator.engine import simulate
 
 
@@ -88,7 +90,11 @@ def test_emulated_and_simulated_side_by_side(tmp_path, fig2_sim):
     table = format_comparison(emu, fig2_sim)
     fair = next(line for line in table.splitlines() if line.startswith("fair"))
     assert "8.925" in fair and "8.500" in fair and "+5.0%" in fair
-    assert len(folder.plots) == 2 * len(fig2_sim.runs) + 1
+    names = {os.path.basename(p) for p in folder.plots}
+    assert len(names) == 2 * len(fig2_sim.runs) + 2 and {"jct.png", "fidelity.png"} <= names
+    with open(folder.results) as fh:
+        data = json.load(fh)
+    assert data["summary"]["fair"]["runs"] == 1 and "status" not in data  # status only when given
 
 
 def test_report_command_rerenders_from_json(tmp_path, fig2_sim, capsys):
@@ -152,3 +158,103 @@ def test_timeline_lanes_separate_overlapping_flows():
         for (_, end, _, _), (start, _, _, _) in zip(lane, lane[1:]):
             assert start >= end
     assert len(_lanes(spans, max_lanes=1)) == 1
+
+
+# ------------------------------------------------------------------------------------------ repeats
+def stretched_run(sim_run: RunResult, factor: float, repeat: int, trusted: bool | None = True) -> RunResult:
+    """An 'emulated' repeat: every task of the simulated run ``factor`` times later and longer, with
+    tardiness, objective and completion recomputed by the one result builder."""
+    jobs = load_scenario("fig2").jobs
+    start = {qid: t.start_s * factor for qid, t in sim_run.tasks.items()}
+    finish = {qid: t.finish_s * factor for qid, t in sim_run.tasks.items()}
+    run = build_run(sim_run.scheduler, jobs, start, finish)
+    run.repeat, run.trusted = repeat, trusted
+    return run
+
+
+def repeated(sim: Results, factors: dict[str, list[float]], untrusted: dict[str, set[int]] | None = None
+             ) -> Results:
+    emu = Results(sim.scenario, "emulate")
+    for run in sim.runs:
+        for repeat, factor in enumerate(factors[run.scheduler]):
+            trusted = repeat not in (untrusted or {}).get(run.scheduler, set())
+            emu.runs.append(stretched_run(run, factor, repeat, trusted))
+    return emu
+
+
+def test_repeats_give_medians_spread_and_fidelity(tmp_path, fig2_sim):
+    factors = {"fair": [1.02, 1.10, 1.05], "coflow": [1.0, 1.0, 1.0], "echelon": [1.08, 1.04, 1.06]}
+    emu = repeated(fig2_sim, factors)
+    folder = write_run_folder(str(tmp_path / "run"), emu, [fig2_sim], plots=True)
+    with open(folder.results) as fh:
+        data = json.load(fh)
+    sim = {run.scheduler: run for run in fig2_sim.runs}
+    fair = data["summary"]["fair"]["jobs"]["fig2"]["completion_s"]
+    base = sim["fair"].jobs["fig2"].completion_s
+    assert fair["n"] == 3 and fair["median"] == pytest.approx(1.05 * base)
+    assert fair["min"] == pytest.approx(1.02 * base) and fair["max"] == pytest.approx(1.10 * base)
+    assert fair["mean"] == pytest.approx(base * (1.02 + 1.10 + 1.05) / 3)
+    assert fair["range_share"] == pytest.approx(0.08 / 1.05)
+    assert [r["repeat"] for r in data["runs"]] == [0, 1, 2] * 3
+    jobs = {(r["scheduler"], r["job"]): r for r in data["fidelity"]["jobs"]}
+    assert jobs[("fair", "fig2")]["gap"] == pytest.approx(0.05)
+    assert jobs[("coflow", "fig2")]["within_target"] and jobs[("coflow", "fig2")]["spread_ok"]
+    assert not jobs[("fair", "fig2")]["spread_ok"]  # 7.6 % > 5 %
+    gains = {(g["over"], g["metric"]): g for g in data["fidelity"]["gains"]}
+    completion = gains[("coflow", "fig2 completion")]
+    sim_gain = 1 - sim["echelon"].jobs["fig2"].completion_s / sim["coflow"].jobs["fig2"].completion_s
+    assert completion["simulated_gain"] == pytest.approx(sim_gain)
+    emu_gain = 1 - 1.06 * sim["echelon"].jobs["fig2"].completion_s / sim["coflow"].jobs["fig2"].completion_s
+    assert completion["emulated_gain"] == pytest.approx(emu_gain)
+    assert completion["kept"] == pytest.approx(emu_gain / sim_gain) and completion["runs"] == ["3", "3"]
+    assert {("fair", "objective"), ("coflow", "objective")} <= set(gains)
+    text = (tmp_path / "run" / "fidelity.md").read_text()
+    assert "echelon over coflow" in text and "fig2 completion" in text and " 3 UNTRUSTED" not in text
+    assert_png(str(tmp_path / "run" / "fidelity.png"))
+    with open(folder.csv) as fh:
+        rows = [r for r in csv.DictReader(fh) if r["mode"] == "emulate"]
+    assert len(rows) == 9 and {r["repeat"] for r in rows} == {"0", "1", "2"} and rows[0]["trusted"] == "true"
+    table = format_comparison(emu, fig2_sim)
+    fair_line = next(line for line in table.splitlines() if line.startswith("fair") and "fig2" in line)
+    assert " 3 " in fair_line and "+5.0%" in fair_line
+    assert f"{1.02 * base:.2f}..{1.10 * base:.2f}" in fair_line
+    assert any(line.startswith("echelon") and "(objective)" in line for line in table.splitlines())
+
+
+def test_untrusted_runs_are_left_out_or_marked(tmp_path, fig2_sim):
+    factors = {"fair": [1.0, 1.5, 1.0], "coflow": [2.0, 2.2], "echelon": [1.0]}
+    emu = repeated(fig2_sim, factors, untrusted={"fair": {1}, "coflow": {0, 1}})
+    write_run_folder(str(tmp_path / "run"), emu, [fig2_sim], plots=False)
+    data = json.loads((tmp_path / "run" / "results.json").read_text())
+    fair = data["summary"]["fair"]
+    assert (fair["runs"], fair["trusted_runs"], fair["numbers_trusted"]) == (3, 2, True)
+    assert fair["jobs"]["fig2"]["completion_s"]["max"] == pytest.approx(
+        fig2_sim.runs[0].jobs["fig2"].completion_s)  # the 1.5x untrusted repeat is not in the numbers
+    coflow = data["summary"]["coflow"]
+    assert (coflow["trusted_runs"], coflow["numbers_trusted"]) == (0, False)
+    table = format_comparison(emu, fig2_sim)
+    assert "2 of 3" in table and "2 UNTRUSTED" in table
+    trust = format_trust(emu).splitlines()
+    assert trust[0] == "fidelity monitor: 3 of 6 run(s) trusted" and len(trust) == 4
+    assert trust[1].startswith("  NOT trusted: fair repeat 2")
+    text = (tmp_path / "run" / "fidelity.md").read_text()
+    assert "2 UNTRUSTED" in text and "1 vs 2 UNTRUSTED" in text and "2 of 3" in text
+    gains = {(g["over"], g["metric"]): g for g in data["fidelity"]["gains"]}
+    assert not gains[("coflow", "objective")]["trusted"] and gains[("fair", "objective")]["trusted"]
+
+
+def test_partial_status_is_kept_and_reported(tmp_path, fig2_sim, capsys):
+    run_dir = tmp_path / "run"
+    emu = repeated(fig2_sim, {"fair": [1.0], "coflow": [], "echelon": []})
+    status = {"complete": False, "reason": "emulation of fig2 under coflow failed: agent h1 died",
+              "runs_done": 1, "runs_planned": 3}
+    write_run_folder(str(run_dir), emu, [fig2_sim], plots=False, status=status)
+    assert read_status(str(run_dir)) == status
+    assert status_line(status).startswith("PARTIAL RUN: 1 of 3 runs finished; emulation of fig2")
+    assert status_line({"complete": True}) == "" and status_line(None) == ""
+    os.unlink(run_dir / "fidelity.md")
+    assert main(["report", str(run_dir), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "PARTIAL RUN: 1 of 3" in out and "fair" in out
+    assert read_status(str(run_dir)) == status  # re-rendering keeps the status
+    assert (run_dir / "fidelity.md").exists()

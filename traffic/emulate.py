@@ -28,11 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from echelonflow import ownership
+from echelonflow.errors import UserError
 from echelonflow.fileio import read_json
 from echelonflow.model import ComputeTask, Job, qualified
 from echelonflow.results import RunResult, build_run
+from echelonflow.topology import intf_name
+from traffic.capture import CaptureError, WireCapture
 from traffic.control import ControlError, wait_for_sockets
-from traffic.monitor import FidelityMonitor
+from traffic.monitor import FidelityMonitor, combine
 from traffic.runspec import RegistrySettings, RunSpec, SpecError, check_serialisable, save_runspec
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -300,6 +303,8 @@ class EmulationSettings:
     monitor_interval_s: float = 0.25  # fidelity monitor's sampling period (traffic.monitor)
     api_port: int = 0  # the controllers' API (and dashboard) port; 0: a free one per controller
     metrics_port: int = 0  # the controllers' /metrics port; 0: a free one per controller
+    capture: bool = False  # capture first-hop switch ports and check marks and times (traffic.capture)
+    fabric_connect_timeout_s: float = 30.0  # every switch connected to the controller within this
 
 
 def fabric_popen(fabric: Any) -> PopenFn:
@@ -321,25 +326,33 @@ def emulate_scheduler(
     settings: EmulationSettings,
     progress: Callable[[str], None],
     alone_fallback_s: Mapping[str, float] | None = None,
+    run_name: str = "",
 ) -> RunResult:
     """One scheduler on a fresh fabric and controller: all jobs together, then (several jobs) each alone.
 
     ``simulated_s`` (job -> simulated completion) only sizes the run timeout.  Without the alone
-    rounds (``settings.alone_runs`` false) slowdowns are taken against ``alone_fallback_s``.
-    Everything started here (controller, fabric, agents) is stopped in ``finally`` blocks, also on Ctrl-C.
+    rounds (``settings.alone_runs`` false) slowdowns are taken against ``alone_fallback_s``.  Every round
+    is watched by the fidelity monitor (and, with ``settings.capture``, captured on the wire); the result
+    carries their verdicts.  ``run_name`` (default: the scheduler) names this run's folders under
+    ``settings.logs_dir``.  A fabric or controller start that fails is retried once.  Everything started
+    here (controller, fabric, agents, capture) is stopped in ``finally`` blocks, also on Ctrl-C.
     """
     import shutil
 
     from controller.client import ApiClientError, EchelonClient
     from controller.launcher import ControllerProcess, free_tcp_port
+    from echelonflow.schedulers import get_scheduler
     from topologies.fabric import Fabric
 
+    run_name = run_name or scheduler
     workdir = ownership.make_run_folder("emu")
     port = free_tcp_port()
     tag = f"emu{os.getpid()}-{scheduler}"[:40]
-    fabric = Fabric(topology, controller_port=port, queues=settings.queues, tag=tag)
+    fabric = Fabric(topology, controller_port=port, queues=settings.queues, tag=tag,
+                    connect_timeout_s=settings.fabric_connect_timeout_s)
     hosts_ip = {h: topology.graph.nodes[h]["ip"] for h in topology.hosts}
     ctl: Any = None
+    say = _prefixed(progress, f"[{scheduler}] ")
 
     def fresh_controller(label: str) -> Any:
         """A new controller process (so a new, empty registry) on the fabric's OpenFlow port.
@@ -353,12 +366,12 @@ def emulate_scheduler(
             ctl.stop()
         ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
                                 interval_s=settings.controller_interval_s,
-                                workdir=os.path.join(workdir, f"ctl-{label}"), api_port=settings.api_port,
-                                metrics_port=settings.metrics_port)
-        os.makedirs(ctl.workdir)
-        progress(f"[{scheduler}] {label}: starting controller (OpenFlow port {port})")
+                                workdir=tempfile.mkdtemp(prefix=f"ctl-{label}-", dir=workdir),
+                                api_port=settings.api_port, metrics_port=settings.metrics_port)
+        say(f"{label}: starting controller (OpenFlow port {port})")
         ctl.start()
         ownership.record_processes(workdir, ctl.pid)
+        say(f"{label}: controller up (pid {ctl.pid})")
         if fabric.net is not None:
             ctl.wait_switches(timeout_s=30)
         with EchelonClient(socket_path=ctl.api_socket_path, token_file=ctl.token_file) as client:
@@ -370,6 +383,26 @@ def emulate_scheduler(
             _warm_up(fabric, jobs, hosts_ip)  # ARP and first-packet routes off the clock
         return ctl
 
+    def bring_up(label: str) -> None:
+        """Controller, then the fabric connected to it (first round only), ARP warm-up and tuning."""
+        fresh_controller(label)
+        if fabric.net is None:
+            say(f"starting fabric {topology.name}")
+            fabric.start()
+            say(f"fabric up in {fabric.timings_s.get('start', 0.0):.1f} s")
+            if settings.warmup:
+                _warm_up(fabric, jobs, hosts_ip)
+            _tune_datapath(progress, scheduler)
+
+    def tear_down_failed_start() -> None:
+        nonlocal ctl
+        with contextlib.suppress(Exception):
+            fabric.stop()
+        if ctl is not None:
+            ctl.stop()
+            ctl = None
+
+    enforces = get_scheduler(scheduler).enforces
     problems: list[str] = []
     try:
         rounds: list[tuple[str, list[Job]]] = [("together", list(jobs))]
@@ -378,33 +411,39 @@ def emulate_scheduler(
         documents: dict[str, dict] = {}
         alone_s: dict[str, float] = {}
         monitor_docs: dict[str, dict] = {}
-        for index, (label, round_jobs) in enumerate(rounds):
-            fresh_controller(label)
-            if index == 0:
-                progress(f"[{scheduler}] starting fabric {topology.name}")
-                fabric.start()
-                progress(f"[{scheduler}] fabric up in {fabric.timings_s.get('start', 0.0):.1f} s")
-                if settings.warmup:
-                    _warm_up(fabric, jobs, hosts_ip)
-                _tune_datapath(progress, scheduler)
+        wire_docs: dict[str, dict] = {}
+        for label, round_jobs in rounds:
+            retry_once(lambda lb=label: bring_up(lb), tear_down_failed_start,
+                       f"{'fabric' if fabric.net is None else 'controller'} start", say)
             agents_dir = os.path.join(workdir, label)
             os.makedirs(agents_dir)
             budget = max(j.arrival_s + simulated_s.get(j.job_id, 0.0) for j in round_jobs)
             registry = RegistrySettings(ctl.api_socket_path, ctl.token_file, settings.poll_interval_s, "",
                                         settings.pace, settings.start_wait_s)
-            progress(f"[{scheduler}] {label}: {len(round_jobs)} job(s), "
-                     f"{len(agent_hosts(round_jobs))} agents")
+            say(f"{label}: {len(round_jobs)} job(s), {len(agent_hosts(round_jobs))} agents")
+            host_ports = {h: _first_hop_port(topology, h) for h in agent_hosts(round_jobs)}
+            capture_dir = os.path.join(settings.logs_dir or workdir, "captures", run_name, label)
+            wire = WireCapture(capture_dir, sorted(host_ports.values())) if settings.capture else None
             monitor = FidelityMonitor(fabric.switch_ports, settings.monitor_interval_s, ctl.pid)
-            with monitor:
+            with contextlib.ExitStack() as watchers:
+                if wire is not None:
+                    try:
+                        watchers.enter_context(wire)
+                    except CaptureError as exc:
+                        raise EmulationError(str(exc)) from None
+                watchers.enter_context(monitor)
                 outcome = run_agents(
                     round_jobs, hosts_ip, agents_dir, fabric_popen(fabric), data_port=settings.data_port,
                     registry=registry, scheduler=scheduler,
                     run_timeout_s=settings.run_timeout_factor * budget + settings.run_timeout_extra_s,
-                    progress=lambda text, s=scheduler, lb=label: progress(f"[{s}] {lb}: {text}"),
+                    progress=_prefixed(say, f"{label}: "),
                 )
             monitor_docs[label] = monitor.report(window=(outcome.t0_s, time.time()))
             monitor.save_intervals(os.path.join(workdir, f"monitor-{label}.json"))
-            _say_monitor(progress, scheduler, label, monitor_docs[label])
+            _say_monitor(say, label, monitor_docs[label])
+            if wire is not None:
+                wire_docs[label] = wire.check(outcome.documents, hosts_ip, host_ports, outcome.t0_s, enforces)
+                _say_wire(say, label, wire_docs[label])
             if label == "together":
                 documents = outcome.documents
             else:
@@ -412,27 +451,76 @@ def emulate_scheduler(
                 alone_s.update({j: r.completion_s for j, r in solo.jobs.items()})
             problems += ctl.log_problems()
         if problems:
-            progress(f"[{scheduler}] warning: controller log shows {len(problems)} problem line(s), "
-                     f"e.g. {problems[0][:160]}")
-        return assemble_run(jobs, documents, scheduler, alone_s or alone_fallback_s)
+            say(f"warning: controller log shows {len(problems)} problem line(s), e.g. {problems[0][:160]}")
+        result = assemble_run(jobs, documents, scheduler, alone_s or alone_fallback_s)
+        result.fidelity_monitor = combine(monitor_docs)
+        result.trusted = result.fidelity_monitor["trusted"]
+        if wire_docs:
+            result.wire_check = {"rounds": wire_docs}
+        return result
     finally:
-        progress(f"[{scheduler}] tearing down")
+        say("tearing down")
         try:
             fabric.stop()
         finally:
             if ctl is not None:
                 ctl.stop()
             if settings.logs_dir:
-                _keep_logs(workdir, os.path.join(settings.logs_dir, "logs", scheduler))
+                _keep_logs(workdir, os.path.join(settings.logs_dir, "logs", run_name))
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _say_monitor(progress: Callable[[str], None], scheduler: str, label: str, doc: Mapping[str, Any]) -> None:
+def retry_once(action: Callable[[], None], undo: Callable[[], None], what: str,
+               say: Callable[[str], None], pause_s: float = 1.0) -> None:
+    """Run ``action``; if it fails, ``undo`` what it left, say so in one line and try once more.
+
+    A second failure raises :class:`EmulationError` with one line naming both (Mininet and OVS raise
+    assorted exception types during a bring-up, so any ``Exception`` counts; Ctrl-C does not).
+    """
+    try:
+        action()
+        return
+    except Exception as exc:  # noqa: BLE001 (see docstring)
+        first = _one_line(exc)
+    undo()
+    say(f"{what} failed ({first}); retrying once")
+    time.sleep(pause_s)
+    try:
+        action()
+    except Exception as exc:  # noqa: BLE001
+        undo()
+        raise EmulationError(f"{what} failed twice: {_one_line(exc)} (first: {first})") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if isinstance(exc, (EmulationError, UserError)) else f"{type(exc).__name__}: {text}"
+
+
+def _prefixed(progress: Callable[[str], None], prefix: str) -> Callable[[str], None]:
+    return lambda text: progress(prefix + text)
+
+
+def _first_hop_port(topology: Any, host: str) -> str:
+    """The switch-side interface of ``host``'s link (root namespace): where its traffic is captured."""
+    switch = topology.host_switch(host)
+    return intf_name(switch, topology.port(switch, host))
+
+
+def _say_wire(say: Callable[[str], None], label: str, doc: Mapping[str, Any]) -> None:
+    """One progress line with the round's wire check."""
+    bad = doc["flows_with_problems"]
+    say(f"{label}: wire check: {doc['flows']} flows, {doc['packets_judged']} packets judged, "
+        f"{doc['packets_mismatched']} with a mark other than assigned; {bad} flow(s) with problems"
+        + (f", e.g. {doc['mismatches'][0]}" if doc["mismatches"] else ""))
+
+
+def _say_monitor(say: Callable[[str], None], label: str, doc: Mapping[str, Any]) -> None:
     """One progress line with the round's fidelity verdict."""
     busy = doc["ovs_thread_busy"]
     idle = doc["cpu_idle"]
     verdict = "trusted" if doc["trusted"] else "NOT trusted: " + "; ".join(doc["reasons"])
-    progress(f"[{scheduler}] {label}: fidelity monitor: {verdict} (switch thread median/p90 "
+    say(f"{label}: fidelity monitor: {verdict} (switch thread median/p90 "
              f"{_pct(busy['median'])}/{_pct(busy['p90'])} of a core, machine idle median "
              f"{_pct(idle['median'])}, "
              f"{doc['busy_port_intervals']} busy port intervals, link ratio median "

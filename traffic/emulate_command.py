@@ -1,14 +1,23 @@
-"""``echelon emulate SCENARIO [--scheduler NAME]... [--json] [--out RUN_DIR]``: run a scenario for real.
+"""``echelon emulate SCENARIO [--scheduler NAME]... [--repeat N] [--capture] [--json] [--out RUN_DIR]``.
 
-For each scheduler in turn: a fresh Mininet/OVS fabric and controller (scheduler selected through the
-controller's API), one traffic agent per host used by the jobs, real TCP transfers; then everything is
-torn down.  The same scenario is simulated for comparison, and one table shows emulated and simulated
-values side by side.  The run folder (default ``runs/<timestamp>-<scenario>/``) gets results.json (mode
-``emulate``, the same shape as ``echelon simulate --json``), results-simulate.json, results.csv, the plots
-and the agents' and controller's logs.  Progress goes to stderr; ``--json`` prints the emulated document
-on stdout.  ``--live`` gives every controller of the run the same API and metrics ports (8181 and 9302),
-so the dashboard and ``/metrics`` stay at one address while the run goes from round to round.  Needs
-root, Open vSwitch and Mininet.
+For each scheduler in turn (``--repeat N``: N times each): a fresh Mininet/OVS fabric and controller
+(scheduler selected through the controller's API), one traffic agent per host used by the jobs, real
+TCP transfers; then everything is torn down.  The same scenario is simulated for comparison, and one
+table shows emulated (with repeats: median, min..max and standard deviation) and simulated values side
+by side.  The run folder (default ``runs/<timestamp>-<scenario>/``) gets results.json (mode
+``emulate``, the same shape as ``echelon simulate --json``, every repeat a run of its own, plus the
+spread and the fidelity section), results-simulate.json, results.csv, fidelity.md, the plots and the
+agents' and controller's logs; ``--capture`` adds pcaps of the hosts' first-hop switch ports and a
+check of DSCP marks and flow times against them (:mod:`traffic.capture`).  Every round is watched by
+the fidelity monitor (:mod:`traffic.monitor`); a run it does not trust is marked, not reported as a
+plain result.
+
+Nothing finished is lost: results.json is rewritten after every run with its status (partial until the
+last one), so a failed run (one line, exit status 1), Ctrl-C or SIGTERM leaves the runs done so far and
+says why the folder is partial.  Progress goes to stderr; ``--json`` prints the emulated document
+(results.json) on stdout.  ``--live`` gives every controller of the run the same API and metrics ports
+(8181 and 9302), so the dashboard and ``/metrics`` stay at one address while the run goes from round to
+round.  Needs root, Open vSwitch and Mininet.
 """
 
 from __future__ import annotations
@@ -17,6 +26,17 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,6 +62,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="serve the dashboard at http://127.0.0.1:8181/ui/ and metrics on port 9302 "
                              "during the run (the controller restarts per scheduler and round; the page "
                              "reconnects)")
+    parser.add_argument("--repeat", type=_positive_int, default=1, metavar="N",
+                        help="run every scheduler N times; tables and results.json give the median, mean "
+                             "and spread (default 1)")
+    parser.add_argument("--capture", action="store_true",
+                        help="capture the hosts' first-hop switch ports (pcaps in the run folder) and check "
+                             "each flow's DSCP marks and first/last packet times against the agents'")
     parser.set_defaults(run=run)
 
 
@@ -53,12 +79,14 @@ def run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     outcome = emulate_and_report(scenario, names or list(scenario.schedulers), out=args.out,
                                  plots=not args.no_plots, alone_runs=not args.no_alone,
-                                 pace=not args.no_pacing, live=args.live)
+                                 pace=not args.no_pacing, live=args.live, repeat=args.repeat,
+                                 capture=args.capture)
     if outcome is None:
         return 1
     emulated, folder, table = outcome
-    if args.json:
-        json.dump(emulated.to_json_dict(), sys.stdout, indent=1)
+    if args.json:  # exactly results.json: the runs plus status, summary and fidelity
+        with open(folder.results, encoding="utf-8") as fh:
+            json.dump(json.load(fh), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print(table)
@@ -67,16 +95,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=True, progress=None, pace=True,
-                       live=False):
-    """Simulate, emulate every scheduler, write the run folder; returns (emulated, folder, table).
+                       live=False, repeat=1, capture=False):
+    """Simulate, emulate every scheduler ``repeat`` times, write the run folder; returns (emulated, folder,
+    table).
 
     Returns None after printing one error line when the emulation failed (an agent, the fabric or the
-    controller); everything started has been stopped by then.
+    controller); everything started has been stopped by then and the run folder holds the runs that
+    finished, marked partial.  Ctrl-C / SIGTERM likewise mark it partial, then propagate.
     """
     from echelonflow.results import Results
     from echelonflow.schedulers import get_scheduler
     from reports.runfolder import default_run_dir, write_run_folder
-    from reports.table import format_comparison
+    from reports.table import format_comparison, format_trust
     from simulator.engine import simulate
     from traffic.emulate import EmulationError, EmulationSettings, emulate_scheduler
 
@@ -88,34 +118,63 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     for name in schedulers:
         simulated.runs.append(simulate(scenario.topology, scenario.jobs, get_scheduler(name)))
     emulated = Results(scenario.name, "emulate")
-    settings = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace)
+    settings = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace, capture=capture)
     if live:
         from controller.command import DEFAULT_API_PORT, DEFAULT_METRICS_PORT
 
         settings.api_port, settings.metrics_port = DEFAULT_API_PORT, DEFAULT_METRICS_PORT
         say(f"live dashboard: http://127.0.0.1:{DEFAULT_API_PORT}/ui/  metrics: "
             f"http://127.0.0.1:{DEFAULT_METRICS_PORT}/metrics")
-    for sim_run in simulated.runs:
-        sim_s = {j: r.completion_s for j, r in sim_run.jobs.items()}
-        alone_fallback_s = None
-        if not alone_runs and len(scenario.jobs) > 1:  # slowdowns against the simulated alone times
-            scheduler = get_scheduler(sim_run.scheduler)
-            alone_fallback_s = {job.job_id: simulate(scenario.topology, [job], scheduler).jobs[job.job_id]
-                                .completion_s for job in scenario.jobs}
-        say(f"scheduler {sim_run.scheduler}: emulating {scenario.name} "
-            f"(simulated completion {_times(sim_s)})")
-        try:
-            result = emulate_scheduler(scenario.topology, scenario.jobs, sim_run.scheduler, sim_s, settings,
-                                       say, alone_fallback_s)
-        except EmulationError as exc:
-            print(f"echelon: error: emulation of {scenario.name} under {sim_run.scheduler} failed: {exc} "
-                  f"(logs in {run_dir}/logs/{sim_run.scheduler})", file=sys.stderr)
-            return None
-        emulated.runs.append(result)
-        emu_s = {j: r.completion_s for j, r in result.jobs.items()}
-        say(f"scheduler {sim_run.scheduler}: emulated completion {_times(emu_s)}")
-    folder = write_run_folder(run_dir, emulated, [simulated], plots=plots)
-    return emulated, folder, format_comparison(emulated, simulated)
+    planned = len(simulated.runs) * repeat
+
+    def checkpoint(reason: str | None = None, complete: bool = False) -> Any:
+        status = {"complete": complete, "runs_done": len(emulated.runs), "runs_planned": planned,
+                  "repeat": repeat}
+        if reason:
+            status["reason"] = reason
+        return write_run_folder(run_dir, emulated, [simulated], plots=plots and complete, status=status)
+
+    running = "still running, or the emulation died before finishing (e.g. killed)"
+    checkpoint(running)
+    try:
+        for sim_run in simulated.runs:
+            sim_s = {j: r.completion_s for j, r in sim_run.jobs.items()}
+            alone_fallback_s = None
+            if not alone_runs and len(scenario.jobs) > 1:  # slowdowns against the simulated alone times
+                scheduler = get_scheduler(sim_run.scheduler)
+                alone_fallback_s = {job.job_id: simulate(scenario.topology, [job], scheduler).jobs[job.job_id]
+                                    .completion_s for job in scenario.jobs}
+            for index in range(repeat):
+                name = sim_run.scheduler if repeat == 1 else f"{sim_run.scheduler}-r{index + 1}"
+                which = "" if repeat == 1 else f" (repeat {index + 1} of {repeat})"
+                say(f"scheduler {sim_run.scheduler}{which}: emulating {scenario.name} "
+                    f"(simulated completion {_times(sim_s)})")
+                try:
+                    result = emulate_scheduler(scenario.topology, scenario.jobs, sim_run.scheduler, sim_s,
+                                               settings, say, alone_fallback_s, run_name=name)
+                except EmulationError as exc:
+                    reason = f"emulation of {scenario.name} under {sim_run.scheduler}{which} failed: {exc}"
+                    folder = checkpoint(reason)
+                    print(f"echelon: error: {reason} (logs in {run_dir}/logs/{name}; the "
+                          f"{len(emulated.runs)} finished run(s) are in {folder.results}, marked partial)",
+                          file=sys.stderr)
+                    return None
+                result.repeat = index
+                emulated.runs.append(result)
+                checkpoint(running)
+                emu_s = {j: r.completion_s for j, r in result.jobs.items()}
+                trust = "" if result.trusted else " (NOT trusted by the fidelity monitor)"
+                say(f"scheduler {sim_run.scheduler}{which}: emulated completion {_times(emu_s)}{trust}")
+    except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM/SIGHUP unwinding the same way
+        signum = getattr(stop, "signum", None)
+        if isinstance(stop, SystemExit):
+            checkpoint(f"stopped (exit status {stop.code})")
+        else:
+            checkpoint(f"stopped by signal {signum}" if signum else "interrupted (Ctrl-C)")
+        raise
+    folder = checkpoint(complete=True)
+    trust = format_trust(emulated)
+    return emulated, folder, format_comparison(emulated, simulated) + (f"\n{trust}" if trust else "")
 
 
 def _times(completion_s: dict) -> str:

@@ -1,0 +1,230 @@
+"""Repeats and fidelity: spread over repeated emulation runs, and emulated against simulated.
+
+Emulation numbers vary from run to run (two cores shared by the fabric, the controller and every
+agent), so an emulation is judged on repeats: ``echelon emulate --repeat N`` runs every scheduler N
+times.  This module turns those runs into
+
+* :func:`summarize`: per scheduler, the mean, median, min, max and standard deviation of every job's
+  completion time and of the objective, with the number of runs behind them;
+* :func:`fidelity`: per job and scheduler the emulated median against the simulated value, the same for
+  the objective, and echelon's gain over coflow and over fair on both sides (from medians), i.e. the
+  numbers issue 9's targets are about; :func:`format_fidelity` renders them as the run folder's
+  ``fidelity.md``.
+
+Runs the fidelity monitor did not trust (``trusted`` false, see :mod:`traffic.monitor`) are left out
+whenever at least one trusted run exists; when none does, every number is computed from all runs and
+marked untrusted, so nothing is reported as a plain result that the machine did not forward faithfully.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from echelonflow.results import Results, RunResult, render_table
+
+#: Targets of issue 9 (docs/emulation.md): completion within 10 % of simulated, >= 75 % of the
+#: simulated gain kept, run-to-run spread (max - min over the median) at most 5 %.
+GAP_TARGET = 0.10
+GAIN_KEPT_TARGET = 0.75
+SPREAD_TARGET = 0.05
+BASELINES = ("coflow", "fair")
+
+
+def spread(values: Sequence[float]) -> dict[str, float | int | None]:
+    """n, mean, median, min, max, stdev (sample; 0 for one value) and range/median of ``values``."""
+    if not values:
+        return {"n": 0, "mean": None, "median": None, "min": None, "max": None, "stdev": None,
+                "range_share": None}
+    median = statistics.median(values)
+    return {
+        "n": len(values),
+        "mean": statistics.fmean(values),
+        "median": median,
+        "min": min(values),
+        "max": max(values),
+        "stdev": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "range_share": (max(values) - min(values)) / median if median else None,
+    }
+
+
+def runs_by_scheduler(results: Results) -> dict[str, list[RunResult]]:
+    """The document's runs grouped by scheduler, in first-appearance order."""
+    out: dict[str, list[RunResult]] = {}
+    for run in results.runs:
+        out.setdefault(run.scheduler, []).append(run)
+    return out
+
+
+def judged_runs(runs: Sequence[RunResult]) -> tuple[list[RunResult], bool]:
+    """The runs numbers are computed from, and whether they are trusted (see module docstring).
+
+    A run without a verdict (``trusted`` None: simulated, or emulated before the monitor existed)
+    counts as trusted.
+    """
+    trusted = [run for run in runs if run.trusted is not False]
+    return (trusted, True) if trusted else (list(runs), False)
+
+
+def summarize(results: Results) -> dict[str, Any]:
+    """Per scheduler: runs, trusted runs, whether the numbers are trusted, and the spread of each job's
+    completion, slowdown and tardiness (sum over its EchelonFlows) and of the objective."""
+    out: dict[str, Any] = {}
+    for scheduler, runs in runs_by_scheduler(results).items():
+        used, trusted = judged_runs(runs)
+        job_ids = list(dict.fromkeys(job_id for run in used for job_id in run.jobs))
+        jobs = {}
+        for job_id in job_ids:
+            having = [run for run in used if job_id in run.jobs]
+            jobs[job_id] = {
+                "completion_s": spread([run.jobs[job_id].completion_s for run in having]),
+                "slowdown": spread([run.jobs[job_id].slowdown for run in having]),
+                "tardiness_s": spread([sum(run.job_tardiness_s(job_id)) for run in having]),
+            }
+        out[scheduler] = {
+            "runs": len(runs),
+            "trusted_runs": sum(1 for run in runs if run.trusted is not False),
+            "numbers_trusted": trusted,
+            "jobs": jobs,
+            "objective_s": spread([run.objective_s for run in used]),
+        }
+    return out
+
+
+def representative(runs: Sequence[RunResult]) -> RunResult:
+    """The judged run whose objective is the median (the lower one of an even count): the one a timeline
+    shows."""
+    used, _trusted = judged_runs(runs)
+    ordered = sorted(used, key=lambda run: run.objective_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def runs_label(entry: dict[str, Any]) -> str:
+    """How many runs a scheduler's numbers come from: ``3``, ``2 of 3`` (one left out as untrusted) or
+    ``2 UNTRUSTED`` (no trusted run: computed from all)."""
+    if not entry["numbers_trusted"]:
+        return f"{entry['runs']} UNTRUSTED"
+    if entry["trusted_runs"] < entry["runs"]:
+        return f"{entry['trusted_runs']} of {entry['runs']}"
+    return str(entry["runs"])
+
+
+def _gap(emulated: float | None, simulated: float | None) -> float | None:
+    if emulated is None or simulated is None or simulated == 0:
+        return None
+    return emulated / simulated - 1.0
+
+
+def _gain(ours: float | None, theirs: float | None) -> float | None:
+    """Relative improvement of ``ours`` over ``theirs`` (lower is better): 1 - ours / theirs."""
+    if ours is None or theirs is None or theirs == 0:
+        return None
+    return 1.0 - ours / theirs
+
+
+def fidelity(emulated: Results, simulated: Results) -> dict[str, Any]:
+    """Emulated (medians over the judged repeats) against simulated: jobs, objective, echelon's gains."""
+    summary = summarize(emulated)
+    sim = {run.scheduler: run for run in simulated.runs}
+    jobs, objective = [], []
+    for scheduler, entry in summary.items():
+        sim_run = sim.get(scheduler)
+        for job_id, job_stats in entry["jobs"].items():
+            stats = job_stats["completion_s"]
+            sim_s = sim_run.jobs[job_id].completion_s if sim_run and job_id in sim_run.jobs else None
+            gap = _gap(stats["median"], sim_s)
+            jobs.append({"scheduler": scheduler, "job": job_id, "simulated_s": sim_s, "emulated": stats,
+                         "gap": gap, "within_target": gap is not None and abs(gap) <= GAP_TARGET,
+                         "spread_ok": stats["range_share"] is not None
+                         and stats["range_share"] <= SPREAD_TARGET,
+                         "trusted": entry["numbers_trusted"], "runs": runs_label(entry)})
+        sim_obj = sim_run.objective_s if sim_run else None
+        objective.append({"scheduler": scheduler, "simulated_s": sim_obj, "emulated": entry["objective_s"],
+                          "gap": _gap(entry["objective_s"]["median"], sim_obj),
+                          "trusted": entry["numbers_trusted"], "runs": runs_label(entry)})
+    return {"scenario": emulated.scenario, "targets": {"gap": GAP_TARGET, "gain_kept": GAIN_KEPT_TARGET,
+                                                      "spread": SPREAD_TARGET},
+            "jobs": jobs, "objective": objective, "gains": _gains(summary, sim)}
+
+
+def _gains(summary: dict[str, Any], sim: dict[str, RunResult]) -> list[dict[str, Any]]:
+    """echelon over each baseline, on the objective and on every job's completion, on both sides."""
+    if "echelon" not in summary or "echelon" not in sim:
+        return []
+    ours = summary["echelon"]
+    rows = []
+    for base in BASELINES:
+        if base not in summary or base not in sim:
+            continue
+        theirs = summary[base]
+        metrics = [("objective", ours["objective_s"], theirs["objective_s"], sim["echelon"].objective_s,
+                    sim[base].objective_s)]
+        sim_ours, sim_theirs = sim["echelon"].jobs, sim[base].jobs
+        for job_id, job_stats in ours["jobs"].items():
+            if job_id in theirs["jobs"] and job_id in sim_ours and job_id in sim_theirs:
+                metrics.append((f"{job_id} completion", job_stats["completion_s"],
+                                theirs["jobs"][job_id]["completion_s"], sim_ours[job_id].completion_s,
+                                sim_theirs[job_id].completion_s))
+        for metric, emu_ours, emu_theirs, sim_ours, sim_theirs in metrics:
+            emu_gain = _gain(emu_ours["median"], emu_theirs["median"])
+            sim_gain = _gain(sim_ours, sim_theirs)
+            kept = emu_gain / sim_gain if emu_gain is not None and sim_gain and sim_gain > 0 else None
+            rows.append({"over": base, "metric": metric, "simulated_gain": sim_gain,
+                         "emulated_gain": emu_gain, "kept": kept,
+                         "kept_ok": kept is not None and kept >= GAIN_KEPT_TARGET,
+                         "runs": [runs_label(ours), runs_label(theirs)],
+                         "trusted": ours["numbers_trusted"] and theirs["numbers_trusted"]})
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ text
+def _s(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def _span(stats: dict[str, Any]) -> str:
+    return f"{_s(stats['min'])}..{_s(stats['max'])}"
+
+
+def format_fidelity(doc: dict[str, Any]) -> str:
+    """The run folder's fidelity.md: three tables (jobs, objective, gains) and how to read them."""
+    targets = doc["targets"]
+    job_rows = []
+    for r in doc["jobs"]:
+        emu = r["emulated"]
+        job_rows.append([r["scheduler"], r["job"], _s(r["simulated_s"]), _s(emu["median"]), _span(emu),
+                         r["runs"], _pct(r["gap"]), "yes" if r["within_target"] else "NO",
+                         "-" if emu["range_share"] is None else f"{emu['range_share']:.1%}"])
+    obj_rows = [[r["scheduler"], _s(r["simulated_s"]), _s(r["emulated"]["median"]), _span(r["emulated"]),
+                 r["runs"], _pct(r["gap"])] for r in doc["objective"]]
+    gain_rows = [[f"echelon over {r['over']}", r["metric"], _pct(r["simulated_gain"]),
+                  _pct(r["emulated_gain"]), "-" if r["kept"] is None else f"{r['kept']:.0%}",
+                  "yes" if r["kept_ok"] else "NO",
+                  f"{r['runs'][0]} vs {r['runs'][1]}"]
+                 for r in doc["gains"]]
+    parts = [
+        f"# Fidelity: {doc['scenario']}, emulated vs simulated",
+        "",
+        "Emulated numbers are medians over the repeats the fidelity monitor trusted (all runs, marked "
+        "UNTRUSTED, when it trusted none); `runs` says how many. Targets: completion within "
+        f"{targets['gap']:.0%} of simulated, spread (max - min over the median) at most "
+        f"{targets['spread']:.0%}, at least {targets['gain_kept']:.0%} of the simulated gain kept.",
+        "",
+        "```",
+        render_table("job completion (s)", ["scheduler", "job", "sim", "emu_median", "emu_min..max", "runs",
+                                            "gap", "within", "spread"], job_rows),
+        "",
+        render_table("objective: sum of EchelonFlow tardiness (s)",
+                     ["scheduler", "sim", "emu_median", "emu_min..max", "runs", "gap"], obj_rows),
+    ]
+    if gain_rows:
+        parts += ["", render_table("echelon's gain (1 - echelon / baseline; medians)",
+                                   ["comparison", "metric", "sim_gain", "emu_gain", "kept", "target", "runs"],
+                                   gain_rows)]
+    parts.append("```")
+    return "\n".join(parts) + "\n"
