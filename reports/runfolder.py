@@ -111,9 +111,8 @@ def load_run_folder(run_dir: str) -> tuple[Results, list[Results]]:
 def read_status(run_dir: str) -> dict[str, Any] | None:
     """The ``status`` an emulation recorded in results.json (None for documents without one)."""
     try:
-        with open(os.path.join(run_dir, RESULTS_FILE), encoding="utf-8") as fh:
-            status = json.load(fh).get("status")
-    except (OSError, ValueError, AttributeError):
+        status = read_json(os.path.join(run_dir, RESULTS_FILE), "result document").get("status")
+    except (UserError, AttributeError):
         return None
     return status if isinstance(status, dict) else None
 

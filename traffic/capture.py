@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import resource
 import select
@@ -47,6 +46,9 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from echelonflow import ownership
+from echelonflow.fileio import read_json
 
 #: Bytes kept per packet: Ethernet (14) + IPv4 (20, more with options) + TCP with timestamps (32) fit.
 SNAP_BYTES = 96
@@ -398,9 +400,8 @@ def check_round(capture_dir: str, documents: Mapping[str, Mapping[str, Any]], ho
     doc = check_flows(flows, assign(sender_packets, flows), assign(receiver_packets, flows), t0_s)
     doc["mismatches"] = problems + doc["mismatches"]
     try:
-        with open(os.path.join(capture_dir, CAPTURE_FILE), encoding="utf-8") as fh:
-            doc["capture"] = json.load(fh)
-    except (OSError, ValueError):
+        doc["capture"] = read_json(os.path.join(capture_dir, CAPTURE_FILE), "capture summary", ValueError)
+    except ValueError:
         doc["capture"] = None
     return doc
 
@@ -410,7 +411,8 @@ class CaptureError(RuntimeError):
 
 
 class WireCapture:
-    """The capture process of one round: started before the agents, stopped (by pid) after them.
+    """The capture process of one round: started before the agents, stopped (by pid) after them (and
+    sent SIGTERM by the kernel if the process that started it dies: :data:`ownership.PDEATHSIG`).
 
     :meth:`check` then compares the pcaps with the agents' documents (:func:`check_round`), writes the
     full per-flow result to ``check.json`` next to the pcaps and returns it without the per-flow part.
@@ -431,8 +433,8 @@ class WireCapture:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         with open(os.path.join(self.out_dir, "capture.log"), "w", encoding="utf-8") as log:
-            self.proc = subprocess.Popen([self.python, "-m", "traffic.capture", self.out_dir, *self.ifaces],
-                                         stdout=log, stderr=subprocess.STDOUT, cwd=root, env=env)
+            argv = ownership.PDEATHSIG + [self.python, "-m", "traffic.capture", self.out_dir, *self.ifaces]
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=root, env=env)
         deadline = time.monotonic() + self.ready_timeout_s
         while not os.path.exists(os.path.join(self.out_dir, READY_FILE)):
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -338,6 +338,7 @@ def emulate_scheduler(
     here (controller, fabric, agents, capture) is stopped in ``finally`` blocks, also on Ctrl-C.
     """
     import shutil
+    import tempfile
 
     from controller.client import ApiClientError, EchelonClient
     from controller.launcher import ControllerProcess, free_tcp_port
@@ -431,6 +432,7 @@ def emulate_scheduler(
                         watchers.enter_context(wire)
                     except CaptureError as exc:
                         raise EmulationError(str(exc)) from None
+                    ownership.record_processes(workdir, wire.proc.pid)
                 watchers.enter_context(monitor)
                 outcome = run_agents(
                     round_jobs, hosts_ip, agents_dir, fabric_popen(fabric), data_port=settings.data_port,
