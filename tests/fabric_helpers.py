@@ -210,3 +210,50 @@ def assert_nothing_left(tag: str, bridges: Sequence[str], interfaces: Sequence[s
                         pids: Sequence[dict[str, int]]) -> None:
     found = {k: v for k, v in leftovers(tag, bridges, interfaces, pids).items() if v}
     assert not found, f"fabric {tag} left behind: {found}"
+
+
+# --------------------------------------------------------------------------- floods and load
+ARP_STORM = """
+import socket, struct, sys, time
+intf, rate, seconds, mac_text, src_ip, dst_ip = sys.argv[1:7]
+rate, seconds, mac = int(rate), float(seconds), bytes.fromhex(mac_text.replace(":", ""))
+arp = struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 1, mac, socket.inet_aton(src_ip), bytes(6),
+                  socket.inet_aton(dst_ip))
+frame = b"\\xff" * 6 + mac + b"\\x08\\x06" + arp
+sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+sock.bind((intf, 0))
+start, sent = time.monotonic(), 0
+while time.monotonic() - start < seconds:
+    due = int((time.monotonic() - start) * rate)
+    while sent < due:
+        try:
+            sock.send(frame)
+        except OSError:
+            pass
+        sent += 1
+    time.sleep(0.001)
+print(sent)
+"""
+
+
+def arp_storm(fabric, host: str, target: str, rate: int, seconds: float):
+    """Start a broadcast ARP flood of ``rate`` frames/s from ``host`` (asking for ``target``); returns the
+    process (its stdout is the number of frames sent)."""
+    import sys
+
+    node = fabric.host(host)
+    return node.popen([sys.executable, "-c", ARP_STORM, node.defaultIntf().name, str(rate), str(seconds),
+                       node.MAC(), node.IP(), fabric.host(target).IP()], stdout=subprocess.PIPE)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ping_replies(fabric, src: str, dst: str, count: int = 20, interval_s: float = 0.1) -> list[int]:
+    """Sequence numbers of the echo replies ``src`` got from ``dst`` (1-based)."""
+    out = fabric.host(src).cmd(f"ping -c {count} -i {interval_s} -W 1 {fabric.host(dst).IP()}")
+    return [int(line.split("icmp_seq=")[1].split()[0]) for line in out.splitlines() if "icmp_seq=" in line]

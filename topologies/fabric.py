@@ -45,6 +45,12 @@ from topologies import cleanup, ovs, qos
 
 LOCK_PATH = "/run/echelon-fabric.lock"
 _TAG_RE = re.compile(r"[A-Za-z0-9_.-]{1,40}")
+#: Packet-ins per second (and burst) each switch may send the controller.  Measured with a 10,000
+#: frames/s ARP storm from one host of a k=4 fat-tree (tests/test_faults.py prints it): unlimited, the
+#: controller ran at 93 % CPU and a new pair on the storming switch got no ping through; at 200/50 it ran
+#: at 27 % and new pairs on that switch and elsewhere answered their first ping (100/25: 15 %; 1000/100:
+#: 52 %, pings of 160 ms).
+PACKET_IN_LIMIT = (200, 50)
 
 
 class FabricError(UserError):
@@ -114,10 +120,12 @@ class Fabric:
         fail_mode: str = "secure",
         connect_timeout_s: float = 30.0,
         lock_timeout_s: float | None = 600.0,
+        packet_in_limit: tuple[int, int] | None = PACKET_IN_LIMIT,
     ) -> None:
         """``controller_port=None`` starts the switches without a controller (for static flows or
         ``fail_mode="standalone"`` learning-switch tests); otherwise start() waits for every switch to
-        connect to ``controller_ip:controller_port``."""
+        connect to ``controller_ip:controller_port``.  ``packet_in_limit`` (packets/s, burst) caps each
+        switch's packet-ins (:data:`PACKET_IN_LIMIT`; None: unlimited)."""
         if not isinstance(topology, Topology):
             raise FabricError(f"Fabric needs an echelonflow.topology.Topology, got {type(topology).__name__}")
         if controller_port is not None and (
@@ -146,6 +154,7 @@ class Fabric:
         self.fail_mode = fail_mode
         self.connect_timeout_s = connect_timeout_s
         self.lock_timeout_s = lock_timeout_s
+        self.packet_in_limit = packet_in_limit
         self.net: Any = None
         self.watchdog: qos.FilterWatchdog | None = None
         self.state: cleanup.FabricState | None = None
@@ -225,6 +234,8 @@ class Fabric:
                 with contextlib.suppress(ovs.OvsError, OSError):
                     self.tx_buffer_bytes = ovs.ensure_tx_buffer()
             if self.controller_port is not None:
+                if self.packet_in_limit is not None:
+                    ovs.limit_packet_ins(self.bridges, *self.packet_in_limit)
                 self._wait_connected()
         except BaseException:
             self.stop()

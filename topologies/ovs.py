@@ -121,6 +121,21 @@ def _owned(table: str, key_column: str, tag: str) -> dict[str, str]:
     return found
 
 
+def limit_packet_ins(bridges: Iterable[str], rate_pps: int, burst: int) -> int:
+    """Cap what each bridge sends its controller at ``rate_pps`` packets/s (``burst`` saved up).
+
+    OVS's ``controller_rate_limit`` (``Controller`` table; at least 100 and 25) queues packet-ins per
+    input port and serves the ports in turn, so one host flooding ARP uses up only its own port's share:
+    routing set-up for the other ports of that switch still gets through.  Returns the rows set.
+    """
+    wanted = set(bridges)
+    refs = [ref for row in list_rows("Bridge", ("name", "controller")) if row["name"] in wanted
+            for ref in as_list(row["controller"])]
+    vsctl_transactions([["set", "Controller", ref, f"controller_rate_limit={int(rate_pps)}",
+                         f"controller_burst_limit={int(burst)}"] for ref in refs])
+    return len(refs)
+
+
 def connected_bridges() -> set[str]:
     """Names of bridges with at least one connected controller."""
     connected = {row["_uuid"] for row in list_rows("Controller", ("_uuid", "is_connected"))
