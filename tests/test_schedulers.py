@@ -216,3 +216,26 @@ def test_order_by_tardiness_option_is_validated_and_feasible() -> None:
     snapshot = _random_instance(3, 15)
     validate(snapshot, EchelonScheduler(order_by="tardiness").decide(snapshot))
     validate(snapshot, EchelonScheduler(order_by="bottleneck").decide(snapshot))
+
+
+def test_echelon_online_learns_sizes_and_offsets_from_the_previous_iteration() -> None:
+    """Once iteration 0 was observed, iteration 1 is decided exactly as clairvoyant echelon decides it."""
+    from echelonflow.schedulers.base import FlowEvent
+    from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler, template
+
+    assert template("job/i12.a0.m3") == ("job/a0.m3", 12) and template("job/x.y") == ("job/x.y", None)
+    link = ("a", "b")
+    sizes, offsets = [3e6, 1e6, 2e6], [0.0, 1.0, 2.5]
+    online = EchelonOnlineScheduler()
+    for m, (size, offset) in enumerate(zip(sizes, offsets)):
+        online.observe(FlowEvent("start", f"j/i0.a.m{m}", "j/i0.a", "h1", "h2", 10.0 + offset))
+        online.observe(FlowEvent("finish", f"j/i0.a.m{m}", "j/i0.a", "h1", "h2", 20.0 + m, size))
+    now, start = 31.0, 30.0
+    truth = [ActiveFlow(f"j/i1.a.m{m}", "j/i1.a", (link,), sizes[m], start + offsets[m], offsets[m], start,
+                        group_start_s=start) for m in range(3)]
+    blind = [ActiveFlow(f.flow_id, f.echelon_id, f.path, 1.0 + m, 0.0, 0.0, 0.0, group_start_s=start)
+             for m, f in enumerate(truth)]
+    capacity = {link: 8e6}
+    want = EchelonScheduler().decide(Snapshot(now, capacity, truth))
+    got = online.decide(Snapshot(now, capacity, blind))
+    assert got.rank == want.rank and got.rate_bps == pytest.approx(want.rate_bps)

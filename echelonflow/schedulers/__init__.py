@@ -8,6 +8,7 @@ from echelonflow.errors import UserError
 from echelonflow.schedulers.aalo import AaloScheduler
 from echelonflow.schedulers.base import ActiveFlow, Decision, FlowEvent, Scheduler, Snapshot
 from echelonflow.schedulers.echelon import CoflowScheduler, EchelonScheduler
+from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
 from echelonflow.schedulers.fair import FairScheduler
 from echelonflow.schedulers.fifo import FifoScheduler
 from echelonflow.schedulers.sincronia import SincroniaScheduler
@@ -19,6 +20,7 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     "fifo": FifoScheduler,
     "sincronia": SincroniaScheduler,
     "aalo": AaloScheduler,
+    "echelon-online": EchelonOnlineScheduler,
 }
 
 __all__ = [
