@@ -418,7 +418,8 @@ class Registry:
                 flow_id=key,
                 echelon_id=flow.echelon_key,
                 path=self._paths[key][1],
-                remaining_bytes=max(0.0, flow.size_bytes - done),
+                # on the wire: payload plus framing, as link capacities count it (Topology.wire_bytes)
+                remaining_bytes=self.topology.wire_bytes(max(0.0, flow.size_bytes - done)),
                 ideal_finish_s=ref + flow.offset_s,
                 offset_s=flow.offset_s,
                 reference_s=ref,

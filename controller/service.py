@@ -54,8 +54,6 @@ from echelonflow.schedulers.base import Decision, Scheduler
 
 LOG = logging.getLogger("echelon.service")
 DEFAULT_SCHEDULER = "echelon"
-#: TCP payload per full-size frame (MSS 1448 with timestamps in a 1514-byte Ethernet frame).
-PAYLOAD_FRACTION = 1448.0 / 1514.0
 #: How many past rounds ``SchedulingService.recent_rounds`` keeps.
 RECENT_ROUNDS = 100
 
@@ -117,7 +115,7 @@ class SchedulingService:
         headroom: float = 1.0,
         rate_tolerance: float = 0.01,
         min_meter_bps: float = 8000.0,
-        payload_fraction: float = PAYLOAD_FRACTION,
+        payload_fraction: float | None = None,
         lock: Any = None,
     ) -> None:
         if queues < 2:
@@ -132,7 +130,8 @@ class SchedulingService:
         self.headroom = float(headroom)
         self.rate_tolerance = float(rate_tolerance)
         self.min_meter_bps = float(min_meter_bps)
-        self.payload_fraction = float(payload_fraction)
+        #: payload bytes per counted frame byte; by default the topology's (its MTU's) framing
+        self.payload_fraction = float(payload_fraction or registry.topology.payload_fraction)
         name = registry.settings.get("scheduler", DEFAULT_SCHEDULER)
         self.scheduler: Scheduler = get_scheduler(name)
         self.installed: dict[str, Installed] = {}

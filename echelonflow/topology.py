@@ -40,6 +40,19 @@ LAYER_CODES = {"edge": 1, "agg": 2, "core": 3, "leaf": 4, "spine": 5, "switch": 
 LAYER_PREFIX = {"edge": "e", "agg": "a", "core": "c", "leaf": "l", "spine": "p", "switch": "s"}
 
 
+#: Default link MTU: jumbo frames, as training fabrics run them.  The emulated fabric also needs them:
+#: OVS's userspace datapath spends a fixed cost per main-loop wake-up (it polls every port and allocates a
+#: receive batch per port), so packets per second, not bits, bound what it forwards; 9000-byte frames
+#: carry six times the bytes per packet (docs/emulation.md, "Forwarding cost").
+DEFAULT_MTU_BYTES = 9000
+MIN_MTU_BYTES = 576
+MAX_MTU_BYTES = 65000
+#: Bytes of a TCP segment's headers inside the MTU (IPv4 20, TCP 20, timestamps option 12) and of the
+#: Ethernet header outside it (what htb and OpenFlow meters count; no FCS or preamble on a veth).
+TCP_IP_HEADER_BYTES = 52
+ETHERNET_HEADER_BYTES = 14
+
+
 class TopologyError(ValueError):
     """A topology that cannot be built as asked (bad kind or parameters)."""
 
@@ -66,11 +79,14 @@ def dpid_hex(dpid: int) -> str:
 class Topology:
     """A named topology graph with path and capacity helpers."""
 
-    def __init__(self, name: str, kind: str, params: dict[str, float], rate_bps: float) -> None:
+    def __init__(self, name: str, kind: str, params: dict[str, float], rate_bps: float,
+                 mtu_bytes: int | None = DEFAULT_MTU_BYTES) -> None:
         self.name = name
         self.kind = kind
         self.params = dict(params)
         self.rate_bps = float(rate_bps)
+        #: None: idealised links that carry payload only (the paper's fluid model, e.g. its Fig. 2)
+        self.mtu_bytes = mtu_bytes
         self.graph = nx.Graph()
         self._next_port: dict[str, int] = {}
         self._counts: dict[str, int] = {}
@@ -97,6 +113,23 @@ class Topology:
             ports[node] = self._next_port.get(node, 0) + 1
             self._next_port[node] = ports[node]
         self.graph.add_edge(a, b, rate_bps=float(rate_bps or self.rate_bps), ports=ports)
+
+    # ----------------------------------------------------------------- framing
+    @property
+    def payload_fraction(self) -> float:
+        """TCP payload bytes per wire byte of a full-size frame (1448/1514 at MTU 1500, 8948/9014 at 9000;
+        1.0 for idealised links without an MTU).
+
+        Link capacities are wire rates, so a flow of ``size_bytes`` occupies ``size_bytes /
+        payload_fraction`` bytes of link time: the simulator and the controller's scheduler both count
+        flows that way, and a fabric test checks TCP goodput through a shaped link against it.
+        """
+        if self.mtu_bytes is None:
+            return 1.0
+        return (self.mtu_bytes - TCP_IP_HEADER_BYTES) / (self.mtu_bytes + ETHERNET_HEADER_BYTES)
+
+    def wire_bytes(self, payload_bytes: float) -> float:
+        return payload_bytes / self.payload_fraction
 
     # ----------------------------------------------------------------- queries
     @property
@@ -305,16 +338,24 @@ BUILDERS = {
 }
 
 
-def build(kind: str, rate_bps: float, **params: float) -> Topology:
-    """Build a topology by kind name; unknown kinds or parameters raise :class:`TopologyError`."""
+def build(kind: str, rate_bps: float, mtu_bytes: int | None = DEFAULT_MTU_BYTES, **params: float) -> Topology:
+    """Build a topology by kind name; unknown kinds or parameters raise :class:`TopologyError`.
+
+    ``mtu_bytes=None`` gives idealised links that move payload only (the paper's fluid model)."""
     if kind not in BUILDERS:
         raise TopologyError(f"unknown topology {kind!r}; choose one of {', '.join(sorted(BUILDERS))}")
     if not isinstance(rate_bps, (int, float)) or isinstance(rate_bps, bool) or rate_bps <= 0:
         raise TopologyError(f"link rate must be a positive number of bits/s, got {rate_bps!r}")
+    if mtu_bytes is not None and (not isinstance(mtu_bytes, int) or isinstance(mtu_bytes, bool)
+                                  or not MIN_MTU_BYTES <= mtu_bytes <= MAX_MTU_BYTES):
+        raise TopologyError(f"mtu_bytes must be an integer from {MIN_MTU_BYTES} to {MAX_MTU_BYTES} "
+                            f"(or null for idealised links), got {mtu_bytes!r}")
     try:
-        return BUILDERS[kind](rate_bps, **params)
+        topo = BUILDERS[kind](rate_bps, **params)
     except TypeError as exc:
         raise TopologyError(f"topology {kind!r}: bad parameters {params!r} ({exc})") from None
+    topo.mtu_bytes = mtu_bytes
+    return topo
 
 
 def _check_positive(name: str, value: object) -> None:

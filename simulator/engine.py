@@ -297,7 +297,9 @@ class _Run:
                 path = self.topology.path_for(task.src, task.dst, qid)
             else:
                 path = self.topology.pair_path(task.src, task.dst)
-            self.active[qid] = _Flow(eqid, offset_s, Topology.links_of(path), float(task.size_bytes))
+            # Links carry frames: the flow's payload plus its TCP/IP/Ethernet framing (Topology.wire_bytes).
+            wire_bytes = self.topology.wire_bytes(task.size_bytes)
+            self.active[qid] = _Flow(eqid, offset_s, Topology.links_of(path), wire_bytes)
             changed = True
         return changed
 

@@ -124,6 +124,21 @@ def test_two_hosts_ping_shaped_rate_and_clean_stop(require_fabric):
 
 
 @pytest.mark.fabric
+@pytest.mark.parametrize("mtu", [1500, 9000])
+def test_goodput_through_a_shaped_link_is_the_topologys_payload_fraction(require_fabric, mtu):
+    """The framing constant the simulator and the scheduler count with (Topology.payload_fraction),
+    measured: bulk TCP through one shaped link delivers rate x payload_fraction of payload."""
+    topo = two_hosts(RATE_BPS)
+    topo.mtu_bytes = mtu
+    with Fabric(topo, controller_port=None, fail_mode="standalone") as fab:
+        assert fab.host("h1").cmd("cat /sys/class/net/h1-eth1/mtu").strip() == str(mtu)
+        goodput_bps = iperf3_bps(fab, "h1", "h2", seconds=8)
+    print(f"MTU {mtu}: goodput {goodput_bps / RATE_BPS:.4f} of the rate, "
+          f"payload_fraction {topo.payload_fraction:.4f}")
+    assert_within(goodput_bps, RATE_BPS * topo.payload_fraction, 0.97, 1.005, f"TCP goodput at MTU {mtu}")
+
+
+@pytest.mark.fabric
 def test_dumbbell_priority_and_equal_share(require_fabric):
     """Two senders into the shared 10 Mbit/s link: queue 1 beats queue 3; equal classes share."""
     tos = tos_for_queue

@@ -57,12 +57,13 @@ def test_snapshot_has_active_flows_with_reference_time_and_remaining(reg, topo):
     reg.flow_started("j1", "f2", 40001, 5201, 100.5)
     reg.flow_progress("j1", "f2", 500_000)
     by_id = {f.flow_id: f for f in reg.snapshot(102.0).flows}
-    assert by_id["j1/f2"].remaining_bytes == 1_500_000
+    assert by_id["j1/f2"].remaining_bytes == pytest.approx(1_500_000 * 9014 / 8948)  # on the wire, MTU 9000
     assert by_id["j1/f2"].ideal_finish_s == 101.5  # r + o
     # switch counters above the agent's report win; below it they are ignored
     reg.observe_bytes("j1/f2", 800_000)
     reg.observe_bytes("j1/f2", 100_000)
-    assert {f.flow_id: f for f in reg.snapshot(102.0).flows}["j1/f2"].remaining_bytes == 1_200_000
+    assert {f.flow_id: f for f in reg.snapshot(102.0).flows}["j1/f2"].remaining_bytes == pytest.approx(
+        1_200_000 * 9014 / 8948)
     reg.flow_finished("j1", "f1", 103.0)
     assert [f.flow_id for f in reg.snapshot(103.0).flows] == ["j1/f2"]
     assert reg.flows["j1/f1"].bytes_sent == 1_000_000

@@ -54,7 +54,8 @@ def test_trace_jobs_load_relative_to_the_scenario_and_simulate(tmp_path: Path) -
 
     (tmp_path / "sub").mkdir()
     save_trace(tmp_path / "sub" / "fig2-trace.json", [generate("fig2", "t", ["h1", "h2"], {})])
-    scenario = load_scenario(write(tmp_path, base(jobs=[{"trace": "sub/fig2-trace.json"}])))
+    fluid = {"kind": "two_hosts", "rate_mbps": 10, "mtu_bytes": None}  # the paper's idealised link
+    scenario = load_scenario(write(tmp_path, base(topology=fluid, jobs=[{"trace": "sub/fig2-trace.json"}])))
     assert [j.job_id for j in scenario.jobs] == ["t"]
     result = simulate(scenario.topology, scenario.jobs, get_scheduler("echelon"))
     assert result.jobs["t"].completion_s == pytest.approx(8.0, abs=1e-6)

@@ -12,7 +12,7 @@ from controller.registry import Registry, RegistryError
 from controller.service import SchedulingService
 from controller.store import open_registry
 from echelonflow.schedulers import get_scheduler
-from echelonflow.topology import fattree, two_hosts
+from echelonflow.topology import build, fattree, two_hosts
 
 MB = 1_000_000
 B_BPS = 8 * MB  # 1 MB/s: the paper's B = 1 in MB and seconds
@@ -55,8 +55,9 @@ class Clock:
 
 
 def fig2_registry():
-    """The paper's Fig. 2: three 2 MB flows over one 1 MB/s link, ideal finishes 1, 2, 3 s apart by 1 s."""
-    reg = Registry(two_hosts(B_BPS))
+    """The paper's Fig. 2: three 2 MB flows over one 1 MB/s link, ideal finishes 1, 2, 3 s apart by 1 s
+    (idealised links without framing, as in the paper)."""
+    reg = Registry(build("two_hosts", B_BPS, mtu_bytes=None))
     reg.add_job("pp")
     reg.add_echelon("pp", "act", flows=[
         {"flow_id": f"mb{i}", "src": "h1", "dst": "h2", "size_bytes": 2 * MB, "offset_s": float(i)}

@@ -8,7 +8,7 @@ from echelonflow.errors import UserError
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.schedulers import SCHEDULERS, get_scheduler
 from echelonflow.schedulers.base import Decision, Scheduler, Snapshot
-from echelonflow.topology import build
+from echelonflow.topology import TopologyError, build
 from simulator.engine import SimulationError, check_decision, simulate
 
 B_BYTES_PER_S = 1.25e6  # 10 Mbit/s
@@ -34,7 +34,7 @@ def fig2_job(job_id: str = "fig2", src: str = "h1", dst: str = "h2") -> Job:
     ],
 )
 def test_fig2_reproduces_the_paper(name, completion, finishes, tardiness) -> None:
-    result = simulate(build("two_hosts", 10e6), [fig2_job()], get_scheduler(name))
+    result = simulate(build("two_hosts", 10e6, mtu_bytes=None), [fig2_job()], get_scheduler(name))
     assert result.jobs["fig2"].completion_s == pytest.approx(completion, abs=1e-6)
     assert result.jobs["fig2"].slowdown == pytest.approx(1.0)
     assert [result.flows[f"fig2/act{i}"].finish_s for i in range(3)] == pytest.approx(finishes, abs=1e-6)
@@ -105,7 +105,7 @@ def _one_flow_job(job_id: str, src: str, dst: str, size: int) -> Job:
 
 
 def test_jobs_share_a_bottleneck_and_slowdowns_follow() -> None:
-    topo = build("dumbbell", 8e6, hosts_per_side=2)  # h1,h2 left; h3,h4 right; 1e6 B/s everywhere
+    topo = build("dumbbell", 8e6, mtu_bytes=None, hosts_per_side=2)  # h1,h2 | h3,h4; 1e6 B/s, no framing
     jobs = [_one_flow_job("a", "h1", "h3", 10**6), _one_flow_job("b", "h2", "h4", 10**6)]
     fair = simulate(topo, jobs, get_scheduler("fair"))
     assert [fair.jobs[j].completion_s for j in "ab"] == pytest.approx([2.0, 2.0])
@@ -117,11 +117,25 @@ def test_jobs_share_a_bottleneck_and_slowdowns_follow() -> None:
 
 
 def test_smaller_coflow_goes_first_under_varys() -> None:
-    topo = build("dumbbell", 8e6, hosts_per_side=2)
+    topo = build("dumbbell", 8e6, hosts_per_side=2)  # default MTU 9000: links carry frames
     jobs = [_one_flow_job("big", "h1", "h3", 3 * 10**6), _one_flow_job("small", "h2", "h4", 10**6)]
     result = simulate(topo, jobs, get_scheduler("coflow"))
-    assert result.jobs["small"].completion_s == pytest.approx(1.0)
-    assert result.jobs["big"].completion_s == pytest.approx(4.0)
+    # 8948 payload bytes in every 9014-byte frame (IP/TCP/timestamps 52, Ethernet 14), 1e6 wire bytes/s
+    frames = 9014 / 8948
+    assert result.jobs["small"].completion_s == pytest.approx(1.0 * frames)
+    assert result.jobs["big"].completion_s == pytest.approx(4.0 * frames)
+
+
+def test_framing_follows_the_mtu_and_idealised_links_carry_payload_only() -> None:
+    job = [_one_flow_job("j", "h1", "h2", 10**6)]
+    for mtu, frame_over_payload in ((1500, 1514 / 1448), (9000, 9014 / 8948), (None, 1.0)):
+        topo = build("two_hosts", 8e6, mtu_bytes=mtu)
+        assert topo.payload_fraction == pytest.approx(1 / frame_over_payload)
+        result = simulate(topo, job, get_scheduler("fair"))
+        assert result.jobs["j"].completion_s == pytest.approx(frame_over_payload)
+    for bad in (0, 575, 65001, 1500.0, True, "9000"):
+        with pytest.raises(TopologyError, match="mtu_bytes must be an integer from 576 to 65000"):
+            build("two_hosts", 8e6, mtu_bytes=bad)
 
 
 def test_compute_tie_rule_declaration_order_one_at_a_time() -> None:

@@ -40,7 +40,7 @@ from typing import Any
 from echelonflow import ownership
 from echelonflow import queues as queue_marks
 from echelonflow.errors import UserError
-from echelonflow.topology import Topology
+from echelonflow.topology import DEFAULT_MTU_BYTES, Topology
 from topologies import cleanup, ovs, qos
 
 LOCK_PATH = "/run/echelon-fabric.lock"
@@ -328,13 +328,20 @@ class Fabric:
         self.state.save()
 
     def _configure_hosts(self) -> None:
-        """Offload off (TCP needs it through the userspace datapath) and, if asked, egress shaping."""
+        """The topology's MTU on every link, offload off (TCP needs it through the userspace datapath)
+        and, if asked, egress shaping."""
+        mtu = self.topology.mtu_bytes or DEFAULT_MTU_BYTES  # idealised links still need a real MTU here
+        lines = "".join(f"link set dev {port} mtu {mtu}\n" for port in sorted(self.switch_ports))
+        proc = subprocess.run(["ip", "-batch", "-"], input=lines, capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise FabricError(f"setting MTU {mtu} on the switch ports failed: {proc.stderr.strip()[:300]}")
         for name in self.topology.hosts:
             node = self.net.get(name)
             intf = self.topology.host_intf(name)
-            out = node.cmd(f"ethtool -K {intf} tx off rx off >/dev/null 2>&1; echo rc=$?")
+            out = node.cmd(f"ip link set dev {intf} mtu {mtu} && "
+                           f"ethtool -K {intf} tx off rx off >/dev/null 2>&1; echo rc=$?")
             if "rc=0" not in out:
-                raise FabricError(f"ethtool -K {intf} tx off rx off failed in host {name}")
+                raise FabricError(f"MTU {mtu} or ethtool -K {intf} tx off rx off failed in host {name}")
             if self.shape_hosts:
                 rate_bps = self.topology.graph.edges[name, self.topology.host_switch(name)]["rate_bps"]
                 proc = qos.run_tc_batch(qos.htb_lines(intf, rate_bps, self.queues), netns_pid=node.pid)

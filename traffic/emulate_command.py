@@ -105,6 +105,7 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     """
     from echelonflow.results import Results
     from echelonflow.schedulers import get_scheduler
+    from echelonflow.topology import DEFAULT_MTU_BYTES
     from reports.runfolder import default_run_dir, write_run_folder
     from reports.table import format_comparison, format_trust
     from simulator.engine import simulate
@@ -114,6 +115,8 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     say = progress or (lambda text: print(f"[{time.monotonic() - start:6.1f}s] {text}", file=sys.stderr,
                                           flush=True))
     run_dir = out or default_run_dir(scenario.name)
+    if scenario.topology.mtu_bytes is None:  # idealised links cannot be emulated: both sides use real frames
+        scenario.topology.mtu_bytes = DEFAULT_MTU_BYTES
     simulated = Results(scenario.name, "simulate")
     for name in schedulers:
         simulated.runs.append(simulate(scenario.topology, scenario.jobs, get_scheduler(name)))
