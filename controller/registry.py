@@ -408,7 +408,7 @@ class Registry:
             group = self.flows[key].echelon_key
             if group not in group_sent:
                 started = [f for f in self.flows_of(group) if f.start_s is not None]
-                group_sent[group] = sum(self.bytes_done(f) for f in started)
+                group_sent[group] = self.topology.wire_bytes(sum(self.bytes_done(f) for f in started))
                 group_start[group] = min(f.start_s for f in started)
         for key in self._active:
             flow = self.flows[key]
@@ -424,7 +424,7 @@ class Registry:
                 offset_s=flow.offset_s,
                 reference_s=ref,
                 weight=self.jobs[flow.job_id].weight,
-                sent_bytes=done,
+                sent_bytes=self.topology.wire_bytes(done),
                 group_sent_bytes=group_sent[flow.echelon_key],
                 group_start_s=group_start[flow.echelon_key],
             ))

@@ -80,7 +80,7 @@ class _EchelonState:
     starts_s: dict[str, float] = field(default_factory=dict)
     reference_s: float = math.inf
     first_start_s: float = math.inf
-    finished_bytes: float = 0.0  # bytes of its flows that have finished
+    finished_bytes: float = 0.0  # wire bytes of its flows that have finished
 
 
 def check_placement(topology: Topology, jobs: Sequence[Job]) -> None:
@@ -259,7 +259,7 @@ class _Run:
             else:
                 flow = self.active.pop(qid)
                 state = self.echelons[flow.echelon_qid]
-                state.finished_bytes += float(task.size_bytes)
+                state.finished_bytes += self.topology.wire_bytes(task.size_bytes)
                 if self.observing:
                     self._observe("finish", qid, task, float(task.size_bytes))
                 changed = True
@@ -328,9 +328,10 @@ class _Run:
     # ------------------------------------------------------------------ scheduling
     def _decide(self) -> None:
         group_sent: dict[str, float] = {}
+        sent: dict[str, float] = {}
         for qid, flow in self.active.items():
-            sent = self.task_of[qid][2].size_bytes - flow.remaining_bytes
-            group_sent[flow.echelon_qid] = group_sent.get(flow.echelon_qid, 0.0) + sent
+            sent[qid] = self.topology.wire_bytes(self.task_of[qid][2].size_bytes) - flow.remaining_bytes
+            group_sent[flow.echelon_qid] = group_sent.get(flow.echelon_qid, 0.0) + sent[qid]
         flows = []
         for qid, flow in self.active.items():
             state = self.echelons[flow.echelon_qid]
@@ -345,7 +346,7 @@ class _Run:
                     offset_s=flow.offset_s,
                     reference_s=reference_s,
                     weight=state.weight,
-                    sent_bytes=self.task_of[qid][2].size_bytes - flow.remaining_bytes,
+                    sent_bytes=sent[qid],
                     group_sent_bytes=state.finished_bytes + group_sent[flow.echelon_qid],
                     group_start_s=state.first_start_s,
                 )

@@ -220,7 +220,7 @@ def _coflow_job(job_id: str, pairs, size: int, arrival_s: float = 0.0, weight: f
 
 
 def test_a_job_starts_at_its_arrival_and_completes_from_it() -> None:
-    topo = build("two_hosts", 8e6)  # 1e6 bytes/s
+    topo = build("two_hosts", 8e6, mtu_bytes=None)  # 1e6 payload bytes/s
     early = _one_flow_job("early", "h1", "h2", 10**6)
     late = Job("late", arrival_s=5.0)
     late.add(ComputeTask("think", "h1", 0.5))
@@ -234,7 +234,7 @@ def test_a_job_starts_at_its_arrival_and_completes_from_it() -> None:
 
 
 def test_overlapping_arrivals_share_and_fifo_keeps_arrival_order() -> None:
-    topo = build("two_hosts", 8e6)
+    topo = build("two_hosts", 8e6, mtu_bytes=None)
     first = _coflow_job("first", [("h1", "h2")], 2 * 10**6)
     second = _coflow_job("second", [("h1", "h2")], 5 * 10**5, arrival_s=1.0)
     fifo = simulate(topo, [first, second], get_scheduler("fifo"))
@@ -247,7 +247,7 @@ def test_overlapping_arrivals_share_and_fifo_keeps_arrival_order() -> None:
 
 @pytest.mark.parametrize("name", ["coflow", "echelon", "sincronia"])
 def test_weight_lets_the_heavier_of_two_equal_coflows_go_first(name: str) -> None:
-    topo = build("two_hosts", 8e6)
+    topo = build("two_hosts", 8e6, mtu_bytes=None)
     for heavy in ("a", "b"):
         jobs = [_coflow_job(j, [("h1", "h2")], 10**6, weight=3.0 if j == heavy else 1.0) for j in "ab"]
         result = simulate(topo, jobs, get_scheduler(name))
@@ -259,7 +259,7 @@ def test_weight_lets_the_heavier_of_two_equal_coflows_go_first(name: str) -> Non
 def test_sincronia_orders_by_bottleneck_not_by_total_size() -> None:
     # On a big switch: "wide" sends 1 MB from each of 3 hosts to 3 others (3 MB in all, 1 MB per port);
     # "narrow" sends 2 MB over one port pair.  Smallest bottleneck first: wide (1 s) before narrow (2 s).
-    topo = build("bigswitch", 8e6, hosts=8)
+    topo = build("bigswitch", 8e6, mtu_bytes=None, hosts=8)
     wide = _coflow_job("wide", [("h1", "h4"), ("h2", "h5"), ("h3", "h6")], 10**6)
     narrow = _coflow_job("narrow", [("h1", "h4")], 2 * 10**6)
     result = simulate(topo, [narrow, wide], get_scheduler("sincronia"))
@@ -273,7 +273,7 @@ def test_aalo_demotes_a_coflow_when_it_crosses_its_queue_threshold() -> None:
     # until big crosses 10 MiB; then small, still in queue 0, goes first.  The simulator must wake up at
     # that crossing (Decision.valid_until_s) although no flow arrives or leaves then.
     mib, rate = 2**20, 2**30
-    topo = build("two_hosts", rate)
+    topo = build("two_hosts", rate, mtu_bytes=None)
     big = _coflow_job("big", [("h1", "h2")], 40 * mib)
     small = _coflow_job("small", [("h1", "h2")], 5 * mib, arrival_s=0.01)
     result = simulate(topo, [big, small], get_scheduler("aalo"))

@@ -35,7 +35,7 @@ class ActiveFlow:
     flow_id: str
     echelon_id: str  # the EchelonFlow (or Coflow) it belongs to
     path: tuple[LinkId, ...]  # directed links from source to destination
-    remaining_bytes: float
+    remaining_bytes: float  # all byte counts here are wire bytes (payload + framing, Topology.wire_bytes)
     ideal_finish_s: float  # absolute d_j = reference time + offset
     offset_s: float  # o_j = d_j - r, the arrangement function's value for this flow
     reference_s: float  # r, the actual start of the EchelonFlow's head flow
