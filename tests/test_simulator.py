@@ -89,7 +89,7 @@ def test_fig2_decisions_follow_the_worked_trace(name) -> None:
         return decision
 
     scheduler.decide = recording
-    simulate(build("two_hosts", link_bps), [fig2_job()], scheduler)
+    simulate(build("two_hosts", link_bps, mtu_bytes=None), [fig2_job()], scheduler)
     assert len(seen) == len(FIG2_TRACE[name])
     for (now, remaining, rates), (want_now, want_remaining, want_rates) in zip(seen, FIG2_TRACE[name]):
         assert now == pytest.approx(want_now)
