@@ -29,6 +29,7 @@ byte delivered) are checked on every decision unless ``check_invariants=False``.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from collections import deque
@@ -111,16 +112,23 @@ def simulate(
     scheduler: Scheduler,
     placement_check: bool = True,
     check_invariants: bool = True,
+    alone_runs: bool = True,
 ) -> SimulationResult:
-    """Run all ``jobs`` together (and each alone, for slowdowns); return the shared result shape."""
+    """Run all ``jobs`` together (and each alone, for slowdowns); return the shared result shape.
+
+    Every run gets its own copy of ``scheduler`` as it was passed in, so a policy that learns
+    (``echelon-online``) starts each run knowing nothing.  ``alone_runs=False`` skips the runs alone
+    (slowdowns are then 1.0): for studies that only need completion times.
+    """
     if placement_check:
         check_placement(topology, jobs)
+    pristine = copy.deepcopy(scheduler)
     together = _Run(topology, jobs, scheduler, check_invariants)
     together.run()
     alone_s: dict[str, float] = {}
-    if len(jobs) > 1:
+    if len(jobs) > 1 and alone_runs:
         for job in jobs:
-            solo = _Run(topology, [job], scheduler, check_invariants)
+            solo = _Run(topology, [job], copy.deepcopy(pristine), check_invariants)
             solo.run()
             alone_s[job.job_id] = job_completion_s(job, solo.finish_s)
     return build_run(scheduler.name, jobs, together.start_s, together.finish_s, alone_s, together.specs)

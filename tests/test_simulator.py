@@ -283,3 +283,18 @@ def test_aalo_demotes_a_coflow_when_it_crosses_its_queue_threshold() -> None:
     fifo = simulate(topo, [big, small], get_scheduler("fifo"))
     assert fifo.flows["small/f0"].finish_s == pytest.approx(45 * mib * 8 / rate)
 
+
+
+def test_every_run_starts_with_a_scheduler_that_has_learned_nothing() -> None:
+    """Alone runs (for slowdowns) must not profit from what echelon-online learned running together."""
+    from echelonflow.workloads import generate
+
+    topo = build("fattree", 10e6, k=4)
+    jobs = [generate("gpipe", "p", ["h1", "h5", "h9", "h13"], {"iterations": 2, "micro_batches": 3,
+                                                                "activation_bytes": 300000}),
+            generate("ring_allreduce", "r", ["h2", "h6", "h10", "h14"], {"iterations": 2, "bytes": 2000000})]
+    together = simulate(topo, jobs, get_scheduler("echelon-online"))
+    for job in jobs:
+        alone = simulate(topo, [job], get_scheduler("echelon-online")).jobs[job.job_id].completion_s
+        result = together.jobs[job.job_id]
+        assert result.slowdown == pytest.approx(result.completion_s / alone)
