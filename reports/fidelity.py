@@ -145,7 +145,35 @@ def fidelity(emulated: Results, simulated: Results) -> dict[str, Any]:
                           "trusted": entry["numbers_trusted"], "runs": runs_label(entry)})
     return {"scenario": emulated.scenario, "targets": {"gap": GAP_TARGET, "gain_kept": GAIN_KEPT_TARGET,
                                                       "spread": SPREAD_TARGET},
-            "jobs": jobs, "objective": objective, "gains": _gains(summary, sim)}
+            "jobs": jobs, "objective": objective, "gains": _gains(summary, sim),
+            "runs": run_verdicts(emulated)}
+
+
+def run_verdicts(emulated: Results) -> list[dict[str, Any]]:
+    """Per run: the fidelity monitor's verdict and worst numbers over its rounds, and the wire check's
+    counts and mismatches (runs without either are left out)."""
+    out = []
+    for run in emulated.runs:
+        if run.fidelity_monitor is None and run.wire_check is None:
+            continue
+        rounds = (run.fidelity_monitor or {}).get("rounds", {})
+        row: dict[str, Any] = {
+            "scheduler": run.scheduler, "repeat": run.repeat, "trusted": run.trusted,
+            "reasons": [f"{label}: {reason}" for label, doc in rounds.items()
+                        for reason in doc.get("reasons", [])],
+            "slow_link_share": max((doc.get("slow_link_share") or 0.0 for doc in rounds.values()),
+                                   default=None),
+            "cpu_idle_median": min((doc["cpu_idle"]["median"] for doc in rounds.values()
+                                    if doc.get("cpu_idle", {}).get("median") is not None), default=None),
+        }
+        wire = (run.wire_check or {}).get("rounds", {})
+        if wire:
+            counts = ("flows", "flows_with_problems", "packets_judged", "packets_mismatched")
+            row["wire"] = {key: sum(doc.get(key, 0) for doc in wire.values()) for key in counts}
+            row["mismatches"] = [f"{label}: {line}" for label, doc in wire.items()
+                                 for line in doc.get("mismatches", [])]
+        out.append(row)
+    return out
 
 
 def _gains(summary: dict[str, Any], sim: dict[str, RunResult]) -> list[dict[str, Any]]:
@@ -227,4 +255,41 @@ def format_fidelity(doc: dict[str, Any]) -> str:
                                    ["comparison", "metric", "sim_gain", "emu_gain", "kept", "target", "runs"],
                                    gain_rows)]
     parts.append("```")
+    parts += _format_runs(doc.get("runs", []))
     return "\n".join(parts) + "\n"
+
+
+#: Wire mismatches listed per run in fidelity.md (the rest: results.json and captures/.../check.json).
+MISMATCH_LINES = 12
+
+
+def _format_runs(runs: list[dict[str, Any]]) -> list[str]:
+    """fidelity.md's section on every run: monitor verdict, wire counts, reasons and mismatches."""
+    if not runs:
+        return []
+    rows = []
+    for r in runs:
+        wire = r.get("wire")
+        rows.append([r["scheduler"], "-" if r["repeat"] is None else str(r["repeat"] + 1),
+                     {True: "yes", False: "NO", None: "-"}[r["trusted"]],
+                     "-" if r["slow_link_share"] is None else f"{r['slow_link_share']:.0%}",
+                     "-" if r["cpu_idle_median"] is None else f"{r['cpu_idle_median']:.0%}",
+                     "-" if not wire else f"{wire['flows_with_problems']} of {wire['flows']}",
+                     "-" if not wire else f"{wire['packets_mismatched']} of {wire['packets_judged']}"])
+    parts = ["", "## Runs: fidelity monitor and wire check", "",
+             "`slow_ports`: share of busy (backlogged) switch-port intervals below 90 % of the link rate, "
+             "worst round; `idle`: the machine's median idle share, lowest round (docs/emulation.md, "
+             "\"Fidelity monitor\"). Wire columns only for `--capture` runs (\"Wire capture\").", "", "```",
+             render_table("runs", ["scheduler", "repeat", "trusted", "slow_ports", "idle", "wire_flows_off",
+                                   "marks_off"], rows), "```"]
+    for r in runs:
+        which = f"{r['scheduler']}" + ("" if r["repeat"] is None else f" repeat {r['repeat'] + 1}")
+        if r["reasons"]:
+            parts += ["", f"Not trusted, {which}:"] + [f"- {reason}" for reason in r["reasons"]]
+        mismatches = r.get("mismatches") or []
+        if mismatches:
+            parts += ["", f"Wire mismatches, {which} ({len(mismatches)}):"]
+            parts += [f"- {line}" for line in mismatches[:MISMATCH_LINES]]
+            if len(mismatches) > MISMATCH_LINES:
+                parts.append(f"- ... and {len(mismatches) - MISMATCH_LINES} more (results.json wire_check)")
+    return parts

@@ -26,6 +26,7 @@ from traffic.monitor import (
     parse_qdisc_dump,
     read_cpu_jiffies,
     read_thread_jiffies,
+    sample_interval_s,
 )
 
 RATE = 10e6
@@ -105,6 +106,11 @@ def test_thresholds_are_configurable_and_recorded():
     strict = Thresholds(ovs_thread_busy_max=0.5)
     doc = evaluate(rounds, strict)
     assert not doc["trusted"] and doc["thresholds"]["ovs_thread_busy_max"] == 0.5
+
+
+def test_sampling_period_grows_with_the_fabric():
+    assert sample_interval_s(2) == sample_interval_s(80) == 0.25  # fig2, k=4
+    assert sample_interval_s(640) == pytest.approx(0.512)  # k=8
 
 
 def test_combine_trusts_a_run_only_if_every_round_was():

@@ -258,3 +258,27 @@ def test_partial_status_is_kept_and_reported(tmp_path, fig2_sim, capsys):
     assert "PARTIAL RUN: 1 of 3" in out and "fair" in out
     assert read_status(str(run_dir)) == status  # re-rendering keeps the status
     assert (run_dir / "fidelity.md").exists()
+
+
+def test_fidelity_section_lists_monitor_verdicts_and_wire_mismatches(tmp_path, fig2_sim):
+    emu = repeated(fig2_sim, {"fair": [1.0, 1.2], "coflow": [1.0], "echelon": [1.0]}, untrusted={"fair": {1}})
+    good = {"trusted": True, "reasons": [], "slow_link_share": 0.01, "cpu_idle": {"median": 0.8}}
+    bad = {"trusted": False, "reasons": ["30% of busy port intervals below 90% of the configured rate"],
+           "slow_link_share": 0.3, "cpu_idle": {"median": 0.2}}
+    for run in emu.runs:
+        run.fidelity_monitor = {"rounds": {"together": bad if run.trusted is False else good}}
+    lines = [f"fig2/f{i}: first packet +{30 + i}.0 ms from the agent's start" for i in range(15)]
+    wire = {"flows": 3, "flows_with_problems": 2, "packets_judged": 900, "packets_mismatched": 4,
+            "mismatches": lines}
+    emu.runs[0].wire_check = {"rounds": {"together": wire}}
+    write_run_folder(str(tmp_path / "run"), emu, [fig2_sim], plots=False)
+    text = (tmp_path / "run" / "fidelity.md").read_text()
+    runs_table = text.split("## Runs: fidelity monitor and wire check", 1)[1]
+    fair_rows = [line for line in runs_table.splitlines() if line.startswith("fair ")]
+    assert fair_rows[0].split() == ["fair", "1", "yes", "1%", "80%", "2", "of", "3", "4", "of", "900"]
+    assert fair_rows[1].split()[:5] == ["fair", "2", "NO", "30%", "20%"]
+    assert "Not trusted, fair repeat 2:\n- together: 30% of busy port intervals" in text
+    assert "Wire mismatches, fair repeat 1 (15):" in text and "- together: fig2/f11: first packet" in text
+    assert "fig2/f12" not in text and "- ... and 3 more (results.json wire_check)" in text
+    data = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert data["fidelity"]["runs"][0]["wire"]["packets_mismatched"] == 4

@@ -35,7 +35,7 @@ from echelonflow.results import RunResult, build_run
 from echelonflow.topology import intf_name
 from traffic.capture import CaptureError, WireCapture
 from traffic.control import ControlError, wait_for_sockets
-from traffic.monitor import FidelityMonitor, combine
+from traffic.monitor import FidelityMonitor, combine, sample_interval_s
 from traffic.runspec import RegistrySettings, RunSpec, SpecError, check_serialisable, save_runspec
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -300,7 +300,7 @@ class EmulationSettings:
     pace: bool = True  # agents pace flows at their allocated rate (schedulers that enforce only)
     controller_interval_s: float = 0.2  # the scheduling service's periodic round (arrivals run at once)
     start_wait_s: float = 0.5  # a flow's start call waits this long at most for its rules' barrier acks
-    monitor_interval_s: float = 0.25  # fidelity monitor's sampling period (traffic.monitor)
+    monitor_interval_s: float | None = None  # fidelity monitor's sampling period (None: by fabric size)
     api_port: int = 0  # the controllers' API (and dashboard) port; 0: a free one per controller
     metrics_port: int = 0  # the controllers' /metrics port; 0: a free one per controller
     capture: bool = False  # capture first-hop switch ports and check marks and times (traffic.capture)
@@ -425,7 +425,9 @@ def emulate_scheduler(
             host_ports = {h: _first_hop_port(topology, h) for h in agent_hosts(round_jobs)}
             capture_dir = os.path.join(settings.logs_dir or workdir, "captures", run_name, label)
             wire = WireCapture(capture_dir, sorted(host_ports.values())) if settings.capture else None
-            monitor = FidelityMonitor(fabric.switch_ports, settings.monitor_interval_s, ctl.pid)
+            ports = fabric.switch_ports
+            interval_s = settings.monitor_interval_s or sample_interval_s(len(ports))
+            monitor = FidelityMonitor(ports, interval_s, ctl.pid)
             with contextlib.ExitStack() as watchers:
                 if wire is not None:
                     try:
