@@ -1,9 +1,9 @@
 """Compare the echelon scheduler's group orderings on the bundled scenarios (simulated).
 
-scheduling.md leaves open whether groups should be ranked by their offset-adjusted residual bottleneck
-or by t*_H; we also try plain SEBF on remaining volume.  This prints the Eq. 4 objective (sum of
-EchelonFlow tardiness) and the sum of job completion times for each, so the default is chosen on
-numbers.  Run: .venv/bin/python benchmarks/compare_orderings.py
+The paper leaves open how EchelonFlows are ranked against each other: by their offset-adjusted residual
+bottleneck or by t*_H (docs/scheduler-design.md); we also try plain SEBF on remaining volume.  This
+prints the Eq. 4 objective (sum of EchelonFlow tardiness) and the sum of job completion times for each,
+so the default is chosen on numbers.  Run: .venv/bin/python benchmarks/compare_orderings.py
 """
 
 from __future__ import annotations

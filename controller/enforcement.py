@@ -4,7 +4,7 @@ A scheduling decision becomes, for one TCP/UDP flow:
 
 * higher-priority 5-tuple rules on every switch of the chosen path that mark the packet's DSCP for its
   class, ``set_queue`` to it and output to the next hop.  DSCP is what actually picks the htb class on
-  the userspace datapath (``set_queue`` is accepted there but ignored, platform.md); ``set_queue`` is
+  the userspace datapath (``set_queue`` is accepted there but ignored, docs/platform.md); ``set_queue`` is
   kept so the kernel datapath behaves the same;
 * a DROP-band meter on the first switch when a rate is given.  A drop meter is a policer, so its burst is
   sized generously (``meter_burst_s`` of traffic, at least ``min_burst_kbit``): with a small bucket TCP

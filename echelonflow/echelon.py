@@ -1,7 +1,8 @@
 """EchelonFlow grouping, ideal finish offsets and tardiness (paper section 3, Table 1, Eqs. 1-4).
 
-The arrangement function of every paradigm is derived from the job's DAG by one generic rule
-(``/work/shared/reference/echelonflow.md``): run the job with an infinitely fast network and see when
+Paper: Pan et al., "Efficient flow scheduling in distributed deep learning training with echelon
+formation", HotNets '22.  The arrangement function of every paradigm is derived from the job's DAG by
+one generic rule (docs/scheduler-design.md): run the job with an infinitely fast network and see when
 each flow's data is first needed.
 
 Zero-communication schedule (:func:`ideal_schedule`)

@@ -166,8 +166,8 @@ def test_echelon_reaches_optimal_max_tardiness_on_one_link(sizes, offsets, ref) 
     assert achieved == pytest.approx(t_star, rel=1e-6, abs=1e-6)
 
 
-def test_fig2_worked_table_of_the_reference() -> None:
-    """scheduling.md's table at t=3: remaining (1/2, 3/2, 2) of B=1 -> rates 1/4, 1/2, 1/4."""
+def test_fig2_worked_table_at_t3() -> None:
+    """docs/scheduler-design.md, Fig. 2 at t=3: remaining (1/2, 3/2, 2) of B=1 -> rates 1/4, 1/2, 1/4."""
     link = ("h1", "s1")
     remaining = [0.5, 1.5, 2.0]
     flows = [ActiveFlow(f"f{i}", "g", (link,), rem, 1 + i, float(i), 1.0) for i, rem in enumerate(remaining)]

@@ -76,7 +76,7 @@ def test_fig2_rates_match_the_worked_example():
     reg.flow_progress("pp", "mb0", 1 * MB)
     reg.flow_started("pp", "mb1", 40001, 5201, 2.0)
     svc.on_arrival()
-    # scheduling.md at t=2: t* = 3, f1 1/2, f2 2/3 capped to the 1/2 left
+    # docs/scheduler-design.md, Fig. 2 at t=2: t* = 3, f1 1/2, f2 2/3 capped to the 1/2 left
     assert svc.allocation("pp/mb0")["rate_bps"] == pytest.approx(B_BPS / 2)
     assert svc.allocation("pp/mb1")["rate_bps"] == pytest.approx(B_BPS / 2)
     assert svc.allocation("pp/mb0")["rank"] < svc.allocation("pp/mb1")["rank"]

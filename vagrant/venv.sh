@@ -61,7 +61,7 @@ if [[ -n "$PROJECT" ]]; then
     [[ -f "$PROJECT/pyproject.toml" ]] || die "project directory '$PROJECT' has no pyproject.toml"
 fi
 
-# Ryu 4.34 + eventlet 0.30.2 only run on Python 3.8/3.9 (see docs: platform.md, Ryu and os-ken).
+# Ryu 4.34 + eventlet 0.30.2 only run on Python 3.8/3.9 (docs/platform.md, "Ryu and os-ken").
 PY_VERSION="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 case "$PY_VERSION" in
     3.8 | 3.9) ;;

@@ -1,6 +1,6 @@
 """EchelonFlow scheduling (Pan et al., HotNets'22) and Varys coflow scheduling (Chowdhury et al., SIGCOMM'14).
 
-One algorithm with one knob, as worked out in ``/work/shared/reference/scheduling.md``: a flow's
+One algorithm with one knob (docs/scheduler-design.md, with the paper's Fig. 2 worked through): a flow's
 ideal-finish offset ``o_j = d_j - r`` within its group.  Coflow scheduling is the special case
 ``o_j = 0`` (the paper's Eq. 5), so :class:`CoflowScheduler` is this class with offsets ignored.
 
