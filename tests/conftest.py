@@ -38,6 +38,31 @@ def need(what: str, reason: str) -> None:
         pytest.skip(reason)
 
 
+def need_tool(name: str) -> str:
+    """The path of the program ``name``, or skip (fail under ``CI=true``) because it is not installed."""
+    path = shutil.which(name)
+    need(name, "" if path else f"{name} is not installed (bash bootstrap.sh --test installs it)")
+    return path or ""
+
+
+#: Where this project's machines keep a Python 3.9 (pyenv's), besides $ECHELON_PYTHON39 and PATH.
+PYTHON39_CANDIDATES = ("/root/.pyenv/versions/3.9.18/bin/python3.9",)
+
+
+def find_python39() -> str:
+    """A Python 3.9 interpreter ($ECHELON_PYTHON39, pyenv's 3.9.18 or python3.9 on PATH), or ''."""
+    candidates = [os.environ.get("ECHELON_PYTHON39", ""), *PYTHON39_CANDIDATES,
+                  shutil.which("python3.9") or ""]
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), "")
+
+
+def need_python39() -> str:
+    """A Python 3.9 interpreter, or skip (fail under ``CI=true``)."""
+    python39 = find_python39()
+    need("Python 3.9", "" if python39 else "no Python 3.9 interpreter (set ECHELON_PYTHON39)")
+    return python39
+
+
 @pytest.fixture(scope="session")
 def require_fabric() -> None:
     need("the fabric", fabric_missing_reason())

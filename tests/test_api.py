@@ -10,7 +10,6 @@ import copy
 import http.client
 import json
 import os
-import shutil
 import socket
 import stat
 import subprocess
@@ -26,6 +25,7 @@ from controller.registry import Registry
 from controller.service import SchedulingService
 from controller.store import open_registry
 from echelonflow.topology import fattree
+from tests.conftest import need, need_tool
 
 TOKEN = "test-token-0123456789"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -344,9 +344,10 @@ def test_unreachable_controller_is_a_clear_client_error(tmp_path):
     assert info.value.status == 0 and "absent.sock" in str(info.value)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
 def test_client_in_another_network_namespace_reaches_the_unix_socket(served):
     """What Mininet hosts do: no route to the root namespace's 127.0.0.1, same file system."""
+    need("a network namespace", "" if os.geteuid() == 0 else "needs root")
+    unshare = need_tool("unshare")
     code = (
         "import sys; from controller.client import EchelonClient, ApiClientError\n"
         f"c = EchelonClient(socket_path={served.server.socket_path!r}, token={TOKEN!r})\n"
@@ -354,7 +355,7 @@ def test_client_in_another_network_namespace_reaches_the_unix_socket(served):
         f"t = EchelonClient(url='http://127.0.0.1:{served.server.port}', timeout_s=2)\n"
         "try:\n    t.health()\nexcept ApiClientError:\n    print('tcp-unreachable')\n"
     )
-    out = subprocess.run(["unshare", "--net", sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+    out = subprocess.run([unshare, "--net", sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["from-netns", "tcp-unreachable"]

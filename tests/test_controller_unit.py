@@ -5,7 +5,6 @@ real OpenFlow 1.3 parser; the launcher against a real osken-manager process (no 
 from __future__ import annotations
 
 import json
-import shutil
 import struct
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from controller.routing import Router, path_hops
 from controller.topology_spec import SpecError, load_spec, topology_from_spec, write_spec
 from echelonflow.queues import dscp_for_queue
 from echelonflow.topology import Topology, fattree, leaf_spine
+from tests.conftest import need_tool
 
 TOPO = fattree(10e6, k=4)
 
@@ -133,9 +133,7 @@ def _serialize(op: fm.Op):
 
 
 def _ovs_print(buf: bytes) -> str:
-    if shutil.which("ovs-ofctl") is None:
-        pytest.skip("ovs-ofctl not installed")
-    return subprocess.run(["ovs-ofctl", "ofp-print", buf.hex()], capture_output=True, text=True,
+    return subprocess.run([need_tool("ovs-ofctl"), "ofp-print", buf.hex()], capture_output=True, text=True,
                           check=True).stdout
 
 

@@ -147,7 +147,9 @@ def test_dumbbell_priority_and_equal_share(require_fabric):
         high, low = iperf3_flows(fab, [("h1", "h3", tos(1)), ("h2", "h3", tos(3))], seconds=5)
         assert high / (high + low) >= 0.90, f"queue 1 got {high:.3g} bps, queue 3 got {low:.3g} bps"
         assert_within(high + low, RATE_BPS, 0.85, 1.05, "priority pair total")
-        a, b = iperf3_flows(fab, [("h1", "h3", tos(2)), ("h2", "h3", tos(2))], seconds=5)
+        # Two TCP flows in one FIFO class converge slowly (61/39 over 5 s was seen in CI): average 10 s
+        # after the first second of slow start, as the controller test of the same property does.
+        a, b = iperf3_flows(fab, [("h1", "h3", tos(2)), ("h2", "h3", tos(2))], seconds=10, omit_s=1)
         assert_within(a / (a + b), 0.5, 0.8, 1.2, "equal-class share of flow 1")
         assert_within(a + b, RATE_BPS, 0.85, 1.05, "equal pair total")
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -28,11 +27,10 @@ from pathlib import Path
 import pytest
 
 from controller.launcher import free_tcp_port
+from tests.conftest import find_python39, need_python39
 
 ROOT = Path(__file__).resolve().parent.parent
-IN_CI = os.environ.get("CI", "").lower() == "true"
 VENV39 = Path(os.environ.get("ECHELON_VENV39", str(ROOT / ".venv39")))
-PYTHON39_CANDIDATES = ("/root/.pyenv/versions/3.9.18/bin/python3.9",)
 # Packages that must run on the VM's Python (docs/CONTRACTS.md, "Python and environment").
 PY39_PACKAGES = ("echelonflow", "controller", "topologies", "cli")
 # Pure unit tests of the core and the controller (whichever exist; others need Mininet or os-ken).
@@ -44,20 +42,6 @@ PURE_TESTS = (
 NEEDS_MININET = ("topologies.mininet_topo",)
 
 
-def find_python39() -> str:
-    """A Python 3.9 interpreter, or '' if this machine has none."""
-    candidates = [os.environ.get("ECHELON_PYTHON39", ""), *PYTHON39_CANDIDATES,
-                  shutil.which("python3.9") or ""]
-    return next((c for c in candidates if c and os.access(c, os.X_OK)), "")
-
-
-def need(reason_missing: str) -> None:
-    """Skip (outside CI) or fail (CI=true) because a prerequisite is missing."""
-    if IN_CI:
-        pytest.fail(f"CI=true but {reason_missing}")
-    pytest.skip(reason_missing)
-
-
 def run(argv: list[str], timeout_s: float = 300.0, **kwargs: object) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, **kwargs)  # type: ignore[call-overload]
 
@@ -65,9 +49,7 @@ def run(argv: list[str], timeout_s: float = 300.0, **kwargs: object) -> subproce
 @pytest.fixture(scope="session")
 def venv39() -> Path:
     """The cached Python 3.9 + Ryu 4.34 venv, made (or found up to date) by vagrant/venv.sh."""
-    python39 = find_python39()
-    if not python39:
-        need("no Python 3.9 interpreter (set ECHELON_PYTHON39)")
+    python39 = need_python39()
     result = run(["bash", str(ROOT / "vagrant" / "venv.sh"), "--python", python39, "--venv", str(VENV39),
                   "--with", "test"], timeout_s=900)
     assert result.returncode == 0, f"vagrant/venv.sh failed:\n{result.stderr[-3000:]}"

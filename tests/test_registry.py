@@ -35,9 +35,8 @@ def flow(fid, src="h1", dst="h2", size=1000, **extra):
     return {"flow_id": fid, "src": src, "dst": dst, "size_bytes": size, **extra}
 
 
-def test_declared_flows_are_pinned_to_the_simulators_path(reg, topo):
+def test_declared_flows_keep_their_fields_and_kind(reg, topo):
     f2 = reg.flows["j1/f2"]
-    assert reg.path_of("j1/f2") == topo.path_for("h2", "h5", "j1/f2")
     assert (f2.state, f2.offset_s, f2.size_bytes) == ("declared", 1.5, 2_000_000)
     assert reg.echelons["j1/e1"].kind == "staggered"
     reg.add_echelon("j1", "c1", flows=[flow("g1"), flow("g2", "h3", "h4")])
@@ -264,16 +263,25 @@ def test_unusable_store_path_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize("scenario_name", ["fattree-gpipe-ring", "fattree-fsdp-ps"])
-def test_registry_due_times_equal_the_simulators(scenario_name):
+def test_registry_due_times_and_paths_equal_the_simulators(scenario_name):
     """Declared the way the agents declare (offsets and ideal-start offsets from the core) and started
-    at the simulated start times, every flow is due exactly when the simulator says, with the same kind."""
+    at the simulated start times, every flow is due exactly when the simulator says, with the same kind,
+    and sits on the path the simulator moved it along (recorded from the scheduler's snapshots)."""
     from echelonflow.echelon import echelons_of
     from echelonflow.scenario import load_scenario
     from echelonflow.schedulers import get_scheduler
     from simulator.engine import simulate
 
     scenario = load_scenario(scenario_name)
-    result = simulate(scenario.topology, scenario.jobs, get_scheduler("echelon"))
+    scheduler = get_scheduler("echelon")
+    decide, simulated_paths = scheduler.decide, {}
+
+    def recording(snapshot):
+        simulated_paths.update({f.flow_id: f.path for f in snapshot.flows})
+        return decide(snapshot)
+
+    scheduler.decide = recording
+    result = simulate(scenario.topology, scenario.jobs, scheduler)
     reg = Registry(scenario.topology)
     for job in scenario.jobs:
         reg.add_job(job.job_id)
@@ -294,3 +302,7 @@ def test_registry_due_times_equal_the_simulators(scenario_name):
             simulated.ideal_finish_s, abs=1e-9), qid
     assert {k: e.kind for k, e in reg.echelons.items()} == {
         k: e.kind for k, e in result.echelonflows.items()}
+    registry_paths = {f.flow_id: f.path for f in reg.snapshot(0.0).flows}
+    assert set(simulated_paths) <= set(registry_paths) and len(simulated_paths) > 20
+    for qid, links in simulated_paths.items():
+        assert registry_paths[qid] == links, qid

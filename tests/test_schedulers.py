@@ -178,13 +178,42 @@ def test_fig2_worked_table_at_t3() -> None:
     assert [coflow.rate_bps[f"f{i}"] / 8 for i in range(3)] == pytest.approx([0.125, 0.375, 0.5])
 
 
-def test_coflow_is_echelon_with_zero_offsets() -> None:
-    snapshot = _random_instance(7, 20)
-    zeroed = Snapshot(snapshot.now_s, snapshot.capacity_bps, [
-        ActiveFlow(f.flow_id, f.echelon_id, f.path, f.remaining_bytes, f.reference_s, 0.0, f.reference_s)
-        for f in snapshot.flows
-    ])
-    assert CoflowScheduler().decide(snapshot).rate_bps == EchelonScheduler().decide(zeroed).rate_bps
+@pytest.mark.parametrize("seed", range(20))
+def test_coflow_alone_gets_varys_madd_rates_whatever_its_offsets(seed: int) -> None:
+    """Varys's MADD, computed here from its definition: a Coflow alone finishes all flows together at
+    Gamma = max over links (bits on the link / capacity), so flow j needs b_j / Gamma; back-fill may add
+    to flows off the bottleneck, never to those on it.  Offsets (given here at random) do not matter."""
+    instance = _random_instance(seed, 12)
+    r = instance.now_s - 1.0  # one group, one reference time
+    flows = [ActiveFlow(f.flow_id, "coflow", f.path, f.remaining_bytes, r + f.offset_s, f.offset_s, r)
+             for f in instance.flows if f.remaining_bytes > 1e-3]
+    snapshot = Snapshot(instance.now_s, instance.capacity_bps, flows)
+    load: dict = {}
+    for f in flows:
+        for link in f.path:
+            load[link] = load.get(link, 0.0) + 8 * f.remaining_bytes
+    gamma_s = max(bits / snapshot.capacity_bps[link] for link, bits in load.items())
+    bottlenecks = {link for link, bits in load.items()
+                   if bits / snapshot.capacity_bps[link] >= gamma_s * (1 - 1e-9)}
+    decision = CoflowScheduler().decide(snapshot)
+    validate(snapshot, decision)
+    for f in flows:
+        madd_bps = 8 * f.remaining_bytes / gamma_s
+        assert decision.rate_bps[f.flow_id] >= madd_bps * (1 - 1e-9), f.flow_id
+        if bottlenecks & set(f.path):
+            assert decision.rate_bps[f.flow_id] == pytest.approx(madd_bps, rel=1e-9), f.flow_id
+
+
+def test_coflows_go_smallest_effective_bottleneck_first() -> None:
+    """Varys's SEBF on one link of 8 Mbit/s: a 1 MB Coflow (1 s alone) before a 2 x 2 MB one (4 s): the
+    small one gets the whole link and finishes at 1 s, the large one waits (hand-computed)."""
+    link = ("h1", "s1")
+    flows = [ActiveFlow("big/a", "big", (link,), 2e6, 0.0, 0.0, 0.0),
+             ActiveFlow("big/b", "big", (link,), 2e6, 0.0, 0.0, 0.0),
+             ActiveFlow("small/a", "small", (link,), 1e6, 0.0, 0.0, 0.0)]
+    decision = CoflowScheduler().decide(Snapshot(0.0, {link: 8e6}, flows))
+    assert decision.rate_bps == pytest.approx({"small/a": 8e6, "big/a": 0.0, "big/b": 0.0})
+    assert decision.rank["small/a"] < min(decision.rank["big/a"], decision.rank["big/b"])
 
 
 def test_fair_shares_a_link_equally_and_gives_leftover_elsewhere() -> None:

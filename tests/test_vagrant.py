@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import need_python39, need_tool
+
 ROOT = Path(__file__).resolve().parent.parent
 VAGRANT_DIR = ROOT / "vagrant"
 CONSTRAINTS = VAGRANT_DIR / "requirements-vm.txt"
-IN_CI = os.environ.get("CI", "").lower() == "true"
-PYTHON39_CANDIDATES = ("/root/.pyenv/versions/3.9.18/bin/python3.9",)
 PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!-]*)$")
 
 # Loads the Vagrantfile with a stand-in for Vagrant that records every configuration call as JSON.
@@ -57,17 +57,6 @@ end
 load ARGV.fetch(0)
 puts JSON.generate(Vagrant::LOG)
 """
-
-
-def need_tool(name: str) -> str:
-    path = shutil.which(name)
-    if path:
-        return path
-    message = f"{name} is not installed (bash bootstrap.sh --test installs it)"
-    if IN_CI:
-        pytest.fail(f"CI=true but {message}")
-    pytest.skip(message)
-    return ""
 
 
 def pins() -> dict[str, str]:
@@ -230,12 +219,7 @@ def test_provision_refuses_a_wrong_project_dir_before_changing_anything(tmp_path
 @pytest.mark.slow
 def test_vm_python_step_installs_on_python39_with_only_pinned_packages(tmp_path: Path) -> None:
     """What provision.sh step 4 runs, minus Debian's interpreter: venv.sh --with vm --project <copy>."""
-    python39 = next((p for p in (os.environ.get("ECHELON_PYTHON39", ""), *PYTHON39_CANDIDATES,
-                                 shutil.which("python3.9") or "") if p and os.access(p, os.X_OK)), "")
-    if not python39:
-        if IN_CI:
-            pytest.fail("CI=true but no Python 3.9 interpreter (set ECHELON_PYTHON39)")
-        pytest.skip("no Python 3.9 interpreter")
+    python39 = need_python39()
     project = tmp_path / "project"  # a copy: an editable install writes egg-info into the project
     keep = ("pyproject.toml", "README.md", "echelonflow", "controller", "topologies", "simulator",
             "traffic", "reports", "cli", "vagrant")

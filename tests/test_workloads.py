@@ -305,22 +305,3 @@ def test_core_modules_import_without_os_ken_or_mininet() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
-
-
-PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
-
-
-@pytest.mark.skipif(not PY39.exists(), reason="no Python 3.9 interpreter on this machine")
-def test_core_runs_on_python_39() -> None:
-    code = (
-        "from echelonflow.workloads import GENERATORS\n"
-        "from echelonflow.echelon import echelons_of\n"
-        "from echelonflow.trace import jobs_to_trace, parse_trace\n"
-        "job = GENERATORS['fsdp']('j', ['h1', 'h2', 'h3'], param_bytes=3000, layers=2)\n"
-        "assert parse_trace(jobs_to_trace([job]), 'x') == [job]\n"
-        "print(sorted(set(echelons_of(job)['i0.ag'].offsets_s.values())))\n"
-    )
-    root = Path(__file__).resolve().parent.parent
-    result = subprocess.run([str(PY39), "-c", code], cwd=root, capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[0.0, 0.005, 0.01, 0.02]"
