@@ -161,6 +161,8 @@ def test_a_killed_agent_fails_the_run_cleanly_and_quickly(tmp_path):
         started[host] = proc
         return proc
 
+    killed_at = []
+
     def killer():
         deadline = time.time() + 20
         while time.time() < deadline:
@@ -168,14 +170,16 @@ def test_a_killed_agent_fails_the_run_cleanly_and_quickly(tmp_path):
             if "h2" in started and os.path.exists(tmp_path / "ctl" / "h2.sock") and not doc.exists():
                 time.sleep(2.0)  # h2 is inside its 20 s compute by now
                 os.kill(started["h2"].pid, signal.SIGKILL)
+                killed_at.append(time.monotonic())
                 return
             time.sleep(0.05)
 
     threading.Thread(target=killer, daemon=True).start()
-    t = time.monotonic()
     with pytest.raises(EmulationError, match="agent h2"):
         run([slow_job()], tmp_path, popen=popen, start_margin_s=1.0)
-    assert time.monotonic() - t < 8.0
+    # Noticed, not waited out: without the failure the run would go on for the rest of h2's 20 s compute.
+    # (A bound of half that holds on a loaded machine and still tells the two apart.)
+    assert killed_at and time.monotonic() - killed_at[0] < 10.0
     for proc in started.values():  # every agent it started is gone
         assert proc.poll() is not None
 
@@ -184,10 +188,12 @@ def test_a_peer_that_never_comes_up_fails_within_the_connect_timeout(tmp_path):
     job = slow_job()
     spec = RunSpec(host="h1", hosts_ip=loopback(["h1", "h2"]), jobs=[job], t0_s=time.time() + 0.2,
                    data_port=next(_PORTS), control_dir=str(tmp_path), output_path=str(tmp_path / "out.json"),
-                   connect_timeout_s=1.0, confirm_timeout_s=2.0, run_timeout_s=10.0)
+                   connect_timeout_s=1.0, confirm_timeout_s=2.0, run_timeout_s=30.0)
     t = time.monotonic()
     document = Agent(spec, log=lambda text: None).run()
-    assert time.monotonic() - t < 3.0
+    # The connect timeout (1 s) ended it, not the run timeout (30 s): half of that leaves room for a
+    # loaded machine and still tells the two apart (the message below names the connect failure).
+    assert time.monotonic() - t < spec.run_timeout_s / 2
     assert document["status"] == "error"
     assert "s/f1" in document["error"] and "cannot connect" in document["error"]
     assert json.loads((tmp_path / "out.json").read_text())["status"] == "error"
@@ -209,7 +215,7 @@ def test_a_receiver_that_never_confirms_times_out():
     with pytest.raises(TransferError, match="stalled"):
         send_flow(FlowHeader("j", "f", "h1", 50_000_000), "127.0.0.1", listener.getsockname()[1],
                   io_timeout_s=1.0)
-    assert time.monotonic() - t < 3.0
+    assert time.monotonic() - t < 10.0  # without the stall check the send would block for ever
     listener.close()
     for conn in held:
         conn.close()
@@ -259,7 +265,9 @@ def test_a_raised_pacing_rate_takes_effect_within_a_poll_not_after_the_blocked_c
         receiver.close()
     assert result.received_bytes == 60_000
     assert elapsed_s >= 0.3  # the floor rate really held the flow back (60 KB at 12.5 KB/s = 4.8 s)
-    assert elapsed_s < 2.5, f"took {elapsed_s:.2f} s: the raised rate was not applied while blocked"
+    # Not applied while blocked, the floor rate would hold the whole flow: >= 4.8 s.  Applied, the test
+    # takes 1.7 s here (3 runs); 4 s leaves a loaded machine room and still tells the two apart.
+    assert elapsed_s < 4.0, f"took {elapsed_s:.2f} s: the raised rate was not applied while blocked"
 
 
 def test_receiver_refuses_a_flow_that_is_not_expected():
@@ -447,4 +455,4 @@ def test_an_unreachable_registry_fails_the_run_cleanly(tmp_path):
     with pytest.raises(EmulationError, match="unreachable"):
         run([slow_job()], tmp_path,
             registry=RegistrySettings(str(tmp_path / "none.sock"), str(tmp_path / "token")))
-    assert time.monotonic() - t < 10
+    assert time.monotonic() - t < 20.0  # before slow_job's 20 s compute, let alone the run timeout
