@@ -35,7 +35,7 @@ def need(what: str, reason: str) -> None:
     if reason:
         if IN_CI:
             pytest.fail(f"CI=true but {what} cannot run: {reason}")
-        pytest.skip(reason)
+        pytest.skip(reason, allow_module_level=True)
 
 
 def need_tool(name: str) -> str:
