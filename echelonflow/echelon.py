@@ -50,7 +50,7 @@ import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from echelonflow.errors import UserError
 from echelonflow.model import (
@@ -87,22 +87,30 @@ def compute_order_key(job: Job) -> dict[str, int]:
     return {tid: index for index, tid in enumerate(job.tasks)}
 
 
-def check_dag(job: Job) -> None:
-    """Raise UserError if a dependency is unknown or the dependencies form a cycle."""
+def check_job(job: Job, where: str = "", error: Callable[[str], Exception] = UserError) -> None:
+    """Raise ``error("<where>: task 't': problem")`` for the first thing that makes ``job`` unusable: an
+    unknown dependency, a dependency cycle, or a flow without an echelon whose id is another group's
+    echelon id.  ``where`` defaults to ``job 'id'``; a trace passes its file and job, and its error class."""
+    where = where or f"job {job.job_id!r}"
     missing = unknown_deps(job)
     if missing:
         task_id, dep = missing[0]
-        raise UserError(f"job {job.job_id!r}: task {task_id!r} depends on unknown task {dep!r}")
+        raise error(f"{where}: task {task_id!r}: unknown dependency {dep!r}")
     cycle = find_cycle(job)
     if cycle:
-        raise UserError(
-            f"job {job.job_id!r}: dependency cycle through task {cycle[0]!r} ({' -> '.join(cycle)})"
+        chain = " -> ".join(cycle + [cycle[0]])
+        raise error(f"{where}: task {cycle[0]!r}: dependency cycle ({chain})")
+    clashes = ungrouped_clashes(job, echelon_members(job))
+    if clashes:
+        raise error(
+            f"{where}: task {clashes[0]!r}: flow without an echelon has the same id as echelon "
+            f"{clashes[0]!r} of other flows (give it an echelon or rename it)"
         )
 
 
 def ideal_schedule(job: Job) -> dict[str, tuple[float, float]]:
     """task id -> (start_s, finish_s) with zero communication time (see the module docstring)."""
-    check_dag(job)
+    check_job(job)
     order = compute_order_key(job)
     dependants: dict[str, list[str]] = {tid: [] for tid in job.tasks}
     waiting: dict[str, int] = {}
@@ -204,12 +212,6 @@ def echelons_of(job: Job) -> dict[str, EchelonSpec]:
     due = ideal_finish_times(job, schedule)
     order = compute_order_key(job)
     members = echelon_members(job)
-    clashes = ungrouped_clashes(job, members)
-    if clashes:
-        raise UserError(
-            f"job {job.job_id!r}: flow {clashes[0]!r} has no echelon, but its id is also the echelon "
-            f"id of other flows"
-        )
     specs: dict[str, EchelonSpec] = {}
     for echelon_id, flow_ids in members.items():
         ordered = tuple(sorted(flow_ids, key=lambda fid: (schedule[fid][0], order[fid])))

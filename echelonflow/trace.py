@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from echelonflow.echelon import KINDS
+from echelonflow.echelon import KINDS, check_job
 from echelonflow.errors import TraceError
 from echelonflow.fileio import read_json
 from echelonflow.model import (
@@ -26,9 +26,6 @@ from echelonflow.model import (
     Job,
     Task,
     echelon_members,
-    find_cycle,
-    ungrouped_clashes,
-    unknown_deps,
 )
 
 TOP_FIELDS = {"jobs": True, "description": False}  # field -> required
@@ -143,14 +140,7 @@ def _parse_job(data: Any, where: str, source: str, hosts: set[str] | None) -> Jo
         if task.task_id in job.tasks:
             raise TraceError(f"{where}: task {task.task_id!r}: duplicate task id")
         job.add(task)
-    missing = unknown_deps(job)
-    if missing:
-        task_id, dep = missing[0]
-        raise TraceError(f"{where}: task {task_id!r}: unknown dependency {dep!r}")
-    cycle = find_cycle(job)
-    if cycle:
-        chain = " -> ".join(cycle + [cycle[0]])
-        raise TraceError(f"{where}: task {cycle[0]!r}: dependency cycle ({chain})")
+    check_job(job, where, TraceError)
     _parse_echelons(data.get("echelons", {}), job, where)
     return job
 
@@ -192,12 +182,6 @@ def _parse_echelons(data: Any, job: Job, where: str) -> None:
     if not isinstance(data, Mapping):
         raise TraceError(f"{where}: 'echelons' must be an object (echelon id -> settings), got {_kind(data)}")
     members = echelon_members(job)
-    clashes = ungrouped_clashes(job, members)
-    if clashes:
-        raise TraceError(
-            f"{where}: task {clashes[0]!r}: flow without an echelon has the same id as echelon "
-            f"{clashes[0]!r} of other flows (give it an echelon or rename it)"
-        )
     for echelon_id, settings in data.items():
         at = f"{where}: echelon {echelon_id!r}"
         if echelon_id not in members:

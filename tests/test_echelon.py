@@ -142,7 +142,7 @@ def test_bad_kind_and_id_collision_are_user_errors() -> None:
         echelons_of(job)
     clash = fig2_job()
     clash.add(FlowTask("e", "h2", "h1", 5, ("w2.c2",)))  # no echelon, but named like echelon "e"
-    with pytest.raises(UserError, match="flow 'e' has no echelon"):
+    with pytest.raises(UserError, match="task .e.: flow without an echelon has the same id as echelon .e."):
         echelons_of(clash)
 
 
@@ -154,7 +154,7 @@ def test_cycle_and_unknown_dependency_are_user_errors() -> None:
         ideal_schedule(job)
     missing = Job("miss")
     missing.add(ComputeTask("a", "h1", 1.0, ("nope",)))
-    with pytest.raises(UserError, match="unknown task 'nope'"):
+    with pytest.raises(UserError, match="unknown dependency 'nope'"):
         echelons_of(missing)
 
 

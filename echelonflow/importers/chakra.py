@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from echelonflow.echelon import check_dag
+from echelonflow.echelon import check_job
 from echelonflow.errors import TraceError, UserError
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.workloads.collectives import allreduce_steps, gather_steps, ring
@@ -233,10 +233,7 @@ class _Builder:
         self._add_flows(pairs)
         for k, members in enumerate(collectives):
             self._expand_collective(k, members)
-        try:
-            check_dag(self.job)
-        except UserError as exc:
-            raise TraceError(f"{self.ranks[0][0]}: {exc}") from None
+        check_job(self.job, f"{self.ranks[0][0]}: job {self.job.job_id!r}", TraceError)
         if not self.job.tasks:
             raise TraceError(f"{self.ranks[0][0]}: the trace has no compute or communication node")
         return self.job, self.summary
