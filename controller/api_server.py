@@ -216,12 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     from controller.registry import Registry
     from controller.service import SchedulingService
     from controller.store import open_registry
-    from echelonflow.topology import TopologyError, build
+    from echelonflow.topology import TopologyError, add_topology_arguments, topology_from_arguments
 
     parser = argparse.ArgumentParser(prog="python -m controller.api_server", description=main.__doc__)
-    parser.add_argument("--topology", default="fattree")
-    parser.add_argument("--k", type=int, default=4, help="fat-tree arity")
-    parser.add_argument("--rate-bps", type=float, default=20e6)
+    add_topology_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--socket", default=None,
@@ -232,8 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        params = {"k": args.k} if args.topology == "fattree" else {}
-        topo = build(args.topology, args.rate_bps, **params)
+        topo = topology_from_arguments(args)
         registry = open_registry(topo, args.store) if args.store else Registry(topo)
         service = SchedulingService(registry, None, interval_s=args.interval_s)
         token = generate_token()

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from echelonflow.errors import UserError
+from echelonflow.topology import add_topology_arguments
 
 DEFAULT_OFP_PORT = 6653
 DEFAULT_API_PORT = 8181
@@ -24,17 +25,7 @@ def register(subparsers: Any) -> None:
         "controller", help="run the OpenFlow controller (os-ken/Ryu) for a topology",
         description="Run the EchelonFlow OpenFlow 1.3 controller in the foreground (Ctrl-C stops it).",
     )
-    parser.add_argument("--topology", default="fattree",
-                        help="fattree, leafspine, bigswitch, dumbbell or two_hosts")
-    parser.add_argument("--k", type=int, default=4, help="fat-tree arity (even, >= 2)")
-    parser.add_argument("--leaves", type=int, default=4, help="leaf-spine: leaf switches")
-    parser.add_argument("--spines", type=int, default=2, help="leaf-spine: spine switches")
-    parser.add_argument("--hosts-per-leaf", type=int, default=4, help="leaf-spine: hosts per leaf")
-    parser.add_argument("--hosts-per-side", type=int, default=2, help="dumbbell: hosts per side")
-    parser.add_argument("--hosts", type=int, default=16, help="bigswitch: hosts on the one switch")
-    parser.add_argument("--oversubscription", type=float, default=1.0,
-                        help="fattree/leafspine: links above the edge/leaf layer run at rate / this")
-    parser.add_argument("--rate-mbps", type=float, default=10.0, help="link rate in Mbit/s")
+    add_topology_arguments(parser)
     parser.add_argument("--queues", type=int, default=4, help="priority queues per port (as the fabric)")
     parser.add_argument("--ofp-port", type=int, default=DEFAULT_OFP_PORT, help="OpenFlow listen port")
     parser.add_argument("--ofp-host", default="127.0.0.1",
@@ -52,25 +43,12 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def topology_params(args: argparse.Namespace) -> dict[str, float]:
-    """The builder parameters the chosen topology kind takes, from the command line."""
-    return {
-        "fattree": {"k": args.k, "oversubscription": args.oversubscription},
-        "leafspine": {"leaves": args.leaves, "spines": args.spines, "hosts_per_leaf": args.hosts_per_leaf,
-                      "oversubscription": args.oversubscription},
-        "dumbbell": {"hosts_per_side": args.hosts_per_side},
-        "bigswitch": {"hosts": args.hosts},
-    }.get(args.topology, {})
-
-
 def run(args: argparse.Namespace) -> int:
     from controller.launcher import ControllerProcess
-    from echelonflow.topology import TopologyError, build
+    from echelonflow.topology import TopologyError, topology_from_arguments
 
-    if args.rate_mbps <= 0:
-        raise UserError(f"--rate-mbps must be positive, got {args.rate_mbps}")
     try:
-        topology = build(args.topology, args.rate_mbps * 1e6, **topology_params(args))
+        topology = topology_from_arguments(args)
     except TopologyError as exc:
         raise UserError(str(exc)) from None
     if not 1 <= args.api_port <= 65535:

@@ -361,7 +361,7 @@ def registry_server(tmp_path):
     port = probe.getsockname()[1]
     probe.close()
     argv = [sys.executable, "-m", "controller.api_server", "--topology", "fattree", "--k", "4",
-            "--rate-bps", "1e7", "--port", str(port), "--socket", sock_path, "--token-file", token,
+            "--rate-mbps", "10", "--port", str(port), "--socket", sock_path, "--token-file", token,
             "--interval-s", "0.1"]
     with open(tmp_path / "api.log", "w") as log:
         proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
+import re
+
 import pytest
 
 from controller.topology_spec import spec_of, topology_from_spec
-from echelonflow.topology import Topology, TopologyError, build
+from echelonflow.topology import (
+    Topology,
+    TopologyError,
+    add_topology_arguments,
+    build,
+    topology_from_arguments,
+)
 
 
 def test_bigswitch_is_one_switch_with_one_path_per_pair() -> None:
@@ -60,3 +69,41 @@ def test_leafspine_oversubscription_and_the_spec_round_trip() -> None:
 def test_bad_oversubscription_is_refused(ratio) -> None:
     with pytest.raises(TopologyError, match="oversubscription"):
         build("fattree", 10e6, k=4, oversubscription=ratio)
+
+
+def _parsed(argv: list[str], positional: bool = False) -> Topology:
+    parser = argparse.ArgumentParser()
+    add_topology_arguments(parser, positional)
+    return topology_from_arguments(parser.parse_args(argv))
+
+
+@pytest.mark.parametrize("argv, built", [
+    ([], ("fattree", 10e6, {"k": 4})),
+    (["--topology", "leafspine", "--leaves", "3", "--spines", "2", "--hosts-per-leaf", "2",
+      "--oversubscription", "2", "--rate-mbps", "20"],
+     ("leafspine", 20e6, {"leaves": 3, "spines": 2, "hosts_per_leaf": 2, "oversubscription": 2.0})),
+    (["--topology", "dumbbell", "--hosts-per-side", "3", "--k", "8"],
+     ("dumbbell", 10e6, {"hosts_per_side": 3})),
+    (["--topology", "bigswitch", "--hosts", "5"], ("bigswitch", 10e6, {"hosts": 5})),
+    (["--topology", "two_hosts"], ("two_hosts", 10e6, {})),
+])
+def test_topology_options_build_what_the_builders_build(argv, built) -> None:
+    """One option set for every command that builds a topology; options of other kinds are ignored."""
+    kind, rate_bps, params = built
+    expected = build(kind, rate_bps, **params)
+    topo = _parsed(argv)
+    assert topo.name == expected.name and topo.params == expected.params
+    assert topo.capacity_bps() == expected.capacity_bps()
+    assert _parsed([kind, *argv[2:]], positional=True).name == expected.name
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["--rate-mbps", "0"], "--rate-mbps must be positive, got 0.0"),
+    (["--rate-mbps", "nan"], "--rate-mbps must be positive"),
+    (["--k", "3"], "k"),
+    (["--topology", "torus"], "torus"),
+])
+def test_bad_topology_options_are_one_line_errors(argv, problem) -> None:
+    with pytest.raises(TopologyError, match=re.escape(problem)) as caught:
+        _parsed(argv)
+    assert "\n" not in str(caught.value)

@@ -13,6 +13,7 @@ import argparse
 import time
 
 from echelonflow.errors import UserError
+from echelonflow.topology import add_topology_arguments
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,13 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     clean.set_defaults(run=run_clean)
 
     up = actions.add_parser("up", help="run a fabric until Ctrl-C")
-    up.add_argument("topology", help="fattree, dumbbell, leafspine, bigswitch or two_hosts")
-    up.add_argument("--k", type=int, default=4, help="fat-tree arity (default 4)")
-    up.add_argument("--hosts-per-side", type=int, default=2, help="dumbbell hosts per side (default 2)")
-    up.add_argument("--hosts", type=int, default=16, help="bigswitch hosts (default 16)")
-    up.add_argument("--oversubscription", type=float, default=1.0,
-                    help="fattree: edge-agg and agg-core links run at rate / this (default 1)")
-    up.add_argument("--rate-mbps", type=float, default=10.0, help="link rate in Mbit/s (default 10)")
+    add_topology_arguments(up, positional=True)
     up.add_argument("--queues", type=int, default=4, help="queues per port (default 4)")
     up.add_argument("--controller-port", type=int, default=6653, help="OpenFlow controller port (6653)")
     up.add_argument("--no-controller", action="store_true", help="no controller: switches act as learning "
@@ -54,16 +49,11 @@ def run_clean(args: argparse.Namespace) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from echelonflow.topology import TopologyError, build
+    from echelonflow.topology import TopologyError, topology_from_arguments
     from topologies.fabric import Fabric
 
-    params = {
-        "fattree": {"k": args.k, "oversubscription": args.oversubscription},
-        "dumbbell": {"hosts_per_side": args.hosts_per_side},
-        "bigswitch": {"hosts": args.hosts},
-    }
     try:
-        topology = build(args.topology, args.rate_mbps * 1e6, **params.get(args.topology, {}))
+        topology = topology_from_arguments(args)
     except TopologyError as exc:
         raise UserError(str(exc)) from None
     fabric = Fabric(
