@@ -39,7 +39,7 @@ from typing import Callable
 from controller import flowmods as fm
 from controller.routing import Hop, path_hops
 from echelonflow.errors import UserError
-from echelonflow.queues import dscp_for_queue
+from echelonflow.queues import check_queues, dscp_for_queue
 from echelonflow.topology import Topology
 
 SendFn = Callable[[int, list[fm.Op]], None]
@@ -183,8 +183,7 @@ class Enforcer:
         clock: Callable[[], float] = time.monotonic,
         event_factory: Callable[[], object] = threading.Event,
     ) -> None:
-        if queues < 1:
-            raise ValueError(f"queues must be >= 1, got {queues}")
+        check_queues(queues)
         self.topology = topology
         self.send = send
         self.queues = queues

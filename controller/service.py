@@ -48,7 +48,7 @@ from typing import Any, Callable, Protocol
 from controller.enforcement import FlowMatch, wait_acks
 from controller.registry import Registry, RegistryError
 from echelonflow.errors import UserError
-from echelonflow.queues import dscp_for_queue
+from echelonflow.queues import check_queues, dscp_for_queue
 from echelonflow.schedulers import SCHEDULERS, get_scheduler
 from echelonflow.schedulers.base import Decision, Scheduler
 
@@ -118,8 +118,7 @@ class SchedulingService:
         payload_fraction: float | None = None,
         lock: Any = None,
     ) -> None:
-        if queues < 2:
-            raise ValueError(f"queues must be >= 2 (queue 0 plus at least one scheduled class), got {queues}")
+        check_queues(queues)  # queue 0 plus at least one scheduled class
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.registry = registry
