@@ -16,13 +16,9 @@ Kept Python 3.9 compatible; no os_ken import (the app decodes the OpenFlow repli
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from echelonflow.topology import DirectedLink, Topology
-
-PORT_FIELDS = ("tx_packets", "rx_packets", "tx_bytes", "rx_bytes", "tx_dropped", "rx_dropped",
-               "tx_errors", "rx_errors")
-METER_FIELDS = ("flow_count", "byte_in_count", "packet_in_count", "byte_band_count", "packet_band_count")
 
 
 @dataclass(frozen=True)
@@ -48,6 +44,10 @@ class MeterCounters:
     packet_in_count: int = 0
     byte_band_count: int = 0
     packet_band_count: int = 0
+
+
+PORT_FIELDS = tuple(f.name for f in fields(PortCounters))
+METER_FIELDS = tuple(f.name for f in fields(MeterCounters))
 
 
 @dataclass(frozen=True)
