@@ -12,7 +12,8 @@ Every refusal is a JSON body ``{"error": {"field": ..., "problem": ...}}`` with 
 this order: unknown route 404, wrong method 405, missing/bad token 401 (state-changing calls only), body
 over ``max_body_bytes`` 413, malformed JSON 400, missing/unknown/mistyped fields 400, unknown job /
 EchelonFlow / flow 404, duplicates and state conflicts 409.  The registry validates everything before it
-changes anything, so a refused request leaves no trace.  Bodies are parsed with ``json`` only.
+changes anything, so a refused request leaves no trace.  Bodies are parsed as strictly as every JSON
+file (``echelonflow.fileio.loads_strict``: no NaN/Infinity, no key twice in one object).
 
 Kept Python 3.9 compatible; stdlib only.
 """
@@ -35,6 +36,7 @@ from controller.registry import STATES, RegistryError
 from controller.service import RECENT_ROUNDS, SchedulingService
 from controller.store import StoreError
 from controller.validation import ApiError, fields
+from echelonflow.fileio import loads_strict
 
 LOG = logging.getLogger("echelon.api")
 PREFIX = "/v1"
@@ -163,7 +165,7 @@ class Api:
         if not raw.strip():
             raise ApiError(400, "body", "empty; send a JSON object")
         try:
-            value = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+            value = loads_strict(raw.decode("utf-8"))
         except UnicodeDecodeError:
             raise ApiError(400, "body", "not UTF-8") from None
         except RecursionError:
@@ -351,10 +353,6 @@ def _depth_over(value: Any, limit: int) -> bool:
             return True
         stack.extend((child, depth + 1) for child in children)
     return False
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 #: Longest ``?wait_s=`` accepted (a request holds its connection while it waits).

@@ -126,6 +126,7 @@ BAD = [
     ("POST", "/jobs", b"", {}, 400, "body"),
     ("POST", "/jobs", b"\xff\xfe", {}, 400, "body"),
     ("POST", "/jobs", b'{"job_id": NaN}', {}, 400, "body"),
+    ("POST", "/jobs", b'{"job_id": "j2", "job_id": "j3"}', {}, 400, "body"),
     ("POST", "/jobs", [1, 2], {}, 400, "body"),
     ("POST", "/jobs", {}, {}, 400, "job_id"),
     ("POST", "/jobs", {"job_id": "j2", "colour": "red"}, {}, 400, "colour"),
