@@ -29,6 +29,7 @@ _GENERATOR_JOB_FIELDS = {"id", "generator", "params", "hosts"} | _TIMING_FIELDS
 _TRACE_JOB_FIELDS = {"trace"}
 _COFLOW_JOB_FIELDS = {"coflow_benchmark", "max_coflows", "weight"}
 _CHAKRA_JOB_FIELDS = {"id", "chakra", "hosts"} | _TIMING_FIELDS
+_MULTI_TENANT_FIELDS = {"multi_tenant"}
 
 
 @dataclass
@@ -142,6 +143,9 @@ def _jobs(entries: Any, topology: Topology, path: Path, fail: Any) -> list[Job]:
             job = _chakra_job(entry, known_hosts, path, label, fail)
             _set_timing(job, entry, label, fail)
             jobs.append(job)
+        elif "multi_tenant" in entry:
+            _no_unknown(entry, _MULTI_TENANT_FIELDS, label, fail)
+            jobs.extend(_multi_tenant_jobs(entry["multi_tenant"], topology, f"{label}.multi_tenant", fail))
         elif "coflow_benchmark" in entry:
             _no_unknown(entry, _COFLOW_JOB_FIELDS, label, fail)
             jobs.extend(_coflow_jobs(entry, path, label, fail))
@@ -270,6 +274,16 @@ def _coflow_jobs(entry: dict[str, Any], path: Path, label: str, fail: Any) -> li
     for job in jobs:
         _set_timing(job, {k: v for k, v in entry.items() if k == "weight"}, label, fail)
     return jobs
+
+
+def _multi_tenant_jobs(spec: Any, topology: Topology, label: str, fail: Any) -> list[Job]:
+    """``{"multi_tenant": {...}}``: a drawn multi-tenant DDL workload (``workloads/multitenant.py``)."""
+    from echelonflow.workloads.multitenant import generate
+
+    try:
+        return generate(spec, topology).jobs
+    except UserError as exc:
+        raise fail(label, str(exc)) from None
 
 
 def _check_hosts(job: Job, known: set, topology: Topology, fail: Any) -> None:
