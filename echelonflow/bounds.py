@@ -17,14 +17,14 @@ Pure and Python 3.9 compatible.
 
 from __future__ import annotations
 
-from echelonflow.echelon import check_dag
+from echelonflow.echelon import check_job
 from echelonflow.model import ComputeTask, Job
 from echelonflow.topology import Topology
 
 
 def lower_bound_s(job: Job, topology: Topology) -> float:
     """Seconds from arrival within which ``job`` cannot finish on ``topology`` (see module docstring)."""
-    check_dag(job)
+    check_job(job)
     capacity_bps = topology.capacity_bps()
     task_s: dict[str, float] = {}
     host_compute_s: dict[str, float] = {}
@@ -51,7 +51,7 @@ def lower_bound_s(job: Job, topology: Topology) -> float:
 
 
 def _topological_order(job: Job) -> list[str]:
-    """Task ids with every dependency before its dependants (Kahn; ``check_dag`` ruled out cycles)."""
+    """Task ids with every dependency before its dependants (Kahn; ``check_job`` ruled out cycles)."""
     waiting = {tid: len(task.deps) for tid, task in job.tasks.items()}
     dependants = job.dependants()
     ready = [tid for tid, n in waiting.items() if n == 0]
