@@ -311,13 +311,7 @@ class ControllerProcess:
         An own temporary workdir goes entirely (with its store); a given workdir or ``store_path`` keeps
         the store and the log.
         """
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        ownership.stop_children([self.proc], timeout_s)
         self.proc = None
         if self.workdir and os.path.exists(self.log_path):
             with open(self.log_path, encoding="utf-8", errors="replace") as handle:

@@ -19,9 +19,11 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from echelonflow.fileio import write_json_atomic
 
@@ -69,6 +71,23 @@ def kill_recorded(records: Iterable[ProcRecord], grace_s: float = 2.0) -> int:
             with contextlib.suppress(OSError):
                 os.kill(int(r["pid"]), signal.SIGKILL)
     return len(alive)
+
+
+def stop_children(procs: Iterable[Any], grace_s: float) -> None:
+    """SIGTERM our child processes (``subprocess.Popen``) still running, SIGKILL those not gone after
+    ``grace_s`` (one deadline for all), and reap them: a child that ignores SIGTERM cannot hang a run."""
+    live = [p for p in procs if p is not None and p.poll() is None]
+    for proc in live:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in live:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait(timeout=5.0)
 
 
 def make_run_folder(kind: str) -> str:

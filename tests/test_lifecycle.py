@@ -50,6 +50,27 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def test_stop_children_terms_the_willing_and_kills_the_stubborn_by_one_deadline():
+    """The one stop used for the controller, the agents and the capture: SIGTERM, then SIGKILL."""
+    stubborn_code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                     "print(1, flush=True); time.sleep(60)")
+    stubborn = [subprocess.Popen([sys.executable, "-c", stubborn_code], stdout=subprocess.PIPE)
+                for _ in range(2)]
+    for proc in stubborn:
+        proc.stdout.readline()  # its SIGTERM handler is in place
+    willing = subprocess.Popen(["sleep", "60"])
+    done = subprocess.Popen(["true"])
+    done.wait()
+    started = time.monotonic()
+    ownership.stop_children([willing, None, done, *stubborn], grace_s=2.0)
+    took_s = time.monotonic() - started
+    assert willing.returncode == -signal.SIGTERM
+    assert [p.returncode for p in stubborn] == [-signal.SIGKILL, -signal.SIGKILL]
+    assert 2.0 <= took_s < 4.0  # one shared deadline: grace_s per stubborn child would be 4 s
+    for proc in stubborn:
+        proc.stdout.close()
+
+
 def _start_cli_controller(tmp_path):
     api_port = free_tcp_port()
     files = {"socket": str(tmp_path / "api.sock"), "token": str(tmp_path / "token"),

@@ -445,15 +445,7 @@ class WireCapture:
         return self
 
     def stop(self) -> None:
-        import subprocess
-
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        ownership.stop_children([self.proc], grace_s=30.0)
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(self.out_dir, READY_FILE))
 

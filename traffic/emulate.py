@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -156,21 +155,7 @@ def run_agents(
 
 def stop_agents(handles: Any, grace_s: float = 3.0) -> None:
     """Terminate every agent still running (SIGTERM by pid, then SIGKILL after ``grace_s``)."""
-    live = [h for h in handles if h.proc is not None and h.proc.poll() is None]
-    for handle in live:
-        _signal(handle.proc, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for handle in live:
-        try:
-            handle.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _signal(handle.proc, signal.SIGKILL)
-            handle.proc.wait(timeout=5.0)
-
-
-def _signal(proc: Any, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(proc.pid, signum)
+    ownership.stop_children([h.proc for h in handles], grace_s)
 
 
 def _first_exit_problem(handles: Mapping[str, AgentHandle]) -> str | None:
