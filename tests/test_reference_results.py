@@ -1,0 +1,78 @@
+"""The simulator's results on every bundled scenario equal the recorded reference (relative 1e-9).
+
+The references (``tests/reference/*.json.gz``, made by ``tests/reference/make_reference.py`` before the
+simulator was optimised) pin every number of every run: job completions and slowdowns, each task's
+and flow's start and finish, each EchelonFlow's tardiness, the objective.  A faster simulator must give
+the same answers; invariant checks stay on while these run.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from echelonflow.scenario import bundled_names, load_scenario
+from echelonflow.schedulers import get_scheduler
+from simulator.engine import simulate
+from tests.reference.make_reference import TOO_BIG, reference_names
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE_DIR = ROOT / "tests" / "reference"
+REL = 1e-9
+ABS = 1e-9  # seconds; for values that are (nearly) zero
+
+
+def _load(name: str) -> dict[str, Any]:
+    with gzip.open(REFERENCE_DIR / f"{name}.json.gz", "rt") as handle:
+        return json.load(handle)
+
+
+def differences(expected: Any, actual: Any, where: str = "") -> list[str]:
+    """Every place where ``actual`` departs from ``expected`` (numbers: relative REL or absolute ABS)."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        out = []
+        if set(expected) != set(actual):
+            missing, extra = sorted(set(expected) - set(actual)), sorted(set(actual) - set(expected))
+            out.append(f"{where}: keys differ (missing {missing[:3]}, extra {extra[:3]})")
+        for key in sorted(set(expected) & set(actual)):
+            out.extend(differences(expected[key], actual[key], f"{where}/{key}"))
+        return out
+    if isinstance(expected, list) and isinstance(actual, list):
+        if len(expected) != len(actual):
+            return [f"{where}: {len(expected)} items expected, got {len(actual)}"]
+        out = []
+        for index, (e, a) in enumerate(zip(expected, actual)):
+            out.extend(differences(e, a, f"{where}[{index}]"))
+        return out
+    numbers = (int, float)
+    if isinstance(expected, numbers) and isinstance(actual, numbers) and not isinstance(expected, bool):
+        if math.isclose(expected, actual, rel_tol=REL, abs_tol=ABS):
+            return []
+        return [f"{where}: expected {expected!r}, got {actual!r}"]
+    return [] if expected == actual else [f"{where}: expected {expected!r}, got {actual!r}"]
+
+
+def test_every_bundled_scenario_has_a_reference_or_a_reason() -> None:
+    for name in bundled_names():
+        assert (REFERENCE_DIR / f"{name}.json.gz").is_file() or name in TOO_BIG, name
+
+
+@pytest.mark.parametrize("name", reference_names())
+def test_bundled_scenario_results_match_the_reference(name: str) -> None:
+    reference = _load(name)
+    scenario = load_scenario(name)
+    for run in reference["runs"]:
+        result = simulate(scenario.topology, scenario.jobs, get_scheduler(run["scheduler"]))
+        found = differences(run, json.loads(json.dumps(result.to_json_dict())), run["scheduler"])
+        assert not found, f"{name}: {len(found)} differences, e.g. " + "; ".join(found[:5])
+
+
+def test_the_comparison_can_fail() -> None:
+    assert differences({"a": [1.0, "x"]}, {"a": [1.0 + 1e-6, "x"]})
+    assert differences({"a": 1}, {"b": 1})
+    assert not differences({"a": [0.0, 2.0]}, {"a": [1e-12, 2.0 * (1 + 1e-12)]})
