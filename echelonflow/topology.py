@@ -91,6 +91,7 @@ class Topology:
         self.graph = nx.Graph()
         self._next_port: dict[str, int] = {}
         self._counts: dict[str, int] = {}
+        self._paths: dict[tuple[str, str], list[NodePath]] = {}  # equal_cost_paths memo (graph is fixed)
 
     # ----------------------------------------------------------------- construction
     def add_host(self) -> str:
@@ -114,6 +115,7 @@ class Topology:
             ports[node] = self._next_port.get(node, 0) + 1
             self._next_port[node] = ports[node]
         self.graph.add_edge(a, b, rate_bps=float(rate_bps or self.rate_bps), ports=ports)
+        self._paths.clear()
 
     # ----------------------------------------------------------------- framing
     @property
@@ -181,7 +183,13 @@ class Topology:
         return out
 
     def equal_cost_paths(self, src: str, dst: str) -> list[NodePath]:
-        """All shortest node paths between two hosts, in a deterministic order."""
+        """All shortest node paths between two hosts, in a deterministic order (computed once per pair)."""
+        known = self._paths.get((src, dst))
+        if known is None:
+            known = self._paths[(src, dst)] = self._equal_cost_paths(src, dst)
+        return known
+
+    def _equal_cost_paths(self, src: str, dst: str) -> list[NodePath]:
         if src == dst:
             raise TopologyError(f"a flow needs two different hosts, got {src!r} twice")
         for host in (src, dst):

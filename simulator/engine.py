@@ -32,10 +32,14 @@ from __future__ import annotations
 import copy
 import heapq
 import math
+import multiprocessing
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from echelonflow import echelon as echelon_mod
 from echelonflow.echelon import EchelonSpec
@@ -43,7 +47,9 @@ from echelonflow.errors import UserError
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.results import RunResult, build_run, job_completion_s
 from echelonflow.schedulers.base import ActiveFlow, Decision, FlowEvent, Scheduler, Snapshot
+from echelonflow.schedulers.columns import ColumnarScheduler, FlowTable
 from echelonflow.topology import Topology
+from simulator import fluid
 
 #: The simulator's result for one scheduler is exactly the shared result shape's run.
 SimulationResult = RunResult
@@ -61,25 +67,13 @@ class SimulationError(RuntimeError):
 
 
 @dataclass
-class _Flow:
-    """Mutable state of one started flow (its start time is in ``_Run.start_s``)."""
-
-    echelon_qid: str
-    offset_s: float
-    links: tuple[Any, ...]
-    remaining_bytes: float
-    rate_bps: float = 0.0
-
-
-@dataclass
-class _EchelonState:
-    """One EchelonFlow's run-time anchor: the actual starts of its flows and the reference time r."""
+class _Echelon:
+    """One EchelonFlow of a run: its spec, job, and slot in the flow table's reference array."""
 
     spec: EchelonSpec
     job_id: str
+    slot: int
     weight: float = 1.0
-    starts_s: dict[str, float] = field(default_factory=dict)
-    reference_s: float = math.inf
     first_start_s: float = math.inf
     finished_bytes: float = 0.0  # wire bytes of its flows that have finished
 
@@ -113,36 +107,79 @@ def simulate(
     placement_check: bool = True,
     check_invariants: bool = True,
     alone_runs: bool = True,
+    workers: int = 1,
 ) -> SimulationResult:
     """Run all ``jobs`` together (and each alone, for slowdowns); return the shared result shape.
 
     Every run gets its own copy of ``scheduler`` as it was passed in, so a policy that learns
     (``echelon-online``) starts each run knowing nothing.  ``alone_runs=False`` skips the runs alone
-    (slowdowns are then 1.0): for studies that only need completion times.
+    (slowdowns are then 1.0): for studies that only need completion times.  ``workers`` > 1 runs the
+    alone runs in that many - 1 forked processes while this one runs the jobs together (the results
+    are the same; only the wall time changes).
     """
     if placement_check:
         check_placement(topology, jobs)
     pristine = copy.deepcopy(scheduler)
-    together = _Run(topology, jobs, scheduler, check_invariants)
-    together.run()
+    specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
+    together = _Run(topology, jobs, scheduler, check_invariants, specs)
     alone_s: dict[str, float] = {}
-    if len(jobs) > 1 and alone_runs:
-        for job in jobs:
-            solo = _Run(topology, [job], copy.deepcopy(pristine), check_invariants)
-            solo.run()
-            alone_s[job.job_id] = job_completion_s(job, solo.finish_s)
-    return build_run(scheduler.name, jobs, together.start_s, together.finish_s, alone_s, together.specs)
+    if len(jobs) == 1 or not alone_runs:
+        together.run()
+    elif workers > 1 and _can_fork():
+        global _FORKED
+        _FORKED = (topology, jobs, pristine, check_invariants, specs)
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(min(workers - 1, len(jobs)), mp_context=context) as pool:
+            pending = [pool.submit(_alone_in_child, index) for index in range(len(jobs))]
+            together.run()
+            alone_s = dict(future.result() for future in pending)
+        _FORKED = None
+    else:
+        together.run()
+        alone_s = dict(_alone(topology, job, pristine, check_invariants, specs) for job in jobs)
+    return build_run(scheduler.name, jobs, together.start_s, together.finish_s, alone_s, specs)
+
+
+def _alone(
+    topology: Topology, job: Job, pristine: Scheduler, check: bool, specs: Mapping
+) -> tuple[str, float]:
+    """(job id, completion time) of ``job`` alone on the network, under a fresh copy of ``pristine``."""
+    run = _Run(topology, [job], copy.deepcopy(pristine), check, specs)
+    run.run()
+    return job.job_id, job_completion_s(job, run.finish_s)
+
+
+#: What forked alone-run workers read (set just before the pool forks them; nothing is pickled).
+_FORKED: tuple | None = None
+
+
+def _alone_in_child(index: int) -> tuple[str, float]:
+    assert _FORKED is not None
+    topology, jobs, scheduler, check, specs = _FORKED
+    return _alone(topology, jobs[index], scheduler, check, specs)
+
+
+def _can_fork() -> bool:
+    return "fork" in multiprocessing.get_all_start_methods()
 
 
 class _Run:
-    """One simulation of a set of jobs (internal; use :func:`simulate`)."""
+    """One simulation of a set of jobs (internal; use :func:`simulate`).
 
-    def __init__(self, topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, check: bool) -> None:
+    Flows live in a :class:`FlowTable` built once for the whole run and numbered in the order the
+    scheduler wants its active flows (``scheduler.flow_order``), so the active set is just a sorted
+    array of flow numbers and a decision reads the table in place.  Schedulers without that columnar
+    interface get a :class:`Snapshot` per decision, as the controller does.
+    """
+
+    def __init__(
+        self, topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, check: bool,
+        specs: Mapping[str, Mapping[str, EchelonSpec]],
+    ) -> None:
         self.topology = topology
         self.jobs = list(jobs)
         self.scheduler = scheduler
         self.check = check
-        self.capacity_bps = topology.capacity_bps()
         self.now_s = 0.0
         self.task_of: dict[str, tuple[int, int, Any]] = {}  # qid -> (job index, declaration index, task)
         self.waiting: dict[str, int] = {}
@@ -152,21 +189,19 @@ class _Run:
         self.host_ready: dict[str, list[tuple[int, int, str]]] = {}
         self.host_busy: dict[str, bool] = {}
         self.running: list[tuple[float, int, str]] = []  # (finish_s, seq, qid) of computes
-        self.active: dict[str, _Flow] = {}
-        self.flow_echelon: dict[str, tuple[str, float]] = {}  # flow qid -> (echelon qid, offset_s)
-        self.echelons: dict[str, _EchelonState] = {}
-        self.specs: dict[str, dict[str, EchelonSpec]] = {}  # job id -> its EchelonFlows
-        self.leftover_bytes: dict[str, float] = {}
+        self.echelons: dict[str, _Echelon] = {}
         # (arrival_s, job index) of jobs not yet arrived; their root tasks are released then.
         self.arrivals: list[tuple[float, int]] = []
         self.valid_until_s = math.inf
         self.observing = type(scheduler).observe is not Scheduler.observe
+        flows: list[tuple[str, FlowTask, str, float, float]] = []  # qid, task, echelon qid, offset, delta
         for job_index, job in enumerate(self.jobs):
-            self._index_job(job_index, job)
+            self._index_job(job_index, job, specs[job.job_id], flows)
             heapq.heappush(self.arrivals, (float(job.arrival_s), job_index))
+        self._build_table(flows)
 
     # ------------------------------------------------------------------ setup
-    def _index_job(self, job_index: int, job: Job) -> None:
+    def _index_job(self, job_index: int, job: Job, specs: Mapping[str, EchelonSpec], flows: list) -> None:
         for decl, task in enumerate(job.tasks.values()):
             qid = qualified(job.job_id, task.task_id)
             self.task_of[qid] = (job_index, decl, task)
@@ -175,13 +210,71 @@ class _Run:
         for task in job.tasks.values():
             for dep in dict.fromkeys(task.deps):
                 self.dependants[qualified(job.job_id, dep)].append(qualified(job.job_id, task.task_id))
-        # echelons_of puts every flow in exactly one spec, so every flow has an entry below.
-        self.specs[job.job_id] = echelon_mod.echelons_of(job)
-        for echelon_id, spec in self.specs[job.job_id].items():
+        # echelons_of puts every flow in exactly one spec, so every flow gets a row below.
+        for echelon_id, spec in specs.items():
             eqid = qualified(job.job_id, echelon_id)
-            self.echelons[eqid] = _EchelonState(spec, job.job_id, float(job.weight))
+            self.echelons[eqid] = _Echelon(spec, job.job_id, -1, float(job.weight))
+            head_ideal = spec.ideal_start_s[spec.flow_ids[0]]
             for flow_id in spec.flow_ids:
-                self.flow_echelon[qualified(job.job_id, flow_id)] = (eqid, spec.offsets_s[flow_id])
+                qid = qualified(job.job_id, flow_id)
+                # r = min over started flows of start_j - delta_j (echelon.reference_time)
+                delta = spec.ideal_start_s[flow_id] - head_ideal
+                flows.append((qid, job.tasks[flow_id], eqid, spec.offsets_s[flow_id], delta))
+
+    def _build_table(self, flows: list) -> None:
+        """Number links, EchelonFlows and flows; pin each flow's path; order flows for the scheduler."""
+        capacity = self.capacity_bps = self.topology.capacity_bps()
+        self.link_ids = list(capacity)
+        link_index = {link: i for i, link in enumerate(self.link_ids)}
+        for slot, eqid in enumerate(sorted(self.echelons)):
+            self.echelons[eqid].slot = slot
+        idrank = {qid: i for i, qid in enumerate(sorted(qid for qid, *_ in flows))}
+        path_ptr, path_links = [0], []
+        for qid, task, *_ in flows:
+            # Where the flow really goes: its own pinned path once a scheduler enforces (the controller
+            # installs it per 5-tuple), otherwise the host pair's route, like plain TCP on the fabric.
+            if self.scheduler.enforces:
+                path = self.topology.path_for(task.src, task.dst, qid)
+            else:
+                path = self.topology.pair_path(task.src, task.dst)
+            path_links.extend(link_index[link] for link in Topology.links_of(path))
+            path_ptr.append(len(path_links))
+        slots = [self.echelons[eqid].slot for _, _, eqid, _, _ in flows]
+        table = FlowTable(
+            capacity=np.array([capacity[link] for link in self.link_ids], dtype=np.float64),
+            path_ptr=np.array(path_ptr, dtype=np.int64),
+            path_links=np.array(path_links, dtype=np.int64),
+            group=np.array(slots, dtype=np.int64),
+            offset=np.array([offset for *_, offset, _ in flows], dtype=np.float64),
+            idrank=np.array([idrank[qid] for qid, *_ in flows], dtype=np.int64),
+            ref_slot=np.array(slots, dtype=np.int64),
+            reference=np.full(len(self.echelons), math.inf),
+            weight=np.array([self.echelons[eqid].weight for _, _, eqid, _, _ in flows], dtype=np.float64),
+            # Links carry frames: the flow's payload plus its framing (Topology.wire_bytes).
+            remaining=np.array([self.topology.wire_bytes(task.size_bytes) for _, task, *_ in flows],
+                               dtype=np.float64),
+        )
+        self.columnar = isinstance(self.scheduler, ColumnarScheduler) and self.scheduler.decides_by_table()
+        order = self.scheduler.flow_order(table) if self.columnar else range(len(flows))
+        perm = np.array(order, dtype=np.int64)
+        self.table = _permuted(table, perm)
+        self.flow_qid = [flows[i][0] for i in perm]
+        self.flow_of = {qid: f for f, qid in enumerate(self.flow_qid)}
+        self.flow_eqid = [flows[i][2] for i in perm]
+        self.delta_s = [flows[i][4] for i in perm]
+        count = len(flows)
+        self.rate = np.zeros(count)
+        self.leftover = np.zeros(count)
+        self.order_buf = np.zeros(count, dtype=np.int64)
+        self.finished_buf = np.zeros(count, dtype=np.int64)
+        self.load_buf = np.zeros(len(self.link_ids))
+        self.active = np.zeros(0, dtype=np.int64)
+        self.arrived: list[int] = []
+        # Flows that finish in the same step complete in the order they started (and snapshots list
+        # flows so): a policy that learns from observed finishes (echelon-online) sees them as it
+        # would on the network, in arrival order, whatever the table's numbering.
+        self.start_seq = [0] * count
+        self.started = 0
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
@@ -189,25 +282,22 @@ class _Run:
         flows_changed = self._arrive()
         while True:
             self._dispatch_computes()
-            if flows_changed and self.active:
+            if flows_changed and (self.arrived or len(self.active)):
                 self._decide()
             flows_changed = False
             next_s = self.running[0][0] if self.running else math.inf
             if self.arrivals and self.arrivals[0][0] < next_s:
                 next_s = self.arrivals[0][0]
-            if self.active and self.now_s < self.valid_until_s < next_s:
+            if len(self.active) and self.now_s < self.valid_until_s < next_s:
                 next_s = self.valid_until_s
-            for flow in self.active.values():
-                if flow.rate_bps > 0:
-                    done_s = self.now_s + 8.0 * flow.remaining_bytes / flow.rate_bps
-                    if done_s < next_s:
-                        next_s = done_s
+            next_s = min(next_s, fluid.next_finish(self.active, self.table.remaining, self.rate, self.now_s))
             if next_s == math.inf:
-                if self.active:
+                if len(self.active):
+                    starving = min(self.flow_qid[f] for f in self.active)
                     raise SimulationError(
                         f"scheduler {self.scheduler.name!r} gives every active flow rate 0 at "
                         f"t={self.now_s:.6f}s with nothing else pending ({len(self.active)} flows starve, "
-                        f"e.g. {min(self.active)!r})"
+                        f"e.g. {starving!r})"
                     )
                 break
             expired = self.now_s < self.valid_until_s <= next_s
@@ -233,23 +323,16 @@ class _Run:
 
     def _advance(self, next_s: float) -> list[str]:
         """Move the clock to ``next_s``; return the qids of flows and computes that finish then."""
-        dt = next_s - self.now_s
         tol = TIME_RTOL * max(1.0, next_s)
-        finished: list[str] = []
-        for qid, flow in self.active.items():
-            if flow.rate_bps <= 0:
-                continue
-            done_s = self.now_s + 8.0 * flow.remaining_bytes / flow.rate_bps
-            if done_s <= next_s + tol:
-                self.leftover_bytes[qid] = max(0.0, flow.remaining_bytes - flow.rate_bps * dt / 8.0)
-                flow.remaining_bytes = 0.0
-                finished.append(qid)
-            else:
-                flow.remaining_bytes -= flow.rate_bps * dt / 8.0
-                if flow.remaining_bytes <= BYTES_ATOL:
-                    self.leftover_bytes[qid] = max(0.0, flow.remaining_bytes)
-                    flow.remaining_bytes = 0.0
-                    finished.append(qid)
+        kept, done = fluid.advance(
+            self.active, self.table.remaining, self.rate, self.leftover, self.now_s, next_s, tol, BYTES_ATOL,
+            self.finished_buf,
+        )
+        self.active = self.active[:kept]
+        numbers = self.finished_buf[:done].tolist()
+        if done > 1:
+            numbers.sort(key=self.start_seq.__getitem__)
+        finished = [self.flow_qid[f] for f in numbers]
         self.now_s = next_s
         while self.running and self.running[0][0] <= next_s + tol:
             _, _, qid = heapq.heappop(self.running)
@@ -265,8 +348,7 @@ class _Run:
             if isinstance(task, ComputeTask):
                 self.host_busy[task.host] = False
             else:
-                flow = self.active.pop(qid)
-                state = self.echelons[flow.echelon_qid]
+                state = self.echelons[self.flow_eqid[self.flow_of[qid]]]
                 state.finished_bytes += self.topology.wire_bytes(task.size_bytes)
                 if self.observing:
                     self._observe("finish", qid, task, float(task.size_bytes))
@@ -290,7 +372,10 @@ class _Run:
                 heapq.heappush(self.host_ready.setdefault(task.host, []), (job_index, decl, qid))
                 continue
             self.start_s[qid] = self.now_s
-            self._note_start(qid, task)
+            f = self.flow_of[qid]
+            self.start_seq[f] = self.started
+            self.started += 1
+            self._note_start(f, qid, task)
             if task.size_bytes <= 0:  # nothing to move: done the instant it starts
                 self.finish_s[qid] = self.now_s
                 for dep in self.dependants[qid]:
@@ -298,30 +383,23 @@ class _Run:
                     if self.waiting[dep] == 0:
                         pending.append(dep)
                 continue
-            eqid, offset_s = self.flow_echelon[qid]
-            # Where the flow really goes: its own pinned path once a scheduler enforces (the controller
-            # installs it per 5-tuple), otherwise the host pair's route, like plain TCP on the fabric.
-            if self.scheduler.enforces:
-                path = self.topology.path_for(task.src, task.dst, qid)
-            else:
-                path = self.topology.pair_path(task.src, task.dst)
-            # Links carry frames: the flow's payload plus its TCP/IP/Ethernet framing (Topology.wire_bytes).
-            wire_bytes = self.topology.wire_bytes(task.size_bytes)
-            self.active[qid] = _Flow(eqid, offset_s, Topology.links_of(path), wire_bytes)
+            self.arrived.append(f)
             changed = True
         return changed
 
-    def _note_start(self, qid: str, task: FlowTask) -> None:
-        """Record a flow's actual start and re-anchor its EchelonFlow's reference time."""
-        state = self.echelons[self.flow_echelon[qid][0]]
-        state.starts_s[task.task_id] = self.now_s
-        state.reference_s = float(echelon_mod.reference_time(state.spec, state.starts_s))
+    def _note_start(self, f: int, qid: str, task: FlowTask) -> None:
+        """Re-anchor the flow's EchelonFlow: r = min over its started flows of start_j - delta_j."""
+        slot = self.table.ref_slot[f]
+        candidate = self.now_s - self.delta_s[f]
+        if candidate < self.table.reference[slot]:
+            self.table.reference[slot] = candidate
+        state = self.echelons[self.flow_eqid[f]]
         state.first_start_s = min(state.first_start_s, self.now_s)
         if self.observing:
             self._observe("start", qid, task, 0.0)
 
     def _observe(self, kind: str, qid: str, task: FlowTask, size_bytes: float) -> None:
-        eqid = self.flow_echelon[qid][0]
+        eqid = self.flow_eqid[self.flow_of[qid]]
         self.scheduler.observe(FlowEvent(kind, qid, eqid, task.src, task.dst, self.now_s, size_bytes))
 
     def _dispatch_computes(self) -> None:
@@ -335,27 +413,55 @@ class _Run:
 
     # ------------------------------------------------------------------ scheduling
     def _decide(self) -> None:
+        if self.arrived:
+            merged = np.concatenate((self.active, np.array(self.arrived, dtype=np.int64)))
+            self.active = np.sort(merged, kind="stable")
+            self.arrived = []
+        if not self.columnar:
+            self._decide_snapshot()
+            return
+        table = self.table
+        self.scheduler.decide_table(table, self.active, self.now_s, self.rate, self.order_buf)
+        if self.check:
+            code, f, li, used = fluid.over_capacity(
+                self.active, self.rate, table.path_ptr, table.path_links, table.capacity, CAPACITY_RTOL,
+                self.load_buf,
+            )
+            if code == 1:
+                raise AssertionError(f"flow {self.flow_qid[f]}: bad rate {float(self.rate[f])!r}")
+            if code == 2:
+                raise AssertionError(
+                    f"link {self.link_ids[li]}: {used} bps allocated over capacity {table.capacity[li]} bps"
+                )
+
+    def _decide_snapshot(self) -> None:
+        """Schedulers without the columnar interface: one Snapshot per decision, as the controller."""
+        table = self.table
+        active = sorted(self.active.tolist(), key=self.start_seq.__getitem__)
+        wire = self.topology.wire_bytes
+        sent = {f: wire(self.task_of[self.flow_qid[f]][2].size_bytes) - float(table.remaining[f])
+                for f in active}
         group_sent: dict[str, float] = {}
-        sent: dict[str, float] = {}
-        for qid, flow in self.active.items():
-            sent[qid] = self.topology.wire_bytes(self.task_of[qid][2].size_bytes) - flow.remaining_bytes
-            group_sent[flow.echelon_qid] = group_sent.get(flow.echelon_qid, 0.0) + sent[qid]
+        for f in active:
+            group_sent[self.flow_eqid[f]] = group_sent.get(self.flow_eqid[f], 0.0) + sent[f]
         flows = []
-        for qid, flow in self.active.items():
-            state = self.echelons[flow.echelon_qid]
-            reference_s = state.reference_s
+        for f in active:
+            state = self.echelons[self.flow_eqid[f]]
+            reference_s = float(table.reference[state.slot])
+            offset_s = float(table.offset[f])
+            links = table.path_links[table.path_ptr[f]:table.path_ptr[f + 1]].tolist()
             flows.append(
                 ActiveFlow(
-                    flow_id=qid,
-                    echelon_id=flow.echelon_qid,
-                    path=flow.links,
-                    remaining_bytes=flow.remaining_bytes,
-                    ideal_finish_s=reference_s + flow.offset_s,
-                    offset_s=flow.offset_s,
+                    flow_id=self.flow_qid[f],
+                    echelon_id=self.flow_eqid[f],
+                    path=tuple(self.link_ids[li] for li in links),
+                    remaining_bytes=float(table.remaining[f]),
+                    ideal_finish_s=reference_s + offset_s,
+                    offset_s=offset_s,
                     reference_s=reference_s,
                     weight=state.weight,
-                    sent_bytes=sent[qid],
-                    group_sent_bytes=state.finished_bytes + group_sent[flow.echelon_qid],
+                    sent_bytes=sent[f],
+                    group_sent_bytes=state.finished_bytes + group_sent[self.flow_eqid[f]],
                     group_start_s=state.first_start_s,
                 )
             )
@@ -364,15 +470,39 @@ class _Run:
         if self.check:
             check_decision(snapshot, decision)
         self.valid_until_s = decision.valid_until_s
-        for qid, flow in self.active.items():
-            flow.rate_bps = float(decision.rate_bps.get(qid, 0.0))
+        for f in active:
+            self.rate[f] = float(decision.rate_bps.get(self.flow_qid[f], 0.0))
 
     # ------------------------------------------------------------------ results
     def _check_delivered(self) -> None:
-        for qid, left in self.leftover_bytes.items():
-            size = self.task_of[qid][2].size_bytes
+        for f, left in enumerate(self.leftover.tolist()):
+            size = self.task_of[self.flow_qid[f]][2].size_bytes
             if left > max(BYTES_ATOL, 1e-6 * size):
+                qid = self.flow_qid[f]
                 raise AssertionError(f"flow {qid}: {left} of {size} bytes undelivered at its finish")
+
+
+def _permuted(table: FlowTable, perm: np.ndarray) -> FlowTable:
+    """The table with flow f renumbered to the position of f in ``perm`` (links and groups unchanged)."""
+    lengths = np.diff(table.path_ptr)[perm]
+    path_ptr = np.zeros(len(perm) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=path_ptr[1:])
+    starts = table.path_ptr[:-1][perm]
+    path_links = np.concatenate(
+        [table.path_links[s:s + n] for s, n in zip(starts.tolist(), lengths.tolist())]
+    ) if len(perm) else table.path_links
+    return FlowTable(
+        capacity=table.capacity,
+        path_ptr=path_ptr,
+        path_links=path_links.astype(np.int64),
+        group=table.group[perm],
+        offset=table.offset[perm],
+        idrank=table.idrank[perm],
+        ref_slot=table.ref_slot[perm],
+        reference=table.reference,
+        remaining=table.remaining[perm],
+        weight=table.weight[perm],
+    )
 
 
 def check_decision(snapshot: Snapshot, decision: Decision) -> None:

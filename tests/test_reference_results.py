@@ -11,6 +11,9 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +73,40 @@ def test_bundled_scenario_results_match_the_reference(name: str) -> None:
         result = simulate(scenario.topology, scenario.jobs, get_scheduler(run["scheduler"]))
         found = differences(run, json.loads(json.dumps(result.to_json_dict())), run["scheduler"])
         assert not found, f"{name}: {len(found)} differences, e.g. " + "; ".join(found[:5])
+
+
+# Runs in a child process with numba made unimportable: kernels and fluid steps run as Python on lists.
+_WITHOUT_NUMBA = """
+import json, sys
+sys.modules["numba"] = None
+sys.path.insert(0, {root!r})
+from echelonflow.schedulers import get_scheduler, kernels
+assert not kernels.HAVE_NUMBA
+from echelonflow.scenario import load_scenario
+from simulator.engine import simulate
+out = []
+for name in {names!r}:
+    scenario = load_scenario(name)
+    for sched in {schedulers!r}:
+        result = simulate(scenario.topology, scenario.jobs, get_scheduler(sched))
+        out.append([name, sched, result.to_json_dict()])
+print(json.dumps(out))
+"""
+
+
+def test_the_simulator_without_numba_matches_the_reference() -> None:
+    """Without numba (a venv that lacks it) the same kernels run interpreted and give the same results."""
+    names, schedulers = ["fig2", "fattree-gpipe-ring"], ["fair", "coflow", "echelon", "aalo"]
+    code = _WITHOUT_NUMBA.format(root=str(ROOT), names=names, schedulers=schedulers)
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                           cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert child.returncode == 0, child.stderr[-3000:]
+    runs = json.loads(child.stdout)
+    assert len(runs) == len(names) * len(schedulers)
+    for name, sched, result in runs:
+        reference = next(run for run in _load(name)["runs"] if run["scheduler"] == sched)
+        found = differences(reference, result, f"{name}/{sched}")
+        assert not found, f"{len(found)} differences, e.g. " + "; ".join(found[:5])
 
 
 def test_the_comparison_can_fail() -> None:

@@ -22,21 +22,28 @@ Per decision (rates in bits/s; "bytes" below are taken as bits, ``8 * remaining_
 4. leftover capacity is back-filled in the same global order (work conservation).
 
 ``rank`` is the flow's index in that global order (0 = most urgent); the controller compresses it
-into the switch's few priority queues.  Everything is plain lists indexed by integers so one
-decision over 10,000 flows on a k=16 fat-tree stays well under 200 ms.
+into the switch's few priority queues.  The loops themselves are in ``kernels.echelon_decide`` (flat
+arrays, compiled by numba where installed); this class orders the flows for it and keeps the
+interface.
 """
 
 from __future__ import annotations
 
-from echelonflow.schedulers.base import EPS_BYTES, Decision, Scheduler, Snapshot
+from typing import Any
 
-#: Residual capacity (bits/s) at or below this, relative to the link's capacity, counts as full.
-EPS_RELATIVE = 1e-12
+from echelonflow.schedulers import kernels
+from echelonflow.schedulers.base import Decision, Snapshot
+from echelonflow.schedulers.columns import ColumnarScheduler, FlowTable
 
 ORDERINGS = ("bottleneck", "tardiness", "volume")
+_ORDER_CODES = {
+    "bottleneck": kernels.ORDER_BOTTLENECK,
+    "tardiness": kernels.ORDER_TARDINESS,
+    "volume": kernels.ORDER_VOLUME,
+}
 
 
-class EchelonScheduler(Scheduler):
+class EchelonScheduler(ColumnarScheduler):
     """EchelonFlow-aware Varys: staggered just-in-time rates aimed at equal tardiness per group."""
 
     name = "echelon"
@@ -50,136 +57,49 @@ class EchelonScheduler(Scheduler):
         self.order_by = order_by
 
     def decide(self, snapshot: Snapshot) -> Decision:
-        now = snapshot.now_s
-        capacity = snapshot.capacity_bps
-        rate: dict[str, float] = {}
-        rank: dict[str, int] = {}
+        table, ids = self.table_of(snapshot)
+        # EDF inside each group: by due time (the kernel puts equal due times in flow-id order)
+        n = len(ids)
+        ref, off, group = (kernels.to_list(a, n) for a in (table.reference, table.offset, table.group))
+        use = self.use_offsets
+        active = sorted(range(n), key=lambda f: (group[f], ref[f] + (off[f] if use else 0.0), f))
+        rate = kernels.floats(n)
+        order = kernels.ints(n)
+        ranked = self.decide_table(table, kernels.int_array(active), snapshot.now_s, rate, order)
+        return decision_from(ids, rate, kernels.to_list(order, ranked))
 
-        # ---- index links and flows; group flows by EchelonFlow
-        link_index: dict[object, int] = {}
-        residual: list[float] = []
-        full: list[float] = []
-        groups: dict[str, list[int]] = {}
-        weight: dict[str, float] = {}
-        ids: list[str] = []
-        bits: list[float] = []
-        offset: list[float] = []
-        due: list[float] = []
-        paths: list[list[int]] = []
-        finished: list[str] = []
-        for flow in sorted(snapshot.flows, key=lambda f: f.flow_id):
-            rate[flow.flow_id] = 0.0
-            if flow.remaining_bytes <= EPS_BYTES or not flow.path:
-                finished.append(flow.flow_id)
-                continue
-            idx = len(ids)
-            ids.append(flow.flow_id)
-            bits.append(8.0 * flow.remaining_bytes)
-            o = flow.offset_s if self.use_offsets else 0.0
-            offset.append(o)
-            due.append(flow.reference_s + o)
-            path = []
-            for link in flow.path:
-                li = link_index.get(link)
-                if li is None:
-                    li = link_index[link] = len(residual)
-                    cap = float(capacity[link])
-                    residual.append(cap)
-                    full.append(cap)
-                path.append(li)
-            paths.append(path)
-            groups.setdefault(flow.echelon_id, []).append(idx)
-            weight[flow.echelon_id] = flow.weight
+    def flow_order(self, table: FlowTable) -> list[int]:
+        """Flow numbers in the order :meth:`decide_table` wants its active flows (group, offset, id).
 
-        # ---- EDF order inside each group (ties by flow id, already sorted), then order the groups
-        ordered: list[tuple[float, str, list[int]]] = []
-        no_slack = [0.0] * len(bits)  # "volume": C_l / c_l alone (one list, not one per group)
-        for gid, members in groups.items():
-            members.sort(key=lambda i: due[i])
-            if self.order_by == "bottleneck":
-                key = _bottleneck(members, bits, offset, 0.0, paths, full)
-            elif self.order_by == "volume":
-                key = _bottleneck(members, bits, no_slack, 0.0, paths, full)
-            else:
-                key = _bottleneck(members, bits, due, now, paths, full)
-            ordered.append((_weighted(key, weight[gid]), gid, members))
-        ordered.sort(key=lambda item: (item[0], item[1]))
+        Within a group every due time is the same reference plus the offset, so offset order is due
+        order; the kernel sorts out the ties.  Only valid for tables with one reference per group.
+        """
+        use = self.use_offsets
+        group, offset, idrank = table.group, table.offset, table.idrank
+        if kernels.HAVE_NUMBA:
+            zeros = offset * 0.0
+            return kernels.np.lexsort((idrank, offset if use else zeros, group)).tolist()
+        return sorted(range(len(group)), key=lambda f: (group[f], offset[f] if use else 0.0, idrank[f]))
 
-        # ---- just-in-time rates, group by group, against the residual capacity
-        global_order: list[int] = []
-        for _key, _gid, members in ordered:
-            global_order.extend(members)
-            t_star = _bottleneck(members, bits, due, now, paths, residual)
-            if t_star == float("inf"):
-                continue  # some link of this group is full: it waits for back-fill
-            for i in members:
-                horizon = due[i] + t_star - now
-                want = bits[i] / horizon if horizon > 0 else float("inf")
-                path = paths[i]
-                give = min(want, min(residual[li] for li in path))
-                if give <= 0:
-                    continue
-                rate[ids[i]] = give
-                _consume(path, give, residual, full)
+    def decide_table(self, table: FlowTable, active: Any, now_s: float, rate: Any, order: Any) -> int:
+        """Rates of the ``active`` flows of ``table`` into ``rate``; their ranking into ``order``."""
+        return kernels.echelon_decide(
+            active, table.remaining, table.group, table.offset, table.reference, table.ref_slot,
+            table.idrank, table.weight, table.path_ptr, table.path_links, table.capacity, float(now_s),
+            self.use_offsets, _ORDER_CODES[self.order_by], rate, order,
+        )
 
-        # ---- back-fill leftovers in the same global order
-        for i in global_order:
-            path = paths[i]
-            spare = min(residual[li] for li in path)
-            if spare <= 0:
-                continue
-            rate[ids[i]] += spare
-            _consume(path, spare, residual, full)
 
-        for position, i in enumerate(global_order):
-            rank[ids[i]] = position
-        for position, fid in enumerate(finished, start=len(global_order)):
+def decision_from(ids: list[str], rate: Any, ranked: list[int]) -> Decision:
+    """A Decision from kernel output: ranks 0.. in ``ranked`` order, the unranked after in id order."""
+    rates = kernels.to_list(rate, len(ids))
+    rank = {ids[f]: position for position, f in enumerate(ranked)}
+    position = len(ranked)
+    for fid in ids:
+        if fid not in rank:
             rank[fid] = position
-        return Decision(rate_bps=rate, rank=rank)
-
-
-def _bottleneck(
-    members: list[int],
-    bits: list[float],
-    base: list[float],
-    shift: float,
-    paths: list[list[int]],
-    cap: list[float],
-) -> float:
-    """max over links and EDF prefixes of ``C_j / c_l - (base_j - shift)``.
-
-    With ``base = due, shift = now`` this is Step 1's ``t*_H``; with ``base = offsets, shift = 0`` it is
-    Step 2's residual bottleneck.  ``members`` must be in EDF order so the running per-link sums are
-    the prefix volumes.  A link with no capacity left gives infinity: the group must wait.
-    """
-    cumulative: dict[int, float] = {}
-    worst = float("-inf")
-    for i in members:
-        slack = base[i] - shift
-        b = bits[i]
-        for li in paths[i]:
-            capacity = cap[li]
-            if capacity <= 0.0:
-                return float("inf")
-            c = cumulative.get(li, 0.0) + b
-            cumulative[li] = c
-            value = c / capacity - slack
-            if value > worst:
-                worst = value
-    return worst
-
-
-def _weighted(key: float, weight: float) -> float:
-    """A group's ordering key under its job's weight: a heavier job looks shorter (Smith's rule,
-    bottleneck / weight); a negative key (ahead of schedule) becomes more negative instead."""
-    return key / weight if key >= 0 else key * weight
-
-
-def _consume(path: list[int], amount_bps: float, residual: list[float], full: list[float]) -> None:
-    """Take ``amount_bps`` from every link of ``path``; rounding dust below EPS_RELATIVE becomes exactly 0."""
-    for li in path:
-        left = residual[li] - amount_bps
-        residual[li] = left if left > full[li] * EPS_RELATIVE else 0.0
+            position += 1
+    return Decision(rate_bps=dict(zip(ids, rates)), rank=rank)
 
 
 class CoflowScheduler(EchelonScheduler):

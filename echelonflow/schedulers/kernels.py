@@ -1,0 +1,401 @@
+"""The schedulers' inner loops over flat arrays, compiled by numba when it is installed.
+
+Why this module exists: a decision walks every active flow's path a handful of times in a fixed,
+sequential order (a flow's rate depends on what the flows before it left on its links), so it cannot
+be vectorised with numpy without changing its floating-point results.  Written as plain loops over
+integer-indexed arrays, the same source runs in two ways:
+
+* with numba (the simulator's virtualenv): compiled once per machine (``cache=True`` keeps the machine
+  code in ``__pycache__``) and run on numpy arrays, about two orders of magnitude faster;
+* without it (the Python 3.9 controller venv, which has neither numba nor numpy): as ordinary Python on
+  lists, with the same results.
+
+The arithmetic is exactly that of the original per-flow Python code (same operations in the same
+order, no fast-math), so compiled and interpreted runs agree bit for bit; ``tests/test_kernels.py``
+checks that on random instances.
+
+Layout shared by every kernel (see :class:`echelonflow.schedulers.columns.FlowTable`): flows are
+numbered ``0..F-1``; flow ``f`` crosses links ``path_links[path_ptr[f]:path_ptr[f + 1]]`` (integers
+into ``capacity``); ``active`` lists the flow numbers a decision covers, in the order the kernel
+expects (documented per kernel); ``rate`` is written at those flow numbers.
+
+Kept Python 3.9 compatible: the controller imports it.
+"""
+
+from __future__ import annotations
+
+import math
+
+try:  # pragma: no cover - which branch runs depends on the venv
+    import numpy as np
+    from numba import njit
+
+    HAVE_NUMBA = True
+except ImportError:  # Python 3.9 controller venv: interpreted kernels on lists
+    np = None
+    HAVE_NUMBA = False
+
+EPS_BYTES = 1e-9  # same as schedulers.base.EPS_BYTES (base imports nothing from here, and vice versa)
+#: Residual capacity (bits/s) at or below this, relative to the link's capacity, counts as full.
+EPS_RELATIVE = 1e-12
+INF = math.inf
+
+#: ``order_by`` codes of :func:`echelon_decide` (names in schedulers.echelon.ORDERINGS).
+ORDER_BOTTLENECK, ORDER_TARDINESS, ORDER_VOLUME = 0, 1, 2
+
+
+def jit(func):
+    """numba.njit(cache=True) when numba is installed; the function itself otherwise."""
+    if HAVE_NUMBA:
+        return njit(cache=True)(func)
+    return func
+
+
+if HAVE_NUMBA:
+
+    @njit(cache=True)
+    def floats(n):
+        return np.zeros(n)
+
+    @njit(cache=True)
+    def ints(n):
+        return np.zeros(n, np.int64)
+
+    @njit(cache=True)
+    def stable_argsort(keys, n):
+        """Indices 0..n-1 ordered by ``keys[:n]``, ties in index order."""
+        return np.argsort(keys[:n], kind="mergesort")
+
+else:
+
+    def floats(n):
+        return [0.0] * n
+
+    def ints(n):
+        return [0] * n
+
+    def stable_argsort(keys, n):
+        return sorted(range(n), key=keys.__getitem__)
+
+
+# --------------------------------------------------------------------------- echelon / coflow
+@jit
+def _bottleneck(sel, bits, base, shift, start, stop, path_ptr, path_links, cap, cumulative, touched):
+    """max over links and EDF prefixes of ``C_j / c_l - (base_j - shift)`` for sel[start:stop].
+
+    ``cumulative`` is all zeros on entry and on return (only ``touched`` links are reset).  A link
+    with no capacity left gives infinity: the group must wait.
+    """
+    worst = -INF
+    n_touched = 0
+    for k in range(start, stop):
+        slack = base[k] - shift
+        b = bits[k]
+        f = sel[k]
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            li = path_links[p]
+            capacity = cap[li]
+            if capacity <= 0.0:
+                worst = INF
+                break
+            c = cumulative[li]
+            if c == 0.0:
+                touched[n_touched] = li
+                n_touched += 1
+            c = c + b
+            cumulative[li] = c
+            value = c / capacity - slack
+            if value > worst:
+                worst = value
+        if worst == INF:
+            break
+    for t in range(n_touched):
+        cumulative[touched[t]] = 0.0
+    return worst
+
+
+@jit
+def _consume(f, amount, path_ptr, path_links, residual, full):
+    """Take ``amount`` from every link of flow f; rounding dust below EPS_RELATIVE becomes exactly 0."""
+    for p in range(path_ptr[f], path_ptr[f + 1]):
+        li = path_links[p]
+        left = residual[li] - amount
+        residual[li] = left if left > full[li] * EPS_RELATIVE else 0.0
+
+
+@jit
+def _path_min(f, path_ptr, path_links, residual):
+    spare = INF
+    for p in range(path_ptr[f], path_ptr[f + 1]):
+        r = residual[path_links[p]]
+        if r < spare:
+            spare = r
+    return spare
+
+
+@jit
+def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank, weight, path_ptr,
+                   path_links, capacity, now, use_offsets, order_by, rate, order):
+    """EchelonFlow-aware Varys (``schedulers/echelon.py`` explains the algorithm); returns the count
+    of ranked flows written to ``order`` (most urgent first).
+
+    ``active`` must list each group's flows contiguously, groups in group-id order, and inside a group
+    in non-decreasing due time (reference + offset); equal due times are put in ``idrank`` order here
+    (the flow-id order the original code broke ties with).  Flows with no bytes left or no path get
+    rate 0 and are not ranked.
+    """
+    n = len(active)
+    sel = ints(n)
+    m = 0
+    for k in range(n):
+        f = active[k]
+        rate[f] = 0.0
+        if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+            continue
+        sel[m] = f
+        m += 1
+    due = floats(m)
+    for k in range(m):
+        f = sel[k]
+        due[k] = reference[ref_slot[f]] + (offset[f] if use_offsets else 0.0)
+
+    # groups: runs of equal group number
+    starts = ints(m + 1)
+    n_groups = 0
+    for k in range(m):
+        if k == 0 or group[sel[k]] != group[sel[k - 1]]:
+            starts[n_groups] = k
+            n_groups += 1
+    starts[n_groups] = m
+
+    # EDF inside each group, ties by idrank: insertion sort where the given order is not already so
+    for g in range(n_groups):
+        a, b = starts[g], starts[g + 1]
+        ok = True
+        for k in range(a + 1, b):
+            if due[k] < due[k - 1] or (due[k] == due[k - 1] and idrank[sel[k]] < idrank[sel[k - 1]]):
+                ok = False
+                break
+        if ok:
+            continue
+        for k in range(a + 1, b):
+            f, d = sel[k], due[k]
+            j = k - 1
+            while j >= a and (due[j] > d or (due[j] == d and idrank[sel[j]] > idrank[f])):
+                sel[j + 1] = sel[j]
+                due[j + 1] = due[j]
+                j -= 1
+            sel[j + 1] = f
+            due[j + 1] = d
+
+    bits = floats(m)
+    offs = floats(m)
+    for k in range(m):
+        f = sel[k]
+        bits[k] = 8.0 * remaining[f]
+        offs[k] = offset[f] if use_offsets else 0.0
+
+    n_links = len(capacity)
+    cumulative = floats(n_links)
+    touched = ints(n_links)
+    residual = floats(n_links)
+    for li in range(n_links):
+        residual[li] = capacity[li]
+
+    # order the groups: key, then group id (groups are already in group-id order: a stable sort)
+    keys = floats(n_groups)
+    no_slack = floats(m)
+    if order_by == ORDER_BOTTLENECK:
+        base, shift = offs, 0.0
+    elif order_by == ORDER_VOLUME:
+        base, shift = no_slack, 0.0
+    else:
+        base, shift = due, now
+    for g in range(n_groups):
+        key = _bottleneck(sel, bits, base, shift, starts[g], starts[g + 1], path_ptr, path_links,
+                          capacity, cumulative, touched)
+        last = sel[starts[g]]
+        for k in range(starts[g] + 1, starts[g + 1]):
+            if idrank[sel[k]] > idrank[last]:
+                last = sel[k]
+        w = weight[last]
+        keys[g] = key / w if key >= 0 else key * w
+    group_order = stable_argsort(keys, n_groups)
+
+    # just-in-time rates, group by group, against the residual capacity
+    pos = 0
+    for gi in range(n_groups):
+        g = group_order[gi]
+        a, b = starts[g], starts[g + 1]
+        for k in range(a, b):
+            order[pos] = sel[k]
+            pos += 1
+        t_star = _bottleneck(sel, bits, due, now, a, b, path_ptr, path_links, residual, cumulative, touched)
+        if t_star == INF:
+            continue  # some link of this group is full: it waits for back-fill
+        for k in range(a, b):
+            f = sel[k]
+            horizon = due[k] + t_star - now
+            want = bits[k] / horizon if horizon > 0 else INF
+            spare = _path_min(f, path_ptr, path_links, residual)
+            give = want if want <= spare else spare
+            if give <= 0:
+                continue
+            rate[f] = give
+            _consume(f, give, path_ptr, path_links, residual, capacity)
+
+    # back-fill leftovers in the same global order
+    for k in range(m):
+        f = order[k]
+        spare = _path_min(f, path_ptr, path_links, residual)
+        if spare <= 0:
+            continue
+        rate[f] += spare
+        _consume(f, spare, path_ptr, path_links, residual, capacity)
+    return m
+
+
+# --------------------------------------------------------------------------- fair (max-min)
+@jit
+def _heap_less(s1, l1, s2, l2):
+    return s1 < s2 or (s1 == s2 and l1 < l2)
+
+
+@jit
+def _heap_push(hs, hl, size, s, li):
+    k = size
+    hs[k] = s
+    hl[k] = li
+    while k > 0:
+        parent = (k - 1) // 2
+        if _heap_less(hs[k], hl[k], hs[parent], hl[parent]):
+            hs[k], hs[parent] = hs[parent], hs[k]
+            hl[k], hl[parent] = hl[parent], hl[k]
+            k = parent
+        else:
+            break
+    return size + 1
+
+
+@jit
+def _heap_pop(hs, hl, size):
+    """Remove the smallest (share, link) entry into slot ``size - 1``; return the new size."""
+    last = size - 1
+    hs[0], hs[last] = hs[last], hs[0]
+    hl[0], hl[last] = hl[last], hl[0]
+    k = 0
+    while True:
+        child = 2 * k + 1
+        if child >= last:
+            break
+        if child + 1 < last and _heap_less(hs[child + 1], hl[child + 1], hs[child], hl[child]):
+            child += 1
+        if _heap_less(hs[child], hl[child], hs[k], hl[k]):
+            hs[k], hs[child] = hs[child], hs[k]
+            hl[k], hl[child] = hl[child], hl[k]
+            k = child
+        else:
+            break
+    return last
+
+
+@jit
+def fair_decide(active, remaining, path_ptr, path_links, capacity, rate):
+    """Per-flow max-min fairness by progressive filling (``schedulers/fair.py``).
+
+    ``active`` must be in flow-id order: links are numbered by first use in that order and equal
+    fair shares are frozen lowest number first, as in the original heap of (share, link) pairs.
+    """
+    n = len(active)
+    n_global = len(capacity)
+    local_of = ints(n_global)
+    for li in range(n_global):
+        local_of[li] = -1
+    sel = ints(n)
+    m = 0
+    total = 0
+    for k in range(n):
+        f = active[k]
+        rate[f] = 0.0
+        if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+            continue
+        sel[m] = f
+        m += 1
+        total += path_ptr[f + 1] - path_ptr[f]
+    # local link numbers by first use; residual and member counts per local link
+    global_of = ints(total)
+    residual = floats(total)
+    count = ints(total)
+    n_local = 0
+    for k in range(m):
+        f = sel[k]
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            g = path_links[p]
+            li = local_of[g]
+            if li < 0:
+                li = n_local
+                local_of[g] = li
+                global_of[li] = g
+                residual[li] = capacity[g]
+                n_local += 1
+            count[li] += 1
+    # members of each local link, in flow order (CSR)
+    member_ptr = ints(n_local + 1)
+    for li in range(n_local):
+        member_ptr[li + 1] = member_ptr[li] + count[li]
+    fill = ints(n_local)
+    members = ints(total)
+    for k in range(m):
+        f = sel[k]
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            li = local_of[path_links[p]]
+            members[member_ptr[li] + fill[li]] = k
+            fill[li] += 1
+
+    heap_cap = n_local + total + 1
+    hs = floats(heap_cap)
+    hl = ints(heap_cap)
+    size = 0
+    for li in range(n_local):
+        size = _heap_push(hs, hl, size, residual[li] / count[li], li)
+    frozen = ints(m)
+    while size > 0:
+        size = _heap_pop(hs, hl, size)
+        share, li = hs[size], hl[size]
+        if count[li] == 0:
+            continue
+        current = residual[li] / count[li]
+        if current != share:  # stale entry; the fresh one is in the heap already
+            continue
+        level = share if share >= 0.0 else 0.0
+        for q in range(member_ptr[li], member_ptr[li + 1]):
+            k = members[q]
+            if frozen[k]:
+                continue
+            frozen[k] = 1
+            f = sel[k]
+            rate[f] = level
+            for p in range(path_ptr[f], path_ptr[f + 1]):
+                other = local_of[path_links[p]]
+                residual[other] -= level
+                count[other] -= 1
+                if other != li and count[other] > 0:
+                    size = _heap_push(hs, hl, size, residual[other] / count[other], other)
+        count[li] = 0
+    return m
+
+
+# --------------------------------------------------------------------------- array helpers
+def float_array(values):
+    """``values`` as the kernels' float array: numpy float64 with numba, a list without."""
+    return np.asarray(values, dtype=np.float64) if HAVE_NUMBA else [float(v) for v in values]
+
+
+def int_array(values):
+    """``values`` as the kernels' integer array: numpy int64 with numba, a list without."""
+    return np.asarray(values, dtype=np.int64) if HAVE_NUMBA else [int(v) for v in values]
+
+
+def to_list(values, count):
+    """The first ``count`` entries as a plain Python list (Python floats/ints for dicts and JSON)."""
+    return values[:count].tolist() if HAVE_NUMBA else list(values[:count])
