@@ -32,10 +32,11 @@ from controller.dashboard import PREFIX as UI_PREFIX
 from controller.dashboard import Dashboard
 from controller.enforcement_api import EnforcementEndpoints
 from controller.live_view import LiveView
-from controller.registry import STATES, RegistryError
+from controller.registry import STATES
 from controller.service import RECENT_ROUNDS, SchedulingService
 from controller.store import StoreError
 from controller.validation import ApiError, fields
+from echelonflow.fields import FieldError
 from echelonflow.fileio import loads_strict
 
 LOG = logging.getLogger("echelon.api")
@@ -104,10 +105,9 @@ class Api:
         try:
             status, payload = self._dispatch(environ)
             headers: list[tuple[str, str]] = []
-        except ApiError as err:
-            status, payload, headers = err.status, _error(err.field, err.problem), err.headers
-        except RegistryError as err:
-            status, payload, headers = err.status, _error(err.field, err.problem), []
+        except FieldError as err:  # the request's fault: ApiError, RegistryError, a refused value
+            status, payload = err.status, _error(err.field or None, err.problem)
+            headers = getattr(err, "headers", [])
         except StoreError as err:
             LOG.error("%s", err)
             status, payload, headers = 503, _error("store", str(err)), []

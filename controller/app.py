@@ -1,25 +1,20 @@
 """The EchelonFlow OpenFlow 1.3 app: a thin shell around :class:`Router` and :class:`Enforcer`.
 
-Load it with ``osken-manager controller/app.py`` (or ``ryu-manager controller/app.py`` on the Ryu VM);
-``controller.launcher.ControllerProcess`` does that and sets the environment:
+Load it with ``osken-manager controller/app.py`` (or ``ryu-manager controller/app.py`` on the Ryu VM):
+with nothing else it controls the k=4 fat-tree at 10 Mbit/s, API on 127.0.0.1:8181.  Its settings are
+one :class:`~controller.config.ControllerConfig` (the topology, priority classes, meter sizing, the
+registry store, token file, API and metrics addresses, intervals), taken from an ``[echelon]`` section
+of the manager's ``--config-file`` and from ``ECHELON_*`` environment variables, which is how
+``controller.launcher.ControllerProcess`` passes them; a bad value stops the app with one line.
 
-* ``ECHELON_TOPOLOGY``: the topology spec file (required).  The app learns the fabric from the very
-  graph the simulator and the Mininet fabric are built from, not by LLDP discovery: that graph gives
-  ports, dpids and host addresses deterministically and at once, while discovery would inject LLDP
-  packets into shaped queues, take seconds to converge, and could disagree with the simulator.
-* ``ECHELON_QUEUES`` (default 4): priority classes per port, as the fabric was built with.
-* ``ECHELON_METER_BURST_S`` / ``ECHELON_METER_MIN_BURST_KBIT``: meter bucket sizing (see enforcement).
-* The registry, scheduling service and HTTP API (docs/api.md): ``ECHELON_STORE`` (SQLite path, default
-  /var/lib/echelon/registry.sqlite), ``ECHELON_TOKEN_FILE`` (default /run/echelon/token),
-  ``ECHELON_API_HOST``/``ECHELON_API_PORT`` (127.0.0.1:8181), ``ECHELON_API_SOCKET`` (default
-  /run/echelon/controller-<port>.sock), ``ECHELON_INTERVAL_S`` (reschedule interval, 0.5),
-  ``ECHELON_STATS_INTERVAL_S`` (flow-counter poll of enforced flows, 1.0; 0 turns it off).  The API is
-  the app's only control surface: besides the registry and the scheduler it serves the low-level
-  enforcement primitives (``/v1/enforcement``, controller.enforcement_api) that tests and benchmarks use.
-* Prometheus metrics (controller.metrics) on ``ECHELON_METRICS_HOST``:``ECHELON_METRICS_PORT``
-  (127.0.0.1:9302; ``off`` turns them off), and the dashboard at ``/ui/`` on the API's address.  Every
-  stats interval each switch is asked for its port and meter counters (controller.switch_stats), which
-  feed both.
+The app learns the fabric from the very graph the simulator and the Mininet fabric are built from, not
+by LLDP discovery: that graph gives ports, dpids and host addresses deterministically and at once, while
+discovery would inject LLDP packets into shaped queues, take seconds to converge, and could disagree
+with the simulator.  The HTTP API (docs/api.md) is the app's only control surface: besides the registry
+and the scheduler it serves the low-level enforcement primitives (``/v1/enforcement``,
+controller.enforcement_api) that tests and benchmarks use.  Prometheus metrics (controller.metrics) and
+the dashboard at ``/ui/`` come from the counters each switch is asked for every stats interval
+(controller.switch_stats).
 
 Every handler decodes the event, asks a pure object what to do and sends the op list it returns
 (:func:`send_ops`); no forwarding logic lives here.  Everything runs as green threads of the one eventlet
@@ -49,20 +44,22 @@ from controller import compat  # noqa: E402
 from controller import flowmods as fm  # noqa: E402
 from controller.api import Api  # noqa: E402
 from controller.api_server import ApiServer  # noqa: E402
-from controller.auth import DEFAULT_TOKEN_PATH, generate_token, write_token  # noqa: E402
+from controller.auth import generate_token, write_token  # noqa: E402
 from controller.compat import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, ofp_event, set_ev_cls  # noqa: E402
+from controller.config import ControllerConfig, oslo_options  # noqa: E402
 from controller.enforcement import Ack, Enforcer  # noqa: E402
 from controller.enforcement_api import EnforcementEndpoints  # noqa: E402
 from controller.live_view import LiveView  # noqa: E402
-from controller.metrics import DEFAULT_METRICS_PORT, ControllerMetrics  # noqa: E402
+from controller.metrics import ControllerMetrics  # noqa: E402
 from controller.routing import Router  # noqa: E402
 from controller.service import SchedulingService  # noqa: E402
-from controller.store import DEFAULT_PATH as DEFAULT_STORE_PATH  # noqa: E402
 from controller.store import open_registry  # noqa: E402
 from controller.switch_stats import MeterCounters, PortCounters, SwitchStats  # noqa: E402
-from controller.topology_spec import load_spec  # noqa: E402
+from echelonflow.errors import UserError  # noqa: E402
 
 LOG = logging.getLogger("echelon.controller")
+# Ryu/os-ken apps take options from the manager's --config-file: ours live in its [echelon] section.
+compat.cfg.CONF.register_opts(oslo_options(compat.cfg), group="echelon")
 OFP_ERROR_MARK = "OFP-ERROR"  # the launcher fails tests on log lines carrying it
 
 
@@ -71,43 +68,42 @@ class EchelonApp(compat.BaseApp):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.topology = load_spec()
-        self.router = Router(self.topology, idle_timeout_s=int(os.environ.get("ECHELON_ROUTE_IDLE_S", "30")))
+        try:
+            self.config = config = ControllerConfig.load(os.environ, compat.cfg.CONF.echelon)
+            self.topology = config.build_topology()
+        except UserError as exc:  # a bad setting or spec file: one line, no traceback
+            print(f"echelon controller: error: {exc}", file=sys.stderr, flush=True)
+            os._exit(2)
+        self.router = Router(self.topology, idle_timeout_s=config.route_idle_s)
         self.datapaths: dict[int, Any] = {}
         self._barrier_tickets: dict[tuple[int, int], Ack] = {}
         self.enforcer = Enforcer(
-            self.topology, self.send_ops, queues=int(os.environ.get("ECHELON_QUEUES", "4")),
-            event_factory=compat.hub.Event,
-            meter_burst_s=float(os.environ.get("ECHELON_METER_BURST_S", "0.2")),
-            min_burst_kbit=int(os.environ.get("ECHELON_METER_MIN_BURST_KBIT", "1000")),
+            self.topology, self.send_ops, queues=config.queues, event_factory=compat.hub.Event,
+            meter_burst_s=config.meter_burst_s, min_burst_kbit=config.meter_min_burst_kbit,
         )
         self.switch_ready_hooks: list[Callable[[int], None]] = []
-        self.registry = open_registry(self.topology, os.environ.get("ECHELON_STORE", DEFAULT_STORE_PATH))
+        self.registry = open_registry(self.topology, config.store)
         self.service = SchedulingService(
-            self.registry, self.enforcer, queues=self.enforcer.queues,
-            interval_s=float(os.environ.get("ECHELON_INTERVAL_S", "0.5")),
+            self.registry, self.enforcer, queues=self.enforcer.queues, interval_s=config.interval_s,
             lock=compat.hub.Semaphore(),
         )
-        self.stats_interval_s = float(os.environ.get("ECHELON_STATS_INTERVAL_S", "1.0"))
+        self.stats_interval_s = config.stats_interval_s
         self.switch_stats = SwitchStats(self.topology)
         live = LiveView(self.service, self.switch_stats)
         self.metrics = ControllerMetrics(live, connected=lambda: list(self.datapaths),
                                          meter_owners=self.meter_owners)
         self.service.round_listeners.append(self.metrics.observe_round)
         token = generate_token()
-        self.token_file = os.environ.get("ECHELON_TOKEN_FILE", DEFAULT_TOKEN_PATH)
+        self.token_file = config.token_file
         write_token(self.token_file, token)
         self.api_server = ApiServer(
             Api(self.service, token, status=self.switch_status,
                 enforcement=EnforcementEndpoints(self.enforcer), live=live),
-            host=os.environ.get("ECHELON_API_HOST", "127.0.0.1"),
-            port=int(os.environ.get("ECHELON_API_PORT", "8181")),
-            socket_path=os.environ.get("ECHELON_API_SOCKET") or None,
+            host=config.api_host, port=config.api_port, socket_path=config.socket_path,
         )
-        metrics_port = os.environ.get("ECHELON_METRICS_PORT", str(DEFAULT_METRICS_PORT))
-        self.metrics_server = None if metrics_port == "off" else ApiServer(
-            self.metrics.wsgi_app(), host=os.environ.get("ECHELON_METRICS_HOST", "127.0.0.1"),
-            port=int(metrics_port), unix=False, name="metrics")
+        self.metrics_server = None if config.metrics_port is None else ApiServer(
+            self.metrics.wsgi_app(), host=config.metrics_host, port=config.metrics_port, unix=False,
+            name="metrics")
         self._closed = False
         LOG.info("echelon app up (%s): topology %s, %d switches", compat.FRAMEWORK, self.topology.name,
                  len(self.topology.switches))

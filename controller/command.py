@@ -10,14 +10,12 @@ import argparse
 import time
 from typing import Any
 
+from controller.config import ControllerConfig
 from echelonflow.errors import UserError
 from echelonflow.topology import add_topology_arguments
 
 DEFAULT_OFP_PORT = 6653
-DEFAULT_API_PORT = 8181
-DEFAULT_METRICS_PORT = 9302  # = controller.metrics.DEFAULT_METRICS_PORT (Faucet's exporter port)
-DEFAULT_STORE = "/var/lib/echelon/registry.sqlite"
-DEFAULT_TOKEN = "/run/echelon/token"
+DEFAULTS = ControllerConfig()
 
 
 def register(subparsers: Any) -> None:
@@ -26,17 +24,20 @@ def register(subparsers: Any) -> None:
         description="Run the EchelonFlow OpenFlow 1.3 controller in the foreground (Ctrl-C stops it).",
     )
     add_topology_arguments(parser)
-    parser.add_argument("--queues", type=int, default=4, help="priority queues per port (as the fabric)")
+    parser.add_argument("--queues", type=int, default=DEFAULTS.queues,
+                        help="priority queues per port (as the fabric)")
     parser.add_argument("--ofp-port", type=int, default=DEFAULT_OFP_PORT, help="OpenFlow listen port")
     parser.add_argument("--ofp-host", default="127.0.0.1",
                         help="OpenFlow listen address (default loopback; 0.0.0.0 for remote switches)")
-    parser.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="HTTP API port on 127.0.0.1")
+    parser.add_argument("--api-port", type=int, default=DEFAULTS.api_port, help="HTTP API port on 127.0.0.1")
     parser.add_argument("--api-socket", default=None,
                         help="HTTP API unix socket (default /run/echelon/controller-<api-port>.sock)")
-    parser.add_argument("--store", default=DEFAULT_STORE, help="registry SQLite file (kept across restarts)")
-    parser.add_argument("--token-file", default=DEFAULT_TOKEN, help="where the API bearer token is written")
-    parser.add_argument("--interval-s", type=float, default=0.5, help="reschedule interval in seconds")
-    parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT,
+    parser.add_argument("--store", default=DEFAULTS.store, help="registry SQLite file (kept across restarts)")
+    parser.add_argument("--token-file", default=DEFAULTS.token_file,
+                        help="where the API bearer token is written")
+    parser.add_argument("--interval-s", type=float, default=DEFAULTS.interval_s,
+                        help="reschedule interval in seconds")
+    parser.add_argument("--metrics-port", type=int, default=DEFAULTS.metrics_port,
                         help="Prometheus /metrics port (default %(default)s, as Faucet's exporter)")
     parser.add_argument("--metrics-host", default="127.0.0.1",
                         help="address the metrics listen on (default loopback only)")

@@ -27,7 +27,6 @@ and event type as arguments, so unit tests run it against a recording send funct
 from __future__ import annotations
 
 import heapq
-import ipaddress
 import itertools
 import math
 import threading
@@ -38,7 +37,7 @@ from typing import Callable
 
 from controller import flowmods as fm
 from controller.routing import Hop, path_hops
-from echelonflow.errors import UserError
+from echelonflow.fields import Check, FieldError, integer, number, one_of, show
 from echelonflow.queues import check_queues, dscp_for_queue
 from echelonflow.topology import Topology
 
@@ -49,18 +48,20 @@ IP_PROTO_UDP = 17
 MAX_RATE_BPS = 1e12
 
 
-class EnforcementError(UserError):
+class EnforcementError(FieldError):
     """A request the enforcer refuses (unknown flow, bad path, queue or rate); nothing was applied.
 
     ``field`` names the argument at fault (``flow_id``, ``match.src_ip``, ``path``, ``queue``, ``rate_bps``,
     ``clear_rate``) so the HTTP API can report it; ``kind`` is ``invalid``, ``unknown`` (no such live
-    flow) or ``conflict`` (already enforced).
+    flow) or ``conflict`` (already enforced), and sets the HTTP ``status``.
     """
 
-    def __init__(self, message: str, field: str | None = None, kind: str = "invalid") -> None:
-        super().__init__(message)
-        self.field = field
+    STATUS = {"invalid": 400, "unknown": 404, "conflict": 409}
+
+    def __init__(self, field: str, problem: str, kind: str = "invalid") -> None:
+        super().__init__(field, problem)
         self.kind = kind
+        self.status = self.STATUS[kind]
 
 
 @dataclass(frozen=True)
@@ -208,8 +209,8 @@ class Enforcer:
         """Put a new flow on ``path`` in class ``queue``, metered at ``rate_bps`` if given."""
         node_path = self.validate_install(flow_id, match, path, queue, rate_bps)
         if flow_id in self._flows:
-            raise EnforcementError(f"flow {flow_id!r} is already enforced; update or remove it first",
-                                   "flow_id", "conflict")
+            raise EnforcementError("flow_id", f"flow {flow_id!r} is already enforced; update or remove it "
+                                              "first", "conflict")
         check_match_free(flow_id, match, self._holders)
         number = next(self._numbers)
         meter_id = self._free_meter_id() if rate_bps is not None else None
@@ -262,7 +263,7 @@ class Enforcer:
         check all of them first and apply none when one is bad.
         """
         if not isinstance(flow_id, str) or not flow_id:
-            raise EnforcementError(f"flow id must be a non-empty string, got {flow_id!r}", "flow_id")
+            raise EnforcementError("flow_id", f"must be a non-empty string, got {show(flow_id)}")
         self._check_match(flow_id, match)
         node_path = self._check_path(flow_id, match, path)
         self._check_queue(flow_id, queue)
@@ -274,7 +275,7 @@ class Enforcer:
     ) -> None:
         """Check an update's values (not whether ``flow_id`` is live); raises :class:`EnforcementError`."""
         if rate_bps is not None and clear_rate:
-            raise _refuse(flow_id, "give a new rate or clear_rate, not both", "clear_rate")
+            raise EnforcementError("clear_rate", "give a new rate_bps or clear_rate, not both")
         if queue is not None:
             self._check_queue(flow_id, queue)
         self._check_rate(flow_id, rate_bps)
@@ -432,58 +433,56 @@ class Enforcer:
         try:
             return self._flows[flow_id]
         except (KeyError, TypeError):
-            raise EnforcementError(f"no enforced flow {flow_id!r}", "flow_id", "unknown") from None
+            raise EnforcementError("flow_id", f"no enforced flow {flow_id!r}", "unknown") from None
 
     def _check_match(self, flow_id: str, match: FlowMatch) -> None:
         if not isinstance(match, FlowMatch):
-            raise _refuse(flow_id, f"match must be a FlowMatch, got {match!r}", "match")
+            raise EnforcementError("match", f"must be a FlowMatch, got {show(match)}")
         for name in ("src_ip", "dst_ip"):
             value = getattr(match, name)
-            try:
-                ipaddress.IPv4Address(value)
-            except (ValueError, TypeError):
-                raise _refuse(flow_id, f"{name} {value!r} is not an IPv4 address", f"match.{name}") from None
             if value not in self._host_ips:
-                raise _refuse(flow_id, f"{name} {value} is not a host of {self.topology.name}",
-                              f"match.{name}")
+                raise EnforcementError(f"match.{name}", f"must be the IPv4 address of a host of "
+                                                        f"{self.topology.name}, got {show(value)}")
         for name in ("src_port", "dst_port"):
-            value = getattr(match, name)
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 65536:
-                raise _refuse(flow_id, f"{name} must be a port 1..65535, got {value!r}", f"match.{name}")
-        if match.ip_proto not in (IP_PROTO_TCP, IP_PROTO_UDP):
-            raise _refuse(flow_id, f"ip_proto must be 6 (TCP) or 17 (UDP), got {match.ip_proto!r}",
-                          "match.ip_proto")
+            _check(f"match.{name}", getattr(match, name), PORT)
+        _check("match.ip_proto", match.ip_proto, IP_PROTO)
 
     def _check_path(self, flow_id: str, match: FlowMatch, path: Sequence[str]) -> tuple[str, ...]:
         node_path = tuple(path) if isinstance(path, (list, tuple)) else ()
         src, dst = self._host_ips[match.src_ip], self._host_ips[match.dst_ip]
         if len(node_path) < 3 or node_path[0] != src or node_path[-1] != dst:
-            raise _refuse(
-                flow_id, f"path must run from {src} to {dst} through at least one switch, got {path!r}",
-                "path",
-            )
+            raise EnforcementError(
+                "path", f"must run from {src} to {dst} through at least one switch, got {show(path)}")
         graph = self.topology.graph
         for a, b in zip(node_path, node_path[1:]):
             if not graph.has_edge(a, b):
-                raise _refuse(flow_id, f"path has no link {a}-{b} in {self.topology.name}", "path")
+                raise EnforcementError("path", f"has no link {a}-{b} in {self.topology.name}")
         for node in node_path[1:-1]:
             if graph.nodes[node]["kind"] != "switch":
-                raise _refuse(flow_id, f"path goes through host {node}", "path")
+                raise EnforcementError("path", f"goes through host {node}")
         if len(set(node_path)) != len(node_path):
-            raise _refuse(flow_id, f"path visits a node twice: {path!r}", "path")
+            raise EnforcementError("path", f"visits a node twice: {show(path)}")
         return node_path
 
     def _check_queue(self, flow_id: str, queue: object) -> None:
-        if not isinstance(queue, int) or isinstance(queue, bool) or not 0 <= queue < self.queues:
-            raise _refuse(flow_id, f"queue must be an integer 0..{self.queues - 1}, got {queue!r}", "queue")
+        _check("queue", queue, integer(0, self.queues - 1))
 
     def _check_rate(self, flow_id: str, rate_bps: object) -> None:
-        if rate_bps is None:
-            return
-        ok = isinstance(rate_bps, (int, float)) and not isinstance(rate_bps, bool)
-        if not ok or not 1000 <= rate_bps <= MAX_RATE_BPS:  # also refuses NaN, inf and 10**400
-            raise _refuse(flow_id, f"rate_bps must be a number of 1000 (1 kbit/s) .. {MAX_RATE_BPS:g}, "
-                                   f"got {_short(rate_bps)}", "rate_bps")
+        if rate_bps is not None:
+            _check("rate_bps", rate_bps, RATE)
+
+
+#: Value checks of a flow's enforcement (the project's one field checker, echelonflow.fields).
+PORT = integer(1, 65535)
+IP_PROTO = one_of(IP_PROTO_TCP, IP_PROTO_UDP)
+RATE = number(1000.0, MAX_RATE_BPS, what="a rate in bit/s")
+
+
+def _check(field: str, value: object, check: Check) -> None:
+    try:
+        check(field, value)
+    except FieldError as err:
+        raise EnforcementError(err.field, err.problem) from None
 
 
 def check_match_free(flow_id: str, match: FlowMatch, held: dict[FlowMatch, str]) -> None:
@@ -492,18 +491,8 @@ def check_match_free(flow_id: str, match: FlowMatch, held: dict[FlowMatch, str])
         owner = held.get(candidate)
         if owner is not None and owner != flow_id:
             raise EnforcementError(
-                f"flow {flow_id!r}: {match.src_ip}:{match.src_port} -> {match.dst_ip}:{match.dst_port} "
-                f"(proto {match.ip_proto}) is already enforced for flow {owner!r}", "match", "conflict")
-
-
-def _refuse(flow_id: str, problem: str, field: str) -> EnforcementError:
-    return EnforcementError(f"flow {flow_id!r}: {problem}", field)
-
-
-def _short(value: object, limit: int = 40) -> str:
-    """``repr(value)`` cut to ``limit`` characters: a refused value must not flood a one-line error."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+                "match", f"{match.src_ip}:{match.src_port} -> {match.dst_ip}:{match.dst_port} (proto "
+                         f"{match.ip_proto}) is already enforced for flow {owner!r}", "conflict")
 
 
 def _is_forward_rule(op: fm.Op, flow: LiveFlow) -> bool:

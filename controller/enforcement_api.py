@@ -19,6 +19,7 @@ hub's events inside the controller.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,19 +33,29 @@ from controller.enforcement import (
     check_match_free,
     wait_acks,
 )
-from controller.validation import ApiError, fields
+from controller.validation import ApiError
+from echelonflow.fields import Field, array, boolean, identifier, integer, join, nullable, read, show, text
 
 #: Most operations one batch may carry (a 100-flow batch is what benchmarks/bench_rules.py times).
 MAX_BATCH = 10000
-MAX_FLOW_ID_CHARS = 128
 
-_FIELDS = {  # op -> (required, optional)
-    "install": (("op", "flow_id", "match", "queue"), ("path", "rate_bps")),
-    "update": (("op", "flow_id"), ("queue", "rate_bps", "clear_rate")),
-    "remove": (("op", "flow_id"), ()),
+#: A primitive's flow id: ids with "/" are the scheduling service's job/flow ids, never a primitive's.
+FLOW_ID = identifier(re.compile(r"[^/\x00-\x1f]{1,128}"), "1-128 characters without '/', which is "
+                                                         "reserved for the scheduling service's job/flow ids")
+_OP = Field("op", required=True)
+_FLOW = Field("flow_id", FLOW_ID, required=True)
+#: op -> its declared fields (values the Enforcer checks against the topology: queue, rate, path).
+OPS = {
+    "install": (_OP, _FLOW, Field("match", required=True), Field("queue", required=True),
+                Field("path", nullable(array(text(), of="of node names"))), Field("rate_bps")),
+    "update": (_OP, _FLOW, Field("queue"), Field("rate_bps"), Field("clear_rate", boolean(), default=False)),
+    "remove": (_OP, _FLOW),
 }
-_MATCH_FIELDS = (("src_ip", "dst_ip", "src_port", "dst_port"), ("ip_proto",))
-_STATUS = {"invalid": 400, "unknown": 404, "conflict": 409}
+BATCH = (_OP, Field("requests", array(nonempty=True, of="of install, update or remove requests"),
+                    required=True))
+MATCH = (Field("src_ip", text(), required=True), Field("dst_ip", text(), required=True),
+         Field("src_port", integer(), required=True), Field("dst_port", integer(), required=True),
+         Field("ip_proto", integer(), default=6))
 
 
 @dataclass(frozen=True)
@@ -84,34 +95,31 @@ class EnforcementEndpoints:
     def parse(self, body: Any) -> list[Step]:
         """The request's operations, each checked against the state the earlier ones leave."""
         if not isinstance(body, dict):
-            raise _bad("body", "must be a JSON object")
+            raise ApiError(400, "body", "must be a JSON object")
         if body.get("op") == "batch":
-            fields(body, ("op", "requests"))
-            requests = body["requests"]
-            if not isinstance(requests, list) or not requests:
-                raise _bad("requests", "must be a non-empty list of install, update or "
-                           "remove requests")
+            requests = read(body, BATCH)["requests"]
             if len(requests) > MAX_BATCH:
-                raise _bad("requests", f"{len(requests)} operations; at most {MAX_BATCH}")
-            items = [(f"requests[{i}].", r) for i, r in enumerate(requests)]
+                raise ApiError(400, "requests",
+                               f"must hold at most {MAX_BATCH} operations, got {len(requests)}")
+            items = [(f"requests[{i}]", r) for i, r in enumerate(requests)]
         else:
             items = [("", body)]
         live = {fid: flow.match for fid, flow in self.enforcer.live_flows().items()}
         held = self.enforcer.holders()
         steps = []
-        for prefix, request in items:
-            step = self._step(prefix, request)
+        for where, request in items:
+            step = self._step(where, request)
             if step.op == "install" and step.flow_id in live:
-                raise ApiError(
-                    409, prefix + "flow_id", f"flow {step.flow_id!r} is already enforced; remove it first")
+                raise ApiError(409, join(where, "flow_id"),
+                               f"flow {step.flow_id!r} is already enforced; remove it first")
             if step.op != "install" and step.flow_id not in live:
-                raise ApiError(404, prefix + "flow_id", f"no enforced flow {step.flow_id!r}")
+                raise ApiError(404, join(where, "flow_id"), f"no enforced flow {step.flow_id!r}")
             if step.op == "install":
                 match = step.kwargs["match"]
                 try:
                     check_match_free(step.flow_id, match, held)
                 except EnforcementError as err:
-                    raise ApiError(409, prefix + "match", str(err)) from None
+                    raise ApiError(409, join(where, "match"), err.problem) from None
                 live[step.flow_id] = match
                 held[match] = held[match.reversed()] = step.flow_id
             elif step.op == "remove":
@@ -121,76 +129,46 @@ class EnforcementEndpoints:
             steps.append(step)
         return steps
 
-    def _step(self, prefix: str, request: Any) -> Step:
-        where = prefix[:-1] if prefix else "body"
+    def _step(self, where: str, request: Any) -> Step:
         if not isinstance(request, dict):
-            raise _bad(where, "must be a JSON object")
+            raise ApiError(400, where or "body", "must be a JSON object")
         op = request.get("op")
-        if op not in _FIELDS:
-            problem = "missing" if "op" not in request else f"unknown op {op!r}"
-            allowed = "install, update or remove" + ("" if prefix else " (or batch)")
-            raise _bad(prefix + "op", f"{problem}; use {allowed}")
-        required, optional = _FIELDS[op]
-        fields(request, required, optional, prefix=prefix)
-        flow_id = request["flow_id"]
-        if not isinstance(flow_id, str) or not 0 < len(flow_id) <= MAX_FLOW_ID_CHARS:
-            raise _bad(
-                prefix + "flow_id", f"must be a string of 1..{MAX_FLOW_ID_CHARS} characters, got {flow_id!r}")
-        if "/" in flow_id:
-            raise _bad(prefix + "flow_id", "'/' is reserved for the scheduling service's "
-                       f"job/flow ids, got {flow_id!r}")
+        if op not in OPS:
+            ops = "install, update or remove" if where else "install, update, remove or batch"
+            problem = f"missing (one of {ops})" if "op" not in request else f"must be {ops}, got {show(op)}"
+            raise ApiError(400, join(where, "op"), problem)
+        values = read(request, OPS[op], where)
         try:
             if op == "install":
-                return self._install_step(prefix, flow_id, request)
+                return self._install_step(where, values)
             if op == "update":
-                return self._update_step(prefix, flow_id, request)
+                return self._update_step(where, values)
         except EnforcementError as err:
-            raise ApiError(_STATUS.get(err.kind, 400), prefix + (err.field or "body"),
-                                     str(err)) from None
-        return Step("remove", flow_id)
+            raise ApiError(err.status, join(where, err.field), err.problem) from None
+        return Step("remove", values["flow_id"])
 
-    def _install_step(self, prefix: str, flow_id: str, request: dict[str, Any]) -> Step:
-        match = self._match(prefix + "match.", request["match"])
-        path = request.get("path")
-        if path is not None and (not isinstance(path, list) or not all(isinstance(n, str) for n in path)):
-            raise _bad(prefix + "path",
-                       f"must be a list of node names or null, got {path!r}")
+    def _install_step(self, where: str, values: dict[str, Any]) -> Step:
+        flow_id = values["flow_id"]
+        raw = read(values["match"], MATCH, join(where, "match"),
+                   what="an object with src_ip, dst_ip, src_port, dst_port and optionally ip_proto")
+        match = FlowMatch(raw["src_ip"], raw["dst_ip"], raw["src_port"], raw["dst_port"], raw["ip_proto"])
+        path = values["path"]
         if path is None:
             src, dst = self._host_of_ip.get(match.src_ip), self._host_of_ip.get(match.dst_ip)
             known = src is not None and dst is not None and src != dst
             path = list(self.enforcer.topology.path_for(src, dst, flow_id)) if known else []
-        queue, rate_bps = request["queue"], request.get("rate_bps")
+        queue, rate_bps = values["queue"], values["rate_bps"]
         node_path = self.enforcer.validate_install(flow_id, match, path, queue, rate_bps)
         return Step("install", flow_id, {"match": match, "path": node_path, "queue": queue,
                                          "rate_bps": rate_bps})
 
-    def _update_step(self, prefix: str, flow_id: str, request: dict[str, Any]) -> Step:
-        clear_rate = request.get("clear_rate", False)
-        if not isinstance(clear_rate, bool):
-            raise _bad(prefix + "clear_rate", f"must be true or false, got {clear_rate!r}")
-        queue, rate_bps = request.get("queue"), request.get("rate_bps")
+    def _update_step(self, where: str, values: dict[str, Any]) -> Step:
+        queue, rate_bps, clear_rate = values["queue"], values["rate_bps"], values["clear_rate"]
         if queue is None and rate_bps is None and not clear_rate:
-            raise _bad(prefix + "op",
-                       "an update needs queue, rate_bps or clear_rate: true")
-        self.enforcer.validate_update(flow_id, queue, rate_bps, clear_rate)
-        return Step("update", flow_id, {"queue": queue, "rate_bps": rate_bps, "clear_rate": clear_rate})
-
-    @staticmethod
-    def _match(prefix: str, raw: Any) -> FlowMatch:
-        if not isinstance(raw, dict):
-            raise _bad(prefix[:-1], "must be an object with src_ip, dst_ip, src_port, "
-                       "dst_port and optionally ip_proto")
-        fields(raw, *_MATCH_FIELDS, prefix=prefix)
-        for name in ("src_ip", "dst_ip"):
-            if not isinstance(raw[name], str):
-                raise _bad(prefix + name,
-                           f"must be an IPv4 address string, got {raw[name]!r}")
-        for name in ("src_port", "dst_port", "ip_proto"):
-            value = raw.get(name, 6)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise _bad(prefix + name, f"must be an integer, got {value!r}")
-        return FlowMatch(raw["src_ip"], raw["dst_ip"], raw["src_port"], raw["dst_port"],
-                         raw.get("ip_proto", 6))
+            raise ApiError(400, join(where, "op"), "an update needs queue, rate_bps or clear_rate: true")
+        self.enforcer.validate_update(values["flow_id"], queue, rate_bps, clear_rate)
+        return Step("update", values["flow_id"], {"queue": queue, "rate_bps": rate_bps,
+                                                  "clear_rate": clear_rate})
 
     def _run(self, step: Step) -> Ack:
         if step.op == "install":
@@ -221,6 +199,3 @@ def flow_view(flow: LiveFlow) -> dict[str, Any]:
             "path": list(flow.path), "queue": flow.queue, "rate_bps": flow.rate_bps,
             "meter_id": flow.meter_id}
 
-
-def _bad(field: str, problem: str) -> ApiError:
-    return ApiError(400, field, problem)

@@ -35,7 +35,8 @@ import time
 from collections.abc import Sequence
 
 from controller.client import ApiClientError, EchelonClient
-from controller.topology_spec import ENV_VAR, write_spec
+from controller.config import ConfigError, ControllerConfig
+from controller.topology_spec import write_spec
 from echelonflow import ownership
 from echelonflow.errors import UserError
 from echelonflow.topology import Topology
@@ -146,9 +147,11 @@ class ControllerProcess:
         _check_port("API", api_port, allow_zero=True)
         if metrics_port is not None:
             _check_port("metrics", metrics_port, allow_zero=True)
-        if not interval_s > 0 or not stats_interval_s >= 0:
-            raise ControllerError(f"interval_s must be > 0 and stats_interval_s >= 0, got {interval_s!r} "
-                                  f"and {stats_interval_s!r}")
+        try:  # the app's own checks of these settings, before anything starts
+            ControllerConfig(queues=queues, route_idle_s=route_idle_s, interval_s=interval_s,
+                             stats_interval_s=stats_interval_s, metrics_host=metrics_host)
+        except ConfigError as exc:
+            raise ControllerError(str(exc)) from None
         self.topology = topology
         self.ofp_port = ofp_port
         self.ofp_host = ofp_host
@@ -244,21 +247,8 @@ class ControllerProcess:
             raise ControllerError(f"TCP port {self.metrics_port} for the metrics is already in use")
         write_spec(self.topology, self.spec_path)
         env = dict(os.environ)
-        env.update({
-            ENV_VAR: self.spec_path,
-            "ECHELON_QUEUES": str(self.queues),
-            "ECHELON_ROUTE_IDLE_S": str(self.route_idle_s),
-            "ECHELON_STORE": self.store_path,
-            "ECHELON_TOKEN_FILE": self.token_file,
-            "ECHELON_API_HOST": "127.0.0.1",
-            "ECHELON_API_PORT": str(self.api_port),
-            "ECHELON_API_SOCKET": self.api_socket_path,
-            "ECHELON_INTERVAL_S": repr(float(self.interval_s)),
-            "ECHELON_STATS_INTERVAL_S": repr(float(self.stats_interval_s)),
-            "ECHELON_METRICS_HOST": self.metrics_host,
-            "ECHELON_METRICS_PORT": "off" if self.metrics_port is None else str(self.metrics_port),
-            "PYTHONWARNINGS": "ignore::DeprecationWarning",
-        })
+        env.update(self.config().to_env())
+        env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
         env.update(self.extra_env)
         cmd = ownership.PDEATHSIG + command + [
             "--ofp-listen-host", self.ofp_host, "--ofp-tcp-listen-port", str(self.ofp_port), APP_PATH]
@@ -274,6 +264,15 @@ class ControllerProcess:
             self.stop()
             raise
         return self
+
+    def config(self) -> ControllerConfig:
+        """The app's configuration for this instance (its ports resolved: call after they are picked)."""
+        return ControllerConfig(
+            topology_file=self.spec_path, queues=self.queues, route_idle_s=self.route_idle_s,
+            store=self.store_path, token_file=self.token_file, api_host="127.0.0.1", api_port=self.api_port,
+            api_socket=self.api_socket_path, interval_s=self.interval_s,
+            stats_interval_s=self.stats_interval_s, metrics_host=self.metrics_host,
+            metrics_port=self.metrics_port)
 
     def wait_ready(self, timeout_s: float) -> None:
         """Until the OpenFlow port listens and the API answers ``GET /v1/health`` (or the process died)."""

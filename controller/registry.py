@@ -25,36 +25,55 @@ Kept Python 3.9 compatible: the controller imports it.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from echelonflow.echelon import KINDS, FlowStart, infer_kind, reference_time_from_starts
-from echelonflow.errors import UserError
+from echelonflow.fields import (
+    Field,
+    FieldError,
+    array,
+    identifier,
+    integer,
+    nullable,
+    number,
+    one_of,
+    read,
+    show,
+)
 from echelonflow.model import qualified
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
 from echelonflow.topology import Topology
 
-#: Used with ``fullmatch``: a pattern ending in "$" also accepts the id followed by a newline.
-ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 STATES = ("declared", "active", "finished")
-FLOW_FIELDS = ("flow_id", "src", "dst", "size_bytes", "offset_s", "start_offset_s")
-FLOW_REQUIRED = ("flow_id", "src", "dst", "size_bytes")
 #: Largest flow size accepted (1 PB): anything bigger is a unit mistake, not a training flow.
 MAX_SIZE_BYTES = 10**15
 #: Largest ideal-finish offset accepted (one week).
 MAX_OFFSET_S = 7 * 24 * 3600.0
+#: Latest time accepted for a start or finish (seconds on the controller's clock, about year 33658).
+MAX_TIME_S = 1e12
+
+check_id = identifier()
+check_port = integer(1, 65535)
+check_time = number(0.0, MAX_TIME_S)
+check_weight = number(0.0, 1e6, above=True)
+#: A flow as declared (``src``/``dst`` are then checked against the topology's hosts).
+FLOW_FIELDS = (
+    Field("flow_id", check_id, required=True),
+    Field("src", required=True),
+    Field("dst", required=True),
+    Field("size_bytes", integer(1, MAX_SIZE_BYTES), required=True),
+    Field("offset_s", number(0.0, MAX_OFFSET_S), default=0.0),
+    Field("start_offset_s", nullable(number(0.0, MAX_OFFSET_S))),
+)
 
 
-class RegistryError(UserError):
+class RegistryError(FieldError):
     """A request the registry refuses; ``field`` and ``problem`` say what and why, ``status`` is HTTP's."""
 
     def __init__(self, field: str, problem: str, status: int = 400) -> None:
-        super().__init__(f"{field}: {problem}")
-        self.field = field
-        self.problem = problem
+        super().__init__(field, problem)
         self.status = status
 
 
@@ -133,58 +152,6 @@ class StorePort:
 
 #: What ``Store.load`` returns and a registry starts from.
 LoadedRows = tuple[Iterable[JobRecord], Iterable[EchelonRecord], Iterable[FlowRecord], Mapping[str, str]]
-
-
-# --------------------------------------------------------------------------- value checks
-def check_id(field: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise RegistryError(field, f"must be a string, got {_type(value)}")
-    if not ID_PATTERN.fullmatch(value):
-        raise RegistryError(field, f"{value!r} is not a valid id (1-128 of A-Z a-z 0-9 . _ : -, not starting "
-                                   "with a punctuation character)")
-    return value
-
-
-def check_number(field: str, value: Any, minimum: float, maximum: float, allow_min: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RegistryError(field, f"must be a number, got {_type(value)}")
-    try:
-        number = float(value)
-    except OverflowError:  # an integer literal beyond a float's range, e.g. 10**400
-        raise RegistryError(field, f"must be <= {maximum:g}, got a {len(str(value))}-digit integer") from None
-    if not math.isfinite(number):
-        raise RegistryError(field, f"must be finite, got {value!r}")
-    if number < minimum or (number == minimum and not allow_min):
-        bound = ">=" if allow_min else ">"
-        raise RegistryError(field, f"must be {bound} {minimum:g}, got {value!r}")
-    if number > maximum:
-        raise RegistryError(field, f"must be <= {maximum:g}, got {value!r}")
-    return number
-
-
-def check_int(field: str, value: Any, minimum: int, maximum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise RegistryError(field, f"must be an integer, got {_type(value)}")
-    if value < minimum or value > maximum:
-        raise RegistryError(field, f"must be between {minimum} and {maximum}, got {value!r}")
-    return value
-
-
-def check_time(field: str, value: Any) -> float:
-    return check_number(field, value, 0.0, 1e12)
-
-
-def _type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    return {str: "a string", int: "an integer", float: "a number", list: "an array", dict: "an object"}.get(
-        type(value), type(value).__name__
-    )
 
 
 # --------------------------------------------------------------------------- registry
@@ -292,7 +259,7 @@ class Registry:
     # ------------------------------------------------------------------ mutations
     def add_job(self, job_id: Any, weight: Any = 1.0) -> JobRecord:
         check_id("job_id", job_id)
-        weight_f = check_number("weight", weight, 0.0, 1e6, allow_min=False)
+        weight_f = check_weight("weight", weight)
         if job_id in self.jobs:
             raise ConflictError("job_id", f"job {job_id!r} is already registered")
         record = JobRecord(job_id, weight_f)
@@ -308,8 +275,8 @@ class Registry:
         key = qualified(job_id, echelon_id)
         if key in self.echelons:
             raise ConflictError("echelon_id", f"job {job_id!r} already has EchelonFlow {echelon_id!r}")
-        if kind is not None and kind not in KINDS:
-            raise RegistryError("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+        if kind is not None:
+            one_of(*KINDS)("kind", kind)
         new_flows = self._parse_flows(job_id, echelon_id, flows, kind)
         if kind is None:
             kind = infer_kind(f.offset_s for f in new_flows)
@@ -323,8 +290,7 @@ class Registry:
     def add_flows(self, job_id: Any, echelon_id: Any, flows: Any) -> list[FlowRecord]:
         """Declare more flows of an existing EchelonFlow (all or none)."""
         ech = self.echelon(job_id, echelon_id)
-        if not isinstance(flows, list) or not flows:
-            raise RegistryError("flows", "must be a non-empty array of flow objects")
+        array(nonempty=True, of="of flow objects")("flows", flows)
         new_flows = self._parse_flows(job_id, echelon_id, flows, ech.kind)
         self._commit(flows=new_flows)
         self._apply_new_flows(new_flows)
@@ -333,8 +299,8 @@ class Registry:
     def flow_started(self, job_id: Any, flow_id: Any, src_port: Any, dst_port: Any,
                      start_s: Any) -> FlowRecord:
         flow = self.flow(job_id, flow_id)
-        sport = check_int("src_port", src_port, 1, 65535)
-        dport = check_int("dst_port", dst_port, 1, 65535)
+        sport = check_port("src_port", src_port)
+        dport = check_port("dst_port", dst_port)
         start = check_time("start_s", start_s)
         if flow.state != "declared":
             raise ConflictError("flow_id", f"flow {flow.key!r} is already {flow.state}")
@@ -353,7 +319,7 @@ class Registry:
     def flow_progress(self, job_id: Any, flow_id: Any, bytes_sent: Any) -> FlowRecord:
         """Agent progress; lower values than already known are kept as the known maximum (reordering)."""
         flow = self.flow(job_id, flow_id)
-        sent = check_int("bytes_sent", bytes_sent, 0, flow.size_bytes)
+        sent = integer(0, flow.size_bytes)("bytes_sent", bytes_sent)
         if flow.state != "active":
             raise ConflictError("flow_id", f"flow {flow.key!r} is {flow.state}; progress needs it active")
         if sent <= flow.bytes_sent:
@@ -368,7 +334,7 @@ class Registry:
         finish = check_time("finish_s", finish_s)
         sent = flow.size_bytes
         if bytes_sent is not None:
-            sent = check_int("bytes_sent", bytes_sent, 0, flow.size_bytes)
+            sent = integer(0, flow.size_bytes)("bytes_sent", bytes_sent)
         if flow.state != "active":
             raise ConflictError("flow_id", f"flow {flow.key!r} is {flow.state}; only an active flow finishes")
         if flow.start_s is not None and finish < flow.start_s:
@@ -472,40 +438,27 @@ class Registry:
 
     # ------------------------------------------------------------------ helpers
     def _parse_flows(self, job_id: str, echelon_id: str, specs: Any, kind: str | None) -> list[FlowRecord]:
-        if not isinstance(specs, (list, tuple)):
-            raise RegistryError("flows", f"must be an array of flow objects, got {_type(specs)}")
         out: list[FlowRecord] = []
         seen: set[str] = set()
         seq = self._next_seq
-        for i, spec in enumerate(specs):
+        specs = list(specs) if isinstance(specs, tuple) else specs  # () from Python callers
+        for i, spec in enumerate(array(of="of flow objects")("flows", specs)):
             where = f"flows[{i}]"
-            if not isinstance(spec, Mapping):
-                raise RegistryError(where, f"must be an object, got {_type(spec)}")
-            unknown = sorted(set(spec) - set(FLOW_FIELDS))
-            if unknown:
-                raise RegistryError(f"{where}.{unknown[0]}",
-                                    f"unknown field (allowed: {', '.join(FLOW_FIELDS)})")
-            for name in FLOW_REQUIRED:
-                if name not in spec:
-                    raise RegistryError(f"{where}.{name}", "missing")
-            flow_id = check_id(f"{where}.flow_id", spec["flow_id"])
+            flow = read(spec, FLOW_FIELDS, where)
+            flow_id = flow["flow_id"]
             key = qualified(job_id, flow_id)
             if key in self.flows or flow_id in seen:
                 raise ConflictError(f"{where}.flow_id", f"job {job_id!r} already has a flow {flow_id!r}")
             seen.add(flow_id)
-            src = self._host(f"{where}.src", spec["src"])
-            dst = self._host(f"{where}.dst", spec["dst"])
+            src = self._host(f"{where}.src", flow["src"])
+            dst = self._host(f"{where}.dst", flow["dst"])
             if src == dst:
                 raise RegistryError(f"{where}.dst", f"a flow needs two different hosts, got {src!r} twice")
-            size = check_int(f"{where}.size_bytes", spec["size_bytes"], 1, MAX_SIZE_BYTES)
-            offset = check_number(f"{where}.offset_s", spec.get("offset_s", 0.0), 0.0, MAX_OFFSET_S)
-            if kind == "coflow" and offset != 0.0:
+            if kind == "coflow" and flow["offset_s"] != 0.0:
                 raise RegistryError(f"{where}.offset_s",
-                                    f"a coflow's flows all have offset 0, got {offset!r}")
-            start_offset = spec.get("start_offset_s")
-            if start_offset is not None:
-                start_offset = check_number(f"{where}.start_offset_s", start_offset, 0.0, MAX_OFFSET_S)
-            out.append(FlowRecord(job_id, flow_id, echelon_id, src, dst, size, offset, start_offset, seq))
+                                    f"a coflow's flows all have offset 0, got {flow['offset_s']!r}")
+            out.append(FlowRecord(job_id, flow_id, echelon_id, src, dst, flow["size_bytes"], flow["offset_s"],
+                                  flow["start_offset_s"], seq))
             seq += 1
         return out
 
@@ -517,11 +470,10 @@ class Registry:
             self._next_seq = max(self._next_seq, flow.seq + 1)
 
     def _host(self, field: str, value: Any) -> str:
-        if not isinstance(value, str):
-            raise RegistryError(field, f"must be a host name string, got {_type(value)}")
-        if value not in self._hosts:
-            raise RegistryError(field, f"topology {self.topology.name!r} has no host {value!r} "
-                                       f"(hosts are h1..h{len(self._hosts)})")
+        if not isinstance(value, str) or value not in self._hosts:
+            hosts = f"h1..h{len(self._hosts)}"
+            raise RegistryError(field, f"must be a host of topology {self.topology.name} ({hosts}), "
+                                       f"got {show(value)}")
         return value
 
     def _path(self, key: str, src: str, dst: str, what: str):

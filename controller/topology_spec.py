@@ -2,22 +2,19 @@
 
 The file holds only ``{"kind": ..., "params": {...}, "rate_bps": ..., "mtu_bytes": ...}``; the controller
 rebuilds the very same :class:`~echelonflow.topology.Topology` the simulator and the Mininet fabric use,
-so ports, dpids, host addresses and the MTU agree by construction.  Its path comes from the
-``ECHELON_TOPOLOGY`` environment variable (the launcher sets it) because os-ken and Ryu parse their own
-command line.
+so ports, dpids, host addresses and the MTU agree by construction.  The launcher writes it and passes its
+path as the controller configuration's ``topology_file`` (``ECHELON_TOPOLOGY``, see controller.config).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from echelonflow.errors import UserError
+from echelonflow.fields import Field, FieldError, mapping, number, read, text
 from echelonflow.fileio import read_json
 from echelonflow.topology import Topology, TopologyError, build
-
-ENV_VAR = "ECHELON_TOPOLOGY"
 
 
 class SpecError(UserError):
@@ -35,32 +32,23 @@ def write_spec(topology: Topology, path: str) -> None:
         handle.write("\n")
 
 
+SPEC_FIELDS = (Field("kind", text(), required=True), Field("params", mapping(), default={}),
+               Field("rate_bps", number(0.0, above=True, what="a rate in bit/s"), required=True),
+               Field("mtu_bytes"))  # build() checks it (absent: the default MTU; null: idealised links)
+
+
 def topology_from_spec(spec: Any, source: str = "topology spec") -> Topology:
     """Build the topology a spec describes; every problem names the field and the value."""
-    if not isinstance(spec, dict):
-        raise SpecError(f"{source}: expected a JSON object, got {type(spec).__name__}")
-    unknown = sorted(set(spec) - {"kind", "params", "rate_bps", "mtu_bytes"})
-    if unknown:
-        raise SpecError(f"{source}: unknown field(s) {', '.join(unknown)}; "
-                        "expected kind, params, rate_bps, mtu_bytes")
-    for field in ("kind", "rate_bps"):
-        if field not in spec:
-            raise SpecError(f"{source}: missing field {field!r}")
-    params = spec.get("params", {})
-    if not isinstance(params, dict):
-        raise SpecError(f"{source}: 'params' must be an object, got {params!r}")
     try:
+        fields = read(spec, SPEC_FIELDS, what="a JSON object")
         if "mtu_bytes" in spec:
-            return build(spec["kind"], spec["rate_bps"], mtu_bytes=spec["mtu_bytes"], **params)
-        return build(spec["kind"], spec["rate_bps"], **params)
-    except TopologyError as exc:
+            return build(fields["kind"], fields["rate_bps"], mtu_bytes=fields["mtu_bytes"],
+                         **fields["params"])
+        return build(fields["kind"], fields["rate_bps"], **fields["params"])
+    except (FieldError, TopologyError) as exc:
         raise SpecError(f"{source}: {exc}") from None
 
 
-def load_spec(path: str | None = None) -> Topology:
-    """The topology named by ``path`` (default: the ``ECHELON_TOPOLOGY`` environment variable)."""
-    path = path or os.environ.get(ENV_VAR, "")
-    if not path:
-        raise SpecError(f"no topology spec: set {ENV_VAR} to a JSON file (the launcher writes one)")
-    spec = read_json(path, "topology spec", SpecError)
-    return topology_from_spec(spec, source=path)
+def load_spec(path: str) -> Topology:
+    """The topology the spec file at ``path`` names."""
+    return topology_from_spec(read_json(path, "topology spec", SpecError), source=path)

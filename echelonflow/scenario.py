@@ -9,13 +9,25 @@ problem, so a run never starts on a half-valid scenario.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from echelonflow.errors import ScenarioError, UserError
+from echelonflow.fields import (
+    Field,
+    FieldError,
+    array,
+    integer,
+    mapping,
+    nullable,
+    number,
+    one_of,
+    read,
+    show,
+    text,
+)
 from echelonflow.fileio import read_json
 from echelonflow.model import ComputeTask, Job
 from echelonflow.topology import Topology, TopologyError, build
@@ -23,13 +35,25 @@ from echelonflow.topology import Topology, TopologyError, build
 EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
 DEFAULT_SCHEDULERS = ("fair", "coflow", "echelon")
 
-_TOP_FIELDS = {"name", "description", "topology", "jobs", "schedulers"}
-_TIMING_FIELDS = {"arrival_s", "weight"}
-_GENERATOR_JOB_FIELDS = {"id", "generator", "params", "hosts"} | _TIMING_FIELDS
-_TRACE_JOB_FIELDS = {"trace"}
-_COFLOW_JOB_FIELDS = {"coflow_benchmark", "max_coflows", "weight"}
-_CHAKRA_JOB_FIELDS = {"id", "chakra", "hosts"} | _TIMING_FIELDS
-_MULTI_TENANT_FIELDS = {"multi_tenant"}
+_TOP_FIELDS = (
+    Field("name", text()),
+    Field("description", text(nonempty=False), default=""),
+    Field("topology", required=True),
+    Field("jobs", array(nonempty=True, of="of job entries"), required=True),
+    Field("schedulers", array(text(), nonempty=True, of="of scheduler names"),
+          default=list(DEFAULT_SCHEDULERS)),
+)
+_JOB_ID = text(without="/")
+_WEIGHT = Field("weight", number(0.0, above=True))
+_TIMING = (Field("arrival_s", number(0.0)), _WEIGHT)
+_GENERATOR_JOB_FIELDS = (Field("id", _JOB_ID, required=True), Field("generator", text(), required=True),
+                         Field("hosts", required=True), Field("params", mapping(), default={})) + _TIMING
+_TRACE_JOB_FIELDS = (Field("trace", required=True),)
+_COFLOW_JOB_FIELDS = (Field("coflow_benchmark", required=True), Field("max_coflows", nullable(integer(1))),
+                      _WEIGHT)
+_CHAKRA_JOB_FIELDS = (Field("id", _JOB_ID, required=True), Field("chakra", required=True),
+                      Field("hosts", required=True)) + _TIMING
+_MULTI_TENANT_FIELDS = (Field("multi_tenant", required=True),)
 
 
 @dataclass
@@ -73,238 +97,174 @@ def load_scenario(name_or_path: str) -> Scenario:
 
 def parse_scenario(data: Any, path: Path) -> Scenario:
     """Validate a decoded scenario document; ``path`` names it in errors and anchors relative traces."""
-    where = str(path)
-
-    def fail(field_name: str, problem: str) -> ScenarioError:
-        return ScenarioError(f"scenario {where}: field {field_name}: {problem}")
-
-    if not isinstance(data, dict):
-        raise ScenarioError(f"scenario {where}: must be a JSON object, got {type(data).__name__}")
-    _no_unknown(data, _TOP_FIELDS, "(top level)", fail)
-    name = data.get("name", path.stem)
-    if not isinstance(name, str) or not name:
-        raise fail("name", f"must be a non-empty string, got {name!r}")
-    description = data.get("description", "")
-    if not isinstance(description, str):
-        raise fail("description", f"must be a string, got {description!r}")
-    if "topology" not in data:
-        raise fail("topology", "missing")
-    topology = _topology(data["topology"], fail)
-    if "jobs" not in data:
-        raise fail("jobs", "missing")
-    jobs = _jobs(data["jobs"], topology, path, fail)
-    schedulers = _schedulers(data.get("schedulers", list(DEFAULT_SCHEDULERS)), fail)
-    return Scenario(name, topology, jobs, schedulers, where, description)
+    try:
+        top = read(data, _TOP_FIELDS, what="a JSON object")
+        topology = _topology(top["topology"])
+        jobs = _jobs(top["jobs"], topology, path)
+        schedulers = _schedulers(top["schedulers"])
+    except FieldError as err:
+        raise ScenarioError(f"scenario {path}: {err}") from None
+    return Scenario(top["name"] or path.stem, topology, jobs, schedulers, str(path), top["description"])
 
 
-def _no_unknown(obj: dict[str, Any], allowed: set, label: str, fail: Any) -> None:
-    unknown = sorted(set(obj) - allowed)
-    if unknown:
-        raise fail(label, f"unknown field {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}")
-
-
-def _topology(spec: Any, fail: Any) -> Topology:
+def _topology(spec: Any) -> Topology:
     if not isinstance(spec, dict):
         example = '{"kind": "fattree", "k": 4, "rate_mbps": 10}'
-        raise fail("topology", f"must be an object like {example}, got {spec!r}")
+        raise FieldError("topology", f"must be an object like {example}, got {show(spec)}")
     if "kind" not in spec:
-        raise fail("topology.kind", "missing")
-    kind = spec["kind"]
-    if not isinstance(kind, str):
-        raise fail("topology.kind", f"must be a string, got {kind!r}")
+        raise FieldError("topology.kind", "missing")
+    kind = text()("topology.kind", spec["kind"])
     rates = [key for key in ("rate_mbps", "rate_bps") if key in spec]
     if len(rates) != 1:
-        raise fail("topology.rate_mbps", "give exactly one of rate_mbps or rate_bps")
-    rate = spec[rates[0]]
-    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not rate > 0:
-        raise fail(f"topology.{rates[0]}", f"must be a positive number, got {rate!r}")
-    rate_bps = float(rate) * (1e6 if rates[0] == "rate_mbps" else 1.0)
+        raise FieldError("topology.rate_mbps", "give exactly one of rate_mbps or rate_bps")
+    rate = number(0.0, above=True)(f"topology.{rates[0]}", spec[rates[0]])
+    rate_bps = rate * (1e6 if rates[0] == "rate_mbps" else 1.0)
     params = {k: v for k, v in spec.items() if k not in ("kind", "rate_mbps", "rate_bps")}
     try:
         return build(kind, rate_bps, **params)
     except TopologyError as exc:
-        raise fail("topology", str(exc)) from None
+        raise FieldError("topology", str(exc)) from None
 
 
-def _jobs(entries: Any, topology: Topology, path: Path, fail: Any) -> list[Job]:
-    if not isinstance(entries, list) or not entries:
-        raise fail("jobs", f"must be a non-empty list, got {entries!r}")
+def _jobs(entries: list[Any], topology: Topology, path: Path) -> list[Job]:
     known_hosts = topology.hosts
     jobs: list[Job] = []
     for index, entry in enumerate(entries):
         label = f"jobs[{index}]"
         if not isinstance(entry, dict):
-            raise fail(label, f"must be an object, got {entry!r}")
+            raise FieldError(label, f"must be an object, got {show(entry)}")
         if "trace" in entry:
-            _no_unknown(entry, _TRACE_JOB_FIELDS, label, fail)
-            jobs.extend(_trace_jobs(entry["trace"], known_hosts, path, f"{label}.trace", fail))
+            read(entry, _TRACE_JOB_FIELDS, label)
+            jobs.extend(_trace_jobs(entry["trace"], known_hosts, path, f"{label}.trace"))
         elif "chakra" in entry:
-            _no_unknown(entry, _CHAKRA_JOB_FIELDS, label, fail)
-            job = _chakra_job(entry, known_hosts, path, label, fail)
-            _set_timing(job, entry, label, fail)
-            jobs.append(job)
+            fields = read(entry, _CHAKRA_JOB_FIELDS, label)
+            jobs.append(_timed(_chakra_job(fields, known_hosts, path, label), fields))
         elif "multi_tenant" in entry:
-            _no_unknown(entry, _MULTI_TENANT_FIELDS, label, fail)
-            jobs.extend(_multi_tenant_jobs(entry["multi_tenant"], topology, f"{label}.multi_tenant", fail))
+            read(entry, _MULTI_TENANT_FIELDS, label)
+            jobs.extend(_multi_tenant_jobs(entry["multi_tenant"], topology, f"{label}.multi_tenant"))
         elif "coflow_benchmark" in entry:
-            _no_unknown(entry, _COFLOW_JOB_FIELDS, label, fail)
-            jobs.extend(_coflow_jobs(entry, path, label, fail))
+            jobs.extend(_coflow_jobs(read(entry, _COFLOW_JOB_FIELDS, label), path, label))
         else:
-            _no_unknown(entry, _GENERATOR_JOB_FIELDS, label, fail)
-            job = _generated_job(entry, known_hosts, label, fail)
-            _set_timing(job, entry, label, fail)
-            jobs.append(job)
+            fields = read(entry, _GENERATOR_JOB_FIELDS, label)
+            jobs.append(_timed(_generated_job(fields, known_hosts, label), fields))
     seen: set[str] = set()
     host_set = set(known_hosts)
     for job in jobs:
         if job.job_id in seen:
-            raise fail("jobs", f"duplicate job id {job.job_id!r}")
+            raise FieldError("jobs", f"duplicate job id {job.job_id!r}")
         seen.add(job.job_id)
-        _check_hosts(job, host_set, topology, fail)
+        _check_hosts(job, host_set, topology)
     return jobs
 
 
-def _generated_job(entry: dict[str, Any], known_hosts: list[str], label: str, fail: Any) -> Job:
+def _generated_job(fields: dict[str, Any], known_hosts: list[str], label: str) -> Job:
     from echelonflow import workloads
 
-    for key in ("id", "generator", "hosts"):
-        if key not in entry:
-            raise fail(f"{label}.{key}", "missing (a job needs id, generator, hosts[, params]; or trace)")
-    job_id, generator, hosts = entry["id"], entry["generator"], entry["hosts"]
-    params = entry.get("params", {})
-    if not isinstance(job_id, str) or not job_id or "/" in job_id:
-        raise fail(f"{label}.id", f"must be a non-empty string without '/', got {job_id!r}")
-    if not isinstance(generator, str):
-        raise fail(f"{label}.generator", f"must be a string, got {generator!r}")
-    if generator not in workloads.GENERATORS:
-        valid = ", ".join(workloads.GENERATORS)
-        raise fail(f"{label}.generator", f"unknown generator {generator!r}; choose one of {valid}")
-    hosts = _placement(hosts, known_hosts, f"{label}.hosts", fail)
-    if not isinstance(params, dict):
-        raise fail(f"{label}.params", f"must be an object, got {params!r}")
+    generator = one_of(*workloads.GENERATORS)(f"{label}.generator", fields["generator"])
+    hosts = _placement(fields["hosts"], known_hosts, f"{label}.hosts")
     try:
-        return workloads.generate(generator, job_id, list(hosts), dict(params))
+        return workloads.generate(generator, fields["id"], hosts, dict(fields["params"]))
     except UserError as exc:
-        raise fail(f"{label}.params", str(exc)) from None
+        raise FieldError(f"{label}.params", str(exc)) from None
 
 
-def _placement(hosts: Any, known_hosts: list[str], field_name: str, fail: Any) -> list[str]:
+def _placement(hosts: Any, known_hosts: list[str], field_name: str) -> list[str]:
     """A job's ``hosts``: a non-empty list of distinct topology hosts."""
-    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
-        raise fail(field_name, f"must be a non-empty list of host names, got {hosts!r}")
+    hosts = array(text(), nonempty=True, of="of host names")(field_name, hosts)
     missing = [h for h in hosts if h not in known_hosts]
     if missing:
-        raise fail(field_name, f"host {missing[0]!r} is not in the topology (h1..h{len(known_hosts)})")
+        raise FieldError(field_name, f"host {missing[0]!r} is not in the topology (h1..h{len(known_hosts)})")
     if len(set(hosts)) != len(hosts):
-        raise fail(field_name, "lists a host twice")
+        raise FieldError(field_name, "lists a host twice")
     return list(hosts)
 
 
-def _set_timing(job: Job, entry: dict[str, Any], label: str, fail: Any) -> None:
-    """A job entry's ``arrival_s`` (>= 0) and ``weight`` (> 0), when given."""
-    if "arrival_s" in entry:
-        job.arrival_s = _number(entry["arrival_s"], f"{label}.arrival_s", fail, positive=False)
-    if "weight" in entry:
-        job.weight = _number(entry["weight"], f"{label}.weight", fail, positive=True)
+def _timed(job: Job, fields: dict[str, Any]) -> Job:
+    """The job with its entry's ``arrival_s`` and ``weight``, where given."""
+    for name in ("arrival_s", "weight"):
+        if fields.get(name) is not None:
+            setattr(job, name, fields[name])
+    return job
 
 
-def _number(value: Any, field_name: str, fail: Any, positive: bool) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (positive and value == 0):
-        raise fail(field_name, f"must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
-    return float(value)
-
-
-def _data_path(rel: Any, path: Path, label: str, fail: Any) -> Path:
+def _data_path(rel: Any, path: Path, label: str) -> Path:
     """A path named in a scenario: ``../shared/data/...`` is the shared data folder (next to the
     repository), any other relative path is relative to the scenario file."""
     from echelonflow.shared_data import resolve_shared
 
-    if not isinstance(rel, str) or not rel:
-        raise fail(label, f"must be a path string, got {rel!r}")
+    rel = text()(label, rel)
     try:
         shared = resolve_shared(rel)
     except UserError as exc:
-        raise fail(label, str(exc)) from None
+        raise FieldError(label, str(exc)) from None
     if shared is not None:
         return shared
     return (path.parent / rel) if not os.path.isabs(rel) else Path(rel)
 
 
-def _trace_jobs(rel: Any, known_hosts: list[str], path: Path, label: str, fail: Any) -> list[Job]:
+def _trace_jobs(rel: Any, known_hosts: list[str], path: Path, label: str) -> list[Job]:
     from echelonflow.trace import load_trace
 
-    trace_path = _data_path(rel, path, label, fail)
+    trace_path = _data_path(rel, path, label)
     if not trace_path.is_file():
-        raise fail(label, f"trace file {str(trace_path)!r} does not exist")
+        raise FieldError(label, f"trace file {str(trace_path)!r} does not exist")
     try:
         return list(load_trace(str(trace_path), known_hosts=known_hosts))
     except UserError as exc:
-        raise fail(label, str(exc)) from None
+        raise FieldError(label, str(exc)) from None
 
 
-def _chakra_job(entry: dict[str, Any], known_hosts: list[str], path: Path, label: str, fail: Any) -> Job:
+def _chakra_job(fields: dict[str, Any], known_hosts: list[str], path: Path, label: str) -> Job:
     """``{"id": ..., "chakra": PATH, "hosts": [...]}``: a Chakra trace (file or per-rank folder)."""
     from echelonflow.importers.chakra import load_chakra
 
-    job_id = entry.get("id")
-    if not isinstance(job_id, str) or not job_id or "/" in job_id:
-        raise fail(f"{label}.id", f"must be a non-empty string without '/', got {job_id!r}")
-    hosts = _placement(entry.get("hosts"), known_hosts, f"{label}.hosts", fail)
-    trace_path = _data_path(entry["chakra"], path, f"{label}.chakra", fail)
+    hosts = _placement(fields["hosts"], known_hosts, f"{label}.hosts")
+    trace_path = _data_path(fields["chakra"], path, f"{label}.chakra")
     try:
-        return load_chakra(job_id, trace_path, hosts)
+        return load_chakra(fields["id"], trace_path, hosts)
     except UserError as exc:
-        raise fail(f"{label}.chakra", str(exc)) from None
+        raise FieldError(f"{label}.chakra", str(exc)) from None
 
 
-def _coflow_jobs(entry: dict[str, Any], path: Path, label: str, fail: Any) -> list[Job]:
+def _coflow_jobs(fields: dict[str, Any], path: Path, label: str) -> list[Job]:
     """``{"coflow_benchmark": PATH[, "max_coflows": N][, "weight": W]}``: one job per coflow."""
     from echelonflow.importers.coflow_benchmark import load_coflow_benchmark
 
-    trace_path = _data_path(entry["coflow_benchmark"], path, f"{label}.coflow_benchmark", fail)
-    limit = entry.get("max_coflows")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise fail(f"{label}.max_coflows", f"must be a positive whole number, got {limit!r}")
+    trace_path = _data_path(fields["coflow_benchmark"], path, f"{label}.coflow_benchmark")
+    limit = fields["max_coflows"]
     try:
         jobs = load_coflow_benchmark(trace_path)
     except UserError as exc:
-        raise fail(f"{label}.coflow_benchmark", str(exc)) from None
+        raise FieldError(f"{label}.coflow_benchmark", str(exc)) from None
     jobs = jobs[:limit] if limit is not None else jobs
-    for job in jobs:
-        _set_timing(job, {k: v for k, v in entry.items() if k == "weight"}, label, fail)
-    return jobs
+    return [_timed(job, fields) for job in jobs]
 
 
-def _multi_tenant_jobs(spec: Any, topology: Topology, label: str, fail: Any) -> list[Job]:
+def _multi_tenant_jobs(spec: Any, topology: Topology, label: str) -> list[Job]:
     """``{"multi_tenant": {...}}``: a drawn multi-tenant DDL workload (``workloads/multitenant.py``)."""
     from echelonflow.workloads.multitenant import generate
 
     try:
         return generate(spec, topology).jobs
     except UserError as exc:
-        raise fail(label, str(exc)) from None
+        raise FieldError(label, str(exc)) from None
 
 
-def _check_hosts(job: Job, known: set, topology: Topology, fail: Any) -> None:
+def _check_hosts(job: Job, known: set, topology: Topology) -> None:
     for task in job.tasks.values():
         for host in [task.host] if isinstance(task, ComputeTask) else [task.src, task.dst]:
             if host not in known:
-                problem = (
-                    f"job {job.job_id!r} task {task.task_id!r} uses host {host!r}, not in {topology.name}"
-                )
-                raise fail("jobs", problem)
+                raise FieldError("jobs", f"job {job.job_id!r} task {task.task_id!r} uses host {host!r}, "
+                                         f"not in {topology.name}")
 
 
-def _schedulers(names: Any, fail: Any) -> list[str]:
+def _schedulers(names: list[str]) -> list[str]:
     from echelonflow.schedulers import check_names
 
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise fail("schedulers", f"must be a non-empty list of scheduler names, got {names!r}")
     try:
         check_names(names)
     except UserError as exc:
-        raise fail("schedulers", str(exc)) from None
+        raise FieldError("schedulers", str(exc)) from None
     if len(set(names)) != len(names):
-        raise fail("schedulers", "lists a scheduler twice")
+        raise FieldError("schedulers", "lists a scheduler twice")
     return list(names)

@@ -12,13 +12,25 @@ Pure and Python 3.9 compatible.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from echelonflow.echelon import KINDS, check_job
 from echelonflow.errors import TraceError
+from echelonflow.fields import (
+    Field,
+    FieldError,
+    array,
+    integer,
+    mapping,
+    nullable,
+    number,
+    one_of,
+    read,
+    show,
+    text,
+)
 from echelonflow.fileio import read_json
 from echelonflow.model import (
     ComputeTask,
@@ -28,21 +40,28 @@ from echelonflow.model import (
     echelon_members,
 )
 
-TOP_FIELDS = {"jobs": True, "description": False}  # field -> required
-JOB_FIELDS = {"id": True, "tasks": True, "echelons": False, "description": False, "arrival_s": False,
-              "weight": False}
-COMPUTE_FIELDS = {"id": True, "type": True, "host": True, "duration_s": True, "deps": False, "label": False}
-FLOW_FIELDS = {
-    "id": True,
-    "type": True,
-    "src": True,
-    "dst": True,
-    "size_bytes": True,
-    "deps": False,
-    "echelon": False,
-    "label": False,
-}
-ECHELON_FIELDS = {"kind": False, "offsets_s": False}
+_ID = text()
+_SECONDS = number(0.0, what="a number of seconds")
+_DEPS = Field("deps", array(_ID, of="of task ids"), default=[])
+_LABEL = Field("label", text(nonempty=False), default="")
+TOP_FIELDS = (Field("jobs", array(nonempty=True, of="of jobs"), required=True),
+              Field("description", text(nonempty=False)))
+JOB_FIELDS = (Field("id", text(without="/"), required=True),
+              Field("tasks", array(nonempty=True, of="of tasks"), required=True),
+              Field("echelons", mapping(what="an object (echelon id -> settings)"), default={}),
+              Field("description", text(nonempty=False)),
+              Field("arrival_s", _SECONDS, default=0.0),
+              Field("weight", number(0.0, above=True), default=1.0))
+COMPUTE_FIELDS = (Field("id", _ID, required=True), Field("type", required=True),
+                  Field("host", _ID, required=True), Field("duration_s", _SECONDS, required=True),
+                  _DEPS, _LABEL)
+FLOW_FIELDS = (Field("id", _ID, required=True), Field("type", required=True),
+               Field("src", _ID, required=True), Field("dst", _ID, required=True),
+               Field("size_bytes", integer(1, what="a whole number of bytes"), required=True),
+               _DEPS, Field("echelon", _ID, default=""), _LABEL)
+ECHELON_FIELDS = (Field("kind", nullable(one_of(*KINDS))),
+                  Field("offsets_s", mapping(item=_SECONDS, what="an object (flow id -> seconds)"),
+                        default={}))
 TASK_TYPES = {"compute": COMPUTE_FIELDS, "flow": FLOW_FIELDS}
 
 
@@ -53,16 +72,11 @@ def load_trace(path: str | Path, known_hosts: Collection[str] | None = None) -> 
 
 def parse_trace(data: Any, source: str, known_hosts: Collection[str] | None = None) -> list[Job]:
     """Check already-decoded trace data; ``source`` names it in messages (a path, or e.g. '<scenario>')."""
-    if not isinstance(data, Mapping):
-        raise TraceError(f"{source}: a trace must be a JSON object with a 'jobs' list, got {_kind(data)}")
-    _check_fields(data, TOP_FIELDS, f"{source}: trace")
-    jobs_data = data["jobs"]
-    if not isinstance(jobs_data, list) or not jobs_data:
-        raise TraceError(f"{source}: 'jobs' must be a non-empty list, got {_kind(jobs_data)}")
+    top = _read(data, TOP_FIELDS, source, "an object with a 'jobs' list")
     hosts = set(known_hosts) if known_hosts is not None else None
     jobs: list[Job] = []
     seen: set[str] = set()
-    for index, job_data in enumerate(jobs_data):
+    for index, job_data in enumerate(top["jobs"]):
         job = _parse_job(job_data, f"{source}: jobs[{index}]", source, hosts)
         if job.job_id in seen:
             raise TraceError(f"{source}: job {job.job_id!r}: duplicate job id")
@@ -118,92 +132,61 @@ def save_trace(path: str | Path, jobs: Iterable[Job]) -> None:
 
 
 def _parse_job(data: Any, where: str, source: str, hosts: set[str] | None) -> Job:
-    if not isinstance(data, Mapping):
-        raise TraceError(f"{where}: a job must be an object, got {_kind(data)}")
-    if "id" not in data:
-        raise TraceError(f"{where}: missing field 'id'")
-    job_id = _identifier(data["id"], f"{where}: field 'id'")
-    if "/" in job_id:
-        raise TraceError(f"{where}: job id {job_id!r} must not contain '/' (it separates job and task ids)")
-    where = f"{source}: job {job_id!r}"
-    _check_fields(data, JOB_FIELDS, where)
-    tasks_data = data["tasks"]
-    if not isinstance(tasks_data, list) or not tasks_data:
-        raise TraceError(f"{where}: 'tasks' must be a non-empty list, got {_kind(tasks_data)}")
-    job = Job(job_id)
-    if "arrival_s" in data:
-        job.arrival_s = _number(data["arrival_s"], f"{where}: field 'arrival_s'")
-    if "weight" in data:
-        job.weight = _weight(data["weight"], f"{where}: field 'weight'")
-    for index, task_data in enumerate(tasks_data):
+    if isinstance(data, Mapping) and "id" in data:
+        _value(text(without="/"), "id", data["id"], where)
+        where = f"{source}: job {data['id']!r}"
+    fields = _read(data, JOB_FIELDS, where, "a job object")
+    job = Job(fields["id"])
+    job.arrival_s, job.weight = fields["arrival_s"], fields["weight"]
+    for index, task_data in enumerate(fields["tasks"]):
         task = _parse_task(task_data, where, index, hosts)
         if task.task_id in job.tasks:
             raise TraceError(f"{where}: task {task.task_id!r}: duplicate task id")
         job.add(task)
     check_job(job, where, TraceError)
-    _parse_echelons(data.get("echelons", {}), job, where)
+    _parse_echelons(fields["echelons"], job, where)
     return job
 
 
 def _parse_task(data: Any, where: str, index: int, hosts: set[str] | None) -> Task:
     at = f"{where}: tasks[{index}]"
+    if isinstance(data, Mapping) and "id" in data:
+        at = f"{where}: task {_value(_ID, 'id', data['id'], at)!r}"
     if not isinstance(data, Mapping):
-        raise TraceError(f"{at}: a task must be an object, got {_kind(data)}")
-    if "id" not in data:
-        raise TraceError(f"{at}: missing field 'id'")
-    task_id = _identifier(data["id"], f"{at}: field 'id'")
-    at = f"{where}: task {task_id!r}"
+        raise TraceError(f"{at}: must be a task object, got {show(data)}")
     if "type" not in data:
-        raise TraceError(f"{at}: missing field 'type' (one of: {', '.join(TASK_TYPES)})")
-    kind = data["type"]
-    if not isinstance(kind, str) or kind not in TASK_TYPES:
-        raise TraceError(f"{at}: unknown task type {kind!r} (valid: {', '.join(TASK_TYPES)})")
-    _check_fields(data, TASK_TYPES[kind], at)
-    deps = _deps(data.get("deps", []), at)
-    label = data.get("label", "")
-    if not isinstance(label, str):
-        raise TraceError(f"{at}: field 'label' must be a string, got {_kind(label)}")
-    if kind == "compute":
-        host = _host(data["host"], f"{at}: field 'host'", hosts)
-        duration_s = _number(data["duration_s"], f"{at}: field 'duration_s'")
-        return ComputeTask(task_id, host, duration_s, deps, label)
-    src = _host(data["src"], f"{at}: field 'src'", hosts)
-    dst = _host(data["dst"], f"{at}: field 'dst'", hosts)
+        raise TraceError(f"{at}: type: missing (one of: {', '.join(TASK_TYPES)})")
+    _value(one_of(*TASK_TYPES), "type", data["type"], at)
+    fields = _read(data, TASK_TYPES[data["type"]], at, "a task object")
+    deps = fields["deps"]
+    twice = [dep for dep in deps if deps.count(dep) > 1]
+    if twice:
+        raise TraceError(f"{at}: deps: lists {twice[0]!r} twice")
+    if data["type"] == "compute":
+        host = _host(fields["host"], "host", at, hosts)
+        return ComputeTask(fields["id"], host, fields["duration_s"], tuple(deps), fields["label"])
+    src = _host(fields["src"], "src", at, hosts)
+    dst = _host(fields["dst"], "dst", at, hosts)
     if src == dst:
         raise TraceError(f"{at}: src and dst are both {src!r} (a flow must cross the network)")
-    size_bytes = _size(data["size_bytes"], f"{at}: field 'size_bytes'")
-    echelon = data.get("echelon", "")
-    if "echelon" in data:
-        echelon = _identifier(echelon, f"{at}: field 'echelon'")
-    return FlowTask(task_id, src, dst, size_bytes, deps, echelon, label)
+    return FlowTask(fields["id"], src, dst, fields["size_bytes"], tuple(deps), fields["echelon"],
+                    fields["label"])
 
 
-def _parse_echelons(data: Any, job: Job, where: str) -> None:
-    if not isinstance(data, Mapping):
-        raise TraceError(f"{where}: 'echelons' must be an object (echelon id -> settings), got {_kind(data)}")
+def _parse_echelons(data: Mapping[str, Any], job: Job, where: str) -> None:
     members = echelon_members(job)
     for echelon_id, settings in data.items():
         at = f"{where}: echelon {echelon_id!r}"
         if echelon_id not in members:
             raise TraceError(f"{at}: no flow belongs to it (flows name it with 'echelon')")
-        if not isinstance(settings, Mapping):
-            raise TraceError(f"{at}: settings must be an object, got {_kind(settings)}")
-        _check_fields(settings, ECHELON_FIELDS, at)
-        kind = settings.get("kind")
-        if kind is not None and kind not in KINDS:
-            raise TraceError(f"{at}: unknown kind {kind!r} (valid: {', '.join(KINDS)})")
-        offsets = settings.get("offsets_s", {})
-        if not isinstance(offsets, Mapping):
-            raise TraceError(
-                f"{at}: 'offsets_s' must be an object (flow id -> seconds), got {_kind(offsets)}"
-            )
-        for flow_id, value in offsets.items():
+        fields = _read(settings, ECHELON_FIELDS, at, "a settings object")
+        kind, offsets = fields["kind"], fields["offsets_s"]
+        for flow_id, seconds in offsets.items():
             if flow_id not in members[echelon_id]:
                 raise TraceError(f"{at}: offsets_s names {flow_id!r}, which is not a flow of this echelon")
-            seconds = _number(value, f"{at}: offsets_s[{flow_id!r}]")
             if kind == "coflow" and seconds != 0:
                 raise TraceError(
-                    f"{at}: a coflow's offsets are all 0, but offsets_s[{flow_id!r}] is {value!r}"
+                    f"{at}: a coflow's offsets are all 0, but offsets_s[{flow_id!r}] is {seconds!r}"
                 )
             job.explicit_offsets_s[flow_id] = seconds
         missing = [fid for fid in members[echelon_id] if offsets and fid not in offsets]
@@ -216,75 +199,25 @@ def _parse_echelons(data: Any, job: Job, where: str) -> None:
 # -------------------------------------------------------------------------------------------- values
 
 
-def _check_fields(data: Mapping, fields: Mapping[str, bool], where: str) -> None:
-    for name in data:
-        if name not in fields:
-            raise TraceError(f"{where}: unknown field {name!r} (valid: {', '.join(fields)})")
-    for name, required in fields.items():
-        if required and name not in data:
-            raise TraceError(f"{where}: missing field {name!r}")
+def _read(data: Any, declared: Any, where: str, what: str) -> dict[str, Any]:
+    """``read`` (the one field checker) with ``where`` (file, job, task) in front of its error."""
+    try:
+        return read(data, declared, what=what)
+    except FieldError as err:
+        raise TraceError(f"{where}: {err}") from None
 
 
-def _identifier(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise TraceError(f"{where} must be a non-empty string, got {value!r}")
-    return value
+def _value(check: Any, field: str, value: Any, where: str) -> Any:
+    try:
+        return check(field, value)
+    except FieldError as err:
+        raise TraceError(f"{where}: {err}") from None
 
 
-def _host(value: Any, where: str, hosts: set[str] | None) -> str:
-    name = _identifier(value, where)
+def _host(name: str, field: str, where: str, hosts: set[str] | None) -> str:
     if hosts is not None and name not in hosts:
-        raise TraceError(f"{where}: unknown host {name!r} (the topology has {_few(sorted(hosts))})")
+        raise TraceError(f"{where}: {field}: unknown host {name!r} (the topology has {_few(sorted(hosts))})")
     return name
-
-
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TraceError(f"{where} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value):
-        raise TraceError(f"{where} must be finite, got {value!r}")
-    if value < 0:
-        raise TraceError(f"{where} must not be negative, got {value!r}")
-    return float(value)
-
-
-def _weight(value: Any, where: str) -> float:
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value <= 0:
-        raise TraceError(f"{where} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def _size(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TraceError(f"{where} must be a whole number of bytes, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise TraceError(f"{where} must be finite, got {value!r}")
-    if value < 0:
-        raise TraceError(f"{where} must not be negative, got {value!r}")
-    if isinstance(value, float) and not value.is_integer():
-        raise TraceError(f"{where} must be a whole number of bytes, got {value!r}")
-    if value == 0:
-        raise TraceError(f"{where} must be at least 1 byte, got {value!r}")
-    return int(value)
-
-
-def _deps(value: Any, where: str) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise TraceError(f"{where}: field 'deps' must be a list of task ids, got {_kind(value)}")
-    deps = [_identifier(dep, f"{where}: field 'deps' entry") for dep in value]
-    for dep in deps:
-        if deps.count(dep) > 1:
-            raise TraceError(f"{where}: field 'deps' lists {dep!r} twice")
-    return tuple(deps)
-
-
-def _kind(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
-    for cls, name in names.items():
-        if isinstance(value, cls):
-            return name
-    return "a number" if isinstance(value, (int, float)) else type(value).__name__
 
 
 def _few(names: list[str], limit: int = 8) -> str:

@@ -300,12 +300,14 @@ def good_spec_dict(tmp_path):
         (lambda d: d["hosts_ip"].pop("h2"), "unknown host 'h2'"),
         (lambda d: d["jobs"][0]["tasks"][1].update(deps=["nope"]), "unknown dependency 'nope'"),
         (lambda d: d["jobs"][0]["tasks"][0].update(deps=["long"]), "dependency cycle"),
-        (lambda d: d["jobs"][0]["tasks"][1].update(size_bytes=-1), "'size_bytes' must not be negative"),
-        (lambda d: d["jobs"][0]["tasks"][0].update(type="gpu"), "unknown task type 'gpu'"),
+        (lambda d: d["jobs"][0]["tasks"][1].update(size_bytes=-1),
+         "task 'f1': size_bytes: must be a whole number of bytes >= 1, got -1"),
+        (lambda d: d["jobs"][0]["tasks"][0].update(type="gpu"),
+         "task 'c1': type: must be one of compute, flow, got 'gpu'"),
         (lambda d: d.update(run_timeout_s=0), "'run_timeout_s' must be a positive number"),
         (lambda d: d["jobs"].append(d["jobs"][0]), "duplicate job id"),
         (lambda d: d.update(jobs=[]), "'jobs' must be a non-empty list"),
-        (lambda d: d["jobs"][0].update(format="v0"), "unknown field 'format'"),
+        (lambda d: d["jobs"][0].update(format="v0"), "job 's': format: unknown field (allowed: id, tasks,"),
         (lambda d: d.update(registry={"socket_path": "/s", "token_file": "/t", "start_wait_s": -1}),
          "registry 'start_wait_s' must be a number of seconds in \\[0, 60\\]"),
     ],
@@ -442,7 +444,7 @@ def test_a_job_the_trace_format_cannot_carry_fails_before_any_agent_starts(tmp_p
     job = Job("z")
     job.add(ComputeTask("c", "h1", 0.01))
     job.add(FlowTask("f", "h1", "h2", 0, ("c",)))
-    with pytest.raises(EmulationError, match="'size_bytes' must be at least 1 byte"):
+    with pytest.raises(EmulationError, match="size_bytes: must be a whole number of bytes >= 1, got 0"):
         run([job], tmp_path)
     assert os.listdir(tmp_path) == []  # no spec written, no agent started
 

@@ -85,4 +85,4 @@ def test_bad_scenario_file_is_one_line_exit_2(tmp_path: Path) -> None:
     path.write_text(json.dumps({"topology": {"kind": "two_hosts", "rate_mbps": 10}, "jobs": [{"trace": 3}]}))
     proc = run_cli("simulate", str(path))
     assert proc.returncode == 2
-    assert proc.stderr.startswith(f"echelon: error: scenario {path}: field jobs[0].trace")
+    assert proc.stderr.startswith(f"echelon: error: scenario {path}: jobs[0].trace")

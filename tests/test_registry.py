@@ -10,6 +10,7 @@ import pytest
 
 from controller.registry import ConflictError, NotFoundError, Registry, RegistryError
 from controller.store import Store, StoreError, open_registry
+from echelonflow.fields import FieldError
 from echelonflow.topology import fattree, two_hosts
 
 RATE_BPS = 20e6
@@ -98,39 +99,39 @@ def test_reference_time_follows_the_earliest_anchor(topo):
 BAD_REQUESTS = [
     # (call, field, exception type)
     (lambda r: r.add_job("j1"), "job_id", ConflictError),
-    (lambda r: r.add_job("bad/id"), "job_id", RegistryError),
-    (lambda r: r.add_job(7), "job_id", RegistryError),
-    (lambda r: r.add_job("j2", weight=True), "weight", RegistryError),
-    (lambda r: r.add_job("j2", weight=0), "weight", RegistryError),
-    (lambda r: r.add_job("j2", weight=float("nan")), "weight", RegistryError),
+    (lambda r: r.add_job("bad/id"), "job_id", FieldError),
+    (lambda r: r.add_job(7), "job_id", FieldError),
+    (lambda r: r.add_job("j2", weight=True), "weight", FieldError),
+    (lambda r: r.add_job("j2", weight=0), "weight", FieldError),
+    (lambda r: r.add_job("j2", weight=float("nan")), "weight", FieldError),
     (lambda r: r.add_echelon("nope", "e"), "job_id", NotFoundError),
     (lambda r: r.add_echelon("j1", "e1"), "echelon_id", ConflictError),
-    (lambda r: r.add_echelon("j1", "e2", kind="ring"), "kind", RegistryError),
-    (lambda r: r.add_echelon("j1", "e2", flows="f"), "flows", RegistryError),
-    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a"), 3]), "flows[1]", RegistryError),
+    (lambda r: r.add_echelon("j1", "e2", kind="ring"), "kind", FieldError),
+    (lambda r: r.add_echelon("j1", "e2", flows="f"), "flows", FieldError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a"), 3]), "flows[1]", FieldError),
     (lambda r: r.add_echelon("j1", "e2", flows=[flow("a"), flow("b", size=0)]), "flows[1].size_bytes",
-     RegistryError),
-    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", size=-5)]), "flows[0].size_bytes", RegistryError),
-    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", size="10")]), "flows[0].size_bytes", RegistryError),
-    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", size=True)]), "flows[0].size_bytes", RegistryError),
-    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", size=1.5)]), "flows[0].size_bytes", RegistryError),
-    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", offset_s=-1)]), "flows[0].offset_s", RegistryError),
-    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", "h1", "h99")]), "flows[0].dst", RegistryError),
-    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", "h3", "h3")]), "flows[0].dst", RegistryError),
+     FieldError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", size=-5)]), "flows[0].size_bytes", FieldError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", size="10")]), "flows[0].size_bytes", FieldError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", size=True)]), "flows[0].size_bytes", FieldError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", size=1.5)]), "flows[0].size_bytes", FieldError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", offset_s=-1)]), "flows[0].offset_s", FieldError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", "h1", "h99")]), "flows[0].dst", FieldError),
+    (lambda r: r.add_echelon("j1", "e2", flows=[flow("a", "h3", "h3")]), "flows[0].dst", FieldError),
     (lambda r: r.add_echelon("j1", "e2", flows=[flow("a"), flow("a")]), "flows[1].flow_id", ConflictError),
     (lambda r: r.add_echelon("j1", "e2", flows=[flow("f1")]), "flows[0].flow_id", ConflictError),
     (lambda r: r.add_echelon("j1", "e2", flows=[{**flow("a"), "colour": 1}]), "flows[0].colour",
-     RegistryError),
+     FieldError),
     (lambda r: r.add_echelon("j1", "e2", flows=[{"flow_id": "a", "src": "h1", "dst": "h2"}]),
-     "flows[0].size_bytes", RegistryError),
+     "flows[0].size_bytes", FieldError),
     (lambda r: r.add_echelon("j1", "e2", kind="coflow", flows=[flow("a", offset_s=1)]), "flows[0].offset_s",
-     RegistryError),
+     FieldError),
     (lambda r: r.add_flows("j1", "e9", [flow("a")]), "echelon_id", NotFoundError),
-    (lambda r: r.add_flows("j1", "e1", []), "flows", RegistryError),
+    (lambda r: r.add_flows("j1", "e1", []), "flows", FieldError),
     (lambda r: r.flow_started("j1", "nope", 1, 2, 0.0), "flow_id", NotFoundError),
-    (lambda r: r.flow_started("j1", "f1", 0, 2, 0.0), "src_port", RegistryError),
-    (lambda r: r.flow_started("j1", "f1", 1, 70000, 0.0), "dst_port", RegistryError),
-    (lambda r: r.flow_started("j1", "f1", 1, 2, -3.0), "start_s", RegistryError),
+    (lambda r: r.flow_started("j1", "f1", 0, 2, 0.0), "src_port", FieldError),
+    (lambda r: r.flow_started("j1", "f1", 1, 70000, 0.0), "dst_port", FieldError),
+    (lambda r: r.flow_started("j1", "f1", 1, 2, -3.0), "start_s", FieldError),
     (lambda r: r.flow_progress("j1", "f1", 10), "flow_id", ConflictError),  # not started
     (lambda r: r.flow_finished("j1", "f1", 5.0), "flow_id", ConflictError),  # not started
 ]
@@ -155,7 +156,7 @@ def test_state_conflicts_after_start(reg):
         (lambda: reg.flow_finished("j1", "f1", 0.5), "finish_s"),  # before its start
         (lambda: reg.flow_finished("j1", "f1", 2.0, bytes_sent=-1), "bytes_sent"),
     ]:
-        with pytest.raises(RegistryError) as info:
+        with pytest.raises(FieldError) as info:
             call()
         assert info.value.field == field
     assert reg.dump() == before and reg.version == version

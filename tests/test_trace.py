@@ -125,18 +125,19 @@ def mutate(fn):
 
 
 BAD = [
-    ("not an object", [1, 2], "a trace must be a JSON object with a 'jobs' list, got a list"),
-    ("no jobs", {"jobs": []}, "'jobs' must be a non-empty list"),
-    ("top-level unknown field", mutate(lambda d: d.update(version=1)), "trace: unknown field 'version'"),
-    ("job not object", {"jobs": ["j1"]}, "jobs[0]: a job must be an object"),
-    ("job without id", mutate(lambda d: d["jobs"][0].pop("id")), "jobs[0]: missing field 'id'"),
+    ("not an object", [1, 2], "must be an object with a 'jobs' list, got [1, 2]"),
+    ("no jobs", {"jobs": []}, "jobs: must be a non-empty array of jobs, got []"),
+    ("top-level unknown field", mutate(lambda d: d.update(version=1)),
+     "version: unknown field (allowed: jobs, description)"),
+    ("job not object", {"jobs": ["j1"]}, "jobs[0]: must be a job object, got 'j1'"),
+    ("job without id", mutate(lambda d: d["jobs"][0].pop("id")), "jobs[0]: id: missing"),
     ("job id with slash", mutate(lambda d: d["jobs"][0].update(id="a/b")), "must not contain '/'"),
     (
         "job unknown field",
         mutate(lambda d: d["jobs"][0].update(priority=2)),
-        "job 'j1': unknown field 'priority'",
+        "job 'j1': priority: unknown field (allowed: id, tasks, echelons, description, arrival_s, weight)",
     ),
-    ("job missing tasks", mutate(lambda d: d["jobs"][0].pop("tasks")), "job 'j1': missing field 'tasks'"),
+    ("job missing tasks", mutate(lambda d: d["jobs"][0].pop("tasks")), "job 'j1': tasks: missing"),
     (
         "duplicate job",
         mutate(lambda d: d["jobs"].append(copy.deepcopy(d["jobs"][0]))),
@@ -150,36 +151,38 @@ BAD = [
     (
         "missing field",
         mutate(lambda d: task(d, 0).pop("duration_s")),
-        "task 'c1': missing field 'duration_s'",
+        "job 'j1': task 'c1': duration_s: missing",
     ),
-    ("missing type", mutate(lambda d: task(d, 0).pop("type")), "task 'c1': missing field 'type'"),
-    ("task unknown field", mutate(lambda d: task(d, 0).update(gpu=1)), "task 'c1': unknown field 'gpu'"),
+    ("missing type", mutate(lambda d: task(d, 0).pop("type")),
+     "job 'j1': task 'c1': type: missing (one of: compute, flow)"),
+    ("task unknown field", mutate(lambda d: task(d, 0).update(gpu=1)),
+     "job 'j1': task 'c1': gpu: unknown field (allowed: id, type, host, duration_s, deps, label)"),
     (
         "flow field on compute",
         mutate(lambda d: task(d, 0).update(echelon="e1")),
-        "task 'c1': unknown field 'echelon'",
+        "job 'j1': task 'c1': echelon: unknown field (allowed: id, type, host, duration_s, deps, label)",
     ),
     (
         "unknown type",
         mutate(lambda d: task(d, 0).update(type="sleep")),
-        "task 'c1': unknown task type 'sleep'",
+        "job 'j1': task 'c1': type: must be one of compute, flow, got 'sleep'",
     ),
-    ("task id missing", mutate(lambda d: task(d, 0).pop("id")), "job 'j1': tasks[0]: missing field 'id'"),
+    ("task id missing", mutate(lambda d: task(d, 0).pop("id")), "job 'j1': tasks[0]: id: missing"),
     (
         "empty id",
         mutate(lambda d: task(d, 0).update(id="")),
-        "tasks[0]: field 'id' must be a non-empty string",
+        "job 'j1': tasks[0]: id: must be a non-empty string, got ''",
     ),
     ("unknown dep", mutate(lambda d: task(d, 1).update(deps=["c0"])), "task 'c2': unknown dependency 'c0'"),
     (
         "deps not list",
         mutate(lambda d: task(d, 1).update(deps="c1")),
-        "task 'c2': field 'deps' must be a list",
+        "job 'j1': task 'c2': deps: must be an array of task ids, got 'c1'",
     ),
     (
         "dep twice",
         mutate(lambda d: task(d, 1).update(deps=["c1", "c1"])),
-        "task 'c2': field 'deps' lists 'c1' twice",
+        "job 'j1': task 'c2': deps: lists 'c1' twice",
     ),
     ("cycle", mutate(lambda d: task(d, 0).update(deps=["r2"])), "dependency cycle"),
     (
@@ -190,50 +193,57 @@ BAD = [
     (
         "negative size",
         mutate(lambda d: task(d, 2).update(size_bytes=-5)),
-        "task 'f1': field 'size_bytes' must not be",
+        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes >= 1, got -5",
     ),
     (
         "zero size",
         mutate(lambda d: task(d, 2).update(size_bytes=0)),
-        "task 'f1': field 'size_bytes' must be at least",
+        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes >= 1, got 0",
     ),
     (
         "string size",
         mutate(lambda d: task(d, 2).update(size_bytes="2kB")),
-        "'size_bytes' must be a whole number",
+        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes >= 1, got '2kB'",
     ),
     (
         "bool size",
         mutate(lambda d: task(d, 2).update(size_bytes=True)),
-        "'size_bytes' must be a whole number",
+        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes >= 1, got true",
     ),
     (
         "fractional size",
         mutate(lambda d: task(d, 2).update(size_bytes=2.5)),
-        "'size_bytes' must be a whole number",
+        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes >= 1, got 2.5",
     ),
-    ("inf size", mutate(lambda d: task(d, 2).update(size_bytes=math.inf)), "'size_bytes' must be finite"),
+    ("inf size", mutate(lambda d: task(d, 2).update(size_bytes=math.inf)),
+     "job 'j1': task 'f1': size_bytes: must be a whole number of bytes >= 1, got inf"),
     (
         "negative duration",
         mutate(lambda d: task(d, 0).update(duration_s=-1)),
-        "'duration_s' must not be negative",
+        "job 'j1': task 'c1': duration_s: must be a number of seconds >= 0, got -1",
     ),
-    ("nan duration", mutate(lambda d: task(d, 0).update(duration_s=math.nan)), "'duration_s' must be finite"),
-    ("null duration", mutate(lambda d: task(d, 0).update(duration_s=None)), "'duration_s' must be a number"),
-    ("bool duration", mutate(lambda d: task(d, 0).update(duration_s=False)), "'duration_s' must be a number"),
+    ("nan duration", mutate(lambda d: task(d, 0).update(duration_s=math.nan)),
+     "job 'j1': task 'c1': duration_s: must be a number of seconds >= 0, got nan"),
+    ("null duration", mutate(lambda d: task(d, 0).update(duration_s=None)),
+     "job 'j1': task 'c1': duration_s: must be a number of seconds >= 0, got null"),
+    ("bool duration", mutate(lambda d: task(d, 0).update(duration_s=False)),
+     "job 'j1': task 'c1': duration_s: must be a number of seconds >= 0, got false"),
     ("src is dst", mutate(lambda d: task(d, 2).update(dst="h1")), "task 'f1': src and dst are both 'h1'"),
-    ("label type", mutate(lambda d: task(d, 2).update(label=3)), "task 'f1': field 'label' must be a string"),
-    ("echelons type", mutate(lambda d: d["jobs"][0].update(echelons=[])), "'echelons' must be an object"),
+    ("label type", mutate(lambda d: task(d, 2).update(label=3)),
+     "job 'j1': task 'f1': label: must be a string, got 3"),
+    ("echelons type", mutate(lambda d: d["jobs"][0].update(echelons=[])),
+     "job 'j1': echelons: must be an object (echelon id -> settings), got []"),
     (
         "unknown echelon",
         mutate(lambda d: d["jobs"][0]["echelons"].update(e9={})),
         "echelon 'e9': no flow belongs",
     ),
-    ("bad kind", mutate(lambda d: d["jobs"][0]["echelons"]["e1"].update(kind="flat")), "unknown kind 'flat'"),
+    ("bad kind", mutate(lambda d: d["jobs"][0]["echelons"]["e1"].update(kind="flat")),
+     "job 'j1': echelon 'e1': kind: must be one of coflow, staggered, got 'flat'"),
     (
         "echelon field",
         mutate(lambda d: d["jobs"][0]["echelons"]["e1"].update(rate=1)),
-        "unknown field 'rate'",
+        "job 'j1': echelon 'e1': rate: unknown field (allowed: kind, offsets_s)",
     ),
     (
         "offset unknown flow",
@@ -253,7 +263,7 @@ BAD = [
     (
         "negative offset",
         mutate(lambda d: d["jobs"][0]["echelons"]["e1"].update(offsets_s={"f1": 0, "f2": -1})),
-        "offsets_s['f2'] must not be negative",
+        "job 'j1': echelon 'e1': offsets_s['f2']: must be a number of seconds >= 0, got -1",
     ),
     (
         "coflow with offsets",
@@ -303,7 +313,7 @@ def _has_nonjson(data):
 
 def test_unknown_host_when_topology_is_known(tmp_path: Path) -> None:
     with pytest.raises(
-        TraceError, match=r"task 'f1': field 'dst': unknown host 'h2' \(the topology has h1, h3\)"
+        TraceError, match=r"task 'f1': dst: unknown host 'h2' \(the topology has h1, h3\)"
     ):
         load_trace(write(tmp_path, VALID), known_hosts=["h1", "h3"])
 

@@ -123,11 +123,12 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     emulated = Results(scenario.name, "emulate")
     settings = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace, capture=capture)
     if live:
-        from controller.command import DEFAULT_API_PORT, DEFAULT_METRICS_PORT
+        from controller.config import ControllerConfig
 
-        settings.api_port, settings.metrics_port = DEFAULT_API_PORT, DEFAULT_METRICS_PORT
-        say(f"live dashboard: http://127.0.0.1:{DEFAULT_API_PORT}/ui/  metrics: "
-            f"http://127.0.0.1:{DEFAULT_METRICS_PORT}/metrics")
+        defaults = ControllerConfig()
+        settings.api_port, settings.metrics_port = defaults.api_port, defaults.metrics_port
+        say(f"live dashboard: http://127.0.0.1:{defaults.api_port}/ui/  metrics: "
+            f"http://127.0.0.1:{defaults.metrics_port}/metrics")
     planned = len(simulated.runs) * repeat
 
     def checkpoint(reason: str | None = None, complete: bool = False) -> Any:

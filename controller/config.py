@@ -1,0 +1,216 @@
+"""The controller's settings: one object, one set of defaults, one check, three ways in.
+
+:class:`ControllerConfig` holds everything ``controller/app.py`` needs besides the framework's own options
+(the OpenFlow port and address are os-ken's ``--ofp-tcp-listen-port`` / ``--ofp-listen-host``).  Each
+setting is declared once in :data:`SETTINGS`: its name, its environment variable, its default and its
+check (the project's one field checker, :mod:`echelonflow.fields`), so a bad value from anywhere is one
+line naming where it came from, e.g. ``ECHELON_API_PORT: must be an integer between 1 and 65535, got
+'80a'``.  The app reads, lowest to highest precedence:
+
+1. the defaults: the k=4 fat-tree at 10 Mbit/s, the API on 127.0.0.1:8181, the registry in
+   /var/lib/echelon, so a plain ``osken-manager controller/app.py`` runs;
+2. an ``[echelon]`` section of the manager's ``--config-file`` (how Ryu and os-ken apps take options)::
+
+       [echelon]
+       topology = leafspine
+       topology_params = {"leaves": 4, "spines": 2, "hosts_per_leaf": 4}
+       rate_mbps = 20
+       api_port = 8282
+
+3. ``ECHELON_*`` environment variables, which ``controller.launcher.ControllerProcess`` writes with
+   :meth:`ControllerConfig.to_env` (the launcher also writes the topology as a spec file, ``topology_file``).
+
+Kept Python 3.9 compatible; no os-ken import (the app hands in its ``cfg`` module).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from controller.auth import DEFAULT_TOKEN_PATH
+from controller.store import DEFAULT_PATH as DEFAULT_STORE_PATH
+from echelonflow.errors import UserError
+from echelonflow.fields import Check, FieldError, integer, mapping, nullable, number, one_of, text
+from echelonflow.topology import BUILDERS, Topology, TopologyError, build
+
+DEFAULT_METRICS_PORT = 9302  # Faucet's exporter port (controller.metrics serves it)
+OFF = "off"
+
+
+class ConfigError(UserError):
+    """A setting that cannot be used; the message names the variable or option and the problem."""
+
+
+def _topology_param(field: str, value: Any) -> Any:
+    """A topology builder parameter: a number > 0, kept as given (``k`` must stay an integer)."""
+    number(0.0, above=True)(field, value)
+    return value
+
+
+def _port_or_off(field: str, value: Any) -> int | None:
+    return None if value in (None, OFF) else integer(1, 65535)(field, value)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One declared setting: where it comes from and what it may be."""
+
+    name: str
+    env: str
+    default: Any
+    check: Check
+    parse: Callable[[str], Any]
+    help: str
+
+
+def _json_object(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw  # the check then says what it must be
+
+
+def _number_text(kind: type) -> Callable[[str], Any]:
+    def parse(raw: str) -> Any:
+        try:
+            return kind(raw)
+        except ValueError:
+            return raw  # the check then says what it must be
+
+    return parse
+
+
+_INT, _FLOAT = _number_text(int), _number_text(float)
+SETTINGS = (
+    Setting("topology_file", "ECHELON_TOPOLOGY", None, nullable(text()), str,
+            "topology spec JSON file (the launcher writes one); overrides the three settings below"),
+    Setting("topology", "ECHELON_TOPOLOGY_KIND", "fattree", one_of(*BUILDERS), str, "topology kind"),
+    Setting("topology_params", "ECHELON_TOPOLOGY_PARAMS", {"k": 4}, mapping(item=_topology_param),
+            _json_object, 'the kind\'s parameters as a JSON object, e.g. {"k": 4}'),
+    Setting("rate_mbps", "ECHELON_RATE_MBPS", 10.0, number(0.0, above=True), _FLOAT, "link rate in Mbit/s"),
+    Setting("queues", "ECHELON_QUEUES", 4, integer(2, 8), _INT, "priority classes per port, as the fabric"),
+    Setting("route_idle_s", "ECHELON_ROUTE_IDLE_S", 30, integer(1, 65535), _INT,
+            "idle timeout of per-host-pair routes"),
+    Setting("meter_burst_s", "ECHELON_METER_BURST_S", 0.2, number(0.0, 10.0, above=True), _FLOAT,
+            "a meter's bucket in seconds of its rate"),
+    Setting("meter_min_burst_kbit", "ECHELON_METER_MIN_BURST_KBIT", 1000, integer(1, 10**7), _INT,
+            "smallest meter bucket"),
+    Setting("store", "ECHELON_STORE", DEFAULT_STORE_PATH, text(), str, "registry SQLite file"),
+    Setting("token_file", "ECHELON_TOKEN_FILE", DEFAULT_TOKEN_PATH, text(), str, "API bearer token file"),
+    Setting("api_host", "ECHELON_API_HOST", "127.0.0.1", text(), str, "API TCP address"),
+    Setting("api_port", "ECHELON_API_PORT", 8181, integer(1, 65535), _INT, "API TCP port"),
+    Setting("api_socket", "ECHELON_API_SOCKET", "", text(nonempty=False), str,
+            "API Unix socket (empty: /run/echelon/controller-<api_port>.sock)"),
+    Setting("interval_s", "ECHELON_INTERVAL_S", 0.5, number(0.0, 3600.0, above=True), _FLOAT,
+            "reschedule interval"),
+    Setting("stats_interval_s", "ECHELON_STATS_INTERVAL_S", 1.0, number(0.0, 3600.0), _FLOAT,
+            "switch counter poll interval (0: off)"),
+    Setting("metrics_host", "ECHELON_METRICS_HOST", "127.0.0.1", text(), str, "Prometheus /metrics address"),
+    Setting("metrics_port", "ECHELON_METRICS_PORT", DEFAULT_METRICS_PORT, _port_or_off,
+            lambda raw: raw if raw == OFF else _INT(raw), "Prometheus /metrics port ('off': none)"),
+)
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """Every setting of the controller app (see :data:`SETTINGS` for what each one is)."""
+
+    topology_file: str | None = None
+    topology: str = "fattree"
+    topology_params: Mapping[str, int] = None  # type: ignore[assignment]  # set in __post_init__
+    rate_mbps: float = 10.0
+    queues: int = 4
+    route_idle_s: int = 30
+    meter_burst_s: float = 0.2
+    meter_min_burst_kbit: int = 1000
+    store: str = DEFAULT_STORE_PATH
+    token_file: str = DEFAULT_TOKEN_PATH
+    api_host: str = "127.0.0.1"
+    api_port: int = 8181
+    api_socket: str = ""
+    interval_s: float = 0.5
+    stats_interval_s: float = 1.0
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = DEFAULT_METRICS_PORT
+
+    def __post_init__(self) -> None:
+        if self.topology_params is None:
+            object.__setattr__(self, "topology_params", dict(_BY_NAME["topology_params"].default))
+        for spec in SETTINGS:
+            try:
+                value = spec.check(spec.name, getattr(self, spec.name))
+            except FieldError as err:
+                raise ConfigError(str(err)) from None
+            object.__setattr__(self, spec.name, value)
+
+    # ------------------------------------------------------------------ sources
+    def with_strings(self, values: Mapping[str, str], label: Callable[[Setting], str]) -> ControllerConfig:
+        """This config with the given settings replaced by parsed strings; errors name ``label(setting)``."""
+        changes = {}
+        for spec in SETTINGS:
+            raw = values.get(spec.name)
+            if raw is None:
+                continue
+            value = None if spec.name == "topology_file" and raw == "" else spec.parse(raw)
+            try:
+                changes[spec.name] = spec.check(label(spec), value)
+            except FieldError as err:
+                raise ConfigError(str(err)) from None
+        return replace(self, **changes)
+
+    @classmethod
+    def load(cls, environ: Mapping[str, str], options: Any = None) -> ControllerConfig:
+        """Defaults, then the ``[echelon]`` options of a config file (``options``: the registered oslo
+        group, or None), then the ``ECHELON_*`` environment."""
+        config = cls()
+        if options is not None:
+            from_file = {s.name: getattr(options, s.name) for s in SETTINGS
+                         if getattr(options, s.name, None) is not None}
+            config = config.with_strings(from_file, lambda s: f"[echelon] {s.name}")
+        from_env = {s.name: environ[s.env] for s in SETTINGS if s.env in environ}
+        return config.with_strings(from_env, lambda s: s.env)
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that makes the app read exactly this config back (:meth:`load`)."""
+        out = {}
+        for spec in SETTINGS:
+            value = getattr(self, spec.name)
+            if value is None:
+                out[spec.env] = OFF if spec.name == "metrics_port" else ""
+            elif isinstance(value, Mapping):
+                out[spec.env] = json.dumps(dict(value), sort_keys=True)
+            else:
+                out[spec.env] = repr(value) if isinstance(value, float) else str(value)
+        return out
+
+    # ------------------------------------------------------------------ what the app builds from it
+    def build_topology(self) -> Topology:
+        """The topology: the spec file if one is set, else kind, parameters and rate."""
+        if self.topology_file:
+            from controller.topology_spec import load_spec
+
+            return load_spec(self.topology_file)
+        try:
+            return build(self.topology, self.rate_mbps * 1e6, **dict(self.topology_params))
+        except TopologyError as exc:
+            raise ConfigError(f"topology {self.topology} {dict(self.topology_params)}: {exc}") from None
+
+    @property
+    def socket_path(self) -> str | None:
+        return self.api_socket or None
+
+
+def oslo_options(cfg: Any) -> list[Any]:
+    """The settings as oslo.config options (all strings, parsed and checked like the environment), for
+    ``cfg.CONF.register_opts(oslo_options(cfg), group="echelon")`` in the app."""
+    return [cfg.StrOpt(spec.name, default=None, help=f"{spec.help} (default {_shown(spec)})")
+            for spec in SETTINGS]
+
+
+def _shown(spec: Setting) -> str:
+    value = spec.default
+    return json.dumps(value) if isinstance(value, dict) else str(value)
