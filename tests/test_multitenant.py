@@ -174,7 +174,7 @@ def test_bundled_scenario_and_cli(tmp_path: Path) -> None:
     assert "jobs[0].multi_tenant" in out.stderr and "'load' must be a finite number > 0" in out.stderr
     bad.write_text(json.dumps({"topology": {"kind": "fattree", "k": 4, "rate_mbps": 10},
                                "jobs": [{"multi_tenant": {"jobs": 3, "load": 1}, "seed": 2}]}))
-    with pytest.raises(ScenarioError, match="unknown field 'seed'"):
+    with pytest.raises(ScenarioError, match="seed: unknown field"):
         load_scenario(str(bad))
 
 
