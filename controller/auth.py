@@ -4,7 +4,7 @@ State-changing calls need ``Authorization: Bearer <token>``; reads are open.  Th
 only way to learn the token, so whoever may change the schedule must be able to read it (root on this
 machine; Mininet hosts run as root and share the file system).
 
-Kept Python 3.9 compatible; stdlib only.
+Kept Python 3.9 compatible; stdlib and the core's atomic writer only.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+
+from echelonflow.fileio import write_text_atomic
 
 DEFAULT_TOKEN_PATH = "/run/echelon/token"
 
@@ -26,17 +28,9 @@ def generate_token() -> str:
 
 def write_token(path: str, token: str) -> None:
     """Write ``token`` to ``path`` with mode 0600 (directory 0700 if created), replacing it atomically."""
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.fchmod(fd, 0o600)  # O_CREAT's mode is masked by umask; be explicit
-            os.write(fd, (token + "\n").encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+        write_text_atomic(path, token + "\n", mode=0o600)
     except OSError as exc:
         raise TokenError(f"cannot write API token file {path!r}: {exc.strerror}") from None
 

@@ -66,10 +66,13 @@ def read_json(path: str | os.PathLike, what: str,
         raise error(f"{what} {path}: not valid JSON ({exc})") from None
 
 
-def write_text_atomic(path: str, text: str) -> None:
+def write_text_atomic(path: str, text: str, mode: int = 0o600) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed over it, with permissions ``mode``
+    (mkstemp's 0600 unless asked otherwise; the API token relies on it)."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
