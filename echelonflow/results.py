@@ -214,9 +214,15 @@ class Results:
     scenario: str
     mode: str
     runs: list[RunResult] = field(default_factory=list)
+    # An emulation run on a time-dilated scenario (``echelonflow.dilation``): the factor, how it was chosen
+    # and, when measured, the calibration; the runs' times are already in the undilated time scale.
+    dilation: dict[str, Any] | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {"scenario": self.scenario, "mode": self.mode, "runs": [r.to_json_dict() for r in self.runs]}
+        out = {"scenario": self.scenario, "mode": self.mode, "runs": [r.to_json_dict() for r in self.runs]}
+        if self.dilation is not None:
+            out["dilation"] = self.dilation
+        return out
 
     @classmethod
     def from_json_dict(cls, data: dict[str, Any]) -> Results:
@@ -227,7 +233,11 @@ class Results:
                 raise UserError(f"result document has no {key!r} field")
         if not isinstance(data["runs"], list):
             raise UserError("result field 'runs' must be a list")
-        return cls(data["scenario"], data["mode"], [RunResult.from_json_dict(r) for r in data["runs"]])
+        dilation = data.get("dilation")
+        if dilation is not None and not isinstance(dilation, dict):
+            raise UserError("result field 'dilation' must be an object")
+        runs = [RunResult.from_json_dict(r) for r in data["runs"]]
+        return cls(data["scenario"], data["mode"], runs, dilation)
 
 
 def format_table(results: Results) -> str:

@@ -146,7 +146,7 @@ def fidelity(emulated: Results, simulated: Results) -> dict[str, Any]:
     return {"scenario": emulated.scenario, "targets": {"gap": GAP_TARGET, "gain_kept": GAIN_KEPT_TARGET,
                                                       "spread": SPREAD_TARGET},
             "jobs": jobs, "objective": objective, "gains": _gains(summary, sim),
-            "runs": run_verdicts(emulated)}
+            "runs": run_verdicts(emulated), "dilation": emulated.dilation}
 
 
 def run_verdicts(emulated: Results) -> list[dict[str, Any]]:
@@ -255,8 +255,40 @@ def format_fidelity(doc: dict[str, Any]) -> str:
                                    ["comparison", "metric", "sim_gain", "emu_gain", "kept", "target", "runs"],
                                    gain_rows)]
     parts.append("```")
+    parts += _format_dilation(doc.get("dilation"))
     parts += _format_runs(doc.get("runs", []))
     return "\n".join(parts) + "\n"
+
+
+def dilation_line(dilation: dict[str, Any] | None) -> str:
+    """One line saying a run was time-dilated, by how much and how the factor was chosen ('' if not)."""
+    if not dilation:
+        return ""
+    how = ("chosen by calibration: the smallest factor whose calibration traffic the fidelity monitor "
+           "trusted" if dilation.get("chosen_by") == "calibration" else "given by hand")
+    factor = dilation["factor"]
+    return (f"Time dilation x{factor:g} ({how}): emulated with link rates / {factor:g} and compute "
+            f"x{factor:g}; emulated times are wall clock / {factor:g}, in the scenario's own time scale.")
+
+
+def _format_dilation(dilation: dict[str, Any] | None) -> list[str]:
+    """fidelity.md's lines on the time dilation: the factor and, when calibrated, every factor tried."""
+    line = dilation_line(dilation)
+    if not line:
+        return []
+    parts = ["", "## Time dilation", "", line]
+    trials = (dilation.get("calibration") or {}).get("trials", [])
+    if trials:
+        def share(value: float | None) -> str:
+            return "-" if value is None else f"{value:.0%}"
+
+        rows = [[f"x{t['factor']:g}", "yes" if t["trusted"] else "NO", share(t["slow_link_share"]),
+                 share(t["link_ratio_median"]), str(t["busy_port_intervals"]), share(t["cpu_idle_median"]),
+                 share(t["ovs_thread_busy_p90"])] for t in trials]
+        parts += ["", "```", render_table("calibration (every used host pair sending at once)",
+                                          ["factor", "trusted", "slow_ports", "link_ratio", "busy_intervals",
+                                           "idle", "ovs_p90"], rows), "```"]
+    return parts
 
 
 #: Wire mismatches listed per run in fidelity.md (the rest: results.json and captures/.../check.json).

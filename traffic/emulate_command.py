@@ -17,7 +17,9 @@ last one), so a failed run (one line, exit status 1), Ctrl-C or SIGTERM leaves t
 says why the folder is partial.  Progress goes to stderr; ``--json`` prints the emulated document
 (results.json) on stdout.  ``--live`` gives every controller of the run the same API and metrics ports
 (8181 and 9302), so the dashboard and ``/metrics`` stay at one address while the run goes from round to
-round.  Needs root, Open vSwitch and Mininet.
+round.  ``--dilation F`` runs the scenario time-dilated by F (link rates / F, compute and arrivals x F)
+and reports its times divided by F; ``--dilation auto`` picks F by a calibration on the fabric
+(:mod:`traffic.calibrate`; docs/emulation.md, "Time dilation").  Needs root, Open vSwitch and Mininet.
 """
 
 from __future__ import annotations
@@ -36,6 +38,19 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
+def _dilation(text: str) -> Any:
+    """``auto`` or a factor >= 1."""
+    if text == "auto":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value >= 1 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a number >= 1, got {text!r}")
     return value
 
 
@@ -68,6 +83,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--capture", action="store_true",
                         help="capture the hosts' first-hop switch ports (pcaps in the run folder) and check "
                              "each flow's DSCP marks and first/last packet times against the agents'")
+    parser.add_argument("--dilation", type=_dilation, default=None, metavar="F|auto",
+                        help="time dilation: divide every link rate and multiply every compute duration "
+                             "and arrival by F so this machine forwards the fabric faithfully; results stay "
+                             "in the scenario's own time scale. 'auto': the smallest of 1, 2, 4, 8, 16 whose "
+                             "calibration traffic the fidelity monitor trusts (default: 1, no calibration)")
     parser.set_defaults(run=run)
 
 
@@ -80,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     outcome = emulate_and_report(scenario, names or list(scenario.schedulers), out=args.out,
                                  plots=not args.no_plots, alone_runs=not args.no_alone,
                                  pace=not args.no_pacing, live=args.live, repeat=args.repeat,
-                                 capture=args.capture)
+                                 capture=args.capture, dilation=args.dilation)
     if outcome is None:
         return 1
     emulated, folder, table = outcome
@@ -95,17 +115,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=True, progress=None, pace=True,
-                       live=False, repeat=1, capture=False):
+                       live=False, repeat=1, capture=False, dilation=None):
     """Simulate, emulate every scheduler ``repeat`` times, write the run folder; returns (emulated, folder,
     table).
+
+    ``dilation`` (a factor >= 1, or ``"auto"``: calibrated on the fabric first) emulates the scenario
+    time-dilated and reports its times divided by the factor, i.e. next to the undilated simulation.
 
     Returns None after printing one error line when the emulation failed (an agent, the fabric or the
     controller); everything started has been stopped by then and the run folder holds the runs that
     finished, marked partial.  Ctrl-C / SIGTERM likewise mark it partial, then propagate.
     """
+    from echelonflow.dilation import contract_run, dilate_jobs, dilate_topology
     from echelonflow.results import Results
     from echelonflow.schedulers import get_scheduler
     from echelonflow.topology import DEFAULT_MTU_BYTES
+    from reports.fidelity import dilation_line
     from reports.runfolder import default_run_dir, write_run_folder
     from reports.table import format_comparison, format_trust
     from simulator.engine import simulate
@@ -121,6 +146,23 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     for name in schedulers:
         simulated.runs.append(simulate(scenario.topology, scenario.jobs, get_scheduler(name)))
     emulated = Results(scenario.name, "emulate")
+    if dilation == "auto":
+        from traffic.calibrate import CalibrationError, calibrate
+
+        say(f"calibrating the time dilation on {scenario.topology.name} (factors tried until the fidelity "
+            f"monitor trusts one)")
+        try:
+            emulated.dilation = calibrate(scenario.topology, scenario.jobs, say, logs_dir=run_dir)
+        except CalibrationError as exc:
+            print(f"echelon: error: {exc}", file=sys.stderr)
+            return None
+    elif dilation is not None:
+        emulated.dilation = {"factor": float(dilation), "chosen_by": "hand"}
+    factor = emulated.dilation["factor"] if emulated.dilation else 1.0
+    emu_topology, emu_jobs = dilate_topology(scenario.topology, factor), dilate_jobs(scenario.jobs, factor)
+    if factor != 1.0:
+        say(f"time dilation x{factor:g}: links at {emu_topology.rate_bps / 1e6:g} Mbit/s, compute and "
+            f"arrivals x{factor:g}; times below: the scenario's own time scale (wall clock / {factor:g})")
     settings = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace, capture=capture)
     if live:
         from controller.config import ControllerConfig
@@ -146,15 +188,16 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
             alone_fallback_s = None
             if not alone_runs and len(scenario.jobs) > 1:  # slowdowns against the simulated alone times
                 scheduler = get_scheduler(sim_run.scheduler)
-                alone_fallback_s = {job.job_id: simulate(scenario.topology, [job], scheduler).jobs[job.job_id]
-                                    .completion_s for job in scenario.jobs}
+                alone_fallback_s = {job.job_id: factor * simulate(scenario.topology, [job], scheduler)
+                                    .jobs[job.job_id].completion_s for job in scenario.jobs}
             for index in range(repeat):
                 name = sim_run.scheduler if repeat == 1 else f"{sim_run.scheduler}-r{index + 1}"
                 which = "" if repeat == 1 else f" (repeat {index + 1} of {repeat})"
                 say(f"scheduler {sim_run.scheduler}{which}: emulating {scenario.name} "
                     f"(simulated completion {_times(sim_s)})")
                 try:
-                    result = emulate_scheduler(scenario.topology, scenario.jobs, sim_run.scheduler, sim_s,
+                    result = emulate_scheduler(emu_topology, emu_jobs, sim_run.scheduler,
+                                               {j: factor * s for j, s in sim_s.items()},
                                                settings, say, alone_fallback_s, run_name=name)
                 except EmulationError as exc:
                     reason = f"emulation of {scenario.name} under {sim_run.scheduler}{which} failed: {exc}"
@@ -163,6 +206,8 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
                           f"{len(emulated.runs)} finished run(s) are in {folder.results}, marked partial)",
                           file=sys.stderr)
                     return None
+                if factor != 1.0:
+                    result = contract_run(result, factor)
                 result.repeat = index
                 emulated.runs.append(result)
                 checkpoint(running)
@@ -177,8 +222,8 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
             checkpoint(f"stopped by signal {signum}" if signum else "interrupted (Ctrl-C)")
         raise
     folder = checkpoint(complete=True)
-    trust = format_trust(emulated)
-    return emulated, folder, format_comparison(emulated, simulated) + (f"\n{trust}" if trust else "")
+    notes = "\n".join(line for line in (format_trust(emulated), dilation_line(emulated.dilation)) if line)
+    return emulated, folder, format_comparison(emulated, simulated) + (f"\n{notes}" if notes else "")
 
 
 def _times(completion_s: dict) -> str:

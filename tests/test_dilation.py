@@ -1,0 +1,85 @@
+"""Time dilation (echelonflow/dilation.py): a dilated scenario simulates to exactly F times the
+undilated schedule, and contracting the dilated run gives the undilated run back."""
+
+from __future__ import annotations
+
+import pytest
+
+from echelonflow.dilation import (
+    DilationError,
+    check_factor,
+    contract_run,
+    dilate_jobs,
+    dilate_topology,
+)
+from echelonflow.model import ComputeTask, FlowTask
+from echelonflow.results import Results
+from echelonflow.scenario import load_scenario
+from echelonflow.schedulers import get_scheduler
+from simulator.engine import simulate
+
+
+def _times(run):
+    """Every time a run holds, in one flat dict."""
+    out = {f"job {j}": r.completion_s for j, r in run.jobs.items()}
+    out.update({f"ech {e}": r.tardiness_s for e, r in run.echelonflows.items()})
+    for key, flow in run.flows.items():
+        out.update({f"{key} start": flow.start_s, f"{key} finish": flow.finish_s,
+                    f"{key} ideal": flow.ideal_finish_s})
+    for key, task in run.tasks.items():
+        out.update({f"{key} task start": task.start_s, f"{key} task finish": task.finish_s})
+    out["objective"] = run.objective_s
+    return out
+
+
+@pytest.mark.parametrize("scenario_name", ["fig2", "fattree-gpipe-ring", "fattree-fsdp-ps"])
+@pytest.mark.parametrize("scheduler", ["fair", "coflow", "echelon"])
+@pytest.mark.parametrize("factor", [2.0, 3.5])
+def test_a_dilated_scenario_simulates_to_exactly_factor_times_the_schedule(scenario_name, scheduler, factor):
+    scenario = load_scenario(scenario_name)
+    plain = simulate(scenario.topology, scenario.jobs, get_scheduler(scheduler))
+    dilated = simulate(dilate_topology(scenario.topology, factor), dilate_jobs(scenario.jobs, factor),
+                       get_scheduler(scheduler))
+    plain_times, dilated_times = _times(plain), _times(dilated)
+    assert plain_times.keys() == dilated_times.keys()
+    for key, value in plain_times.items():
+        assert dilated_times[key] == pytest.approx(value * factor, rel=1e-9, abs=1e-9), key
+    for job_id, job in plain.jobs.items():  # slowdowns are ratios of times: unchanged
+        assert dilated.jobs[job_id].slowdown == pytest.approx(job.slowdown, rel=1e-9)
+    back = _times(contract_run(dilated, factor))
+    for key, value in plain_times.items():
+        assert back[key] == pytest.approx(value, rel=1e-9, abs=1e-9), key
+    assert _times(dilated) == dilated_times  # contract_run copies, never edits its input
+
+
+def test_dilation_scales_rates_computes_arrivals_and_offsets_but_not_flows():
+    scenario = load_scenario("fattree-fsdp-ps")
+    topo = dilate_topology(scenario.topology, 4)
+    assert topo.rate_bps == scenario.topology.rate_bps / 4
+    assert set(topo.capacity_bps().values()) == {r / 4 for r in scenario.topology.capacity_bps().values()}
+    assert topo.hosts == scenario.topology.hosts and topo.mtu_bytes == scenario.topology.mtu_bytes
+    assert scenario.topology.rate_bps == 10e6  # the original is untouched
+    job = scenario.jobs[0]
+    job.arrival_s, job.explicit_offsets_s = 1.5, {"e": 0.25}
+    slow = dilate_jobs([job], 4)[0]
+    assert (slow.arrival_s, slow.explicit_offsets_s, slow.weight) == (6.0, {"e": 1.0}, job.weight)
+    assert list(slow.tasks) == list(job.tasks)  # declaration order kept (the tie-break rule)
+    for task_id, task in job.tasks.items():
+        if isinstance(task, ComputeTask):
+            assert slow.tasks[task_id].duration_s == task.duration_s * 4
+        else:
+            assert isinstance(task, FlowTask) and slow.tasks[task_id] == task
+
+
+@pytest.mark.parametrize("bad", [0.5, 0, -2, float("nan"), float("inf"), True, "2"])
+def test_a_factor_below_one_or_not_a_number_is_refused(bad):
+    with pytest.raises(DilationError, match="dilation factor must be a finite number >= 1"):
+        check_factor(bad)
+    assert check_factor(1) == 1.0
+
+
+def test_results_record_the_dilation_and_read_it_back():
+    doc = Results("s", "emulate", [], {"factor": 2.0, "chosen_by": "hand"}).to_json_dict()
+    assert doc["dilation"] == {"factor": 2.0, "chosen_by": "hand"}
+    assert Results.from_json_dict(doc).dilation == {"factor": 2.0, "chosen_by": "hand"}
+    assert "dilation" not in Results("s", "simulate").to_json_dict()

@@ -1,0 +1,221 @@
+"""``echelon emulate --dilation auto``: choose the time-dilation factor by measuring the fabric.
+
+A factor is trustworthy when this machine forwards the scenario's fabric faithfully at the dilated link
+rate.  The calibration asks the fabric itself: for each factor in turn (1, 2, 4, 8, 16: smallest first,
+because every doubling doubles the emulation's wall-clock time), a fresh controller and a fresh fabric
+of the dilated topology, then every host pair the scenario's flows use sends at once (one TCP iperf3
+stream per pair, hosts unshaped so that each stream's first switch port is backlogged and shapes it at
+the dilated rate) for a few seconds while the fidelity monitor (:mod:`traffic.monitor`) samples.  The
+first factor whose window the monitor trusts (busy ports at >= 90 % of their rate, the machine not
+pegged, no switch ingress lag) is chosen.  All pairs at once is more load than most moments of a
+training schedule, so the choice errs on the safe side; the emulation's own monitor still judges every
+round.
+
+The numbers of every factor tried (the monitor document, the pairs' goodput) go into the run folder
+(``calibration/calibration.json`` and ``calibration/monitor-x<F>.json``) and into results.json's
+``dilation``.  See docs/emulation.md, "Time dilation".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from echelonflow import ownership
+from echelonflow.dilation import CALIBRATION_FACTORS, check_factor, dilate_topology
+from echelonflow.errors import UserError
+from echelonflow.fileio import write_json_atomic
+from echelonflow.model import Job
+from echelonflow.topology import Topology
+from traffic.monitor import FidelityMonitor, sample_interval_s
+
+HostPair = tuple[str, str]
+
+
+class CalibrationError(UserError):
+    """No factor tried was trusted, or the calibration could not run; the message says which."""
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """How long and at which factors the calibration measures (defaults: ~10 s of traffic per factor)."""
+
+    traffic_s: int = 8  # every pair sends this long (whole seconds: iperf3's -t)
+    settle_s: float = 2.0  # left out at the start of the judged window: slow start, queues filling up
+    factors: tuple[float, ...] = CALIBRATION_FACTORS
+    queues: int = 4
+    base_port: int = 47000  # iperf3 servers listen on base_port + pair index
+
+
+def host_pairs(jobs: Sequence[Job]) -> list[HostPair]:
+    """Every (sender, receiver) pair the jobs' flows use, once each, in a stable order."""
+    return sorted({(flow.src, flow.dst) for job in jobs for flow in job.flows})
+
+
+def trial_summary(factor: float, rate_bps: float, doc: dict[str, Any]) -> dict[str, Any]:
+    """The few numbers of one factor's monitor document that decide it (the whole document is kept too)."""
+    return {"factor": factor, "rate_bps": rate_bps, "trusted": bool(doc["trusted"]),
+            "reasons": list(doc["reasons"]), "slow_link_share": doc["slow_link_share"],
+            "busy_port_intervals": doc["busy_port_intervals"],
+            "link_ratio_median": doc["link_ratio"]["median"], "link_ratio_min": doc["link_ratio"]["min"],
+            "cpu_idle_median": doc["cpu_idle"]["median"], "saturated_share": doc["saturated_share"],
+            "ovs_thread_busy_p90": doc["ovs_thread_busy"]["p90"], "lagging_share": doc["lagging_share"],
+            "ingress_lag_max_s": doc["ingress_lag_s"]["max"]}
+
+
+def calibrate(topology: Topology, jobs: Sequence[Job], progress: Callable[[str], None],
+              logs_dir: str | None = None, settings: CalibrationSettings = CalibrationSettings(),
+              measure: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The smallest factor whose calibration traffic the fidelity monitor trusts, with the measurements:
+    ``{"factor", "chosen_by": "calibration", "calibration": {"pairs", "traffic_s", "trials": [...]}}``.
+
+    Raises :class:`CalibrationError` when no factor was trusted (the measurements are still written to
+    ``logs_dir/calibration``).  ``measure`` (default :func:`measure_factor`) runs one factor.
+    """
+    measure = measure or measure_factor
+    pairs = host_pairs(jobs)
+    out_dir = os.path.join(logs_dir, "calibration") if logs_dir else None
+    record: dict[str, Any] = {"pairs": [list(p) for p in pairs], "traffic_s": settings.traffic_s,
+                              "settle_s": settings.settle_s, "trials": []}
+    documents: dict[str, Any] = {}
+    if not pairs:  # nothing crosses the fabric: nothing to forward, nothing to dilate
+        return {"factor": 1.0, "chosen_by": "calibration", "calibration": record}
+    for factor in settings.factors:
+        factor = check_factor(factor)
+        dilated = dilate_topology(topology, factor)
+        progress(f"calibration x{factor:g}: {len(pairs)} host pairs sending at once over {dilated.name} at "
+                 f"{dilated.rate_bps / 1e6:g} Mbit/s for {settings.traffic_s} s")
+        doc = measure(dilated, pairs, settings, out_dir, factor)
+        trial = trial_summary(factor, dilated.rate_bps, doc)
+        trial["goodput_bps"] = doc.get("goodput_bps")
+        record["trials"].append(trial)
+        documents[f"x{factor:g}"] = doc
+        if out_dir:  # the summaries plus every factor's whole monitor document
+            os.makedirs(out_dir, exist_ok=True)
+            write_json_atomic(os.path.join(out_dir, "calibration.json"), dict(record, monitor=documents))
+        verdict = "trusted" if trial["trusted"] else "NOT trusted: " + "; ".join(trial["reasons"])
+        progress(f"calibration x{factor:g}: {verdict} (busy port intervals {trial['busy_port_intervals']}, "
+                 f"below 90 % of the rate {trial['slow_link_share']:.0%}, machine idle median "
+                 f"{_pct(trial['cpu_idle_median'])})")
+        if trial["trusted"]:
+            return {"factor": factor, "chosen_by": "calibration", "calibration": record}
+    where = f"; measurements in {out_dir}" if out_dir else ""
+    raise CalibrationError(
+        f"no time dilation up to x{settings.factors[-1]:g} made the fabric of {topology.name} forward "
+        f"{len(pairs)} host pairs faithfully (x{settings.factors[-1]:g}: {'; '.join(trial['reasons'])})"
+        f"{where}; give --dilation F by hand to run anyway (the fidelity monitor will mark the runs)")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def measure_factor(topology: Topology, pairs: Sequence[HostPair], settings: CalibrationSettings,
+                   out_dir: str | None, factor: float) -> dict[str, Any]:
+    """One factor on the real fabric: fresh controller and fabric of ``topology`` (already dilated),
+    ``pairs`` sending at once, the fidelity monitor's document of the window after ``settle_s``.
+
+    Everything started here (controller, fabric, iperf3 processes) is stopped before returning, also on
+    errors and Ctrl-C; fabric or controller failures become :class:`CalibrationError`.
+    """
+    from controller.launcher import ControllerProcess, free_tcp_port
+    from topologies import ovs
+    from topologies.fabric import Fabric
+
+    workdir = ownership.make_run_folder("cal")
+    port = free_tcp_port()
+    ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
+                            workdir=tempfile.mkdtemp(prefix="ctl-", dir=workdir))
+    # hosts unshaped: each stream's first switch port is its bottleneck, so the monitor sees it busy
+    fabric = Fabric(topology, controller_port=port, queues=settings.queues, shape_hosts=False,
+                    tag=f"cal{os.getpid()}x{factor:g}")
+    try:
+        try:
+            ctl.start()
+            ownership.record_processes(workdir, ctl.pid)
+            fabric.start()
+            ctl.wait_switches(timeout_s=30)
+        except Exception as exc:  # noqa: BLE001 (Mininet, OVS and the launcher raise assorted types)
+            raise CalibrationError(f"calibration x{factor:g}: the fabric or controller did not start: "
+                                   f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
+        for src, dst in pairs:  # ARP and reactive routes before the clock, as the emulation does
+            fabric.host(src).cmd(f"ping -c 1 -W 2 {fabric.host(dst).IP()}")
+        with contextlib.suppress(ovs.OvsError, OSError):  # without it: drops, seen as slow links
+            ovs.ensure_tx_buffer()
+        ports = fabric.switch_ports
+        monitor = FidelityMonitor(ports, sample_interval_s(len(ports)), ctl.pid)
+        with monitor:
+            start_s = time.time()
+            goodput_bps = run_pairs(fabric, pairs, settings, workdir)
+            end_s = time.time()
+        doc = monitor.report(window=(start_s + settings.settle_s, min(end_s, start_s + settings.traffic_s)))
+        doc["goodput_bps"] = goodput_bps
+        if out_dir:
+            os.makedirs(out_dir, exist_ok=True)
+            monitor.save_intervals(os.path.join(out_dir, f"monitor-x{factor:g}.json"))
+        return doc
+    finally:
+        try:
+            fabric.stop()
+        finally:
+            ctl.stop()
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_pairs(fabric: Any, pairs: Sequence[HostPair], settings: CalibrationSettings,
+              workdir: str) -> dict[str, float | None]:
+    """One TCP iperf3 stream per pair, all at once for ``settings.traffic_s``; each pair's received
+    bits/s (None when its client failed).  Every process is started with a recorded pid and stopped by
+    it."""
+    servers: list[Any] = []
+    clients: list[tuple[HostPair, Any]] = []
+    try:
+        listen = {}
+        for index, (_src, dst) in enumerate(pairs):
+            port = settings.base_port + index
+            servers.append(fabric.host(dst).popen(["iperf3", "-s", "-1", "-p", str(port)],
+                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            listen.setdefault(dst, []).append(port)
+        ownership.record_processes(workdir, *(p.pid for p in servers))
+        _wait_listening(fabric, listen)
+        for index, (src, dst) in enumerate(pairs):
+            argv = ["iperf3", "-c", fabric.host(dst).IP(), "-p", str(settings.base_port + index),
+                    "-t", str(settings.traffic_s), "-J"]
+            clients.append(((src, dst), fabric.host(src).popen(argv, stdout=subprocess.PIPE,
+                                                               stderr=subprocess.DEVNULL)))
+        ownership.record_processes(workdir, *(p.pid for _pair, p in clients))
+        goodput: dict[str, float | None] = {}
+        for (src, dst), proc in clients:
+            try:
+                out, _err = proc.communicate(timeout=settings.traffic_s + 30)
+                data = json.loads(out.decode() or "{}")
+                goodput[f"{src}->{dst}"] = float(data["end"]["sum_received"]["bits_per_second"])
+            except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
+                goodput[f"{src}->{dst}"] = None
+        return goodput
+    finally:
+        for proc in [p for _pair, p in clients] + servers:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+def _wait_listening(fabric: Any, listen: dict[str, list[int]], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    for host, ports in listen.items():
+        while True:
+            sockets = fabric.host(host).cmd("ss -ltn")
+            if all(f":{port} " in sockets for port in ports):
+                break
+            if time.monotonic() > deadline:
+                raise CalibrationError(f"calibration: iperf3 servers on {host} did not start listening")
+            time.sleep(0.05)
+
