@@ -27,14 +27,18 @@ switch instead of at the link the model says is the bottleneck.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
+import time
 from collections.abc import Iterable, Sequence
 
 from echelonflow.queues import tos_for_queue
 from topologies.ovs import OWNER_KEY
 
 MIN_RATE_FRACTION = 0.01
+#: The filter watchdog waits at least this many times its last pass's duration between passes.
+DUTY_WAIT = 4.0
 
 
 def min_rate_bps(rate_bps: float) -> int:
@@ -167,8 +171,12 @@ class FilterWatchdog:
             self._thread = None
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.check_once()
-            except (OSError, subprocess.SubprocessError, ValueError):
-                continue  # transient (e.g. a port going away during stop); next tick retries
+        wait_s = self.interval_s
+        while not self._stop.wait(wait_s):
+            started_s = time.monotonic()
+            with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
+                self.check_once()  # errors are transient (e.g. a port going away during stop): next tick
+            # A pass grows with the square of the port count (every `tc qdisc show dev X` dumps all the
+            # machine's qdiscs): ~2 s of CPU at k=8's 640 ports, which at a 0.5 s period took a whole
+            # core from the fabric it guards.  Waiting DUTY_WAIT times the pass keeps it near 1/5 core.
+            wait_s = max(self.interval_s, DUTY_WAIT * (time.monotonic() - started_s))

@@ -153,9 +153,10 @@ def measure_factor(topology: Topology, pairs: Sequence[HostPair], settings: Cali
         ports = fabric.switch_ports
         monitor = FidelityMonitor(ports, sample_interval_s(len(ports)), ctl.pid)
         with monitor:
-            start_s = time.time()
-            goodput_bps = run_pairs(fabric, pairs, settings, workdir)
+            goodput_bps, start_s = run_pairs(fabric, pairs, settings, workdir)
             end_s = time.time()
+        # judged from settle_s after the last client started (starting 2 x pairs processes loads the
+        # machine by itself) to the clients' end
         doc = monitor.report(window=(start_s + settings.settle_s, min(end_s, start_s + settings.traffic_s)))
         doc["goodput_bps"] = goodput_bps
         if out_dir:
@@ -171,10 +172,10 @@ def measure_factor(topology: Topology, pairs: Sequence[HostPair], settings: Cali
 
 
 def run_pairs(fabric: Any, pairs: Sequence[HostPair], settings: CalibrationSettings,
-              workdir: str) -> dict[str, float | None]:
-    """One TCP iperf3 stream per pair, all at once for ``settings.traffic_s``; each pair's received
-    bits/s (None when its client failed).  Every process is started with a recorded pid and stopped by
-    it."""
+              workdir: str) -> tuple[dict[str, float | None], float]:
+    """One TCP iperf3 stream per pair, all at once for ``settings.traffic_s``: each pair's received
+    bits/s (None when its client failed), and when the last client was started (epoch s).  Every process
+    is started with a recorded pid and stopped by it."""
     servers: list[Any] = []
     clients: list[tuple[HostPair, Any]] = []
     try:
@@ -191,6 +192,7 @@ def run_pairs(fabric: Any, pairs: Sequence[HostPair], settings: CalibrationSetti
                     "-t", str(settings.traffic_s), "-J"]
             clients.append(((src, dst), fabric.host(src).popen(argv, stdout=subprocess.PIPE,
                                                                stderr=subprocess.DEVNULL)))
+        started_s = time.time()
         ownership.record_processes(workdir, *(p.pid for _pair, p in clients))
         goodput: dict[str, float | None] = {}
         for (src, dst), proc in clients:
@@ -200,7 +202,7 @@ def run_pairs(fabric: Any, pairs: Sequence[HostPair], settings: CalibrationSetti
                 goodput[f"{src}->{dst}"] = float(data["end"]["sum_received"]["bits_per_second"])
             except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
                 goodput[f"{src}->{dst}"] = None
-        return goodput
+        return goodput, started_s
     finally:
         for proc in [p for _pair, p in clients] + servers:
             if proc.poll() is None:
