@@ -3,9 +3,9 @@
 A factor is trustworthy when this machine forwards the scenario's fabric faithfully at the dilated link
 rate.  The calibration asks the fabric itself: for each factor in turn (1, 2, 4, 8, 16: smallest first,
 because every doubling doubles the emulation's wall-clock time), a fresh controller and a fresh fabric
-of the dilated topology, then every host pair the scenario's flows use sends at once (one TCP iperf3
-stream per pair, hosts unshaped so that each stream's first switch port is backlogged and shapes it at
-the dilated rate) for a few seconds while the fidelity monitor (:mod:`traffic.monitor`) samples.  The
+of the dilated topology, then every host pair the scenario's flows use sends at once (one TCP stream
+per pair, :mod:`traffic.loadgen`; hosts shaped at the link rate as in a run, so switch ports are
+backlogged where streams share a link) for a few seconds while the fidelity monitor (:mod:`traffic.monitor`) samples.  The
 first factor whose window the monitor trusts (busy ports at >= 90 % of their rate, the machine not
 pegged, no switch ingress lag) is chosen.  All pairs at once is more load than most moments of a
 training schedule, so the choice errs on the safe side; the emulation's own monitor still judges every
@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -48,11 +49,11 @@ class CalibrationError(UserError):
 class CalibrationSettings:
     """How long and at which factors the calibration measures (defaults: ~10 s of traffic per factor)."""
 
-    traffic_s: int = 8  # every pair sends this long (whole seconds: iperf3's -t)
+    traffic_s: float = 8.0  # every pair sends this long
     settle_s: float = 2.0  # left out at the start of the judged window: slow start, queues filling up
     factors: tuple[float, ...] = CALIBRATION_FACTORS
     queues: int = 4
-    base_port: int = 47000  # iperf3 servers listen on base_port + pair index
+    base_port: int = 47000  # the receiver of pair i listens on base_port + i
 
 
 def host_pairs(jobs: Sequence[Job]) -> list[HostPair]:
@@ -123,7 +124,7 @@ def measure_factor(topology: Topology, pairs: Sequence[HostPair], settings: Cali
     """One factor on the real fabric: fresh controller and fabric of ``topology`` (already dilated),
     ``pairs`` sending at once, the fidelity monitor's document of the window after ``settle_s``.
 
-    Everything started here (controller, fabric, iperf3 processes) is stopped before returning, also on
+    Everything started here (controller, fabric, traffic processes) is stopped before returning, also on
     errors and Ctrl-C; fabric or controller failures become :class:`CalibrationError`.
     """
     from controller.launcher import ControllerProcess, free_tcp_port
@@ -134,8 +135,8 @@ def measure_factor(topology: Topology, pairs: Sequence[HostPair], settings: Cali
     port = free_tcp_port()
     ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
                             workdir=tempfile.mkdtemp(prefix="ctl-", dir=workdir))
-    # hosts unshaped: each stream's first switch port is its bottleneck, so the monitor sees it busy
-    fabric = Fabric(topology, controller_port=port, queues=settings.queues, shape_hosts=False,
+    # the emulation's own fabric: hosts shaped at the link rate, so senders offer what a run offers
+    fabric = Fabric(topology, controller_port=port, queues=settings.queues,
                     tag=f"cal{os.getpid()}x{factor:g}")
     try:
         try:
@@ -173,51 +174,42 @@ def measure_factor(topology: Topology, pairs: Sequence[HostPair], settings: Cali
 
 def run_pairs(fabric: Any, pairs: Sequence[HostPair], settings: CalibrationSettings,
               workdir: str) -> tuple[dict[str, float | None], float]:
-    """One TCP iperf3 stream per pair, all at once for ``settings.traffic_s``: each pair's received
-    bits/s (None when its client failed), and when the last client was started (epoch s).  Every process
-    is started with a recorded pid and stopped by it."""
-    servers: list[Any] = []
-    clients: list[tuple[HostPair, Any]] = []
+    """One TCP stream per pair, all at once for ``settings.traffic_s`` (one :mod:`traffic.loadgen`
+    process per host, pid recorded and stopped by it): each pair's received bits/s (None when it
+    delivered nothing) and the streams' common start (epoch s)."""
+    from traffic.emulate import REPO_ROOT
+
+    hosts = sorted({h for pair in pairs for h in pair})
+    start_s = time.time() + 2.0 + 0.05 * len(hosts)  # every process up and listening before it
+    specs: dict[str, dict[str, Any]] = {h: {"listen": [], "send": [], "seconds": settings.traffic_s,
+                                            "start_at": start_s} for h in hosts}
+    for index, (src, dst) in enumerate(pairs):
+        port = settings.base_port + index
+        specs[dst]["listen"].append(port)
+        specs[src]["send"].append([fabric.host(dst).IP(), port])
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs: dict[str, Any] = {}
     try:
-        listen = {}
-        for index, (_src, dst) in enumerate(pairs):
-            port = settings.base_port + index
-            servers.append(fabric.host(dst).popen(["iperf3", "-s", "-1", "-p", str(port)],
-                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            listen.setdefault(dst, []).append(port)
-        ownership.record_processes(workdir, *(p.pid for p in servers))
-        _wait_listening(fabric, listen)
-        for index, (src, dst) in enumerate(pairs):
-            argv = ["iperf3", "-c", fabric.host(dst).IP(), "-p", str(settings.base_port + index),
-                    "-t", str(settings.traffic_s), "-J"]
-            clients.append(((src, dst), fabric.host(src).popen(argv, stdout=subprocess.PIPE,
-                                                               stderr=subprocess.DEVNULL)))
-        started_s = time.time()
-        ownership.record_processes(workdir, *(p.pid for _pair, p in clients))
-        goodput: dict[str, float | None] = {}
-        for (src, dst), proc in clients:
+        for host, spec in specs.items():
+            procs[host] = fabric.host(host).popen([sys.executable, "-m", "traffic.loadgen", json.dumps(spec)],
+                                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                  stderr=subprocess.DEVNULL, cwd=REPO_ROOT, env=env)
+        ownership.record_processes(workdir, *(p.pid for p in procs.values()))
+        received: dict[str, Any] = {}
+        for host, proc in procs.items():
             try:
-                out, _err = proc.communicate(timeout=settings.traffic_s + 30)
-                data = json.loads(out.decode() or "{}")
-                goodput[f"{src}->{dst}"] = float(data["end"]["sum_received"]["bits_per_second"])
-            except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
-                goodput[f"{src}->{dst}"] = None
-        return goodput, started_s
+                out, _err = proc.communicate(timeout=start_s - time.time() + settings.traffic_s + 40)
+                received[host] = json.loads(out.decode() or "{}").get("received", {})
+            except (subprocess.TimeoutExpired, ValueError):
+                received[host] = {}
+        goodput: dict[str, float | None] = {}
+        for index, (src, dst) in enumerate(pairs):
+            got = received.get(dst, {}).get(str(settings.base_port + index))
+            ok = got and got["seconds"] > 0
+            goodput[f"{src}->{dst}"] = got["bytes"] * 8 / got["seconds"] if ok else None
+        return goodput, start_s
     finally:
-        for proc in [p for _pair, p in clients] + servers:
+        for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-
-
-def _wait_listening(fabric: Any, listen: dict[str, list[int]], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    for host, ports in listen.items():
-        while True:
-            sockets = fabric.host(host).cmd("ss -ltn")
-            if all(f":{port} " in sockets for port in ports):
-                break
-            if time.monotonic() > deadline:
-                raise CalibrationError(f"calibration: iperf3 servers on {host} did not start listening")
-            time.sleep(0.05)
-
