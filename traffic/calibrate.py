@@ -5,11 +5,11 @@ rate.  The calibration asks the fabric itself: for each factor in turn (1, 2, 4,
 because every doubling doubles the emulation's wall-clock time), a fresh controller and a fresh fabric
 of the dilated topology, then every host pair the scenario's flows use sends at once (one TCP stream
 per pair, :mod:`traffic.loadgen`; hosts shaped at the link rate as in a run, so switch ports are
-backlogged where streams share a link) for a few seconds while the fidelity monitor (:mod:`traffic.monitor`) samples.  The
-first factor whose window the monitor trusts (busy ports at >= 90 % of their rate, the machine not
-pegged, no switch ingress lag) is chosen.  All pairs at once is more load than most moments of a
-training schedule, so the choice errs on the safe side; the emulation's own monitor still judges every
-round.
+backlogged where streams share a link) for a few seconds while the fidelity monitor
+(:mod:`traffic.monitor`) samples.  The first factor whose window the monitor trusts (busy ports at
+>= 90 % of their rate, the machine not pegged, no switch ingress lag) is chosen.  All pairs at once is
+more load than most moments of a training schedule, so the choice errs on the safe side; the
+emulation's own monitor still judges every round.
 
 The numbers of every factor tried (the monitor document, the pairs' goodput) go into the run folder
 (``calibration/calibration.json`` and ``calibration/monitor-x<F>.json``) and into results.json's
