@@ -211,3 +211,11 @@ def test_monitor_on_a_real_fabric_backlogged_link_and_starved_cpu(require_fabric
     assert doc["trusted"], doc["reasons"]
     assert starved_doc["cpu_idle"]["median"] < 0.03, starved_doc
     assert not starved_doc["trusted"] and "CPU-saturated" in starved_doc["reasons"][0], starved_doc
+
+
+def test_dilated_thresholds_judge_ingress_lag_in_the_scenarios_time_scale():
+    lagging = [stats(t * 0.5, lag=0.12) for t in range(10)]  # 120 ms at the dilated link rate
+    assert not evaluate(lagging)["trusted"]
+    dilated = Thresholds().dilated(4)  # 30 ms in the scenario's time: within the 50 ms
+    assert dilated.ingress_lag_max_s == pytest.approx(0.2) and evaluate(lagging, dilated)["trusted"]
+    assert dilated.link_ratio_min == Thresholds().link_ratio_min  # ratios do not scale

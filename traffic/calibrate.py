@@ -36,7 +36,7 @@ from echelonflow.errors import UserError
 from echelonflow.fileio import write_json_atomic
 from echelonflow.model import Job
 from echelonflow.topology import Topology
-from traffic.monitor import FidelityMonitor, sample_interval_s
+from traffic.monitor import FidelityMonitor, Thresholds, sample_interval_s
 
 HostPair = tuple[str, str]
 
@@ -152,7 +152,7 @@ def measure_factor(topology: Topology, pairs: Sequence[HostPair], settings: Cali
         with contextlib.suppress(ovs.OvsError, OSError):  # without it: drops, seen as slow links
             ovs.ensure_tx_buffer()
         ports = fabric.switch_ports
-        monitor = FidelityMonitor(ports, sample_interval_s(len(ports)), ctl.pid)
+        monitor = FidelityMonitor(ports, sample_interval_s(len(ports)), ctl.pid, Thresholds().dilated(factor))
         with monitor:
             goodput_bps, start_s = run_pairs(fabric, pairs, settings, workdir)
             end_s = time.time()

@@ -34,7 +34,7 @@ from echelonflow.results import RunResult, build_run
 from echelonflow.topology import intf_name
 from traffic.capture import CaptureError, WireCapture
 from traffic.control import ControlError, wait_for_sockets
-from traffic.monitor import FidelityMonitor, combine, sample_interval_s
+from traffic.monitor import FidelityMonitor, Thresholds, combine, sample_interval_s
 from traffic.runspec import RegistrySettings, RunSpec, SpecError, check_serialisable, save_runspec
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -286,6 +286,7 @@ class EmulationSettings:
     controller_interval_s: float = 0.2  # the scheduling service's periodic round (arrivals run at once)
     start_wait_s: float = 0.5  # a flow's start call waits this long at most for its rules' barrier acks
     monitor_interval_s: float | None = None  # fidelity monitor's sampling period (None: by fabric size)
+    monitor_thresholds: Thresholds = field(default_factory=Thresholds)  # .dilated(F) for dilated runs
     api_port: int = 0  # the controllers' API (and dashboard) port; 0: a free one per controller
     metrics_port: int = 0  # the controllers' /metrics port; 0: a free one per controller
     capture: bool = False  # capture first-hop switch ports and check marks and times (traffic.capture)
@@ -412,7 +413,7 @@ def emulate_scheduler(
             wire = WireCapture(capture_dir, sorted(host_ports.values())) if settings.capture else None
             ports = fabric.switch_ports
             interval_s = settings.monitor_interval_s or sample_interval_s(len(ports))
-            monitor = FidelityMonitor(ports, interval_s, ctl.pid)
+            monitor = FidelityMonitor(ports, interval_s, ctl.pid, settings.monitor_thresholds)
             with contextlib.ExitStack() as watchers:
                 if wire is not None:
                     try:

@@ -135,6 +135,7 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     from reports.table import format_comparison, format_trust
     from simulator.engine import simulate
     from traffic.emulate import EmulationError, EmulationSettings, emulate_scheduler
+    from traffic.monitor import Thresholds
 
     start = time.monotonic()
     say = progress or (lambda text: print(f"[{time.monotonic() - start:6.1f}s] {text}", file=sys.stderr,
@@ -163,7 +164,8 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     if factor != 1.0:
         say(f"time dilation x{factor:g}: links at {emu_topology.rate_bps / 1e6:g} Mbit/s, compute and "
             f"arrivals x{factor:g}; times below: the scenario's own time scale (wall clock / {factor:g})")
-    settings = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace, capture=capture)
+    settings = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace, capture=capture,
+                                 monitor_thresholds=Thresholds().dilated(factor))
     if live:
         from controller.config import ControllerConfig
 

@@ -33,7 +33,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
@@ -58,6 +58,12 @@ class Thresholds:
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def dilated(self, factor: float) -> Thresholds:
+        """The same limits for a run time-dilated by ``factor`` (echelonflow/dilation.py): ingress lag is
+        time at the link rate, and at rate / F the same bytes wait F times longer while every flow lasts F
+        times longer too, so the lag is judged in the scenario's own time scale (the limit x F)."""
+        return replace(self, ingress_lag_max_s=self.ingress_lag_max_s * factor)
 
 
 # ------------------------------------------------------------------------------------------ samples
