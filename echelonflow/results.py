@@ -42,9 +42,14 @@ class OldFormatError(UserError):
 class JobResult:
     completion_s: float
     slowdown: float
+    #: No schedule completes the job faster (``echelonflow.bounds``); absent where nobody computed it.
+    lower_bound_s: float | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.lower_bound_s is None:
+            del out["lower_bound_s"]
+        return out
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """``echelon simulate SCENARIO [--scheduler NAME]... [--json]``: compare schedulers in the fluid simulator.
 
 Human output is one table (per job completion, slowdown, EchelonFlow tardiness); ``--json`` prints
-one document in the result shape of ``echelonflow.results`` (the same one ``echelon emulate`` writes).
+one document in the result shape of ``echelonflow.results`` (the same one ``echelon emulate`` writes),
+each job also with its scheduler-independent lower bound (``echelonflow.bounds``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from echelonflow.bounds import lower_bound_s
     from echelonflow.results import Results, format_table
     from echelonflow.scenario import load_scenario
     from echelonflow.schedulers import check_names, get_scheduler
@@ -44,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
             results.runs.append(simulate(scenario.topology, scenario.jobs, get_scheduler(name)))
         except SimulationError as exc:
             raise UserError(f"scenario {scenario.name}: scheduler {name}: {exc}") from None
+    bounds_s = {job.job_id: lower_bound_s(job, scenario.topology) for job in scenario.jobs}
+    for run in results.runs:
+        for job_id, job_result in run.jobs.items():
+            job_result.lower_bound_s = bounds_s[job_id]
     if args.json:
         json.dump(results.to_json_dict(), sys.stdout, indent=1, sort_keys=False)
         sys.stdout.write("\n")

@@ -15,6 +15,7 @@ import pytest
 from echelonflow.bounds import lower_bound_s
 from echelonflow.errors import ScenarioError, UserError
 from echelonflow.model import ComputeTask, FlowTask, Job
+from echelonflow.results import JobResult, Results
 from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import get_scheduler
 from echelonflow.topology import build
@@ -164,8 +165,17 @@ def test_bundled_scenario_and_cli(tmp_path: Path) -> None:
     out = subprocess.run([ECHELON, "simulate", "multitenant-k8", "--scheduler", "echelon", "--json"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    run = json.loads(out.stdout)["runs"][0]
+    document = json.loads(out.stdout)
+    run = document["runs"][0]
     assert set(run["jobs"]) == {j.job_id for j in scenario.jobs}
+    for job in scenario.jobs:  # each job carries its lower bound, and no schedule beat it
+        numbers = run["jobs"][job.job_id]
+        assert numbers["lower_bound_s"] == pytest.approx(lower_bound_s(job, scenario.topology), rel=1e-12)
+        assert 0 < numbers["lower_bound_s"] <= numbers["completion_s"]
+    reread = Results.from_json_dict(document).runs[0].jobs
+    assert {k: v.lower_bound_s for k, v in reread.items()} == {
+        k: v["lower_bound_s"] for k, v in run["jobs"].items()}
+    assert "lower_bound_s" not in JobResult(1.0, 1.0).to_json_dict()  # absent where nobody computed it
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"topology": {"kind": "fattree", "k": 4, "rate_mbps": 10},
                                "jobs": [{"multi_tenant": {"jobs": 3, "load": 0}}]}))
