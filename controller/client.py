@@ -61,6 +61,7 @@ class EchelonClient:
         self.url = url
         self.socket_path = None if url is not None else (socket_path or DEFAULT_SOCKET)
         self._token = token
+        self._token_given = token is not None
         self.token_file = token_file
         self.timeout_s = timeout_s
         self._conn: http.client.HTTPConnection | None = None
@@ -93,7 +94,23 @@ class EchelonClient:
 
     def request(self, method: str, path: str, body: Any = None, auth: bool = False,
                 raw: bytes | None = None, headers: Mapping[str, str] | None = None) -> Any:
-        """Send one request to ``/v1<path>``; ``raw`` sends bytes as they are (tests of bad input)."""
+        """Send one request to ``/v1<path>``; ``raw`` sends bytes as they are (tests of bad input).
+
+        A restarted controller writes a fresh token: a 401 with a token read from the file re-reads the
+        file once and retries, so agents carry on across a controller restart without noticing.
+        """
+        try:
+            return self._request_once(method, path, body, auth, raw, headers)
+        except ApiClientError as err:
+            if err.status != 401 or not auth or self._token_given or self._token is None:
+                raise
+            stale, self._token = self._token, None
+            if self.token == stale:
+                raise
+            return self._request_once(method, path, body, auth, raw, headers)
+
+    def _request_once(self, method: str, path: str, body: Any = None, auth: bool = False,
+                      raw: bytes | None = None, headers: Mapping[str, str] | None = None) -> Any:
         send_headers = {"Accept": "application/json"}
         payload = raw
         if payload is None and body is not None:

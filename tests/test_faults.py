@@ -7,6 +7,12 @@ reroute within 1 s, no byte lost (the receiver counts exactly the flow's size), 
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import time
 from types import SimpleNamespace
 
@@ -14,20 +20,41 @@ import pytest
 
 from controller.launcher import ControllerProcess, free_tcp_port
 from echelonflow.topology import fattree
-from tests.fabric_helpers import arp_storm, controller_and_fabric, cpu_seconds, ping_replies
+from tests.fabric_helpers import (
+    arp_storm,
+    controller_and_fabric,
+    cpu_seconds,
+    ping_replies,
+    rules_of,
+    wait_until,
+)
 from topologies import ovs
 from topologies.fabric import PACKET_IN_LIMIT
 
 pytestmark = [pytest.mark.fabric, pytest.mark.slow]
 
 
+LINK_BPS = 10e6
+
+
 @pytest.fixture(scope="module")
 def env(require_fabric):
-    topo = fattree(10e6, k=4)
-    port = free_tcp_port()
-    state = SimpleNamespace(topo=topo, port=port, ctl=ControllerProcess(topo, ofp_port=port))
-    with controller_and_fabric(state):
-        yield state
+    topo = fattree(LINK_BPS, k=4)
+    workdir = tempfile.mkdtemp(prefix="echelon-faults-")  # short: the API's Unix socket lives here
+    state = SimpleNamespace(topo=topo, port=free_tcp_port(), api_port=free_tcp_port(), workdir=workdir,
+                            store=os.path.join(workdir, "registry.sqlite"))
+    state.ctl = _controller(state)
+    try:
+        with controller_and_fabric(state):
+            yield state
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _controller(env) -> ControllerProcess:
+    """The module's controller; a restart builds another on the same ports, folder and store."""
+    return ControllerProcess(env.topo, ofp_port=env.port, api_port=env.api_port, workdir=env.workdir,
+                             store_path=env.store, interval_s=0.5)
 
 
 def test_arp_storm_is_rate_limited_and_routing_still_works(env):
@@ -59,3 +86,109 @@ def test_arp_storm_is_rate_limited_and_routing_still_works(env):
     assert cpu_share < 0.5
     assert same_switch[:1] == [1] and len(same_switch) >= 18
     assert elsewhere[:1] == [1] and len(elsewhere) >= 18
+
+
+# Byte-exact TCP transfer between two Mininet hosts: the receiver prints how many bytes it got before EOF.
+RECEIVER = r"""
+import socket, sys
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("0.0.0.0", int(sys.argv[1])))
+server.listen(1)
+conn, _ = server.accept()
+total = 0
+while True:
+    chunk = conn.recv(1 << 16)
+    if not chunk:
+        break
+    total += len(chunk)
+print(total)
+"""
+SENDER = r"""
+import socket, sys
+dst, sport, cport, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+sock = socket.socket()
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+sock.bind(("0.0.0.0", cport))
+sock.connect((dst, sport))
+block = b"x" * (1 << 16)
+while size > 0:
+    size -= sock.send(block[:min(size, len(block))])
+sock.shutdown(socket.SHUT_WR)
+sock.close()
+"""
+
+
+def _tcp_transfer(fabric, src: str, dst: str, size_bytes: int, ports: tuple[int, int]):
+    """Start one TCP transfer of exactly ``size_bytes`` on fixed ports (so the controller can enforce its
+    5-tuple); returns (sender, receiver) processes; the receiver prints the bytes that arrived."""
+    cport, sport = ports
+    receiver = fabric.host(dst).popen([sys.executable, "-c", RECEIVER, str(sport)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 5
+    while f":{sport} " not in fabric.host(dst).cmd("ss -ltn"):
+        assert time.monotonic() < deadline, "the receiver did not start listening"
+        time.sleep(0.05)
+    sender = fabric.host(src).popen([sys.executable, "-c", SENDER, fabric.host(dst).IP(), str(sport),
+                                     str(cport), str(size_bytes)], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+    return sender, receiver
+
+
+def test_controller_death_keeps_forwarding_and_a_restart_resumes_enforcement(env):
+    """kill -9 of the controller in the middle of an enforced TCP transfer: the switches keep forwarding
+    (fail-secure: their rules and meters stay), every byte arrives; a new controller on the same store
+    serves the same registry, puts the flow's rules back itself, and the agent's client (made before the
+    crash, holding the old token) reports the finish without noticing the restart."""
+    size_bytes = 6_000_000  # ~5 s at 10 Mbit/s
+    agent = env.ctl.client()
+    agent.register_job("ft")
+    agent.register_echelon("ft", "stage", [{"flow_id": "f0", "src": "h1", "dst": "h16",
+                                            "size_bytes": size_bytes, "offset_s": 0.0}])
+    ports = (43001, 5601)
+    answer = agent.flow_started("ft", "f0", *ports, wait_s=10)
+    assert answer["enforcement"]["in_force"], answer
+    flow = agent.flow("ft", "f0")
+    before = rules_of(flow)
+    assert len(before) == len(flow["path"]) - 2, before
+    sender, receiver = _tcp_transfer(env.fabric, "h1", "h16", size_bytes, ports)
+    try:
+        time.sleep(1.5)
+        assert sender.poll() is None, "the transfer ended before the controller was killed"
+        os.kill(env.ctl.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        time.sleep(0.5)
+        held = rules_of(flow)
+        out, err = receiver.communicate(timeout=60)
+        finished_after_s = time.monotonic() - killed_at
+        sender_err = sender.communicate(timeout=10)[1]
+    finally:
+        for proc in (sender, receiver):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert sender.returncode == 0 and receiver.returncode == 0, (sender_err + err).decode()[-300:]
+    received_bytes = int(out.decode().strip())
+    print(f"\ncontroller killed 1.5 s into a {size_bytes}-byte transfer: finished {finished_after_s:.1f} s "
+          f"later, {received_bytes} of {size_bytes} bytes received; enforced rules held on {len(held)} of "
+          f"{len(before)} switches while the controller was down")
+    assert set(held) == set(before), "the switches dropped the enforcement with the controller"
+    assert received_bytes == size_bytes
+    assert finished_after_s < 2 * size_bytes * 8 / LINK_BPS, "the transfer stalled without the controller"
+
+    env.ctl.stop()  # reaps the killed process, removes its socket and token; keeps the store
+    env.problems += env.ctl.log_problems()
+    restarted_at = time.monotonic()
+    env.ctl = _controller(env).start()
+    env.ctl.wait_switches(timeout_s=20)
+    again = env.ctl.client().flow("ft", "f0")
+    same = ("state", "path", "src_port", "dst_port")
+    assert [again[k] for k in same] == [flow[k] for k in same]
+    rules = wait_until(lambda: len(rules_of(again)) == len(before) and rules_of(again), 10,
+                       "the flow's rules back after the restart")
+    back_s = time.monotonic() - restarted_at
+    for switch, rule in rules.items():  # installed by the new controller, not left over
+        assert float(rule["duration_s"]) <= back_s, (switch, rule["line"])
+    agent.flow_finished("ft", "f0", wait_s=10)  # the agent's client, made before the crash
+    assert agent.flow("ft", "f0")["state"] == "finished"
+    assert wait_until(lambda: rules_of(again) == {}, 10, "the finished flow's rules removed")
