@@ -34,13 +34,14 @@ def serve_in_order(snapshot: Snapshot, groups: dict[str, list[ActiveFlow]], orde
     A flow's rank is its position in the global order (group order, then flow id), so the controller
     compresses it into one priority class per group, most urgent first.
     """
-    fair = FairScheduler()
     residual = dict(snapshot.capacity_bps)
     rate: dict[str, float] = {}
     rank: dict[str, int] = {}
     for gid in order:
         members = groups[gid]
-        share = fair.decide(Snapshot(snapshot.now_s, residual, members)).rate_bps
+        # A fresh FairScheduler per group: its link numbering (and table) then spans only the group's
+        # links, not every link an earlier group used (which made each group cost O(all links)).
+        share = FairScheduler().decide(Snapshot(snapshot.now_s, residual, members)).rate_bps
         for flow in members:
             rank[flow.flow_id] = len(rank)
             give = share[flow.flow_id]
