@@ -1,6 +1,7 @@
 """Simulate a scenario once per scheduler and time it (target for bench-k8 at 20 iterations: < 6 s each).
 
-Run: ``.venv/bin/python benchmarks/bench_simulate.py [SCENARIO] [--iterations N] [--scheduler NAME]...``.
+Run: ``.venv/bin/python benchmarks/bench_simulate.py [SCENARIO] [--iterations N] [--scheduler NAME]...
+[--workers N]``.
 The time covers the run with all jobs together plus one run per job alone (for slowdowns), with
 invariant checks on every decision.  ``--iterations`` rewrites every generated job's ``iterations``
 parameter (bench-k8: 5 -> 13,280 flows, 20 -> 53,120 flows).  The first (untimed) run of the smallest
@@ -39,6 +40,8 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=None)
     parser.add_argument("--scheduler", action="append", default=None)
     parser.add_argument("--target-s", type=float, default=6.0)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="processes: >1 runs the alone runs beside the shared run (same results)")
     args = parser.parse_args()
     warm = load_scenario("fig2")
     for sched in args.scheduler or warm.schedulers:
@@ -52,7 +55,7 @@ def main() -> int:
     worst = 0.0
     for sched in args.scheduler or scenario.schedulers:
         t0 = time.perf_counter()
-        result = simulate(scenario.topology, scenario.jobs, get_scheduler(sched))
+        result = simulate(scenario.topology, scenario.jobs, get_scheduler(sched), workers=args.workers)
         wall = time.perf_counter() - t0
         worst = max(worst, wall)
         done = max(j.completion_s for j in result.jobs.values())
