@@ -63,6 +63,8 @@ ROUTES: list[tuple[re.Pattern[str], dict[str, tuple[str, bool]]]] = [
     (re.compile(r"^/rounds$"), {"GET": ("get_rounds", False)}),
     (re.compile(r"^/enforcement$"), {"GET": ("get_enforcement", False), "POST": ("post_enforcement", True)}),
     (re.compile(r"^/jobs$"), {"GET": ("list_jobs", False), "POST": ("post_job", True)}),
+    (re.compile(r"^/channels$"), {"GET": ("list_channels", False), "POST": ("post_channel", True)}),
+    (re.compile(rf"^/channels/{_ID}$"), {"GET": ("get_channel", False), "DELETE": ("delete_channel", True)}),
     (re.compile(rf"^/jobs/{_ID}$"), {"GET": ("get_job", False)}),
     (re.compile(rf"^/jobs/{_ID}/echelons$"),
      {"GET": ("list_echelons", False), "POST": ("post_echelon", True)}),
@@ -283,13 +285,38 @@ class Api:
         flows = self.registry.add_flows(job_id, echelon_id, body["flows"])
         return 201, {"flows": [self.registry.flow_view(f) for f in flows]}
 
+    def list_channels(self, body: Any, query: Any) -> tuple[int, Any]:
+        _no_query(query)
+        return 200, {"channels": [self.registry.channel_view(c) for c in self.registry.channels.values()]}
+
+    def get_channel(self, channel_id: str, body: Any, query: Any) -> tuple[int, Any]:
+        return 200, {"channel": self.registry.channel_view(self.registry.channel(channel_id))}
+
+    def post_channel(self, body: Any, query: Any) -> tuple[int, Any]:
+        fields(body, ("channel_id", "src", "dst", "src_port", "dst_port"), ("path",))
+        wait_s = _wait_filter(query)
+        channel = self.registry.add_channel(body["channel_id"], body["src"], body["dst"], body["src_port"],
+                                            body["dst_port"], body.get("path"))
+        self.service.reschedule("channel")  # its rules go to the switches now, before any flow uses it
+        return 201, self._waited({"channel": self.registry.channel_view(channel)}, wait_s)
+
+    def delete_channel(self, channel_id: str, body: Any, query: Any) -> tuple[int, Any]:
+        wait_s = _wait_filter(query)
+        channel = self.registry.remove_channel(channel_id)
+        self.service.reschedule("channel")
+        return 200, self._waited({"channel": self.registry.channel_view(channel)}, wait_s)
+
     def post_start(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
         self.registry.flow(job_id, flow_id)
-        fields(body, ("src_port", "dst_port"), ("start_s",))
+        if isinstance(body, dict) and "channel_id" in body:
+            fields(body, ("channel_id",), ("start_s",))
+        else:
+            fields(body, ("src_port", "dst_port"), ("start_s",))
         wait_s = _wait_filter(query)
         start_s = body.get("start_s")
-        flow = self.registry.flow_started(job_id, flow_id, body["src_port"], body["dst_port"],
-                                          self.service.now() if start_s is None else start_s)
+        flow = self.registry.flow_started(job_id, flow_id, body.get("src_port"), body.get("dst_port"),
+                                          self.service.now() if start_s is None else start_s,
+                                          channel_id=body.get("channel_id"))
         self.service.on_arrival()
         return 200, self._waited({"flow": self.registry.flow_view(self.registry.flows[flow.key]),
                                   "allocation": self.service.allocation(flow.key)}, wait_s)

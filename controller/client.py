@@ -194,10 +194,28 @@ class EchelonClient:
         return self.request("POST", f"/jobs/{_q(job_id)}/echelons/{_q(echelon_id)}/flows",
                             {"flows": [dict(f) for f in flows]}, auth=True)
 
-    def flow_started(self, job_id: str, flow_id: str, src_port: int, dst_port: int,
-                     start_s: float | None = None, wait_s: float | None = None) -> dict[str, Any]:
-        """Report a start; with ``wait_s`` the call returns once the switches acked the new enforcement."""
-        body: dict[str, Any] = {"src_port": src_port, "dst_port": dst_port}
+    def register_channel(self, channel_id: str, src: str, dst: str, src_port: int, dst_port: int,
+                         path: Sequence[str] | None = None, wait_s: float | None = None) -> dict[str, Any]:
+        """Declare a persistent connection (its rules are installed now, before any flow uses it)."""
+        body: dict[str, Any] = {"channel_id": channel_id, "src": src, "dst": dst, "src_port": src_port,
+                                "dst_port": dst_port}
+        if path is not None:
+            body["path"] = list(path)
+        return self.request("POST", "/channels" + _wait(wait_s), body, auth=True)
+
+    def remove_channel(self, channel_id: str) -> dict[str, Any]:
+        return self.request("DELETE", f"/channels/{_q(channel_id)}", auth=True)
+
+    def channels(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/channels")["channels"]
+
+    def flow_started(self, job_id: str, flow_id: str, src_port: int | None = None,
+                     dst_port: int | None = None, start_s: float | None = None, wait_s: float | None = None,
+                     channel_id: str | None = None) -> dict[str, Any]:
+        """Report a start on the flow's own 5-tuple or on a channel; with ``wait_s`` the call returns once
+        the switches acked the new enforcement."""
+        body: dict[str, Any] = ({"channel_id": channel_id} if channel_id is not None
+                                else {"src_port": src_port, "dst_port": dst_port})
         if start_s is not None:
             body["start_s"] = start_s
         return self.request("POST", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}/start" + _wait(wait_s), body,

@@ -124,6 +124,7 @@ class FlowRecord:
     bytes_sent: int = 0
     start_s: float | None = None
     finish_s: float | None = None
+    channel_id: str | None = None  # the persistent connection it ran on (None: its own 5-tuple)
 
     @property
     def key(self) -> str:
@@ -132,6 +133,23 @@ class FlowRecord:
     @property
     def echelon_key(self) -> str:
         return qualified(self.job_id, self.echelon_id)
+
+
+@dataclass(frozen=True)
+class ChannelRecord:
+    """A persistent connection between two agents, as collective libraries keep them between ranks.
+
+    Its 5-tuple and path are installed once, when it is registered (before the traffic starts); a flow
+    started on it only changes the channel's class and rate, so no rule install and no handshake lies on
+    the flow's critical path.  One flow at a time uses a channel.
+    """
+
+    channel_id: str
+    src: str
+    dst: str
+    src_port: int
+    dst_port: int
+    path: tuple[str, ...]  # node path, hosts included: one of the equal-cost paths src -> dst
 
 
 class StorePort:
@@ -146,12 +164,15 @@ class StorePort:
         echelons: Sequence[EchelonRecord] = (),
         flows: Sequence[FlowRecord] = (),
         settings: Mapping[str, str] | None = None,
+        channels: Sequence[ChannelRecord] = (),
+        removed_channels: Sequence[str] = (),
     ) -> None:
         raise NotImplementedError
 
 
 #: What ``Store.load`` returns and a registry starts from.
-LoadedRows = tuple[Iterable[JobRecord], Iterable[EchelonRecord], Iterable[FlowRecord], Mapping[str, str]]
+LoadedRows = tuple[Iterable[JobRecord], Iterable[EchelonRecord], Iterable[FlowRecord], Mapping[str, str],
+                   Iterable[ChannelRecord]]
 
 
 # --------------------------------------------------------------------------- registry
@@ -172,6 +193,8 @@ class Registry:
         self._paths: dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = {}
         self._active: dict[str, None] = {}  # ordered set of active flow keys
         self._by_tuple: dict[tuple[str, str, int, int], str] = {}
+        self.channels: dict[str, ChannelRecord] = {}
+        self._channel_flow: dict[str, str] = {}  # channel id -> the active flow on it
         self._reference_s: dict[str, float] = {}
         self._observed_bytes: dict[str, float] = {}
         self._next_seq = 0
@@ -181,7 +204,7 @@ class Registry:
             self._load(*loaded)
 
     # ------------------------------------------------------------------ loading
-    def _load(self, jobs, echelons, flows, settings) -> None:
+    def _load(self, jobs, echelons, flows, settings, channels=()) -> None:
         """Rebuild memory from stored rows (never re-written: they are the store's own content)."""
         stored_topo = settings.get("topology")
         if stored_topo is not None and stored_topo != self.topology.name:
@@ -190,6 +213,9 @@ class Registry:
         self.settings.update(settings)
         for job in jobs:
             self.jobs[job.job_id] = job
+        for channel in channels:
+            self.channels[channel.channel_id] = channel
+            self._by_tuple[self._channel_tuple(channel)] = f"channel {channel.channel_id}"
         for ech in echelons:
             self.echelons[ech.key] = ech
             self.members[ech.key] = []
@@ -200,7 +226,10 @@ class Registry:
             self._next_seq = max(self._next_seq, flow.seq + 1)
             if flow.state == "active":
                 self._active[flow.key] = None
-                self._by_tuple[self._tuple(flow)] = flow.key
+                if flow.channel_id is not None and flow.channel_id in self.channels:
+                    self._on_channel(flow, self.channels[flow.channel_id])
+                else:
+                    self._by_tuple[self._tuple(flow)] = flow.key
         for key in self.echelons:
             self._refresh_reference(key)
 
@@ -210,9 +239,11 @@ class Registry:
             self.set_setting("topology", self.topology.name)
 
     # ------------------------------------------------------------------ commit
-    def _commit(self, jobs=(), echelons=(), flows=(), settings=None) -> None:
+    def _commit(self, jobs=(), echelons=(), flows=(), settings=None, channels=(),
+                removed_channels=()) -> None:
         if self.store is not None:
-            self.store.commit(jobs=jobs, echelons=echelons, flows=flows, settings=settings)
+            self.store.commit(jobs=jobs, echelons=echelons, flows=flows, settings=settings,
+                              channels=channels, removed_channels=removed_channels)
         self.version += 1
 
     # ------------------------------------------------------------------ lookups
@@ -297,8 +328,13 @@ class Registry:
         return new_flows
 
     def flow_started(self, job_id: Any, flow_id: Any, src_port: Any, dst_port: Any,
-                     start_s: Any) -> FlowRecord:
+                     start_s: Any, channel_id: Any = None) -> FlowRecord:
+        """A flow starts on its own 5-tuple (``src_port``/``dst_port``) or on a registered channel."""
         flow = self.flow(job_id, flow_id)
+        if channel_id is not None:
+            if src_port is not None or dst_port is not None:
+                raise RegistryError("channel_id", "give either channel_id or src_port and dst_port, not both")
+            return self._start_on_channel(flow, self.channel(channel_id), check_time("start_s", start_s))
         sport = check_port("src_port", src_port)
         dport = check_port("dst_port", dst_port)
         start = check_time("start_s", start_s)
@@ -307,7 +343,8 @@ class Registry:
         updated = replace(flow, state="active", src_port=sport, dst_port=dport, start_s=start)
         owner = self._by_tuple.get(self._tuple(updated))
         if owner is not None:
-            raise ConflictError("src_port", f"active flow {owner!r} already uses {updated.src}:{sport} -> "
+            holder = owner if owner.startswith("channel ") else f"active flow {owner!r}"
+            raise ConflictError("src_port", f"{holder} already uses {updated.src}:{sport} -> "
                                        f"{updated.dst}:{dport}")
         self._commit(flows=[updated])
         self.flows[flow.key] = updated
@@ -315,6 +352,98 @@ class Registry:
         self._by_tuple[self._tuple(updated)] = flow.key
         self._refresh_reference(flow.echelon_key)
         return updated
+
+    def _start_on_channel(self, flow: FlowRecord, channel: ChannelRecord, start: float) -> FlowRecord:
+        if flow.state != "declared":
+            raise ConflictError("flow_id", f"flow {flow.key!r} is already {flow.state}")
+        if (flow.src, flow.dst) != (channel.src, channel.dst):
+            raise RegistryError("channel_id", f"channel {channel.channel_id!r} connects {channel.src} -> "
+                                              f"{channel.dst}, flow {flow.key!r} goes {flow.src} -> "
+                                              f"{flow.dst}")
+        busy = self._channel_flow.get(channel.channel_id)
+        if busy is not None:
+            raise ConflictError("channel_id", f"channel {channel.channel_id!r} carries active flow {busy!r}")
+        updated = replace(flow, state="active", src_port=channel.src_port, dst_port=channel.dst_port,
+                          start_s=start, channel_id=channel.channel_id)
+        self._commit(flows=[updated])
+        self.flows[flow.key] = updated
+        self._active[flow.key] = None
+        self._on_channel(updated, channel)
+        self._refresh_reference(flow.echelon_key)
+        return updated
+
+    def _on_channel(self, flow: FlowRecord, channel: ChannelRecord) -> None:
+        """The flow runs where its channel runs: the channel's path, not the flow's own pinned one."""
+        self._channel_flow[channel.channel_id] = flow.key
+        self._paths[flow.key] = (channel.path, Topology.links_of(channel.path))
+
+    # ------------------------------------------------------------------ channels
+    def channel(self, channel_id: Any) -> ChannelRecord:
+        check_id("channel_id", channel_id)
+        try:
+            return self.channels[channel_id]
+        except KeyError:
+            raise NotFoundError("channel_id", f"no channel {channel_id!r}") from None
+
+    def add_channel(self, channel_id: Any, src: Any, dst: Any, src_port: Any, dst_port: Any,
+                    path: Any = None) -> ChannelRecord:
+        """Register a persistent connection; ``path`` (node names, hosts included) must be one of the
+        equal-cost paths between the hosts (default: the host pair's route, what plain TCP takes)."""
+        check_id("channel_id", channel_id)
+        src_h, dst_h = self._host("src", src), self._host("dst", dst)
+        if src_h == dst_h:
+            raise RegistryError("dst", f"a channel needs two different hosts, got {src_h!r} twice")
+        sport = check_port("src_port", src_port)
+        dport = check_port("dst_port", dst_port)
+        nodes = self._channel_path(src_h, dst_h, path)
+        if channel_id in self.channels:
+            raise ConflictError("channel_id", f"channel {channel_id!r} is already registered")
+        record = ChannelRecord(channel_id, src_h, dst_h, sport, dport, nodes)
+        owner = self._by_tuple.get(self._channel_tuple(record))
+        if owner is not None:
+            raise ConflictError("src_port", f"{owner} already uses {src_h}:{sport} -> {dst_h}:{dport}")
+        self._commit(channels=[record])
+        self.channels[channel_id] = record
+        self._by_tuple[self._channel_tuple(record)] = f"channel {channel_id}"
+        return record
+
+    def remove_channel(self, channel_id: Any) -> ChannelRecord:
+        record = self.channel(channel_id)
+        busy = self._channel_flow.get(record.channel_id)
+        if busy is not None:
+            raise ConflictError("channel_id", f"channel {record.channel_id!r} carries active flow {busy!r}")
+        self._commit(removed_channels=[record.channel_id])
+        del self.channels[record.channel_id]
+        self._by_tuple.pop(self._channel_tuple(record), None)
+        return record
+
+    def channel_flow(self, channel_id: str) -> str | None:
+        """The active flow a channel carries now, if any."""
+        return self._channel_flow.get(channel_id)
+
+    def channel_tuple(self, channel_id: str) -> tuple[str, str, int, int]:
+        return self._channel_tuple(self.channels[channel_id])
+
+    def channel_view(self, channel: ChannelRecord) -> dict[str, Any]:
+        return {"channel_id": channel.channel_id, "src": channel.src, "dst": channel.dst,
+                "src_port": channel.src_port, "dst_port": channel.dst_port, "path": list(channel.path),
+                "flow": self._channel_flow.get(channel.channel_id)}
+
+    def _channel_path(self, src: str, dst: str, path: Any) -> tuple[str, ...]:
+        if path is None:
+            return tuple(self.topology.pair_path(src, dst))
+        if not isinstance(path, list) or not all(isinstance(n, str) for n in path):
+            raise RegistryError("path", f"must be an array of node names from {src} to {dst}, "
+                                        f"got {_type(path)}")
+        allowed = [tuple(p) for p in self.topology.equal_cost_paths(src, dst)]
+        if tuple(path) not in allowed:
+            raise RegistryError("path", f"{'-'.join(path)} is not one of the {len(allowed)} equal-cost paths "
+                                        f"{src} -> {dst} (e.g. {'-'.join(allowed[0])})")
+        return tuple(path)
+
+    def _channel_tuple(self, channel: ChannelRecord) -> tuple[str, str, int, int]:
+        nodes = self.topology.graph.nodes
+        return nodes[channel.src]["ip"], nodes[channel.dst]["ip"], channel.src_port, channel.dst_port
 
     def flow_progress(self, job_id: Any, flow_id: Any, bytes_sent: Any) -> FlowRecord:
         """Agent progress; lower values than already known are kept as the known maximum (reordering)."""
@@ -343,7 +472,10 @@ class Registry:
         self._commit(flows=[updated])
         self.flows[flow.key] = updated
         self._active.pop(flow.key, None)
-        self._by_tuple.pop(self._tuple(flow), None)
+        if flow.channel_id is not None:  # the channel stays, idle, for the next flow
+            self._channel_flow.pop(flow.channel_id, None)
+        else:
+            self._by_tuple.pop(self._tuple(flow), None)
         self._observed_bytes.pop(flow.key, None)
         return updated
 
@@ -419,7 +551,7 @@ class Registry:
             "state": flow.state, "bytes_sent": flow.bytes_sent, "bytes_done_estimate": self.bytes_done(flow),
             "start_s": flow.start_s, "finish_s": flow.finish_s,
             "ideal_finish_s": None if ref is None else ref + flow.offset_s,
-            "path": list(self._paths[flow.key][0]),
+            "path": list(self._paths[flow.key][0]), "channel_id": flow.channel_id,
         }
 
     def dump(self) -> dict[str, Any]:
@@ -427,6 +559,7 @@ class Registry:
         return {
             "jobs": [self.job_view(j) for j in self.jobs.values()],
             "echelons": [self.echelon_view(e) for e in self.echelons.values()],
+            "channels": [self.channel_view(c) for c in self.channels.values()],
             "settings": dict(sorted(self.settings.items())),
         }
 

@@ -70,6 +70,14 @@ class EnforcementPort(Protocol):
     def remove(self, flow_id: str) -> Any: ...
 
 
+#: Enforcement keys of channels (``channel:<id>``): never a ``job/flow`` key, which always has a slash.
+CHANNEL_PREFIX = "channel:"
+
+
+def channel_key(channel_id: str) -> str:
+    return CHANNEL_PREFIX + channel_id
+
+
 @dataclass(frozen=True)
 class Installed:
     """What the port was last told for one flow (``rate_bps`` None = no meter)."""
@@ -184,8 +192,12 @@ class SchedulingService:
         return self.reschedule("departure")
 
     def observe_bytes(self, flow_id: str, byte_count: float) -> None:
-        """Switch-counter bytes of a flow's first-hop rule (frames incl. headers) -> payload estimate."""
-        self.registry.observe_bytes(flow_id, float(byte_count) * self.payload_fraction)
+        """Switch-counter bytes of a flow's first-hop rule (frames incl. headers) -> payload estimate.
+
+        A channel's counter adds up every flow it carried, so it says nothing about the current one:
+        channel flows go by their agents' progress reports (TCP-acknowledged bytes) alone."""
+        if not flow_id.startswith(CHANNEL_PREFIX):
+            self.registry.observe_bytes(flow_id, float(byte_count) * self.payload_fraction)
 
     def forget(self, flow_id: str) -> None:
         """The enforcement dropped this flow by itself (rule idle timeout): install it again next round."""
@@ -269,13 +281,27 @@ class SchedulingService:
         """A rate below ``min_meter_bps`` (incl. 0) means "wait": last queue, no meter (leftovers only)."""
         return rate_bps < self.min_meter_bps
 
+    def enforcement_key(self, flow_key: str) -> str:
+        """What the switches hold a flow's rules under: its channel's, or its own (``job/flow``)."""
+        channel_id = self.registry.flows[flow_key].channel_id
+        return flow_key if channel_id is None else channel_key(channel_id)
+
     def _desired(self, decision: Decision, queue: dict[str, int]) -> dict[str, Installed]:
-        out = {}
+        """Enforcement keys -> class and meter.  Every registered channel is held, idle ones in the last
+        class without a meter, so its rules are in place before a flow starts on it."""
+        idle = Installed(self.queues - 1, None)
+        out = {channel_key(cid): idle for cid in self.registry.channels}
         for fid, q in queue.items():
             rate = decision.rate_bps.get(fid, 0.0)
             meter = None if self.paused(rate) else rate * self.headroom
-            out[fid] = Installed(q, meter)
+            out[self.enforcement_key(fid)] = Installed(q, meter)
         return out
+
+    def _install_args(self, key: str) -> tuple[FlowMatch, tuple[str, ...]]:
+        if key.startswith(CHANNEL_PREFIX):
+            channel = self.registry.channels[key[len(CHANNEL_PREFIX):]]
+            return FlowMatch(*self.registry.channel_tuple(channel.channel_id)), channel.path
+        return FlowMatch(*self.registry.five_tuple(key)), self.registry.path_of(key)
 
     def _push(self, desired: dict[str, Installed], report: RoundReport) -> None:
         port = self.port
@@ -289,9 +315,8 @@ class SchedulingService:
             have = self.installed.get(fid)
             if have is None:
                 if port is not None:
-                    match = FlowMatch(*self.registry.five_tuple(fid))
-                    if not self._call(port.install, fid, match, self.registry.path_of(fid), want.queue,
-                                      want.rate_bps):
+                    match, path = self._install_args(fid)
+                    if not self._call(port.install, fid, match, path, want.queue, want.rate_bps):
                         continue
                 self.installed[fid] = want
                 report.installs += 1
@@ -356,7 +381,7 @@ class SchedulingService:
         flow = self.registry.flows[flow_key]
         decision = self.state.decision
         decided = flow_key in decision.rate_bps and flow.state == "active"
-        installed = self.installed.get(flow_key)
+        installed = self.installed.get(self.enforcement_key(flow_key)) if flow.state == "active" else None
         queue = self.state.queue.get(flow_key) if decided and self.scheduler.enforces else None
         return {
             "job_id": flow.job_id,

@@ -13,11 +13,12 @@ Kept Python 3.9 compatible; stdlib only.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from collections.abc import Mapping, Sequence
 
-from controller.registry import EchelonRecord, FlowRecord, JobRecord, Registry, StorePort
+from controller.registry import ChannelRecord, EchelonRecord, FlowRecord, JobRecord, Registry, StorePort
 
 DEFAULT_PATH = "/var/lib/echelon/registry.sqlite"
 
@@ -48,8 +49,17 @@ CREATE TABLE IF NOT EXISTS flows (
     bytes_sent INTEGER NOT NULL,
     start_s REAL,
     finish_s REAL,
+    channel_id TEXT,
     PRIMARY KEY (job_id, flow_id),
     FOREIGN KEY (job_id, echelon_id) REFERENCES echelons(job_id, echelon_id)
+);
+CREATE TABLE IF NOT EXISTS channels (
+    channel_id TEXT PRIMARY KEY,
+    src TEXT NOT NULL,
+    dst TEXT NOT NULL,
+    src_port INTEGER NOT NULL,
+    dst_port INTEGER NOT NULL,
+    path TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS settings (
     name TEXT PRIMARY KEY,
@@ -58,7 +68,8 @@ CREATE TABLE IF NOT EXISTS settings (
 """
 
 FLOW_COLUMNS = ("job_id", "flow_id", "echelon_id", "src", "dst", "size_bytes", "offset_s", "start_offset_s",
-                "seq", "state", "src_port", "dst_port", "bytes_sent", "start_s", "finish_s")
+                "seq", "state", "src_port", "dst_port", "bytes_sent", "start_s", "finish_s", "channel_id")
+CHANNEL_COLUMNS = ("channel_id", "src", "dst", "src_port", "dst_port", "path")
 
 
 class StoreError(Exception):
@@ -85,6 +96,9 @@ class Store(StorePort):
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.executescript(SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(flows)")}
+            if "channel_id" not in columns:  # a store written before channels existed
+                self._db.execute("ALTER TABLE flows ADD COLUMN channel_id TEXT")
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open registry store {path!r}: {exc}") from None
 
@@ -97,6 +111,8 @@ class Store(StorePort):
         echelons: Sequence[EchelonRecord] = (),
         flows: Sequence[FlowRecord] = (),
         settings: Mapping[str, str] | None = None,
+        channels: Sequence[ChannelRecord] = (),
+        removed_channels: Sequence[str] = (),
     ) -> None:
         db = self._db
         try:
@@ -114,6 +130,12 @@ class Store(StorePort):
                     [tuple(getattr(f, c) for c in FLOW_COLUMNS) for f in flows])
                 db.executemany("INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)",
                                list((settings or {}).items()))
+                db.executemany(
+                    "INSERT OR REPLACE INTO channels ({}) VALUES ({})".format(
+                        ", ".join(CHANNEL_COLUMNS), ", ".join("?" * len(CHANNEL_COLUMNS))),
+                    [(c.channel_id, c.src, c.dst, c.src_port, c.dst_port, json.dumps(list(c.path)))
+                     for c in channels])
+                db.executemany("DELETE FROM channels WHERE channel_id = ?", [(c,) for c in removed_channels])
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
@@ -121,7 +143,8 @@ class Store(StorePort):
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"registry store {self.path!r}: write failed: {exc}") from None
 
-    def load(self) -> tuple[list[JobRecord], list[EchelonRecord], list[FlowRecord], dict[str, str]]:
+    def load(self) -> tuple[list[JobRecord], list[EchelonRecord], list[FlowRecord], dict[str, str],
+                            list[ChannelRecord]]:
         db = self._db
         try:
             jobs = [JobRecord(job_id, weight) for job_id, weight in
@@ -131,9 +154,12 @@ class Store(StorePort):
             flows = [FlowRecord(**dict(zip(FLOW_COLUMNS, row))) for row in
                      db.execute("SELECT {} FROM flows ORDER BY seq".format(", ".join(FLOW_COLUMNS)))]
             settings = dict(db.execute("SELECT name, value FROM settings"))
+            rows = db.execute("SELECT {} FROM channels ORDER BY rowid".format(", ".join(CHANNEL_COLUMNS)))
+            channels = [ChannelRecord(cid, src, dst, sport, dport, tuple(json.loads(path)))
+                        for cid, src, dst, sport, dport, path in rows]
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot read registry store {self.path!r}: {exc}") from None
-        return jobs, echelons, flows, settings
+        return jobs, echelons, flows, settings, channels
 
 
 def open_registry(topology, path: str = DEFAULT_PATH):

@@ -101,6 +101,26 @@ def test_lifecycle_over_the_unix_socket_and_tcp(served):
     assert c.health()["counts"] == {"jobs": 1, "echelons": 1, "declared": 1, "active": 0, "finished": 1}
 
 
+def test_channel_lifecycle(served):
+    c = served.unix
+    c.register_job("j")
+    c.register_echelon("j", "e", flows(("f", "h1", "h5", 1000), ("g", "h1", "h5", 1000)))
+    answer = c.register_channel("c1", "h1", "h5", 40001, 46000, wait_s=1.0)
+    assert answer["channel"]["path"] == list(served.registry.topology.pair_path("h1", "h5"))
+    assert ("install", "channel:c1") in served.port.calls  # held before any flow uses it
+    started = c.flow_started("j", "f", channel_id="c1")
+    assert (started["flow"]["channel_id"], started["flow"]["src_port"]) == ("c1", 40001)
+    assert c.channels()[0]["flow"] == "j/f"
+    with pytest.raises(ApiClientError) as busy:
+        c.flow_started("j", "g", channel_id="c1")
+    assert (busy.value.status, busy.value.field) == (409, "channel_id")
+    c.flow_finished("j", "f")
+    c.flow_started("j", "g", channel_id="c1")  # the same connection, the next flow
+    c.flow_finished("j", "g")
+    assert c.remove_channel("c1")["channel"]["channel_id"] == "c1"
+    assert c.channels() == [] and ("remove", "channel:c1") in served.port.calls
+
+
 def test_scheduler_get_and_switch(served):
     assert served.unix.scheduler()["scheduler"] == "echelon"
     answer = served.unix.set_scheduler("fair")
@@ -116,8 +136,10 @@ def seed(served):
     served.unix.register_job("j1")
     served.unix.register_echelon("j1", "e1", flows(("f1", "h1", "h5", 1000), ("f2", "h2", "h6", 1000)))
     served.unix.flow_started("j1", "f2", 40000, 5201)
+    served.unix.register_channel("c1", "h1", "h5", 40001, 46000)
 
 
+CHANNEL = {"channel_id": "c2", "src": "h1", "dst": "h5", "src_port": 40002, "dst_port": 46000}
 BIG = b'{"job_id": "' + b"x" * (70 * 1024) + b'"}'
 
 # (method, path, raw body or JSON-able body, headers, expected status, expected field)
@@ -193,6 +215,19 @@ BAD = [
     ("POST", "/jobs/j1/flows/f2/finish", {"finish_s": 10**400}, {}, 400, "finish_s"),
     ("GET", "/jobs/j1%0A", None, {}, 400, "job_id"),
     ("GET", "/jobs%0A", None, {}, 404, "path"),
+    # channels (persistent connections)
+    ("POST", "/channels", dict(CHANNEL, channel_id="c1"), {}, 409, "channel_id"),
+    ("POST", "/channels", dict(CHANNEL, src_port=40001), {}, 409, "src_port"),
+    ("POST", "/channels", dict(CHANNEL, dst="h1"), {}, 400, "dst"),
+    ("POST", "/channels", dict(CHANNEL, dst="h99"), {}, 400, "dst"),
+    ("POST", "/channels", dict(CHANNEL, path=["h1", "e1", "h5"]), {}, 400, "path"),
+    ("POST", "/channels", dict(CHANNEL, colour="red"), {}, 400, "colour"),
+    ("POST", "/channels", {"channel_id": "c2"}, {}, 400, "src"),
+    ("GET", "/channels/c9", None, {}, 404, "channel_id"),
+    ("DELETE", "/channels/c9", None, {}, 404, "channel_id"),
+    ("POST", "/jobs/j1/flows/f1/start", {"channel_id": "c9"}, {}, 404, "channel_id"),
+    ("POST", "/jobs/j1/flows/f1/start", {"channel_id": "c1", "src_port": 1}, {}, 400, "src_port"),
+    ("POST", "/jobs/j1/flows/f2/start", {"channel_id": "c1"}, {}, 409, "flow_id"),
 ]
 
 
@@ -204,7 +239,7 @@ def test_bad_request_is_a_json_error_and_changes_nothing(served, method, path, b
     calls = list(served.port.calls)
     raw = body if isinstance(body, bytes) else None
     payload = None if isinstance(body, bytes) else body
-    needs_auth = method in ("POST", "PUT")
+    needs_auth = method in ("POST", "PUT", "DELETE")
     for client in (served.unix, served.tcp):
         with pytest.raises(ApiClientError) as info:
             client.request(method, path, payload, auth=needs_auth, raw=raw, headers=headers)
@@ -379,7 +414,7 @@ def test_restart_keeps_the_registry_and_reenforces(tmp_path):
         assert second.registry.dump() == dump
         assert second.unix.scheduler()["scheduler"] == "coflow"
         second.service.start()  # what the app does once it is up
-        assert second.port.calls == [("install", "j1/f2")]
+        assert second.port.calls == [("install", "channel:c1"), ("install", "j1/f2")]
         assert second.unix.allocation("j1", "f2")["enforced"] is True
     finally:
         second.stop()

@@ -246,7 +246,7 @@ def test_store_commit_is_one_transaction(tmp_path):
     orphan = FlowRecord("j9", "f", "no-such-echelon", "h1", "h2", 10, 0.0, None, 0)
     with pytest.raises(StoreError):
         store.commit(jobs=[JobRecord("j9", 1.0)], flows=[orphan])  # the flow violates a foreign key
-    assert store.load() == ([], [], [], {})
+    assert store.load() == ([], [], [], {}, [])
     store.close()
 
 
@@ -307,3 +307,63 @@ def test_registry_due_times_and_paths_equal_the_simulators(scenario_name):
     assert set(simulated_paths) <= set(registry_paths) and len(simulated_paths) > 20
     for qid, links in simulated_paths.items():
         assert registry_paths[qid] == links, qid
+
+
+# --------------------------------------------------------------------------- channels
+def test_a_flow_started_on_a_channel_takes_the_channels_tuple_and_path(reg, topo):
+    paths = topo.equal_cost_paths("h1", "h5")
+    other = next(p for p in paths if tuple(p) != topo.path_for("h1", "h5", "j1/f1"))
+    channel = reg.add_channel("c1", "h1", "h5", 40001, 46000, list(other))
+    assert channel.path == tuple(other)
+    assert reg.channel_view(channel)["flow"] is None
+    started = reg.flow_started("j1", "f1", None, None, 100.0, channel_id="c1")
+    assert (started.src_port, started.dst_port, started.channel_id) == (40001, 46000, "c1")
+    assert reg.path_of("j1/f1") == tuple(other)  # where the bytes really go
+    assert reg.five_tuple("j1/f1") == reg.channel_tuple("c1")
+    assert reg.channel_flow("c1") == "j1/f1"
+    with pytest.raises(ConflictError, match="carries active flow 'j1/f1'"):
+        reg.remove_channel("c1")
+    reg.flow_finished("j1", "f1", 101.0)
+    assert reg.channel_flow("c1") is None  # idle again: the next flow may use it
+    assert reg.remove_channel("c1").channel_id == "c1" and "c1" not in reg.channels
+
+
+def test_bad_channels_are_refused_and_change_nothing(reg, topo):
+    reg.add_channel("c1", "h1", "h5", 40001, 46000)
+    before = reg.dump()
+    cases = [
+        (("c1", "h1", "h5", 40002, 46000), "already registered"),
+        (("c2", "h1", "h5", 40001, 46000), "channel c1 already uses h1:40001 -> h5:46000"),
+        (("c2", "h1", "h1", 40002, 46000), "two different hosts"),
+        (("c2", "h1", "h99", 40002, 46000), "has no host 'h99'"),
+        (("c2", "h1", "h5", 0, 46000), "src_port: must be between 1 and 65535"),
+        (("c2", "h1", "h5", 40002, 46000, ["h1", "e1", "h5"]), "not one of the 4 equal-cost paths"),
+        (("c2", "h1", "h5", 40002, 46000, "h1-e1"), "must be an array of node names"),
+        (("bad id", "h1", "h5", 40002, 46000), "not a valid id"),
+    ]
+    for args, message in cases:
+        with pytest.raises(RegistryError, match=message):
+            reg.add_channel(*args)
+    with pytest.raises(RegistryError, match="connects h1 -> h5, flow 'j1/f2' goes h2 -> h5"):
+        reg.flow_started("j1", "f2", None, None, 1.0, channel_id="c1")
+    with pytest.raises(RegistryError, match="either channel_id or src_port"):
+        reg.flow_started("j1", "f1", 1, 2, 1.0, channel_id="c1")
+    with pytest.raises(NotFoundError, match="no channel 'c9'"):
+        reg.flow_started("j1", "f1", None, None, 1.0, channel_id="c9")
+    with pytest.raises(ConflictError, match="channel c1 already uses"):  # not as a flow's own 5-tuple
+        reg.flow_started("j1", "f1", 40001, 46000, 1.0)
+    assert reg.dump() == before
+
+
+def test_channels_and_channel_flows_survive_a_restart(tmp_path, topo):
+    path = str(tmp_path / "reg.sqlite")
+    reg = open_registry(topo, path)
+    reg.add_job("j")
+    reg.add_echelon("j", "e", flows=[flow("f", "h1", "h5")])
+    route = list(topo.equal_cost_paths("h1", "h5")[1])
+    reg.add_channel("c1", "h1", "h5", 40001, 46000, route)
+    reg.flow_started("j", "f", None, None, 5.0, channel_id="c1")
+    again = open_registry(topo, path)
+    assert again.channels == reg.channels
+    assert again.flows["j/f"].channel_id == "c1" and again.channel_flow("c1") == "j/f"
+    assert again.path_of("j/f") == tuple(route)

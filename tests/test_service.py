@@ -344,3 +344,41 @@ def test_drives_the_real_enforcer_unchanged():
     assert any(isinstance(op, fm.MeterSet) and op.rate_kbps == 20000 for _d, ops in sent for op in ops)
     svc.set_scheduler("fair")
     assert enforcer.live_flows() == {} and svc.installed == {}
+
+
+# --------------------------------------------------------------------------- channels
+def test_channels_are_installed_idle_and_flows_on_them_only_update_class_and_rate():
+    """A channel's rules go in when it is registered (last class, no meter); a flow starting on it
+    changes its class and meter, finishing returns it to idle: no install or removal per flow."""
+    reg = Registry(build("two_hosts", B_BPS, mtu_bytes=None))
+    reg.add_job("pp")
+    reg.add_echelon("pp", "act", flows=[
+        {"flow_id": f"mb{i}", "src": "h1", "dst": "h2", "size_bytes": 2 * MB, "offset_s": float(i)}
+        for i in range(2)])
+    port = RecordingPort()
+    svc = SchedulingService(reg, port, now=Clock(1.0), queues=4)
+    reg.add_channel("c1", "h1", "h2", 40001, 46000)
+    svc.reschedule("channel")
+    ((op, key, match, path, queue, rate),) = port.take()
+    assert (op, key, queue, rate) == ("install", "channel:c1", 3, None)
+    assert match == FlowMatch(*reg.channel_tuple("c1")) and path == reg.channels["c1"].path
+    reg.flow_started("pp", "mb0", None, None, 1.0, channel_id="c1")
+    svc.on_arrival()
+    assert port.take() == [("update", "channel:c1", 1, pytest.approx(B_BPS), False)]
+    allocation = svc.allocation("pp/mb0")
+    assert (allocation["enforced"], allocation["queue"], allocation["meter_rate_bps"]) == (
+        True, 1, pytest.approx(B_BPS))
+    reg.flow_finished("pp", "mb0", 3.0)
+    svc.on_departure()
+    assert port.take() == [("update", "channel:c1", 3, None, True)]
+    svc.set_scheduler("fair")  # plain TCP: nothing held, channels included
+    assert port.take() == [("remove", "channel:c1")]
+
+
+def test_switch_counters_of_a_channel_are_not_taken_for_its_current_flow():
+    reg = fig2_registry()
+    svc = SchedulingService(reg, RecordingPort(), now=Clock(1.0))
+    reg.add_channel("c1", "h1", "h2", 40001, 46000)
+    reg.flow_started("pp", "mb0", None, None, 1.0, channel_id="c1")
+    svc.observe_bytes("channel:c1", 1_500_000)  # the channel's lifetime counter
+    assert reg.bytes_done(reg.flows["pp/mb0"]) == 0
