@@ -192,7 +192,7 @@ class Api:
 
     def get_scheduler(self, body: Any, query: Any) -> tuple[int, Any]:
         return 200, {"scheduler": self.service.scheduler_name, "available": self.service.available(),
-                     "enforces": self.service.scheduler.enforces}
+                     "enforces": self.service.scheduler.enforces, "queues": self.service.queues}
 
     def list_jobs(self, body: Any, query: Any) -> tuple[int, Any]:
         return 200, {"jobs": [self.registry.job_view(j) for j in self.registry.jobs.values()]}

@@ -25,7 +25,7 @@ from echelonflow.workloads import generate
 from traffic.agent import Agent
 from traffic.emulate import REPO_ROOT, EmulationError, assemble_run, local_popen, run_agents
 from traffic.runspec import RunSpec, SpecError, jobs_from_json, jobs_to_json, parse_runspec
-from traffic.transfer import FlowHeader, FlowReceiver, TransferError, send_flow
+from traffic.transfer import Channel, FlowHeader, FlowReceiver, TransferError
 
 _PORTS = itertools.count(47100)
 
@@ -47,6 +47,16 @@ def run(jobs, tmp_path, **kwargs):
     kwargs.setdefault("start_margin_s", 1.5)
     kwargs.setdefault("run_timeout_s", 30.0)
     return run_agents(jobs, loopback(hosts_of(jobs)), str(tmp_path), **kwargs)
+
+
+def send_flow(header, ip, port, io_timeout_s=30.0, **sources):
+    """One flow over a fresh channel (the agents keep theirs open; one-shot is enough here)."""
+    channel = Channel("t", header.src, "peer", None, "127.0.0.1", ip, port, io_timeout_s=io_timeout_s)
+    channel.connect(5.0)
+    try:
+        return channel.send_flow(header, **sources)
+    finally:
+        channel.close()
 
 
 def mixed_jobs():
@@ -195,7 +205,7 @@ def test_a_peer_that_never_comes_up_fails_within_the_connect_timeout(tmp_path):
     # loaded machine and still tells the two apart (the message below names the connect failure).
     assert time.monotonic() - t < spec.run_timeout_s / 2
     assert document["status"] == "error"
-    assert "s/f1" in document["error"] and "cannot connect" in document["error"]
+    assert "cannot connect to h2" in document["error"]  # its channel, opened before t0
     assert json.loads((tmp_path / "out.json").read_text())["status"] == "error"
     assert not (tmp_path / "h1.sock").exists()  # the agent removed its control socket
 
@@ -221,7 +231,8 @@ def test_a_receiver_that_never_confirms_times_out():
         conn.close()
 
 
-def test_receiver_rejects_a_sender_that_sends_more_than_declared():
+def test_receiver_rejects_bytes_beyond_a_declared_flow():
+    """A flow is exactly its declared bytes: whatever follows must be the next flow's header."""
     errors, arrivals = [], []
     receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, arrivals.append, errors.append,
                             io_timeout_s=2.0).start()
@@ -231,13 +242,48 @@ def test_receiver_rejects_a_sender_that_sends_more_than_declared():
             sock.sendall(FlowHeader("j", "f", "h1", 100).encode() + bytes(150))
             sock.shutdown(socket.SHUT_WR)
             reply = json.loads(sock.makefile().readline())
-        assert "error" in reply and "50 bytes too many" in reply["error"]
-        assert not arrivals and errors and "50 bytes more" in errors[0]
-        # and a correct flow right after is confirmed with its exact count
+            assert reply == {"flow": "j/f", "received_bytes": 100,
+                             "finish_s": pytest.approx(time.time(), abs=5)}
+            try:  # then the receiver ends the channel (a reset: it drops 50 unread stray bytes)
+                tail = sock.recv(100)
+            except ConnectionResetError:
+                tail = b""
+            assert tail == b""
+        deadline = time.monotonic() + 5
+        while not errors and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(arrivals) == 1 and errors and "bad magic" in errors[0]
+        # and a correct flow right after, on a new channel, is confirmed with its exact count
         result = send_flow(FlowHeader("j", "g", "h1", 123_457), "127.0.0.1", port)
         assert result.received_bytes == 123_457 and arrivals[-1].received_bytes == 123_457
     finally:
         receiver.close()
+
+
+def test_one_channel_carries_flow_after_flow_with_exact_accounting():
+    """Persistent connections: many flows, one handshake; each flow's bytes, times and acks are its own."""
+    arrivals, errors = [], []
+    receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, arrivals.append, errors.append).start()
+    channel = Channel("c1", "h1", "h2", None, "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
+    sizes = [1, 65_536, 1_000_003, 0, 250_000]
+    try:
+        src_port = channel.bind()
+        channel.connect(5.0)
+        results = []
+        for i, size in enumerate(sizes):
+            results.append(channel.send_flow(FlowHeader("j", f"f{i}", "h1", size)))
+            assert channel.acked_payload() == size  # confirmed: every payload byte was acknowledged
+    finally:
+        channel.close()
+        receiver.close()
+    assert not errors
+    assert [a.received_bytes for a in arrivals] == sizes == [r.received_bytes for r in results]
+    assert {a.src_addr[1] for a in arrivals} == {src_port}  # one connection, one source port
+    for result, arrival in zip(results, arrivals):
+        assert result.first_byte_s <= arrival.header_s <= arrival.finish_s <= result.confirmed_s
+        assert result.finish_s == arrival.finish_s
+    for earlier, later in zip(results, results[1:]):
+        assert earlier.confirmed_s <= later.first_byte_s
 
 
 def test_a_raised_pacing_rate_takes_effect_within_a_poll_not_after_the_blocked_chunk():
@@ -308,8 +354,8 @@ def good_spec_dict(tmp_path):
         (lambda d: d["jobs"].append(d["jobs"][0]), "duplicate job id"),
         (lambda d: d.update(jobs=[]), "'jobs' must be a non-empty list"),
         (lambda d: d["jobs"][0].update(format="v0"), "job 's': format: unknown field (allowed: id, tasks,"),
-        (lambda d: d.update(registry={"socket_path": "/s", "token_file": "/t", "start_wait_s": -1}),
-         "registry 'start_wait_s' must be a number of seconds in \\[0, 60\\]"),
+        (lambda d: d.update(registry={"socket_path": "/s", "token_file": "/t", "install_wait_s": -1}),
+         "registry 'install_wait_s' must be a number of seconds in \\[0, 60\\]"),
     ],
 )
 def test_bad_spec_is_rejected_with_the_field_named(tmp_path, mutate, message):
@@ -415,10 +461,11 @@ def test_agents_declare_start_and_finish_every_flow_in_the_registry(tmp_path, re
     client.close()
 
 
-def test_the_start_answer_gives_dscp_and_pacing_before_the_first_byte(tmp_path, registry_server):
-    """No poll needed: the allocation the arrival's round decided comes back with the start call."""
+def test_a_started_flow_gets_its_dscp_and_pacing_from_the_start_answer(tmp_path, registry_server):
+    """No poll needed: the allocation the arrival's round decided comes back with the (background)
+    start call."""
     from controller.client import EchelonClient
-    from traffic.agent import RegistryLink
+    from traffic.registry_link import RegistryLink
     from traffic.runspec import RegistrySettings
 
     sock_path, token = registry_server
@@ -430,11 +477,19 @@ def test_the_start_answer_gives_dscp_and_pacing_before_the_first_byte(tmp_path, 
     link = RegistryLink(RegistrySettings(sock_path, token, 600.0, "s-", True, 0.5), log=lambda text: None)
     try:
         link.declare_job(job)
-        assert link.dscp("solo", "f") is None and link.pacing_bytes_per_s("solo", "f") is None
-        link.flow_started(job, job.tasks["f"], 40001, 47000, time.time())
+        channel = Channel("solo.1", "h1", "h16", None, "127.0.0.1", "127.0.0.2", 47000)
+        channel.src_port = 40001  # registered, never connected: no fabric here
+        link.register_channel(channel)
+        idle = link.dscp("solo", "f")
+        assert link.pacing_bytes_per_s("solo", "f") is None
+        link.flow_started(job, job.tasks["f"], channel, time.time())  # reported in the background
+        deadline = time.monotonic() + 10
+        while link.dscp("solo", "f") == idle and time.monotonic() < deadline:
+            time.sleep(0.01)
         dscp, pacing = link.dscp("solo", "f"), link.pacing_bytes_per_s("solo", "f")
     finally:
         link.close()
+    assert idle == 24  # an idle channel waits in the last of 4 classes (CS3)
     assert dscp == 8  # alone: the most urgent scheduled class, queue 1 (CS1)
     assert pacing == pytest.approx(1e7 / 8, rel=0.01)  # alone on a 10 Mbit/s path: the line rate
 

@@ -118,6 +118,10 @@ def test_two_hosts_ping_shaped_rate_and_clean_stop(require_fabric):
     with fab:
         owned = snapshot(fab)
         assert ovs.bridges_owned(fab.tag) == {"s1": fab.tag}
+        # hosts keep an idle connection's congestion window (the agents' channels); the root namespace
+        # keeps its own setting
+        for host in ("h1", "h2"):
+            assert fab.host(host).cmd("sysctl -n net.ipv4.tcp_slow_start_after_idle").strip() == "0"
         assert ping_loss(fab, "h1", "h2") == 0.0
         assert_within(iperf3_bps(fab, "h1", "h2", seconds=5), RATE_BPS, 0.90, 1.05, "shaped 10 Mbit/s link")
     assert_nothing_left(*owned)

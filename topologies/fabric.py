@@ -328,7 +328,9 @@ class Fabric:
         self.state.save()
 
     def _configure_hosts(self) -> None:
-        """The topology's MTU on every link, offload off (TCP needs it through the userspace datapath)
+        """The topology's MTU on every link, offload off (TCP needs it through the userspace datapath),
+        no slow-start restart after idle in the hosts (the agents' persistent channels sit idle between
+        flows, as a collective library's connections do; a restart would cost every flow a slow start)
         and, if asked, egress shaping."""
         mtu = self.topology.mtu_bytes or DEFAULT_MTU_BYTES  # idealised links still need a real MTU here
         lines = "".join(f"link set dev {port} mtu {mtu}\n" for port in sorted(self.switch_ports))
@@ -339,9 +341,12 @@ class Fabric:
             node = self.net.get(name)
             intf = self.topology.host_intf(name)
             out = node.cmd(f"ip link set dev {intf} mtu {mtu} && "
-                           f"ethtool -K {intf} tx off rx off >/dev/null 2>&1; echo rc=$?")
+                           f"ethtool -K {intf} tx off rx off >/dev/null 2>&1 && "
+                           f"sysctl -qw net.ipv4.tcp_slow_start_after_idle=0 "
+                           f"net.ipv4.tcp_limit_output_bytes={2 * (mtu + 1000)}; echo rc=$?")
             if "rc=0" not in out:
-                raise FabricError(f"MTU {mtu} or ethtool -K {intf} tx off rx off failed in host {name}")
+                raise FabricError(f"MTU {mtu}, ethtool -K {intf} tx off rx off or "
+                                  f"net.ipv4.tcp_slow_start_after_idle=0 failed in host {name}")
             if self.shape_hosts:
                 rate_bps = self.topology.graph.edges[name, self.topology.host_switch(name)]["rate_bps"]
                 proc = qos.run_tc_batch(qos.htb_lines(intf, rate_bps, self.queues), netns_pid=node.pid)

@@ -5,14 +5,18 @@ inside the host's network namespace.  It:
 
 * runs this host's compute tasks as timed waits, one at a time (a host is one GPU); among the ready
   ones the job listed first, then the task declared first in it, runs first (the simulator's rule);
-* sends every flow whose source is this host as a real TCP transfer of exactly ``size_bytes``
-  (:mod:`traffic.transfer`) the moment its dependencies are done; several flows may be in flight;
+* sends every flow whose source is this host as exactly ``size_bytes`` over a persistent TCP connection
+  to its destination, on the path the flow is pinned to (:mod:`traffic.channels`,
+  :mod:`traffic.transfer`), the moment its dependencies are done; several flows may be in flight, each
+  on its own channel;
 * receives flows addressed to this host, and on full delivery marks them done;
 * tells the agents that host a finished task's dependants (:mod:`traffic.control`), so dependencies
   across hosts resolve on real arrival;
-* with a registry configured: declares the jobs/EchelonFlows it is responsible for before t0 (the agent
-  that sends a job's first flow declares the whole job, clairvoyantly), reports each flow's start with its
-  bound source port and its finish, and applies the flow's allocated DSCP to the socket's IP_TOS.
+* with a registry configured (:mod:`traffic.registry_link`): declares the jobs/EchelonFlows it is
+  responsible for before t0 (the agent that sends a job's first flow declares the whole job,
+  clairvoyantly) and its channels (so their rules are in place before the first byte); reports each
+  flow's start on its channel and its finish in the background, and applies the flow's allocated DSCP
+  and pacing rate to its channel's socket.
 
 Result: one JSON document (written atomically to the spec's ``output_path``) with every task's start
 and finish in seconds after t0, also on failure (``"status": "error"`` and the reason).  Exit status 0
@@ -26,7 +30,6 @@ import contextlib
 import heapq
 import queue
 import signal
-import socket
 import sys
 import threading
 import time
@@ -35,9 +38,12 @@ from typing import Any, Callable
 
 from echelonflow.fileio import write_json_atomic
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
+from echelonflow.queues import tos_for_dscp
+from traffic.channels import ChannelKey, ChannelPool
 from traffic.control import ControlEndpoint, ControlError
-from traffic.runspec import RegistrySettings, RunSpec, SpecError, load_runspec
-from traffic.transfer import Arrival, FlowHeader, FlowReceiver, TransferError, acked_bytes, send_flow
+from traffic.registry_link import RegistryError, RegistryPort, build_registry
+from traffic.runspec import RunSpec, SpecError, load_runspec
+from traffic.transfer import Arrival, Channel, FlowHeader, FlowReceiver, TransferError
 
 #: An agent that becomes ready later than this after t0 fails (its peers would already be waiting).
 LATE_START_TOLERANCE_S = 0.25
@@ -45,41 +51,6 @@ LATE_START_TOLERANCE_S = 0.25
 
 class AgentError(Exception):
     """The run cannot complete on this host (the message says why)."""
-
-
-class Registry:
-    """What the agent needs from the controller's registry (:class:`RegistryLink` talks to the real one).
-
-    The base class does nothing, so an agent without a registry runs plain TCP (the ``fair`` baseline).
-    """
-
-    def declare_job(self, job: Job) -> None:
-        """Register the job and all its EchelonFlows (flows with offsets), before t0."""
-
-    def flow_started(self, job: Job, flow: FlowTask, src_port: int, dst_port: int, start_s: float) -> None:
-        """Report that a flow starts on this 5-tuple (called after bind, before its first packet)."""
-
-    def flow_connected(self, job: Job, flow: FlowTask, sock: socket.socket, header_bytes: int) -> None:
-        """The flow's socket is connected (progress can be read from it; the header is not payload)."""
-
-    def flow_finished(self, job: Job, flow: FlowTask, finish_s: float) -> None:
-        """Report that every byte of a flow arrived."""
-
-    def dscp(self, job_id: str, flow_id: str) -> int | None:
-        """The DSCP of the queue the scheduler currently gives the flow, or None to leave IP_TOS alone."""
-        return None
-
-    def pacing_bytes_per_s(self, job_id: str, flow_id: str) -> int | None:
-        """The rate the flow should be paced at, or None for no limit (plain TCP)."""
-        return None
-
-    def trace(self, job_id: str, flow_id: str) -> dict[str, list]:
-        """What the agent saw of a flow's allocation and progress over time (epoch seconds):
-        ``allocations`` [(t, dscp, rate_bps decided, pacing bytes/s applied)], ``progress`` [(t, acked)]."""
-        return {}
-
-    def close(self) -> None:
-        """Stop background polling."""
 
 
 @dataclass
@@ -97,11 +68,11 @@ class _Owned:
 class Agent:
     """One host's agent; :meth:`run` returns the result document (also written to ``output_path``)."""
 
-    def __init__(self, spec: RunSpec, registry: Registry | None = None,
+    def __init__(self, spec: RunSpec, registry: RegistryPort | None = None,
                  clock: Callable[[], float] = time.time, log: Callable[[str], None] = None) -> None:
         self.spec = spec
         self.me = spec.host
-        self.registry = registry or Registry()
+        self.registry = registry or RegistryPort()
         self.clock = clock
         self._log_fn = log or (lambda text: print(f"agent {self.me}: {text}", file=sys.stderr, flush=True))
         self.events: queue.Queue = queue.Queue()
@@ -117,6 +88,9 @@ class Agent:
         self.pending: set[str] = set(self.owned)
         self.receiver: FlowReceiver | None = None
         self.control: ControlEndpoint | None = None
+        self.topology = spec.topology()
+        self.channels = ChannelPool(self._open_channel)
+        self._channel_numbers = iter(range(1, 1 << 30))
 
     # ------------------------------------------------------------------------------ indexing
     def _index(self) -> None:
@@ -153,7 +127,7 @@ class Agent:
         try:
             self._start()
             self._loop()
-        except (AgentError, ControlError, TransferError) as exc:
+        except (AgentError, ControlError, TransferError, RegistryError) as exc:
             error = str(exc)
         except KeyboardInterrupt:
             error = "interrupted"
@@ -177,7 +151,10 @@ class Agent:
             lambda msg: self.events.put(("error", msg)), io_timeout_s=self.spec.confirm_timeout_s,
             clock=self.clock,
         ).start()
-        # Binding the control socket is the "ready" signal the orchestrator waits for.
+        for key, count in self._channel_plan().items():
+            self.channels.open(key, count)
+        # Binding the control socket is the "ready" signal the orchestrator waits for: every channel of
+        # this agent is connected (its rules in place) by then.
         self.control = ControlEndpoint(self.spec.control_dir, self.me,
                                        lambda m: self.events.put(("control", m)))
         self.control.start()
@@ -243,9 +220,9 @@ class Agent:
         elif kind == "sent":
             qid, result = event[1], event[2]
             owned = self.owned[qid]
-            self.sent_out[qid].update(dst_port=result.dst_port, sent_bytes=result.sent_bytes,
-                                      confirmed_bytes=result.received_bytes, finish=self.rel(result.finish_s),
-                                      connected=self.rel(result.connected_s),
+            self.sent_out[qid].update(sent_bytes=result.sent_bytes, confirmed_bytes=result.received_bytes,
+                                      finish=self.rel(result.finish_s),
+                                      first_byte=self.rel(result.first_byte_s),
                                       last_queued=self.rel(result.last_queued_s),
                                       confirmed=self.rel(result.confirmed_s))
             self.registry.flow_finished(owned.job, owned.task, result.finish_s)
@@ -300,38 +277,74 @@ class Agent:
         self.sent_out[owned.qid] = {"dst": flow.dst, "size_bytes": flow.size_bytes, "start": self.rel(start)}
         self.tasks_out[owned.qid] = {"type": "flow", "src": flow.src, "dst": flow.dst,
                                      "start": self.rel(start)}
-        threading.Thread(target=self._send, args=(owned,), name=f"send-{owned.qid}", daemon=True).start()
+        threading.Thread(target=self._send, args=(owned, start), name=f"send-{owned.qid}",
+                         daemon=True).start()
 
-    def _send(self, owned: _Owned) -> None:
+    def _send(self, owned: _Owned, start_epoch: float) -> None:
         flow: FlowTask = owned.task
         job_id = owned.job.job_id
-        src_ip, dst_ip = self.spec.hosts_ip[flow.src], self.spec.hosts_ip[flow.dst]
-
-        start_epoch = self.spec.t0_s + self.sent_out[owned.qid]["start"]
-
-        def on_bound(src_port: int) -> None:
-            self.sent_out[owned.qid]["src_port"] = src_port
-            self.registry.flow_started(owned.job, flow, src_port, self.spec.data_port, start_epoch)
-            self.sent_out[owned.qid]["registered"] = self.rel(self.clock())
-
-        header = FlowHeader(job_id, flow.task_id, self.me, flow.size_bytes)
-        header_bytes = len(header.encode())
+        key = self._channel_key(owned.job, flow)
+        record = self.sent_out[owned.qid]
+        channel: Channel | None = None
         try:
-            result = send_flow(
-                header, dst_ip, self.spec.data_port,
-                bind_ip=src_ip, connect_timeout_s=self.spec.connect_timeout_s,
-                io_timeout_s=self.spec.confirm_timeout_s, on_bound=on_bound,
-                tos_source=lambda: _tos(self.registry.dscp(job_id, flow.task_id)),
-                on_connected=lambda sock: self.registry.flow_connected(owned.job, flow, sock, header_bytes),
+            channel = self.channels.acquire(key)
+            record.update(channel=channel.channel_id, src_port=channel.src_port, dst_port=channel.dst_port)
+            self.registry.flow_started(owned.job, flow, channel, start_epoch)
+            result = channel.send_flow(
+                FlowHeader(job_id, flow.task_id, self.me, flow.size_bytes),
+                tos_source=lambda: self._tos(job_id, flow.task_id),
                 pacing_source=lambda: self.registry.pacing_bytes_per_s(job_id, flow.task_id),
             )
-        except TransferError as exc:
+        except (TransferError, RegistryError) as exc:
+            if channel is not None:
+                self.channels.discard(channel)
             self.events.put(("error", str(exc)))
             return
         except Exception as exc:  # a registry failure must fail the run, not kill a thread silently
             self.events.put(("error", f"flow {owned.qid}: {type(exc).__name__}: {exc}"))
             return
+        self.channels.release(key, channel)
         self.events.put(("sent", owned.qid, result))
+
+    def _tos(self, job_id: str, flow_id: str) -> int | None:
+        dscp = self.registry.dscp(job_id, flow_id)
+        return None if dscp is None else tos_for_dscp(dscp)
+
+    # ------------------------------------------------------------------------------ channels
+    def _channel_key(self, job: Job, flow: FlowTask) -> ChannelKey:
+        """(destination, path): the flow's own pinned path under a scheduler that enforces (the key is the
+        registry's, so the simulator, the controller and this agent agree), else the pair's route."""
+        if self.topology is None:
+            return flow.dst, None
+        if self.registry.enforces:
+            registry_key = qualified(getattr(self.registry, "prefix", "") + job.job_id, flow.task_id)
+            path = self.topology.path_for(flow.src, flow.dst, registry_key)
+        else:
+            path = self.topology.pair_path(flow.src, flow.dst)
+        return flow.dst, tuple(path)
+
+    def _channel_plan(self) -> dict[ChannelKey, int]:
+        """How many channels to open before t0: the run-spec's plan, else one per (destination, path)."""
+        plan: dict[ChannelKey, int] = {}
+        if self.spec.channels is not None:
+            for entry in self.spec.channels:
+                path = None if entry["path"] is None or self.topology is None else tuple(entry["path"])
+                plan[(entry["dst"], path)] = plan.get((entry["dst"], path), 0) + entry["count"]
+            return plan
+        for owned in self.owned.values():
+            if owned.role == "send" and owned.task.size_bytes > 0:
+                plan.setdefault(self._channel_key(owned.job, owned.task), 1)
+        return plan
+
+    def _open_channel(self, key: ChannelKey) -> Channel:
+        dst, path = key
+        channel = Channel(f"{self.me}.{dst}.{next(self._channel_numbers)}", self.me, dst, path,
+                          self.spec.hosts_ip[self.me], self.spec.hosts_ip[dst], self.spec.data_port,
+                          io_timeout_s=self.spec.confirm_timeout_s)
+        channel.bind()
+        self.registry.register_channel(channel)  # its rules are in the switches before its SYN leaves
+        channel.connect(self.spec.connect_timeout_s)
+        return channel
 
     def _accept_header(self, header: FlowHeader) -> str | None:
         qid = qualified(header.job, header.flow)
@@ -355,7 +368,7 @@ class Agent:
                 self.control.send(host, {"type": "abort", "reason": reason}, timeout_s=0.0)
 
     def _stop(self) -> None:
-        for closer in (self.receiver, self.control, self.registry):
+        for closer in (self.channels, self.receiver, self.control, self.registry):
             if closer is not None:
                 try:
                     closer.close()
@@ -383,6 +396,8 @@ class Agent:
             "tasks": self.tasks_out,
             "sent": self.sent_out,
             "received": self.received_out,
+            # persistent connections: how many, and how many the plan lacked (each cost a flow a handshake)
+            "channels": {"opened": len(self.channels.channels), "opened_late": self.channels.opened_late},
         }
 
 
@@ -391,167 +406,8 @@ def _executor(task: Any) -> str:
     return task.host if isinstance(task, ComputeTask) else task.src
 
 
-def _tos(dscp: int | None) -> int | None:
-    return None if dscp is None else dscp << 2
-
-
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
-
-
-class RegistryLink(Registry):
-    """The controller's registry over its Unix-socket HTTP API (``controller.client.EchelonClient``).
-
-    Declarations are clairvoyant: the whole job with every EchelonFlow's flows, ideal-finish offsets
-    (``offset_s``) and ideal-start offsets (``start_offset_s``) from ``echelonflow.echelon``.  A poller
-    thread refreshes each active flow's allocation (its DSCP goes into IP_TOS between send chunks) and
-    reports progress as the bytes TCP has seen acknowledged.  Zero-byte flows are not declared (the
-    registry has nothing to schedule for them).  With ``pace`` set and a scheduler that enforces (not
-    ``fair``, which stands for plain TCP), the allocated rate is also applied at the sender as a pacing
-    rate: end-host enforcement, as the paper proposes, which TCP follows far better than a policer.
-    ``job_prefix`` namespaces job ids, so one controller can see the same job run twice (e.g. together,
-    then alone).  Calls are serialised on one connection.
-    """
-
-    def __init__(self, settings: RegistrySettings, log: Callable[[str], None]) -> None:
-        from controller.client import EchelonClient  # stdlib-only client; imported only when used
-
-        self.settings = settings
-        self.prefix = settings.job_prefix
-        self.client = EchelonClient(socket_path=settings.socket_path, token_file=settings.token_file,
-                                    timeout_s=10.0)
-        self.log = log
-        self._lock = threading.Lock()
-        self._dscp: dict[str, int] = {}
-        self._rate_bps: dict[str, float] = {}
-        self._active: dict[tuple[str, str], tuple[socket.socket, int] | None] = {}
-        self._allocations: dict[str, list] = {}  # flow -> [(t, dscp, rate_bps, pacing)] on every change
-        self._progress: dict[str, list] = {}  # flow -> [(t, acked bytes)] at every poll
-        self._stop = threading.Event()
-        self._errors: list[str] = []
-        self.enforces = bool(self.client.scheduler().get("enforces"))
-        self._thread = threading.Thread(target=self._poll_loop, name="registry-poll", daemon=True)
-        self._thread.start()
-
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            return getattr(self.client, method)(*args, **kwargs)
-
-    def declare_job(self, job: Job) -> None:
-        from echelonflow.echelon import echelons_of
-
-        job_id = self.prefix + job.job_id
-        self._call("register_job", job_id, weight=job.weight)
-        for ech_id, spec in echelons_of(job).items():
-            head_start = spec.ideal_start_s[spec.head]
-            flows = [{"flow_id": fid, "src": job.tasks[fid].src, "dst": job.tasks[fid].dst,
-                      "size_bytes": job.tasks[fid].size_bytes, "offset_s": spec.offsets_s[fid],
-                      "start_offset_s": spec.ideal_start_s[fid] - head_start}
-                     for fid in spec.flow_ids if job.tasks[fid].size_bytes > 0]
-            if flows:
-                self._call("register_echelon", job_id, ech_id, flows, kind=spec.kind)
-
-    def flow_started(self, job: Job, flow: FlowTask, src_port: int, dst_port: int, start_s: float) -> None:
-        if flow.size_bytes <= 0:
-            return
-        key = (self.prefix + job.job_id, flow.task_id)
-        # The arrival's scheduling round already decided this flow: its answer carries the allocation,
-        # applied before the first byte (the SYN leaves after this returns).  Under a scheduler that
-        # enforces, wait until the switches acknowledged the new rules, so the first packets already
-        # take the flow's path and queue instead of the unscheduled default.
-        wait_s = self.settings.start_wait_s if self.enforces and self.settings.start_wait_s > 0 else None
-        answer = self._call("flow_started", key[0], key[1], src_port, dst_port, start_s=start_s,
-                            wait_s=wait_s)
-        self._remember(key, (answer or {}).get("allocation") or {})
-        self._active[key] = None
-
-    def flow_connected(self, job: Job, flow: FlowTask, sock: socket.socket, header_bytes: int) -> None:
-        key = (self.prefix + job.job_id, flow.task_id)
-        if key in self._active:
-            self._active[key] = (sock, header_bytes)
-
-    def flow_finished(self, job: Job, flow: FlowTask, finish_s: float) -> None:
-        if flow.size_bytes <= 0:
-            return
-        key = (self.prefix + job.job_id, flow.task_id)
-        self._active.pop(key, None)
-        self._call("flow_finished", key[0], key[1], finish_s=finish_s, bytes_sent=flow.size_bytes)
-
-    def dscp(self, job_id: str, flow_id: str) -> int | None:
-        if self._errors:
-            raise AgentError(self._errors[0])
-        return self._dscp.get(f"{self.prefix}{job_id}/{flow_id}")
-
-    def pacing_bytes_per_s(self, job_id: str, flow_id: str) -> int | None:
-        if not (self.settings.pace and self.enforces):
-            return None
-        rate = self._rate_bps.get(f"{self.prefix}{job_id}/{flow_id}")
-        return None if rate is None else int(rate / 8)
-
-    def trace(self, job_id: str, flow_id: str) -> dict[str, list]:
-        name = f"{self.prefix}{job_id}/{flow_id}"
-        return {"allocations": list(self._allocations.get(name, ())),
-                "progress": list(self._progress.get(name, ()))}
-
-    def _remember(self, key: tuple[str, str], allocation: dict) -> None:
-        self._remember_allocation(key, allocation)
-        name = f"{key[0]}/{key[1]}"
-        rate = self._rate_bps.get(name) if self.settings.pace and self.enforces else None
-        entry = (self._dscp.get(name), allocation.get("rate_bps"), None if rate is None else int(rate / 8))
-        log = self._allocations.setdefault(name, [])
-        if not log or log[-1][1:] != entry:
-            log.append((time.time(), *entry))
-
-    def _remember_allocation(self, key: tuple[str, str], allocation: dict) -> None:
-        value = allocation.get("dscp")
-        if isinstance(value, int) and 0 <= value <= 63:
-            self._dscp[f"{key[0]}/{key[1]}"] = value
-        # Pace exactly what the network meters: a flow the scheduler holds back ("paused": no meter,
-        # last queue) stays unpaced so it can still take leftovers the fluid model did not foresee
-        # (TCP never fills its allocation exactly); pacing it near zero would stall it for a whole round.
-        rate = allocation.get("meter_rate_bps")
-        name = f"{key[0]}/{key[1]}"
-        if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
-            self._rate_bps[name] = float(rate)
-        else:
-            self._rate_bps.pop(name, None)
-
-    def _poll_loop(self) -> None:
-        from controller.client import ApiClientError
-
-        while not self._stop.wait(self.settings.poll_interval_s):
-            for key, conn in list(self._active.items()):
-                try:
-                    answer = None
-                    if conn is not None:
-                        acked = acked_bytes(*conn)
-                        if acked is not None:
-                            self._progress.setdefault(f"{key[0]}/{key[1]}", []).append((time.time(), acked))
-                        if acked:  # the progress answer carries the allocation too: one call, not two
-                            answer = self._call("flow_progress", key[0], key[1], acked)
-                    if answer is None:
-                        answer = {"allocation": self._call("allocation", key[0], key[1])}
-                    self._remember(key, answer.get("allocation") or {})
-                except ApiClientError as exc:
-                    if key not in self._active:  # finished meanwhile: the answer is moot
-                        continue
-                    if exc.status == 0:
-                        self._errors.append(f"registry unreachable: {exc.problem}")
-                        return
-                    self.log(f"registry refused a poll for {key[0]}/{key[1]}: {exc}")
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2.0)
-        with self._lock:
-            self.client.close()
-
-
-def build_registry(spec: RunSpec, log: Callable[[str], None]) -> Registry:
-    """The registry client the spec asks for (plain :class:`Registry` when none is configured)."""
-    if spec.registry is None:
-        return Registry()
-    return RegistryLink(spec.registry, log)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -566,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        registry = build_registry(spec, lambda text: print(f"agent {spec.host}: {text}", file=sys.stderr))
+        registry = build_registry(spec.registry,
+                                  lambda text: print(f"agent {spec.host}: {text}", file=sys.stderr))
     except Exception as exc:
         print(f"agent {spec.host}: error: registry unusable: {exc}", file=sys.stderr)
         write_json_atomic(spec.output_path, {

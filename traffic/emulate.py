@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from controller.topology_spec import spec_of
 from echelonflow import ownership
 from echelonflow.errors import UserError
 from echelonflow.fileio import read_json
@@ -33,6 +34,7 @@ from echelonflow.model import ComputeTask, Job, qualified
 from echelonflow.results import RunResult, build_run
 from echelonflow.topology import intf_name
 from traffic.capture import CaptureError, WireCapture
+from traffic.channels import channel_plan
 from traffic.control import ControlError, wait_for_sockets
 from traffic.monitor import FidelityMonitor, Thresholds, combine, sample_interval_s
 from traffic.runspec import RegistrySettings, RunSpec, SpecError, check_serialisable, save_runspec
@@ -102,12 +104,16 @@ def run_agents(
     start_margin_s: float | None = None,
     progress: Callable[[str], None] | None = None,
     python: str = sys.executable,
+    topology_spec: Mapping[str, Any] | None = None,
+    channel_plan: Mapping[str, list[dict[str, Any]]] | None = None,
 ) -> AgentsOutcome:
     """Run one agent per host used by ``jobs``; return their documents or raise :class:`EmulationError`.
 
     ``workdir`` must exist and be empty of earlier agent files (specs, outputs, logs and the control
     sockets go there).  Agents start together at t0 = now + ``start_margin_s`` (default grows with the
-    number of agents so slow interpreter start-up never makes one late).
+    number of agents and of channels to open, so slow interpreter start-up never makes one late).
+    ``topology_spec`` lets agents pin their channels to the flows' paths; ``channel_plan`` (source host ->
+    ``traffic.channels.channel_plan`` entries) says how many channels each opens before t0.
     """
     hosts = agent_hosts(jobs)
     missing = [h for h in hosts if h not in hosts_ip]
@@ -119,7 +125,8 @@ def run_agents(
         raise EmulationError(f"jobs cannot be handed to the agents: {exc}") from None
     control_dir = os.path.join(workdir, "ctl")
     os.makedirs(control_dir, exist_ok=False)
-    margin = start_margin_s if start_margin_s is not None else 1.5 + 0.25 * len(hosts)
+    channels = sum(e["count"] for entries in (channel_plan or {}).values() for e in entries)
+    margin = start_margin_s if start_margin_s is not None else 1.5 + 0.25 * len(hosts) + 0.02 * channels
     t0_s = time.time() + margin
     handles: dict[str, AgentHandle] = {}
     for host in hosts:
@@ -129,7 +136,9 @@ def run_agents(
         spec = RunSpec(host=host, hosts_ip=dict(hosts_ip), jobs=list(jobs), t0_s=t0_s, data_port=data_port,
                        control_dir=control_dir, output_path=handle.output_path, registry=registry,
                        connect_timeout_s=connect_timeout_s, confirm_timeout_s=confirm_timeout_s,
-                       run_timeout_s=run_timeout_s, scheduler=scheduler)
+                       run_timeout_s=run_timeout_s, scheduler=scheduler,
+                       topology_spec=None if topology_spec is None else dict(topology_spec),
+                       channels=None if channel_plan is None else list(channel_plan.get(host, [])))
         save_runspec(spec, handle.spec_path)
         handles[host] = handle
     say = progress or (lambda text: None)
@@ -185,13 +194,15 @@ def _wait_all(handles: Mapping[str, AgentHandle], deadline_s: float, say: Callab
 
 
 def _root_cause(handles: Mapping[str, AgentHandle]) -> str:
-    """The failure that started it all: an agent whose error is not 'aborted because of a peer'."""
+    """The failure that started it all: an agent killed by a signal (its peers then see broken
+    connections), else one whose error is not 'aborted because of a peer'."""
     failures = []
     for host, handle in handles.items():
         code = handle.proc.poll()
         if code is not None and code != 0:
             failures.append((host, code, _failure_text(handle)))
-    primary = [f for f in failures if not f[2].startswith("aborted:")] or failures
+    primary = ([f for f in failures if f[1] < 0] or [f for f in failures if not f[2].startswith("aborted:")]
+               or failures)
     host, code, text = primary[0]
     return f"agent {host} failed (exit status {code}): {text}"
 
@@ -284,7 +295,7 @@ class EmulationSettings:
     poll_interval_s: float = 0.05  # agents' allocation/progress poll (flows last >= ~0.5 s: ~10 polls)
     pace: bool = True  # agents pace flows at their allocated rate (schedulers that enforce only)
     controller_interval_s: float = 0.2  # the scheduling service's periodic round (arrivals run at once)
-    start_wait_s: float = 0.5  # a flow's start call waits this long at most for its rules' barrier acks
+    install_wait_s: float = 0.5  # a channel's registration waits this long at most for its rules' barrier acks
     monitor_interval_s: float | None = None  # fidelity monitor's sampling period (None: by fabric size)
     monitor_thresholds: Thresholds = field(default_factory=Thresholds)  # .dilated(F) for dilated runs
     api_port: int = 0  # the controllers' API (and dashboard) port; 0: a free one per controller
@@ -313,6 +324,7 @@ def emulate_scheduler(
     progress: Callable[[str], None],
     alone_fallback_s: Mapping[str, float] | None = None,
     run_name: str = "",
+    simulated_flows: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """One scheduler on a fresh fabric and controller: all jobs together, then (several jobs) each alone.
 
@@ -320,8 +332,10 @@ def emulate_scheduler(
     rounds (``settings.alone_runs`` false) slowdowns are taken against ``alone_fallback_s``.  Every round
     is watched by the fidelity monitor (and, with ``settings.capture``, captured on the wire); the result
     carries their verdicts.  ``run_name`` (default: the scheduler) names this run's folders under
-    ``settings.logs_dir``.  A fabric or controller start that fails is retried once.  Everything started
-    here (controller, fabric, agents, capture) is stopped in ``finally`` blocks, also on Ctrl-C.
+    ``settings.logs_dir``.  ``simulated_flows`` (the simulated run's flows) size each agent's channel
+    pool (:func:`traffic.channels.channel_plan`).  A fabric or controller start that fails is retried once.
+    Everything started here (controller, fabric, agents, capture) is stopped in ``finally`` blocks, also on
+    Ctrl-C.
     """
     import shutil
     import tempfile
@@ -390,6 +404,8 @@ def emulate_scheduler(
             ctl = None
 
     enforces = get_scheduler(scheduler).enforces
+    topology_spec = spec_of(topology)
+    path_of = topology.path_for if enforces else (lambda src, dst, key: topology.pair_path(src, dst))
     problems: list[str] = []
     try:
         rounds: list[tuple[str, list[Job]]] = [("together", list(jobs))]
@@ -406,7 +422,7 @@ def emulate_scheduler(
             os.makedirs(agents_dir)
             budget = max(j.arrival_s + simulated_s.get(j.job_id, 0.0) for j in round_jobs)
             registry = RegistrySettings(ctl.api_socket_path, ctl.token_file, settings.poll_interval_s, "",
-                                        settings.pace, settings.start_wait_s)
+                                        settings.pace, settings.install_wait_s)
             say(f"{label}: {len(round_jobs)} job(s), {len(agent_hosts(round_jobs))} agents")
             host_ports = {h: _first_hop_port(topology, h) for h in agent_hosts(round_jobs)}
             capture_dir = os.path.join(settings.logs_dir or workdir, "captures", run_name, label)
@@ -422,11 +438,14 @@ def emulate_scheduler(
                         raise EmulationError(str(exc)) from None
                     ownership.record_processes(workdir, wire.proc.pid)
                 watchers.enter_context(monitor)
+                round_ids = {j.job_id for j in round_jobs}
+                plan = None if simulated_flows is None else channel_plan(
+                    {k: f for k, f in simulated_flows.items() if k.split("/", 1)[0] in round_ids}, path_of)
                 outcome = run_agents(
                     round_jobs, hosts_ip, agents_dir, fabric_popen(fabric), data_port=settings.data_port,
                     registry=registry, scheduler=scheduler,
                     run_timeout_s=settings.run_timeout_factor * budget + settings.run_timeout_extra_s,
-                    progress=_prefixed(say, f"{label}: "),
+                    progress=_prefixed(say, f"{label}: "), topology_spec=topology_spec, channel_plan=plan,
                 )
             monitor_docs[label] = monitor.report(window=(outcome.t0_s, time.time()))
             monitor.save_intervals(os.path.join(workdir, f"monitor-{label}.json"))

@@ -198,9 +198,11 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
                 say(f"scheduler {sim_run.scheduler}{which}: emulating {scenario.name} "
                     f"(simulated completion {_times(sim_s)})")
                 try:
+                    # the channel plan needs only which flows overlap: the same at any dilation
                     result = emulate_scheduler(emu_topology, emu_jobs, sim_run.scheduler,
                                                {j: factor * s for j, s in sim_s.items()},
-                                               settings, say, alone_fallback_s, run_name=name)
+                                               settings, say, alone_fallback_s, run_name=name,
+                                               simulated_flows=sim_run.flows)
                 except EmulationError as exc:
                     reason = f"emulation of {scenario.name} under {sim_run.scheduler}{which} failed: {exc}"
                     folder = checkpoint(reason)

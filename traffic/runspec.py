@@ -49,9 +49,9 @@ class RegistrySettings:
     poll_interval_s: float = 0.1
     job_prefix: str = ""  # prepended to job ids in the registry (one controller, same job run twice)
     pace: bool = True  # apply allocated rates as socket pacing (only under schedulers that enforce)
-    #: The start call waits up to this long for the switches to acknowledge the flow's rules, so its
-    #: first packet already takes the scheduled path and queue (0 = do not wait).
-    start_wait_s: float = 0.5
+    #: A channel's registration waits up to this long for the switches to acknowledge its rules, so its
+    #: first packet (the SYN) already takes the scheduled path and queue (0 = do not wait).
+    install_wait_s: float = 0.5
 
 
 @dataclass
@@ -68,6 +68,18 @@ class RunSpec:
     confirm_timeout_s: float = 30.0
     run_timeout_s: float = 600.0
     scheduler: str = ""
+    #: the fabric's topology (``controller.topology_spec`` form): agents pin channels to the flows' paths
+    topology_spec: dict[str, Any] | None = None
+    #: channels to open before t0: ``[{"dst", "path" (node names or None), "count"}]`` (traffic.channels)
+    channels: list[dict[str, Any]] | None = None
+
+    def topology(self) -> Any:
+        """The :class:`~echelonflow.topology.Topology` of ``topology_spec``, or None."""
+        if self.topology_spec is None:
+            return None
+        from controller.topology_spec import topology_from_spec
+
+        return topology_from_spec(self.topology_spec, "run-spec topology")
 
     def control_socket(self, host: str) -> str:
         return control_socket_path(self.control_dir, host)
@@ -86,6 +98,10 @@ class RunSpec:
             "run_timeout_s": self.run_timeout_s,
             "scheduler": self.scheduler,
         }
+        if self.topology_spec is not None:
+            out["topology"] = dict(self.topology_spec)
+        if self.channels is not None:
+            out["channels"] = [dict(c) for c in self.channels]
         if self.registry is not None:
             out["registry"] = {
                 "socket_path": self.registry.socket_path,
@@ -93,7 +109,7 @@ class RunSpec:
                 "poll_interval_s": self.registry.poll_interval_s,
                 "job_prefix": self.registry.job_prefix,
                 "pace": self.registry.pace,
-                "start_wait_s": self.registry.start_wait_s,
+                "install_wait_s": self.registry.install_wait_s,
             }
         return out
 
@@ -185,16 +201,53 @@ def parse_runspec(data: Any, source: str) -> RunSpec:
         pace = raw.get("pace", True)
         if not isinstance(pace, bool):
             raise SpecError(f"{source}: registry 'pace' must be true or false, got {pace!r}")
-        start_wait = raw.get("start_wait_s", 0.5)
-        if not _is_number(start_wait) or not 0 <= start_wait <= 60:
-            raise SpecError(f"{source}: registry 'start_wait_s' must be a number of seconds in [0, 60], "
-                            f"got {start_wait!r}")
+        install_wait = raw.get("install_wait_s", 0.5)
+        if not _is_number(install_wait) or not 0 <= install_wait <= 60:
+            raise SpecError(f"{source}: registry 'install_wait_s' must be a number of seconds in [0, 60], "
+                            f"got {install_wait!r}")
         registry = RegistrySettings(_need_str(raw, "socket_path", f"{source}: registry"),
                                     _need_str(raw, "token_file", f"{source}: registry"), float(poll), prefix,
-                                    pace, float(start_wait))
+                                    pace, float(install_wait))
+    topology_spec = data.get("topology")
+    if topology_spec is not None:
+        from controller.topology_spec import SpecError as TopologySpecError
+        from controller.topology_spec import topology_from_spec
+
+        try:
+            topology = topology_from_spec(topology_spec, f"{source}: topology")
+        except TopologySpecError as exc:
+            raise SpecError(str(exc)) from None
+        missing = sorted(set(hosts_ip) - set(topology.hosts))
+        if missing:
+            raise SpecError(f"{source}: host {missing[0]!r} is not in the topology {topology.name}")
+    channels = _channels(data.get("channels"), hosts_ip, host, source)
     return RunSpec(host=host, hosts_ip=dict(hosts_ip), jobs=jobs, t0_s=float(t0), data_port=port,
                    control_dir=control_dir, output_path=output_path, registry=registry,
-                   scheduler=str(data.get("scheduler", "")), **timeouts)
+                   scheduler=str(data.get("scheduler", "")), topology_spec=topology_spec, channels=channels,
+                   **timeouts)
+
+
+def _channels(raw: Any, hosts_ip: dict[str, str], host: str, source: str) -> list[dict[str, Any]] | None:
+    """The channel plan: each entry's destination is a known other host, path a list of names or null."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise SpecError(f"{source}: 'channels' must be a list of {{dst, path, count}} objects")
+    out = []
+    for i, entry in enumerate(raw):
+        where = f"{source}: channels[{i}]"
+        if not isinstance(entry, dict) or set(entry) != {"dst", "path", "count"}:
+            raise SpecError(f"{where} must be an object with exactly dst, path and count")
+        if entry["dst"] not in hosts_ip or entry["dst"] == host:
+            raise SpecError(f"{where}.dst must be another host of 'hosts_ip', got {entry['dst']!r}")
+        path = entry["path"]
+        if path is not None and not (isinstance(path, list) and all(isinstance(n, str) for n in path)):
+            raise SpecError(f"{where}.path must be a list of node names or null, got {path!r}")
+        count = entry["count"]
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 64:
+            raise SpecError(f"{where}.count must be an integer from 1 to 64, got {count!r}")
+        out.append({"dst": entry["dst"], "path": path, "count": count})
+    return out
 
 
 def load_runspec(path: str) -> RunSpec:

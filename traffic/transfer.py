@@ -1,21 +1,26 @@
-"""Moving exactly N bytes over TCP, and proving it: the data plane of the traffic agents.
+"""Moving exactly N bytes per flow over persistent TCP connections ("channels"), and proving it.
 
-One TCP connection per flow.  The sender binds first (so the flow's 5-tuple is known and can be
-reported to the registry before the first SYN), connects, sends a small header naming the flow, then
-exactly ``size_bytes`` of payload, then half-closes.  The receiver reads the header, counts payload bytes
-up to the declared size, stamps the arrival of the last byte, checks that nothing more follows (EOF),
-and answers with a confirmation carrying the byte count and arrival time.  The sender only reports a
-flow finished after that confirmation, so a flow is "done" when its bytes really arrived, never when
-they left a socket buffer.
+Collective libraries (NCCL, Gloo) connect a job's ranks once and keep those connections for the job's
+lifetime; the agents do the same.  A :class:`Channel` is one TCP connection from this host to a peer
+agent.  It is opened, and registered with the controller (which installs its path, rules and class once),
+before the run starts, then reused by flow after flow, one flow at a time::
 
-Wire format (sender -> receiver)::
+    sender -> receiver, per flow:  b"EFv2" | uint32 big-endian header length
+                                   | header JSON {"job", "flow", "src", "size_bytes"} | exactly size_bytes
+    receiver -> sender, per flow:  one JSON line {"flow": "job/flow", "received_bytes": n, "finish_s": t}
+                                   or {"error": ...}, after which the receiver closes the connection
 
-    b"EFv1" | uint32 big-endian header length | header JSON {"job", "flow", "src", "size_bytes"} | payload
+The receiver stamps a flow's finish when its last byte arrives and reports the arrival locally *before*
+it confirms, so dependants wake on real arrival.  The sender's channel is free again once the
+confirmation is in: the pipe is then empty, so a next flow's bytes never queue behind the last one's tail,
+and each flow's start, finish and byte count stay exact.  Between a flow's dependencies and its first
+byte there is no handshake, no slow start (the fabric sets ``net.ipv4.tcp_slow_start_after_idle=0`` in
+every host) and no controller round trip.
 
-and receiver -> sender: one JSON line ``{"received_bytes": n, "finish_s": epoch}`` (or ``{"error": ...}``).
-
-The DSCP of the flow's queue goes into ``IP_TOS`` so host-egress shaping (tc u32 on the DSCP field)
-honours the scheduler's priorities; it can change mid-flow (``tos_source`` is polled between chunks).
+The DSCP of the flow's queue goes into ``IP_TOS`` (host egress shapers classify on it) and its allocated
+rate into ``SO_MAX_PACING_RATE``; both are re-read between socket calls that each wait at most
+:data:`REFRESH_S`, so a changed allocation applies to everything still in the send buffer within that time
+(the kernel marks and paces segments when it transmits them).
 """
 
 from __future__ import annotations
@@ -26,10 +31,10 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-MAGIC = b"EFv1"
+MAGIC = b"EFv2"
 CHUNK_BYTES = 64 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # Linux value; Python lacks the name
@@ -37,11 +42,11 @@ UNPACED = 0xFFFFFFFF  # ~0U: no pacing limit
 #: A flow the scheduler pauses (rate 0) still trickles at this rate, so it never looks like a stall.
 MIN_PACING_BYTES_PER_S = 12_500
 #: Longest a sender waits inside one socket call before it re-reads its DSCP and pacing rate.  A blocking
-#: send of one chunk at a low pacing rate used to take up to CHUNK_BYTES / MIN_PACING_BYTES_PER_S (~5 s),
-#: and the last socket buffer's worth was paced at whatever rate held when the final chunk was queued, so a
-#: flow whose rate the scheduler raised kept crawling for seconds.  Half the agent's poll period.
+#: send at a low pacing rate used to hold a raised rate back for seconds; half the agents' poll period.
 REFRESH_S = 0.025
 _ZEROS = bytes(CHUNK_BYTES)
+#: Offset of ``tcpi_bytes_acked`` (u64) in Linux's ``struct tcp_info`` (since Linux 4.1).
+_TCPI_BYTES_ACKED_OFFSET = 120
 
 
 class TransferError(Exception):
@@ -67,25 +72,21 @@ class FlowHeader:
 
 @dataclass(frozen=True)
 class SendResult:
-    src_port: int
-    dst_port: int
-    sent_bytes: int
-    received_bytes: int
-    finish_s: float  # receiver's arrival time of the last byte (epoch seconds)
-    connected_s: float = 0.0  # sender: connect() returned (epoch)
-    last_queued_s: float = 0.0  # sender: the last payload byte was handed to the kernel (epoch)
-    confirmed_s: float = 0.0  # sender: the receiver's confirmation arrived (epoch)
+    """One delivered flow, from the sender's side (epoch seconds)."""
+
+    sent_bytes: int  # payload handed to the kernel
+    received_bytes: int  # payload the receiver confirmed
+    finish_s: float  # the receiver's arrival time of the last byte
+    first_byte_s: float  # the header was handed to the kernel
+    last_queued_s: float  # the last payload byte was handed to the kernel
+    confirmed_s: float  # the receiver's confirmation arrived
 
 
-#: Offset of ``tcpi_bytes_acked`` (u64) in Linux's ``struct tcp_info`` (since Linux 4.1).
-_TCPI_BYTES_ACKED_OFFSET = 120
+def acked_bytes(sock: socket.socket) -> int | None:
+    """Bytes the peer has acknowledged on this connection so far (TCP_INFO; the SYN excluded), or None.
 
-
-def acked_bytes(sock: socket.socket, header_bytes: int = 0) -> int | None:
-    """Payload bytes the peer has acknowledged so far (TCP_INFO), or None if unavailable.
-
-    Bytes handed to ``send`` may still sit in the socket buffer (megabytes with autotuning), so this,
-    not a send counter, is what a progress report should carry.  The SYN counts one byte.
+    Bytes handed to ``send`` may still sit in the socket buffer (megabytes with autotuning), so this, not a
+    send counter, is what a progress report should carry.
     """
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
@@ -94,131 +95,168 @@ def acked_bytes(sock: socket.socket, header_bytes: int = 0) -> int | None:
     if len(info) < _TCPI_BYTES_ACKED_OFFSET + 8:
         return None
     (acked,) = struct.unpack_from("=Q", info, _TCPI_BYTES_ACKED_OFFSET)
-    return max(0, acked - 1 - header_bytes)
-
-
-def tos_for_dscp(dscp: int) -> int:
-    """The IP TOS byte for a DSCP value (DSCP is the upper six bits)."""
-    if not 0 <= dscp <= 63:
-        raise ValueError(f"DSCP must be 0..63, got {dscp}")
-    return dscp << 2
+    return max(0, acked - 1)
 
 
 # ------------------------------------------------------------------------------------------- sender
-def send_flow(
-    header: FlowHeader,
-    dst_ip: str,
-    dst_port: int,
-    *,
-    bind_ip: str = "",
-    connect_timeout_s: float = 10.0,
-    io_timeout_s: float = 30.0,
-    on_bound: Callable[[int], None] | None = None,
-    tos_source: Callable[[], int | None] | None = None,
-    on_connected: Callable[[socket.socket], None] | None = None,
-    pacing_source: Callable[[], int | None] | None = None,
-) -> SendResult:
-    """Send ``header.size_bytes`` bytes to ``dst_ip:dst_port`` and wait for the receiver's confirmation.
+class Channel:
+    """One persistent connection to a peer agent; :meth:`send_flow` moves one flow at a time over it.
 
-    ``on_bound(src_port)`` runs once the local port is known and before the first packet (report the
-    flow's start there); ``on_connected(sock)`` once connected (e.g. to read TCP_INFO progress).
-    ``pacing_source()`` gives a pacing rate in bytes/s (None: unpaced) applied with SO_MAX_PACING_RATE
-    between chunks, so a rate allocation is enforced at the sender instead of by a dropping policer.
-    Connection refusals are retried with the same source port until ``connect_timeout_s``; a peer that
-    stalls longer than ``io_timeout_s`` or confirms a different byte count raises :class:`TransferError`.
+    Life: :meth:`bind` (the source port is known: register the 5-tuple now), :meth:`connect`, any number of
+    :meth:`send_flow`, :meth:`close`.
     """
-    deadline = time.monotonic() + connect_timeout_s
-    src_port = 0
-    sock = None
-    last_error: OSError | None = None
-    while True:
-        sock = _bound_socket(bind_ip, src_port)
-        if not src_port:
-            src_port = sock.getsockname()[1]
-            if on_bound is not None:
-                on_bound(src_port)
-        # DSCP and pacing before the SYN: the allocation is known once the start is reported.
-        _apply_tos(sock, tos_source, None)
-        _apply_pacing(sock, pacing_source, None)
-        remaining = deadline - time.monotonic()
-        try:
-            sock.settimeout(max(0.05, remaining))
-            sock.connect((dst_ip, dst_port))
-            break
-        except OSError as exc:  # refused (peer not listening yet) or timed out
-            last_error = exc
-            sock.close()
-            if time.monotonic() + 0.05 >= deadline:
-                raise TransferError(
-                    f"flow {header.name}: cannot connect to {dst_ip}:{dst_port} within "
-                    f"{connect_timeout_s:g} s ({_describe(last_error)})"
-                ) from None
-            time.sleep(0.05)
-    connected_s = time.time()
-    try:
-        if on_connected is not None:
-            on_connected(sock)
-        sock.settimeout(io_timeout_s)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(header.encode())
-        tos = _apply_tos(sock, tos_source, None)
-        pacing = _apply_pacing(sock, pacing_source, None)
-        # From here on every socket call waits at most REFRESH_S, and DSCP and pacing are re-applied between
-        # calls until the receiver confirms: the kernel paces (and marks) queued bytes at transmit time, so
-        # a new rate takes effect at once for everything still in the send buffer.
+
+    def __init__(self, channel_id: str, src: str, dst: str, path: tuple[str, ...] | None, bind_ip: str,
+                 dst_ip: str, dst_port: int, io_timeout_s: float = 30.0) -> None:
+        self.channel_id = channel_id
+        self.src = src
+        self.dst = dst
+        self.path = path
+        self.bind_ip = bind_ip
+        self.dst_ip = dst_ip
+        self.dst_port = dst_port
+        self.io_timeout_s = io_timeout_s
+        self.src_port = 0
+        self.sock: socket.socket | None = None
+        #: Bytes written on the connection before the current flow's header, and that header's length:
+        #: the current flow's delivered payload is ``acked - flow_offset - header_bytes``.
+        self.flow_offset = 0
+        self.header_bytes = 0
+        self._written = 0
+        self._pending = b""
+        self._refresh: _Refresher | None = None
+
+    @property
+    def five_tuple(self) -> tuple[str, str, int, int]:
+        return self.bind_ip, self.dst_ip, self.src_port, self.dst_port
+
+    def bind(self) -> int:
+        """Take a local port (the channel's 5-tuple is then fixed); returns it."""
+        self.sock = _bound_socket(self.bind_ip, self.src_port)
+        self.src_port = self.sock.getsockname()[1]
+        return self.src_port
+
+    def connect(self, timeout_s: float) -> None:
+        """Connect, retrying refusals (the peer agent may not listen yet) with the same source port."""
+        deadline = time.monotonic() + timeout_s
+        if self.sock is None:
+            self.bind()
+        while True:
+            assert self.sock is not None
+            try:
+                self.sock.settimeout(max(0.05, deadline - time.monotonic()))
+                self.sock.connect((self.dst_ip, self.dst_port))
+                break
+            except OSError as exc:
+                self.sock.close()
+                if time.monotonic() + 0.05 >= deadline:
+                    raise TransferError(f"channel {self.channel_id}: cannot connect to {self.dst} at "
+                                        f"{self.dst_ip}:{self.dst_port} within {timeout_s:g} s "
+                                        f"({_describe(exc)})") from None
+                time.sleep(0.05)
+                self.sock = _bound_socket(self.bind_ip, self.src_port)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def acked_payload(self) -> int | None:
+        """Payload bytes of the current flow the peer has acknowledged (TCP_INFO), or None."""
+        acked = None if self.sock is None else acked_bytes(self.sock)
+        if acked is None:
+            return None
+        return max(0, acked - self.flow_offset - self.header_bytes)
+
+    def send_flow(self, header: FlowHeader, tos_source: Callable[[], int | None] | None = None,
+                  pacing_source: Callable[[], int | None] | None = None) -> SendResult:
+        """Send one flow and wait for its confirmation; raises :class:`TransferError` if not delivered
+        exactly.  A failed channel must not be used again."""
+        if self.sock is None:
+            raise TransferError(f"channel {self.channel_id} is not connected")
+        sock = self.sock
+        encoded = header.encode()
+        self.flow_offset, self.header_bytes = self._written, len(encoded)
+        if self._refresh is None or self._refresh.sock is not sock:
+            self._refresh = _Refresher(sock)
+        refresh = self._refresh
+        refresh.tos_source, refresh.pacing_source = tos_source, pacing_source
+        refresh()
         sock.settimeout(REFRESH_S)
-        refresh = _Refresher(sock, tos_source, pacing_source, tos, pacing)
-        sent = 0
-        view = memoryview(_ZEROS)
-        last_progress = time.monotonic()
         try:
-            while sent < header.size_bytes:
-                refresh()
-                try:
-                    n = sock.send(view[: min(CHUNK_BYTES, header.size_bytes - sent)])
-                except socket.timeout:
-                    if time.monotonic() - last_progress >= io_timeout_s:
-                        raise
-                    continue
-                sent += n
-                last_progress = time.monotonic()
+            first_byte_s = time.time()
+            self._send_all(memoryview(encoded), header, refresh)
+            payload_start = self._written
+            remaining = header.size_bytes
+            while remaining:
+                chunk = min(CHUNK_BYTES, remaining)
+                self._send_all(memoryview(_ZEROS)[:chunk], header, refresh)
+                remaining -= chunk
             last_queued_s = time.time()
-            sock.shutdown(socket.SHUT_WR)
+            reply = self._read_reply(header, refresh)
+            confirmed_s = time.time()
         except OSError as exc:
-            if isinstance(exc, socket.timeout):
-                raise
-            # A receiver that refuses the flow replies and closes with our bytes unread, so its kernel
-            # resets the connection: the refusal may already be waiting in our receive buffer.
-            _raise_refusal_if_any(sock, header, dst_ip)
-            raise
-        reply = _read_line(sock, header.name, refresh, io_timeout_s)
-        confirmed_s = time.time()
-    except socket.timeout:
-        raise TransferError(f"flow {header.name}: peer {dst_ip} stalled for {io_timeout_s:g} s") from None
-    except OSError as exc:
-        raise TransferError(f"flow {header.name}: connection to {dst_ip} failed: {_describe(exc)}") from None
-    finally:
-        sock.close()
-    if "error" in reply:
-        raise TransferError(f"flow {header.name}: receiver {dst_ip} refused it: {reply['error']}")
-    received = reply.get("received_bytes")
-    if received != header.size_bytes:
-        raise TransferError(
-            f"flow {header.name}: sent {header.size_bytes} bytes but receiver counted {received}"
-        )
-    return SendResult(src_port, dst_port, sent, int(received), float(reply["finish_s"]), connected_s,
-                      last_queued_s, confirmed_s)
+            raise TransferError(f"flow {header.name}: connection to {self.dst_ip} failed: {_describe(exc)}") \
+                from None
+        if "error" in reply:
+            raise TransferError(f"flow {header.name}: receiver {self.dst_ip} refused it: {reply['error']}")
+        if reply.get("flow") != header.name or reply.get("received_bytes") != header.size_bytes:
+            raise TransferError(f"flow {header.name}: sent {header.size_bytes} bytes but receiver confirmed "
+                                f"{reply.get('received_bytes')!r} for {reply.get('flow')!r}")
+        return SendResult(self._written - payload_start, header.size_bytes, float(reply["finish_s"]),
+                          first_byte_s, last_queued_s, confirmed_s)
 
+    def _send_all(self, view: memoryview, header: FlowHeader, refresh: Callable[[], None]) -> None:
+        last_progress = time.monotonic()
+        assert self.sock is not None
+        while view:
+            try:
+                n = self.sock.send(view)
+            except socket.timeout:
+                if time.monotonic() - last_progress >= self.io_timeout_s:
+                    raise TransferError(f"flow {header.name}: peer {self.dst_ip} stalled for "
+                                        f"{self.io_timeout_s:g} s") from None
+                refresh()
+                continue
+            view = view[n:]
+            self._written += n
+            last_progress = time.monotonic()
+            refresh()
 
-def _raise_refusal_if_any(sock: socket.socket, header: FlowHeader, dst_ip: str) -> None:
-    """Raise the receiver's refusal if its reply line arrived before the connection broke."""
-    try:
-        sock.settimeout(0.2)
-        reply = _read_line(sock, header.name)
-    except (OSError, TransferError):
-        return
-    if isinstance(reply, dict) and "error" in reply:
-        raise TransferError(f"flow {header.name}: receiver {dst_ip} refused it: {reply['error']}")
+    def _read_reply(self, header: FlowHeader, refresh: Callable[[], None]) -> dict:
+        """The receiver's one-line JSON confirmation; keeps marking and pacing the tail meanwhile."""
+        assert self.sock is not None
+        data = self._pending
+        last_progress = time.monotonic()
+        while b"\n" not in data:
+            try:
+                chunk = self.sock.recv(4096)
+            except socket.timeout:
+                if time.monotonic() - last_progress >= self.io_timeout_s:
+                    raise TransferError(f"flow {header.name}: peer {self.dst_ip} did not confirm within "
+                                        f"{self.io_timeout_s:g} s") from None
+                refresh()
+                continue
+            if not chunk:
+                raise TransferError(f"flow {header.name}: receiver {self.dst_ip} closed without a "
+                                    f"confirmation ({data[:80]!r})")
+            data += chunk
+            last_progress = time.monotonic()
+            if len(data) > MAX_HEADER_BYTES:
+                break
+        line, _, self._pending = data.partition(b"\n")
+        try:
+            reply = json.loads(line.decode())
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            reply = None
+        if not isinstance(reply, dict):
+            raise TransferError(f"flow {header.name}: receiver sent an invalid confirmation ({line[:80]!r})")
+        return reply
+
+    def close(self) -> None:
+        """Half-close (the receiver sees EOF between flows and ends its side), then close."""
+        if self.sock is None:
+            return
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_WR)
+        self.sock.close()
+        self.sock = None
 
 
 def _bound_socket(bind_ip: str, port: int) -> socket.socket:
@@ -228,80 +266,36 @@ def _bound_socket(bind_ip: str, port: int) -> socket.socket:
     return sock
 
 
-def _apply_tos(sock: socket.socket, tos_source: Callable[[], int | None] | None,
-               current: int | None) -> int | None:
-    """Set IP_TOS when the wanted value changed; returns the value now in force."""
-    if tos_source is None:
-        return current
-    wanted = tos_source()
-    if wanted is not None and wanted != current:
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, wanted)
-        return wanted
-    return current
-
-
-def _apply_pacing(sock: socket.socket, source: Callable[[], int | None] | None,
-                  current: int | None) -> int | None:
-    """Set SO_MAX_PACING_RATE (bytes/s) when the wanted value changed; None lifts the limit."""
-    if source is None:
-        return current
-    wanted = source()
-    if wanted is not None:
-        wanted = max(MIN_PACING_BYTES_PER_S, int(wanted))
-    if wanted != current:
-        # Packed as u32: Python's int form is a signed C int and cannot carry ~0U ("unpaced").
-        value = UNPACED if wanted is None else min(wanted, UNPACED)
-        sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("=I", value))
-    return wanted
-
-
 class _Refresher:
-    """Re-applies a socket's DSCP and pacing rate from their sources, remembering what is in force."""
+    """Applies a socket's DSCP (IP TOS) and pacing rate from their sources when they change.
 
-    def __init__(self, sock: socket.socket, tos_source: Callable[[], int | None] | None,
-                 pacing_source: Callable[[], int | None] | None, tos: int | None, pacing: int | None) -> None:
+    One per connection: what was applied stays in force across flows until a source says otherwise."""
+
+    def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.tos_source = tos_source
-        self.pacing_source = pacing_source
-        self.tos = tos
-        self.pacing = pacing
+        self.tos_source: Callable[[], int | None] | None = None
+        self.pacing_source: Callable[[], int | None] | None = None
+        self.tos: int | None = None
+        #: None: no limit (never set: the socket keeps the kernel's default small-queue budget, which the
+        #: fabric caps per host at two frames, see topologies/fabric.py; a set limit, even "unpaced", would
+        #: switch the socket to TCP's internal pacing and lift that cap)
+        self.pacing: int | None = None
 
     def __call__(self) -> None:
-        self.tos = _apply_tos(self.sock, self.tos_source, self.tos)
-        self.pacing = _apply_pacing(self.sock, self.pacing_source, self.pacing)
-
-
-def _read_line(sock: socket.socket, name: str, between: Callable[[], None] | None = None,
-               stall_s: float | None = None) -> dict:
-    """The receiver's one-line JSON reply.
-
-    With ``between`` the socket's timeout is a short slice: ``between()`` runs after each empty slice
-    (the sender's tail may still be in flight and must follow rate changes) and the wait fails with
-    ``socket.timeout`` only after ``stall_s`` without any reply byte.
-    """
-    data = b""
-    last_progress = time.monotonic()
-    while not data.endswith(b"\n"):
-        try:
-            chunk = sock.recv(4096)
-        except socket.timeout:
-            if between is None or stall_s is None or time.monotonic() - last_progress >= stall_s:
-                raise
-            between()
-            continue
-        last_progress = time.monotonic()
-        if not chunk:
-            break
-        data += chunk
-        if len(data) > MAX_HEADER_BYTES:
-            break
-    try:
-        reply = json.loads(data.decode() or "null")
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        reply = None
-    if not isinstance(reply, dict):
-        raise TransferError(f"flow {name}: receiver closed without a valid confirmation ({data[:80]!r})")
-    return reply
+        if self.tos_source is not None:
+            wanted = self.tos_source()
+            if wanted is not None and wanted != self.tos:
+                self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, wanted)
+                self.tos = wanted
+        if self.pacing_source is not None:
+            rate = self.pacing_source()
+            if rate is not None:
+                rate = max(MIN_PACING_BYTES_PER_S, int(rate))
+            if rate != self.pacing:
+                # Packed as u32: Python's int form is a signed C int and cannot carry ~0U ("unpaced").
+                value = UNPACED if rate is None else min(rate, UNPACED)
+                self.sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("=I", value))
+                self.pacing = rate
 
 
 def _describe(exc: BaseException | None) -> str:
@@ -319,15 +313,17 @@ class Arrival:
     finish_s: float  # epoch time the last byte arrived
     received_bytes: int
     src_addr: tuple
-    header_s: float = 0.0  # epoch time the flow's header was read (its first bytes arrived)
+    header_s: float  # epoch time the flow's header arrived (its first bytes)
 
 
 class FlowReceiver:
-    """Accepts flows on ``ip:port``; one thread per connection.
+    """Accepts channels on ``ip:port``; one thread per connection, each carrying flows one after another.
 
-    ``accept_header(header)`` returns an error string to refuse an unexpected flow, or ``None``.
-    ``on_arrival(arrival)`` runs once every byte of a flow arrived (before the confirmation is sent,
-    so the flow is marked done locally first); ``on_error(message)`` reports a broken transfer.
+    ``accept_header(header)`` returns an error string to refuse an unexpected flow (the channel is then
+    closed), or ``None``.  ``on_arrival(arrival)`` runs once every byte of a flow arrived, before the
+    confirmation is sent; ``on_error(message)`` reports a broken transfer.  An idle channel may wait for
+    its next flow indefinitely; once a flow's header arrived, its bytes must keep coming within
+    ``io_timeout_s``.
     """
 
     def __init__(
@@ -346,6 +342,8 @@ class FlowReceiver:
         self._io_timeout_s = io_timeout_s
         self._clock = clock
         self._closed = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.Lock()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -365,6 +363,10 @@ class FlowReceiver:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+        with self._lock:
+            for conn in list(self._connections):
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
 
     def _accept_loop(self) -> None:
         while not self._closed.is_set():
@@ -372,45 +374,51 @@ class FlowReceiver:
                 conn, addr = self.sock.accept()
             except OSError:
                 return  # closed
+            with self._lock:
+                self._connections.add(conn)
             threading.Thread(target=self._serve, args=(conn, addr), name="flow-recv", daemon=True).start()
 
     def _serve(self, conn: socket.socket, addr: tuple) -> None:
-        name = f"from {addr[0]}:{addr[1]}"
         try:
-            conn.settimeout(self._io_timeout_s)
-            header = _read_header(conn, name)
-            header_s = self._clock()
-            name = header.name
-            refusal = self._accept_header(header)
-            if refusal:  # report locally first, then tell the sender (its error must not overtake ours)
-                self._on_error(f"flow {name} from {addr[0]}: {refusal}")
-                conn.sendall((json.dumps({"error": refusal}) + "\n").encode())
-                _linger_for_eof(conn)
-                return
-            received = _count_bytes(conn, header.size_bytes)
-            finish_s = self._clock()
-            if received < header.size_bytes:
-                self._on_error(f"flow {name}: sender closed after {received} of {header.size_bytes} bytes")
-                conn.sendall((json.dumps({"error": f"short flow: {received} bytes"}) + "\n").encode())
-                return
-            extra = _count_bytes(conn, 1 << 62)  # must be EOF right away
-            if extra:
-                self._on_error(
-                    f"flow {name}: sender sent {extra} bytes more than the declared {header.size_bytes}"
-                )
-                conn.sendall((json.dumps({"error": f"{extra} bytes too many"}) + "\n").encode())
-                return
-            self._on_arrival(Arrival(header, finish_s, received, addr, header_s))
-            conn.sendall((json.dumps({"received_bytes": received, "finish_s": finish_s}) + "\n").encode())
+            while not self._closed.is_set():
+                conn.settimeout(None)  # an idle channel waits for its next flow as long as the run lasts
+                prefix = _recv_exact(conn, 8, f"from {addr[0]}:{addr[1]}", eof_ok=True)
+                if prefix is None:
+                    return  # the sender closed the channel between flows
+                header_s = self._clock()
+                conn.settimeout(self._io_timeout_s)
+                header = _read_header(conn, prefix, f"from {addr[0]}:{addr[1]}")
+                if not self._receive_one(conn, addr, header, header_s):
+                    return
         except socket.timeout:
-            self._on_error(f"flow {name}: sender {addr[0]} stalled for {self._io_timeout_s:g} s")
+            self._on_error(f"channel from {addr[0]}:{addr[1]}: sender stalled for {self._io_timeout_s:g} s")
         except TransferError as exc:
             self._on_error(str(exc))
         except OSError as exc:
             if not self._closed.is_set():
-                self._on_error(f"flow {name}: connection from {addr[0]} failed: {_describe(exc)}")
+                self._on_error(f"channel from {addr[0]}:{addr[1]} failed: {_describe(exc)}")
         finally:
+            with self._lock:
+                self._connections.discard(conn)
             conn.close()
+
+    def _receive_one(self, conn: socket.socket, addr: tuple, header: FlowHeader, header_s: float) -> bool:
+        """Receive one flow's payload and confirm it; False when the channel must close."""
+        refusal = self._accept_header(header)
+        if refusal:  # report locally first, then tell the sender (its error must not overtake ours)
+            self._on_error(f"flow {header.name} from {addr[0]}: {refusal}")
+            conn.sendall((json.dumps({"error": refusal}) + "\n").encode())
+            _linger_for_eof(conn)
+            return False
+        received = _count_bytes(conn, header.size_bytes)
+        finish_s = self._clock()
+        if received < header.size_bytes:
+            self._on_error(f"flow {header.name}: sender closed after {received} of {header.size_bytes} bytes")
+            return False
+        self._on_arrival(Arrival(header, finish_s, received, addr, header_s))
+        conn.sendall((json.dumps({"flow": header.name, "received_bytes": received, "finish_s": finish_s})
+                      + "\n").encode())
+        return True
 
 
 def _linger_for_eof(conn: socket.socket, limit_s: float = 1.0) -> None:
@@ -431,25 +439,27 @@ def _linger_for_eof(conn: socket.socket, limit_s: float = 1.0) -> None:
                 continue
 
 
-def _recv_exact(conn: socket.socket, n: int, name: str) -> bytes:
+def _recv_exact(conn: socket.socket, n: int, name: str, eof_ok: bool = False) -> bytes | None:
+    """Exactly ``n`` bytes; None on EOF before the first byte when ``eof_ok`` (a channel closing)."""
     data = b""
     while len(data) < n:
         chunk = conn.recv(n - len(data))
         if not chunk:
-            raise TransferError(f"flow {name}: connection closed inside the header")
+            if eof_ok and not data:
+                return None
+            raise TransferError(f"connection {name}: closed inside a flow header")
         data += chunk
     return data
 
 
-def _read_header(conn: socket.socket, name: str) -> FlowHeader:
-    prefix = _recv_exact(conn, 8, name)
+def _read_header(conn: socket.socket, prefix: bytes, name: str) -> FlowHeader:
     if prefix[:4] != MAGIC:
-        raise TransferError(f"connection {name}: not an EchelonFlow transfer (bad magic {prefix[:4]!r})")
+        raise TransferError(f"connection {name}: not an EchelonFlow channel (bad magic {prefix[:4]!r})")
     (length,) = struct.unpack("!I", prefix[4:])
     if length > MAX_HEADER_BYTES:
         raise TransferError(f"connection {name}: header of {length} bytes is too large")
     try:
-        raw = json.loads(_recv_exact(conn, length, name).decode())
+        raw = json.loads((_recv_exact(conn, length, name) or b"").decode())
         header = FlowHeader(str(raw["job"]), str(raw["flow"]), str(raw["src"]), int(raw["size_bytes"]))
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
         raise TransferError(f"connection {name}: malformed flow header") from None

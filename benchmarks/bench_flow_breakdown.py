@@ -1,0 +1,117 @@
+"""Where each emulated flow's time goes, per scheduler and repeat (issue 9, item 1).
+
+Runs ``echelon emulate`` (or reads a finished run folder) and prints, per emulated run, each part of a
+flow's life (``reports.flow_breakdown``), each flow's emulated/simulated duration ratio, the achieved
+vs allocated rate, and every job's emulated completion against the simulated one.  Writes
+``breakdown.json`` into the run folder.
+
+    .venv/bin/python benchmarks/bench_flow_breakdown.py fattree-gpipe-ring --repeat 3
+    .venv/bin/python benchmarks/bench_flow_breakdown.py --from runs/2026...-fattree-gpipe-ring
+
+Emulation numbers vary from run to run: use ``--repeat 3`` or more and read medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from echelonflow.model import qualified  # noqa: E402
+from echelonflow.scenario import load_scenario  # noqa: E402
+from reports.flow_breakdown import (  # noqa: E402
+    flow_parts,
+    format_summary,
+    load_round,
+    rate_tracking,
+    run_folder_name,
+    summarise,
+)
+
+
+def emulate(scenario: str, schedulers: list[str], repeat: int, out: str) -> None:
+    argv = [sys.executable, "-m", "cli", "emulate", scenario, "--no-plots", "--no-alone",
+            "--repeat", str(repeat), "--out", out]
+    for name in schedulers:
+        argv += ["--scheduler", name]
+    t = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT)
+    if proc.returncode != 0:
+        sys.exit(f"bench_flow_breakdown: echelon emulate failed (exit {proc.returncode})")
+    print(f"emulated in {time.monotonic() - t:.0f} s")
+
+
+def analyse(run_dir: str, scenario_name: str | None) -> dict:
+    with open(os.path.join(run_dir, "results.json"), encoding="utf-8") as fh:
+        emulated = json.load(fh)
+    with open(os.path.join(run_dir, "results-simulate.json"), encoding="utf-8") as fh:
+        simulated = {run["scheduler"]: run for run in json.load(fh)["runs"]}
+    scenario = load_scenario(scenario_name or emulated["scenario"])
+    topology = scenario.topology
+    topology.mtu_bytes = topology.mtu_bytes or 9000  # what the fabric carries (emulate's rule)
+    deps = {qualified(job.job_id, tid): [qualified(job.job_id, d) for d in task.deps]
+            for job in scenario.jobs for tid, task in job.tasks.items()}
+    repeats = int(emulated.get("status", {}).get("repeat", 1))
+    report: dict = {"scenario": emulated["scenario"], "runs": []}
+    gains: dict[str, list[float]] = {}
+    for run in emulated["runs"]:
+        name = run_folder_name(run["scheduler"], int(run.get("repeat", 0)), repeats)
+        docs = load_round(run_dir, name)
+        sim = simulated[run["scheduler"]]
+        parts = flow_parts(docs, deps, sim["flows"])
+        summary = summarise(parts)
+        tracking = rate_tracking(docs, topology.payload_fraction)
+        jobs = {job: {"emulated_s": r["completion_s"], "simulated_s": sim["jobs"][job]["completion_s"]}
+                for job, r in run["jobs"].items()}
+        channels = {host: doc.get("channels") for host, doc in docs.items()}
+        print()
+        print(format_summary(f"{name} ({len(parts)} flows, trusted={run.get('trusted')})", summary, tracking))
+        for job, row in jobs.items():
+            print(f"  job {job:12s} emulated {row['emulated_s']:6.2f} s  simulated {row['simulated_s']:6.2f} s "
+                  f"({row['emulated_s'] / row['simulated_s'] - 1:+.1%})")
+        print(f"  objective emulated {run['objective_s']:.2f} s, simulated {sim['objective_s']:.2f} s")
+        late = sum((c or {}).get("opened_late", 0) for c in channels.values())
+        print(f"  channels opened late (a handshake on a flow's path): {late}")
+        gains.setdefault(run["scheduler"], []).append(run["objective_s"])
+        report["runs"].append({"run": name, "scheduler": run["scheduler"], "trusted": run.get("trusted"),
+                               "summary": summary, "rate_tracking": tracking, "jobs": jobs,
+                               "objective_s": {"emulated": run["objective_s"], "simulated": sim["objective_s"]},
+                               "channels_opened_late": late})
+    print()
+    for scheduler, values in gains.items():
+        print(f"objective {scheduler:8s} emulated median {statistics.median(values):6.2f} s over {len(values)} "
+              f"run(s); simulated {simulated[scheduler]['objective_s']:.2f} s")
+    with open(os.path.join(run_dir, "breakdown.json"), "w", encoding="utf-8") as fh:
+        json.dump(report, fh, indent=1)
+    print(f"breakdown written to {os.path.join(run_dir, 'breakdown.json')}")
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("scenario", nargs="?", help="bundled scenario name or scenario file")
+    parser.add_argument("--scheduler", action="append", default=[], help="repeatable (default: scenario's)")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--out", help="run folder (default: runs/breakdown-<scenario>-<time>)")
+    parser.add_argument("--from", dest="from_dir", help="analyse this finished run folder instead")
+    args = parser.parse_args()
+    if args.from_dir:
+        analyse(args.from_dir, args.scenario)
+        return
+    if not args.scenario:
+        parser.error("give a scenario, or --from RUN_DIR")
+    out = args.out or str(ROOT / "runs" / f"breakdown-{Path(args.scenario).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    emulate(args.scenario, args.scheduler, args.repeat, out)
+    analyse(out, args.scenario)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Where an emulated flow's time goes: its life split into parts, and its rate against its allocation.
+
+An emulated job is slower than the simulated one for two kinds of reasons: costs the fluid model does
+not have (waking the agent, handing the first byte to the kernel, the header's trip, the receiver's
+confirmation, waking the dependants) and a transfer that does not run at the rate the scheduler
+allocated.  This module reads what the agents record for every flow (``traffic.agent``'s result
+documents, kept in the run folder) and splits each flow's life at the points the agents time-stamp::
+
+    dependencies done -> start          wake_s       (the agent noticed; ~1 ms)
+    start -> first byte handed over     send_s       (channel taken, header written)
+    first byte -> header at receiver    header_s     (one-way trip, queueing)
+    header -> last byte at receiver     transfer_s   (of which drain_s: last byte queued -> arrived)
+    last byte -> confirmation at sender confirm_s    (frees the channel; not on the dependants' path)
+    last byte -> dependant starts       dependants_s (the dependant's own wake-up, local or remote)
+
+and compares each flow's emulated duration (start -> last byte) with its simulated one.  Rate tracking
+compares, per progress poll interval, the payload rate TCP achieved (acknowledged bytes) with the rate
+the controller allocated then (wire bits, hence scaled by the topology's payload fraction).
+
+Pure: it works on the parsed documents; :func:`load_round` reads them from a run folder.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+PARTS = ("wake_s", "send_s", "header_s", "transfer_s", "drain_s", "confirm_s", "dependants_s")
+
+
+@dataclass(frozen=True)
+class FlowParts:
+    flow: str  # "job/flow"
+    size_bytes: int
+    parts_s: dict[str, float | None]  # PARTS; None where not recorded
+    emulated_s: float  # start -> last byte at the receiver
+    simulated_s: float | None  # the simulated flow's start -> finish
+
+
+def run_folder_name(scheduler: str, repeat_index: int, repeats: int) -> str:
+    """The run folder's ``logs/`` sub-folder of one emulated run (``traffic.emulate_command``'s rule)."""
+    return scheduler if repeats == 1 else f"{scheduler}-r{repeat_index + 1}"
+
+
+def load_round(run_dir: str, run_name: str, label: str = "together") -> dict[str, dict[str, Any]]:
+    """The agents' result documents of one round (host -> document)."""
+    docs = {}
+    for path in sorted(glob.glob(os.path.join(run_dir, "logs", run_name, f"{label}_out-*.json"))):
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        docs[doc["host"]] = doc
+    return docs
+
+
+def flow_parts(docs: Mapping[str, Mapping[str, Any]], deps: Mapping[str, Sequence[str]],
+               simulated_flows: Mapping[str, Mapping[str, Any]] | None = None) -> list[FlowParts]:
+    """Every delivered flow of a round, split into :data:`PARTS` (seconds).
+
+    ``deps``: qualified task id -> qualified ids of its dependencies (the jobs' DAGs);
+    ``simulated_flows``: a simulated run's ``flows`` (results format) for the duration ratio.
+    """
+    sent: dict[str, Mapping[str, Any]] = {}
+    received: dict[str, Mapping[str, Any]] = {}
+    finish: dict[str, float] = {}  # every task's finish (flows: the last byte's arrival)
+    start: dict[str, float] = {}
+    for doc in docs.values():
+        sent.update(doc.get("sent", {}))
+        received.update(doc.get("received", {}))
+        for qid, task in doc.get("tasks", {}).items():
+            if "finish" in task:
+                finish[qid] = task["finish"]
+            if "start" in task:
+                start[qid] = task["start"]
+    for qid, record in received.items():
+        finish[qid] = record["finish"]
+    woken: dict[str, list[float]] = {}  # flow -> how long after its arrival each dependant it released began
+    for qid, dep_ids in deps.items():
+        done = [(finish[d], d) for d in dep_ids if d in finish]
+        if qid in start and done and len(done) == len(dep_ids):
+            last_s, last = max(done)
+            if last in received:
+                woken.setdefault(last, []).append(start[qid] - last_s)
+    out = []
+    for qid, s in sorted(sent.items()):
+        r = received.get(qid)
+        if r is None or "first_byte" not in s:
+            continue
+        dep_done = [finish[d] for d in deps.get(qid, ()) if d in finish]
+        parts: dict[str, float | None] = {
+            "wake_s": s["start"] - max(dep_done) if dep_done else None,
+            "send_s": s["first_byte"] - s["start"],
+            "header_s": r["header"] - s["first_byte"],
+            "transfer_s": r["finish"] - r["header"],
+            "drain_s": r["finish"] - s["last_queued"],
+            "confirm_s": s["confirmed"] - r["finish"],
+            "dependants_s": min(woken[qid]) if woken.get(qid) else None,
+        }
+        sim = (simulated_flows or {}).get(qid)
+        out.append(FlowParts(qid, int(s["size_bytes"]), parts, r["finish"] - s["start"],
+                             None if sim is None else sim["finish_s"] - sim["start_s"]))
+    return out
+
+
+def rate_tracking(docs: Mapping[str, Mapping[str, Any]], payload_fraction: float) -> dict[str, float]:
+    """Achieved payload rate against the allocation in force, over every progress poll interval of every
+    flow that had a positive allocation: ``{"intervals", "achieved_over_allocated", "under_80_share"}``."""
+    achieved_total = allocated_total = 0.0
+    intervals = under = 0
+    for doc in docs.values():
+        for record in doc.get("sent", {}).values():
+            allocations = record.get("allocations") or []
+            progress = record.get("progress") or []
+            for (t1, acked1), (t2, acked2) in zip(progress, progress[1:]):
+                rate_bps = None
+                for allocation in allocations:
+                    if allocation["t_s"] <= t1:
+                        rate_bps = allocation["rate_bps"]
+                if t2 <= t1 or not rate_bps or rate_bps <= 0 or acked2 >= record["size_bytes"]:
+                    continue  # no allocation yet, a paused flow, or the flow's tail (partly idle interval)
+                achieved = (acked2 - acked1) * 8 / (t2 - t1)
+                wanted = rate_bps * payload_fraction
+                achieved_total += achieved
+                allocated_total += wanted
+                intervals += 1
+                under += achieved < 0.8 * wanted
+    return {"intervals": intervals,
+            "achieved_over_allocated": achieved_total / allocated_total if allocated_total else float("nan"),
+            "under_80_share": under / intervals if intervals else float("nan")}
+
+
+def summarise(flows: Sequence[FlowParts]) -> dict[str, dict[str, float]]:
+    """Median, p90, max and sum per part, and the emulated/simulated duration ratio (median, p90)."""
+    summary: dict[str, dict[str, float]] = {}
+    for part in PARTS:
+        values = [f.parts_s[part] for f in flows if f.parts_s.get(part) is not None]
+        if values:
+            summary[part] = {"median": statistics.median(values), "p90": _quantile(values, 0.9),
+                             "max": max(values), "sum": sum(values), "flows": len(values)}
+    ratios = [f.emulated_s / f.simulated_s for f in flows if f.simulated_s]
+    if ratios:
+        summary["emulated_over_simulated"] = {"median": statistics.median(ratios), "p90": _quantile(ratios, 0.9),
+                                              "max": max(ratios), "flows": len(ratios)}
+    return summary
+
+
+def format_summary(title: str, summary: Mapping[str, Mapping[str, float]],
+                   tracking: Mapping[str, float] | None = None) -> str:
+    lines = [f"{title}", f"  {'part':22s} {'median':>9s} {'p90':>9s} {'max':>9s} {'sum':>8s}"]
+    for part in PARTS:
+        if part in summary:
+            row = summary[part]
+            lines.append(f"  {part:22s} {row['median'] * 1e3:7.1f}ms {row['p90'] * 1e3:7.1f}ms "
+                         f"{row['max'] * 1e3:7.1f}ms {row['sum']:7.2f}s")
+    ratio = summary.get("emulated_over_simulated")
+    if ratio:
+        lines.append(f"  {'emulated/simulated':22s} {ratio['median']:9.2f} {ratio['p90']:9.2f} {ratio['max']:9.2f}")
+    if tracking and tracking["intervals"]:
+        lines.append(f"  achieved/allocated {tracking['achieved_over_allocated']:.2f} over "
+                     f"{tracking['intervals']} poll intervals ({tracking['under_80_share']:.0%} under 80 %)")
+    return "\n".join(lines)
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

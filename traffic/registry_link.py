@@ -1,0 +1,245 @@
+"""The agent's side of the controller's echelon registry: declarations, channels, starts, progress.
+
+:class:`RegistryPort` is what the agent calls; the base class does nothing, so an agent without a
+registry runs plain TCP (the ``fair`` baseline of a bare network).  :class:`RegistryLink` talks to the real
+registry over its Unix-socket HTTP API (``controller.client.EchelonClient``, standard library only):
+
+* before t0, synchronously: the job's declaration (clairvoyant: every EchelonFlow with its flows'
+  ideal-finish offsets ``offset_s`` and ideal-start offsets ``start_offset_s`` from
+  ``echelonflow.echelon``), and every channel, waiting until the switches hold its rules;
+* during the run, never on a flow's critical path: flow starts and finishes go through a worker thread in
+  order, and a poller reads each active flow's allocation every ``poll_interval_s`` while reporting the
+  bytes TCP has seen acknowledged.  The allocation's DSCP goes into the channel's ``IP_TOS``; under a
+  scheduler that enforces (not ``fair``) its metered rate becomes the socket's pacing rate: end-host
+  enforcement, which TCP follows far better than the switches' drop meters.
+
+Zero-byte flows are not declared (the registry has nothing to schedule for them).  ``job_prefix``
+namespaces job ids, so one controller can see the same job run twice.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from echelonflow.model import FlowTask, Job
+from echelonflow.queues import dscp_for_queue
+from traffic.runspec import RegistrySettings
+from traffic.transfer import Channel
+
+
+class RegistryError(Exception):
+    """The registry became unreachable or refused the run (the message says which)."""
+
+
+class RegistryPort:
+    """What the agent needs from the registry; this base class is the bare network (no registry)."""
+
+    #: the selected scheduler enforces allocations (flows are pinned to their own paths)
+    enforces = False
+
+    def declare_job(self, job: Job) -> None:
+        """Register the job and all its EchelonFlows (flows with offsets), before t0."""
+
+    def register_channel(self, channel: Channel) -> None:
+        """Declare a bound channel's 5-tuple and path; returns once the switches hold its rules."""
+
+    def flow_started(self, job: Job, flow: FlowTask, channel: Channel, start_s: float) -> None:
+        """A flow starts on ``channel`` (returns at once; reported in the background)."""
+
+    def flow_finished(self, job: Job, flow: FlowTask, finish_s: float) -> None:
+        """Every byte of a flow arrived (returns at once; reported in the background)."""
+
+    def dscp(self, job_id: str, flow_id: str) -> int | None:
+        """The DSCP of the flow's current queue: its allocation's, else the idle channels' class,
+        or None to leave IP_TOS alone."""
+        return None
+
+    def pacing_bytes_per_s(self, job_id: str, flow_id: str) -> int | None:
+        """The rate the flow should be paced at, or None for no limit (plain TCP)."""
+        return None
+
+    def trace(self, job_id: str, flow_id: str) -> dict[str, list]:
+        """What the agent saw of a flow over time (epoch seconds): ``allocations`` [(t, dscp, rate_bps
+        decided, pacing bytes/s applied)] on every change and ``progress`` [(t, acked payload bytes)]."""
+        return {}
+
+    def close(self) -> None:
+        """Stop background work and forget this agent's channels."""
+
+
+class RegistryLink(RegistryPort):
+    """The controller's registry (see the module docstring)."""
+
+    def __init__(self, settings: RegistrySettings, log: Callable[[str], None]) -> None:
+        from controller.client import EchelonClient  # stdlib-only client; imported only when used
+
+        self.settings = settings
+        self.prefix = settings.job_prefix
+        self.client = EchelonClient(socket_path=settings.socket_path, token_file=settings.token_file,
+                                    timeout_s=10.0)
+        self.log = log
+        self._lock = threading.Lock()  # one request at a time on the client's connection
+        info = self.client.scheduler()
+        self.enforces = bool(info.get("enforces"))
+        #: a channel between flows sits in the last class (what the controller installs for it)
+        self.idle_dscp = dscp_for_queue(int(info.get("queues", 4)) - 1) if self.enforces else None
+        self._dscp: dict[str, int] = {}
+        self._rate_bps: dict[str, float] = {}
+        self._active: dict[str, Channel] = {}  # flows whose start the registry has, -> their channel
+        self._channels: list[str] = []
+        self._allocations: dict[str, list] = {}
+        self._progress: dict[str, list] = {}
+        self._errors: list[str] = []
+        self._stop = threading.Event()
+        self._reports: queue.Queue = queue.Queue()
+        self._worker = threading.Thread(target=self._report_loop, name="registry-reports", daemon=True)
+        self._poller = threading.Thread(target=self._poll_loop, name="registry-poll", daemon=True)
+        self._worker.start()
+        self._poller.start()
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return getattr(self.client, method)(*args, **kwargs)
+
+    def _name(self, job_id: str, flow_id: str) -> str:
+        return f"{self.prefix}{job_id}/{flow_id}"
+
+    # ------------------------------------------------------------------ before t0 (synchronous)
+    def declare_job(self, job: Job) -> None:
+        from echelonflow.echelon import echelons_of
+
+        job_id = self.prefix + job.job_id
+        self._call("register_job", job_id, weight=job.weight)
+        for ech_id, spec in echelons_of(job).items():
+            head_start = spec.ideal_start_s[spec.head]
+            flows = [{"flow_id": fid, "src": job.tasks[fid].src, "dst": job.tasks[fid].dst,
+                      "size_bytes": job.tasks[fid].size_bytes, "offset_s": spec.offsets_s[fid],
+                      "start_offset_s": spec.ideal_start_s[fid] - head_start}
+                     for fid in spec.flow_ids if job.tasks[fid].size_bytes > 0]
+            if flows:
+                self._call("register_echelon", job_id, ech_id, flows, kind=spec.kind)
+
+    def register_channel(self, channel: Channel) -> None:
+        wait_s = self.settings.install_wait_s if self.enforces and self.settings.install_wait_s > 0 else None
+        self._call("register_channel", channel.channel_id, channel.src, channel.dst, channel.src_port,
+                   channel.dst_port, path=channel.path, wait_s=wait_s)
+        self._channels.append(channel.channel_id)
+
+    # ------------------------------------------------------------------ during the run (in the background)
+    def flow_started(self, job: Job, flow: FlowTask, channel: Channel, start_s: float) -> None:
+        if flow.size_bytes > 0:
+            self._reports.put(("start", self.prefix + job.job_id, flow.task_id, channel, start_s))
+
+    def flow_finished(self, job: Job, flow: FlowTask, finish_s: float) -> None:
+        if flow.size_bytes > 0:
+            self._active.pop(self._name(job.job_id, flow.task_id), None)
+            self._reports.put(("finish", self.prefix + job.job_id, flow.task_id, flow.size_bytes, finish_s))
+
+    def _report_loop(self) -> None:
+        from controller.client import ApiClientError
+
+        while True:
+            item = self._reports.get()
+            if item is None:
+                return
+            kind, job_id, flow_id = item[:3]
+            name = f"{job_id}/{flow_id}"
+            try:
+                if kind == "start":
+                    channel, start_s = item[3], item[4]
+                    answer = self._call("flow_started", job_id, flow_id, start_s=start_s,
+                                        channel_id=channel.channel_id)
+                    self._remember(name, (answer or {}).get("allocation") or {})
+                    self._active[name] = channel
+                else:
+                    size_bytes, finish_s = item[3], item[4]
+                    self._call("flow_finished", job_id, flow_id, finish_s=finish_s, bytes_sent=size_bytes)
+            except ApiClientError as exc:
+                self._errors.append(f"registry {'unreachable' if exc.status == 0 else 'refused'} the "
+                                    f"{kind} of {name}: {exc.problem if exc.status == 0 else exc}")
+
+    def _poll_loop(self) -> None:
+        from controller.client import ApiClientError
+
+        while not self._stop.wait(self.settings.poll_interval_s):
+            for name, channel in list(self._active.items()):
+                job_id, flow_id = name.split("/", 1)
+                try:
+                    acked = channel.acked_payload()
+                    if name not in self._active:  # finished meanwhile: the channel carries another flow
+                        continue
+                    if acked is not None:
+                        self._progress.setdefault(name, []).append((time.time(), acked))
+                    if acked:  # the progress answer carries the allocation too: one call, not two
+                        answer = self._call("flow_progress", job_id, flow_id, acked)
+                    else:
+                        answer = {"allocation": self._call("allocation", job_id, flow_id)}
+                    self._remember(name, answer.get("allocation") or {})
+                except ApiClientError as exc:
+                    if name not in self._active:  # finished meanwhile: the answer is moot
+                        continue
+                    if exc.status == 0:
+                        self._errors.append(f"registry unreachable: {exc.problem}")
+                        return
+                    self.log(f"registry refused a poll for {name}: {exc}")
+
+    # ------------------------------------------------------------------ what the sender applies
+    def dscp(self, job_id: str, flow_id: str) -> int | None:
+        if self._errors:
+            raise RegistryError(self._errors[0])
+        return self._dscp.get(self._name(job_id, flow_id), self.idle_dscp)
+
+    def pacing_bytes_per_s(self, job_id: str, flow_id: str) -> int | None:
+        if not (self.settings.pace and self.enforces):
+            return None
+        rate = self._rate_bps.get(self._name(job_id, flow_id))
+        return None if rate is None else int(rate / 8)
+
+    def trace(self, job_id: str, flow_id: str) -> dict[str, list]:
+        name = self._name(job_id, flow_id)
+        return {"allocations": list(self._allocations.get(name, ())),
+                "progress": list(self._progress.get(name, ()))}
+
+    def _remember(self, name: str, allocation: dict) -> None:
+        value = allocation.get("dscp")
+        if isinstance(value, int) and 0 <= value <= 63:
+            self._dscp[name] = value
+        # Pace exactly what the network meters: a flow the scheduler holds back ("paused": no meter,
+        # last queue) stays unpaced so it can still take leftovers the fluid model did not foresee
+        # (TCP never fills its allocation exactly); pacing it near zero would stall it for a whole round.
+        rate = allocation.get("meter_rate_bps")
+        if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
+            self._rate_bps[name] = float(rate)
+        else:
+            self._rate_bps.pop(name, None)
+        paced = self._rate_bps.get(name) if self.settings.pace and self.enforces else None
+        entry = (self._dscp.get(name), allocation.get("rate_bps"), None if paced is None else int(paced / 8))
+        log = self._allocations.setdefault(name, [])
+        if not log or log[-1][1:] != entry:
+            log.append((time.time(), *entry))
+
+    def close(self) -> None:
+        """Flush the reports, stop polling, and remove this agent's channels (best effort: the run is over
+        and a controller that is gone already forgot them)."""
+        from controller.client import ApiClientError
+
+        self._reports.put(None)
+        self._worker.join(5.0)
+        self._stop.set()
+        self._poller.join(2.0)
+        for channel_id in self._channels:
+            try:
+                self._call("remove_channel", channel_id)
+            except ApiClientError:
+                break
+        with self._lock:
+            self.client.close()
+
+
+def build_registry(settings: RegistrySettings | None, log: Callable[[str], None]) -> RegistryPort:
+    """The registry client a run-spec asks for (the bare :class:`RegistryPort` when none is configured)."""
+    return RegistryPort() if settings is None else RegistryLink(settings, log)
