@@ -75,20 +75,22 @@ def analyse(run_dir: str, scenario_name: str | None) -> dict:
         print()
         print(format_summary(f"{name} ({len(parts)} flows, trusted={run.get('trusted')})", summary, tracking))
         for job, row in jobs.items():
-            print(f"  job {job:12s} emulated {row['emulated_s']:6.2f} s  simulated {row['simulated_s']:6.2f} s "
-                  f"({row['emulated_s'] / row['simulated_s'] - 1:+.1%})")
+            gap = row["emulated_s"] / row["simulated_s"] - 1
+            print(f"  job {job:12s} emulated {row['emulated_s']:6.2f} s  "
+                  f"simulated {row['simulated_s']:6.2f} s ({gap:+.1%})")
         print(f"  objective emulated {run['objective_s']:.2f} s, simulated {sim['objective_s']:.2f} s")
         late = sum((c or {}).get("opened_late", 0) for c in channels.values())
         print(f"  channels opened late (a handshake on a flow's path): {late}")
         gains.setdefault(run["scheduler"], []).append(run["objective_s"])
         report["runs"].append({"run": name, "scheduler": run["scheduler"], "trusted": run.get("trusted"),
                                "summary": summary, "rate_tracking": tracking, "jobs": jobs,
-                               "objective_s": {"emulated": run["objective_s"], "simulated": sim["objective_s"]},
+                               "objective_s": {"emulated": run["objective_s"],
+                                               "simulated": sim["objective_s"]},
                                "channels_opened_late": late})
     print()
     for scheduler, values in gains.items():
-        print(f"objective {scheduler:8s} emulated median {statistics.median(values):6.2f} s over {len(values)} "
-              f"run(s); simulated {simulated[scheduler]['objective_s']:.2f} s")
+        print(f"objective {scheduler:8s} emulated median {statistics.median(values):6.2f} s over "
+              f"{len(values)} run(s); simulated {simulated[scheduler]['objective_s']:.2f} s")
     with open(os.path.join(run_dir, "breakdown.json"), "w", encoding="utf-8") as fh:
         json.dump(report, fh, indent=1)
     print(f"breakdown written to {os.path.join(run_dir, 'breakdown.json')}")
@@ -108,7 +110,8 @@ def main() -> None:
         return
     if not args.scenario:
         parser.error("give a scenario, or --from RUN_DIR")
-    out = args.out or str(ROOT / "runs" / f"breakdown-{Path(args.scenario).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out or str(ROOT / "runs" / f"breakdown-{Path(args.scenario).stem}-{stamp}")
     emulate(args.scenario, args.scheduler, args.repeat, out)
     analyse(out, args.scenario)
 

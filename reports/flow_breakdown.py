@@ -143,8 +143,9 @@ def summarise(flows: Sequence[FlowParts]) -> dict[str, dict[str, float]]:
                              "max": max(values), "sum": sum(values), "flows": len(values)}
     ratios = [f.emulated_s / f.simulated_s for f in flows if f.simulated_s]
     if ratios:
-        summary["emulated_over_simulated"] = {"median": statistics.median(ratios), "p90": _quantile(ratios, 0.9),
-                                              "max": max(ratios), "flows": len(ratios)}
+        summary["emulated_over_simulated"] = {"median": statistics.median(ratios),
+                                              "p90": _quantile(ratios, 0.9), "max": max(ratios),
+                                              "flows": len(ratios)}
     return summary
 
 
@@ -158,7 +159,8 @@ def format_summary(title: str, summary: Mapping[str, Mapping[str, float]],
                          f"{row['max'] * 1e3:7.1f}ms {row['sum']:7.2f}s")
     ratio = summary.get("emulated_over_simulated")
     if ratio:
-        lines.append(f"  {'emulated/simulated':22s} {ratio['median']:9.2f} {ratio['p90']:9.2f} {ratio['max']:9.2f}")
+        lines.append(f"  {'emulated/simulated':22s} {ratio['median']:9.2f} {ratio['p90']:9.2f} "
+                     f"{ratio['max']:9.2f}")
     if tracking and tracking["intervals"]:
         lines.append(f"  achieved/allocated {tracking['achieved_over_allocated']:.2f} over "
                      f"{tracking['intervals']} poll intervals ({tracking['under_80_share']:.0%} under 80 %)")
