@@ -434,7 +434,7 @@ class Registry:
             return tuple(self.topology.pair_path(src, dst))
         if not isinstance(path, list) or not all(isinstance(n, str) for n in path):
             raise RegistryError("path", f"must be an array of node names from {src} to {dst}, "
-                                        f"got {_type(path)}")
+                                        f"got {show(path)}")
         allowed = [tuple(p) for p in self.topology.equal_cost_paths(src, dst)]
         if tuple(path) not in allowed:
             raise RegistryError("path", f"{'-'.join(path)} is not one of the {len(allowed)} equal-cost paths "

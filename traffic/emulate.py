@@ -295,7 +295,7 @@ class EmulationSettings:
     poll_interval_s: float = 0.05  # agents' allocation/progress poll (flows last >= ~0.5 s: ~10 polls)
     pace: bool = True  # agents pace flows at their allocated rate (schedulers that enforce only)
     controller_interval_s: float = 0.2  # the scheduling service's periodic round (arrivals run at once)
-    install_wait_s: float = 0.5  # a channel's registration waits this long at most for its rules' barrier acks
+    install_wait_s: float = 0.5  # a channel's registration waits up to this for its rules' barrier acks
     monitor_interval_s: float | None = None  # fidelity monitor's sampling period (None: by fabric size)
     monitor_thresholds: Thresholds = field(default_factory=Thresholds)  # .dilated(F) for dilated runs
     api_port: int = 0  # the controllers' API (and dashboard) port; 0: a free one per controller
