@@ -336,10 +336,10 @@ def test_bad_channels_are_refused_and_change_nothing(reg, topo):
         (("c2", "h1", "h5", 40001, 46000), "channel c1 already uses h1:40001 -> h5:46000"),
         (("c2", "h1", "h1", 40002, 46000), "two different hosts"),
         (("c2", "h1", "h99", 40002, 46000), "dst: must be a host of topology"),
-        (("c2", "h1", "h5", 0, 46000), "src_port: must be between 1 and 65535"),
+        (("c2", "h1", "h5", 0, 46000), "src_port: must be an integer between 1 and 65535"),
         (("c2", "h1", "h5", 40002, 46000, ["h1", "e1", "h5"]), "not one of the 4 equal-cost paths"),
         (("c2", "h1", "h5", 40002, 46000, "h1-e1"), "must be an array of node names"),
-        (("bad id", "h1", "h5", 40002, 46000), "not a valid id"),
+        (("bad id", "h1", "h5", 40002, 46000), "channel_id: must be an id"),
     ]
     for args, message in cases:
         with pytest.raises(FieldError, match=message):  # RegistryError or the field checker's own
