@@ -179,6 +179,9 @@ def build_run(
     one.  ``echelons`` (job id -> :func:`~echelonflow.echelon.echelons_of`) saves recomputing the
     groups when the caller has them.
     """
+    # plain floats: a simulator may hand numpy scalars, whose comparisons give numpy booleans JSON refuses
+    start_s = {qid: float(v) for qid, v in start_s.items()}
+    finish_s = {qid: float(v) for qid, v in finish_s.items()}
     run = RunResult(scheduler)
     weights: list[float] = []  # each EchelonFlow's job weight, in run.echelonflows order (Eq. 4)
     for job in jobs:
