@@ -286,6 +286,27 @@ def test_one_channel_carries_flow_after_flow_with_exact_accounting():
         assert earlier.confirmed_s <= later.first_byte_s
 
 
+def test_closing_the_receiver_right_after_an_arrival_still_confirms_it():
+    """An agent whose last task was that arrival closes its receiver at once; the sender, still waiting
+    for the confirmation line, must get it (a run used to fail here: 'closed without a confirmation')."""
+    arrived = threading.Event()
+
+    def on_arrival(arrival):
+        arrived.set()
+        time.sleep(0.2)  # the confirmation goes out only after close() has begun
+
+    receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, on_arrival, lambda e: None).start()
+    outcome = {}
+    port = receiver.sock.getsockname()[1]
+    sender = threading.Thread(target=lambda: outcome.setdefault(
+        "result", send_flow(FlowHeader("j", "last", "h1", 10_000), "127.0.0.1", port)))
+    sender.start()
+    assert arrived.wait(10)
+    receiver.close()
+    sender.join(10)
+    assert outcome["result"].received_bytes == 10_000
+
+
 def test_a_raised_pacing_rate_takes_effect_within_a_poll_not_after_the_blocked_chunk():
     """Real TCP on loopback: a flow paced at the floor, then unpaced after 0.3 s, must speed up at once.
 

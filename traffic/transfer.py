@@ -343,6 +343,7 @@ class FlowReceiver:
         self._clock = clock
         self._closed = threading.Event()
         self._connections: set[socket.socket] = set()
+        self._confirming: set[socket.socket] = set()  # a flow arrived whole, its confirmation not yet sent
         self._lock = threading.Lock()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -358,11 +359,19 @@ class FlowReceiver:
         self._thread.start()
         return self
 
-    def close(self) -> None:
+    def close(self, grace_s: float = 2.0) -> None:
+        """Stop accepting; let a flow whose last byte is in finish its confirmation (the agent may close
+        right after that arrival, while the sender still waits for the line), then end every channel."""
         self._closed.set()
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._confirming:
+                    break
+            time.sleep(0.01)
         with self._lock:
             for conn in list(self._connections):
                 with contextlib.suppress(OSError):
@@ -415,9 +424,15 @@ class FlowReceiver:
         if received < header.size_bytes:
             self._on_error(f"flow {header.name}: sender closed after {received} of {header.size_bytes} bytes")
             return False
-        self._on_arrival(Arrival(header, finish_s, received, addr, header_s))
-        conn.sendall((json.dumps({"flow": header.name, "received_bytes": received, "finish_s": finish_s})
-                      + "\n").encode())
+        with self._lock:
+            self._confirming.add(conn)
+        try:
+            self._on_arrival(Arrival(header, finish_s, received, addr, header_s))
+            conn.sendall((json.dumps({"flow": header.name, "received_bytes": received, "finish_s": finish_s})
+                          + "\n").encode())
+        finally:
+            with self._lock:
+                self._confirming.discard(conn)
         return True
 
 
