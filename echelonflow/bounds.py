@@ -17,8 +17,11 @@ Pure and Python 3.9 compatible.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from echelonflow.echelon import check_job
 from echelonflow.model import ComputeTask, Job
+from echelonflow.results import RunResult
 from echelonflow.topology import Topology
 
 
@@ -48,6 +51,14 @@ def lower_bound_s(job: Job, topology: Topology) -> float:
         max(host_compute_s.values(), default=0.0),
         max((bits / capacity_bps[link] for link, bits in link_bits.items()), default=0.0),
     )
+
+
+def attach_lower_bounds(runs: Iterable[RunResult], jobs: Sequence[Job], topology: Topology) -> None:
+    """Set every job result's ``lower_bound_s`` (simulated and emulated documents carry the same keys)."""
+    bounds_s = {job.job_id: lower_bound_s(job, topology) for job in jobs}
+    for run in runs:
+        for job_id, job_result in run.jobs.items():
+            job_result.lower_bound_s = bounds_s[job_id]
 
 
 def _topological_order(job: Job) -> list[str]:

@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from echelonflow.bounds import lower_bound_s
+    from echelonflow.bounds import attach_lower_bounds
     from echelonflow.results import Results, format_table
     from echelonflow.scenario import load_scenario
     from echelonflow.schedulers import check_names, get_scheduler
@@ -46,10 +46,7 @@ def run(args: argparse.Namespace) -> int:
             results.runs.append(simulate(scenario.topology, scenario.jobs, get_scheduler(name)))
         except SimulationError as exc:
             raise UserError(f"scenario {scenario.name}: scheduler {name}: {exc}") from None
-    bounds_s = {job.job_id: lower_bound_s(job, scenario.topology) for job in scenario.jobs}
-    for run in results.runs:
-        for job_id, job_result in run.jobs.items():
-            job_result.lower_bound_s = bounds_s[job_id]
+    attach_lower_bounds(results.runs, scenario.jobs, scenario.topology)
     if args.json:
         json.dump(results.to_json_dict(), sys.stdout, indent=1, sort_keys=False)
         sys.stdout.write("\n")

@@ -126,6 +126,7 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     controller); everything started has been stopped by then and the run folder holds the runs that
     finished, marked partial.  Ctrl-C / SIGTERM likewise mark it partial, then propagate.
     """
+    from echelonflow.bounds import attach_lower_bounds
     from echelonflow.dilation import contract_run, dilate_jobs, dilate_topology
     from echelonflow.results import Results
     from echelonflow.schedulers import get_scheduler
@@ -146,6 +147,7 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     simulated = Results(scenario.name, "simulate")
     for name in schedulers:
         simulated.runs.append(simulate(scenario.topology, scenario.jobs, get_scheduler(name)))
+    attach_lower_bounds(simulated.runs, scenario.jobs, scenario.topology)
     emulated = Results(scenario.name, "emulate")
     if dilation == "auto":
         from traffic.calibrate import CalibrationError, calibrate
@@ -213,6 +215,7 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
                 if factor != 1.0:
                     result = contract_run(result, factor)
                 result.repeat = index
+                attach_lower_bounds([result], scenario.jobs, scenario.topology)
                 emulated.runs.append(result)
                 checkpoint(running)
                 emu_s = {j: r.completion_s for j, r in result.jobs.items()}

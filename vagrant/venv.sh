@@ -77,7 +77,7 @@ LOCK="${TMPDIR:-/tmp}/echelon-venv.$(printf '%s' "$VENV" | sha256sum | cut -c1-1
 exec 9>"$LOCK"
 flock 9
 
-PACKAGES=(ryu eventlet dnspython networkx prometheus_client)
+PACKAGES=(ryu eventlet dnspython networkx numpy prometheus_client)
 for group in "${GROUPS_WANTED[@]+"${GROUPS_WANTED[@]}"}"; do
     case "$group" in
         vm) PACKAGES+=(matplotlib scapy) ;;
