@@ -90,6 +90,7 @@ class RegistryLink(RegistryPort):
         self._dscp: dict[str, int] = {}
         self._rate_bps: dict[str, float] = {}
         self._active: dict[str, Channel] = {}  # flows whose start the registry has, -> their channel
+        self._finished: set[str] = set()  # a short flow may finish before the worker reported its start
         self._channels: list[str] = []
         self._allocations: dict[str, list] = {}
         self._progress: dict[str, list] = {}
@@ -136,7 +137,9 @@ class RegistryLink(RegistryPort):
 
     def flow_finished(self, job: Job, flow: FlowTask, finish_s: float) -> None:
         if flow.size_bytes > 0:
-            self._active.pop(self._name(job.job_id, flow.task_id), None)
+            name = self._name(job.job_id, flow.task_id)
+            self._finished.add(name)
+            self._active.pop(name, None)
             self._reports.put(("finish", self.prefix + job.job_id, flow.task_id, flow.size_bytes, finish_s))
 
     def _report_loop(self) -> None:
@@ -154,7 +157,8 @@ class RegistryLink(RegistryPort):
                     answer = self._call("flow_started", job_id, flow_id, start_s=start_s,
                                         channel_id=channel.channel_id)
                     self._remember(name, (answer or {}).get("allocation") or {})
-                    self._active[name] = channel
+                    if name not in self._finished:  # else its channel already carries the next flow
+                        self._active[name] = channel
                 else:
                     size_bytes, finish_s = item[3], item[4]
                     self._call("flow_finished", job_id, flow_id, finish_s=finish_s, bytes_sent=size_bytes)
