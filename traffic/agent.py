@@ -219,13 +219,11 @@ class Agent:
             self._complete(qid, arrival.finish_s, ready, launched)
         elif kind == "sent":
             qid, result = event[1], event[2]
-            owned = self.owned[qid]
             self.sent_out[qid].update(sent_bytes=result.sent_bytes, confirmed_bytes=result.received_bytes,
                                       finish=self.rel(result.finish_s),
                                       first_byte=self.rel(result.first_byte_s),
                                       last_queued=self.rel(result.last_queued_s),
                                       confirmed=self.rel(result.confirmed_s))
-            self.registry.flow_finished(owned.job, owned.task, result.finish_s)
             self._complete(qid, result.finish_s, ready, launched)
         elif kind == "control":
             message = event[1]
@@ -303,6 +301,9 @@ class Agent:
         except Exception as exc:  # a registry failure must fail the run, not kill a thread silently
             self.events.put(("error", f"flow {owned.qid}: {type(exc).__name__}: {exc}"))
             return
+        # The finish is queued before the channel is free again: the registry must hear of it before the
+        # start of the next flow on this channel (reports are sent in order), or it refuses that start.
+        self.registry.flow_finished(owned.job, flow, result.finish_s)
         self.channels.release(key, channel)
         self.events.put(("sent", owned.qid, result))
 
