@@ -11,14 +11,18 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from types import SimpleNamespace
 
 import networkx as nx
 
+from controller.launcher import ControllerProcess, free_tcp_port
 from echelonflow import ownership
-from echelonflow.topology import Topology
+from echelonflow.topology import Topology, fattree
 from topologies import cleanup, ovs
 
 
@@ -33,6 +37,28 @@ def assert_within(value: float, target: float, lo: float, hi: float, what: str) 
 
 
 # --------------------------------------------------------------------------- controller + fabric
+def stored_controller(state) -> ControllerProcess:
+    """The controller of :func:`fattree_with_stored_controller`'s ``state``; a restart builds another on
+    the same ports, folder and registry store."""
+    return ControllerProcess(state.topo, ofp_port=state.port, api_port=state.api_port, workdir=state.workdir,
+                             store_path=state.store, interval_s=0.5)
+
+
+@contextlib.contextmanager
+def fattree_with_stored_controller(link_bps: float, prefix: str) -> Iterator[SimpleNamespace]:
+    """A k=4 fat-tree with a controller that keeps its registry in a store (``state.ctl``), for one test
+    module; everything is removed afterwards."""
+    workdir = tempfile.mkdtemp(prefix=prefix)  # short: the API's Unix socket lives here
+    state = SimpleNamespace(topo=fattree(link_bps, k=4), port=free_tcp_port(), api_port=free_tcp_port(),
+                            workdir=workdir, store=os.path.join(workdir, "registry.sqlite"))
+    state.ctl = stored_controller(state)
+    try:
+        with controller_and_fabric(state):
+            yield state
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def controller_and_fabric(state):
     """Start ``state.ctl`` (a ControllerProcess, not started) and a Fabric of ``state.topo`` on

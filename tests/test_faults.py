@@ -8,24 +8,20 @@ reroute within 1 s, no byte lost (the receiver counts exactly the flow's size), 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from types import SimpleNamespace
 
 import pytest
 
-from controller.launcher import ControllerProcess, free_tcp_port
-from echelonflow.topology import fattree
 from tests.fabric_helpers import (
     arp_storm,
-    controller_and_fabric,
     cpu_seconds,
+    fattree_with_stored_controller,
     ping_replies,
     rules_of,
+    stored_controller,
     wait_until,
 )
 from topologies import ovs
@@ -39,22 +35,8 @@ LINK_BPS = 10e6
 
 @pytest.fixture(scope="module")
 def env(require_fabric):
-    topo = fattree(LINK_BPS, k=4)
-    workdir = tempfile.mkdtemp(prefix="echelon-faults-")  # short: the API's Unix socket lives here
-    state = SimpleNamespace(topo=topo, port=free_tcp_port(), api_port=free_tcp_port(), workdir=workdir,
-                            store=os.path.join(workdir, "registry.sqlite"))
-    state.ctl = _controller(state)
-    try:
-        with controller_and_fabric(state):
-            yield state
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _controller(env) -> ControllerProcess:
-    """The module's controller; a restart builds another on the same ports, folder and store."""
-    return ControllerProcess(env.topo, ofp_port=env.port, api_port=env.api_port, workdir=env.workdir,
-                             store_path=env.store, interval_s=0.5)
+    with fattree_with_stored_controller(LINK_BPS, "echelon-faults-") as state:
+        yield state
 
 
 def test_arp_storm_is_rate_limited_and_routing_still_works(env):
@@ -179,7 +161,7 @@ def test_controller_death_keeps_forwarding_and_a_restart_resumes_enforcement(env
     env.ctl.stop()  # reaps the killed process, removes its socket and token; keeps the store
     env.problems += env.ctl.log_problems()
     restarted_at = time.monotonic()
-    env.ctl = _controller(env).start()
+    env.ctl = stored_controller(env).start()
     env.ctl.wait_switches(timeout_s=20)
     again = env.ctl.client().flow("ft", "f0")
     same = ("state", "path", "src_port", "dst_port")

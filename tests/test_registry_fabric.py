@@ -12,26 +12,22 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from controller.client import ApiClientError
-from controller.launcher import ControllerProcess, free_tcp_port
 from echelonflow.queues import dscp_for_queue
-from echelonflow.topology import fattree
 from tests.fabric_helpers import (
     assert_within,
-    controller_and_fabric,
     dump,
     enforced_rules,
+    fattree_with_stored_controller,
     iperf3_flows,
     rules_of,
+    stored_controller,
     wait_until,
 )
 
@@ -73,22 +69,8 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def env(require_fabric):
-    topo = fattree(LINK_BPS, k=4)
-    workdir = tempfile.mkdtemp(prefix="echelon-rf-")
-    port, api_port = free_tcp_port(), free_tcp_port()
-    state = SimpleNamespace(topo=topo, port=port, api_port=api_port, workdir=workdir,
-                            store=os.path.join(workdir, "registry.sqlite"))
-    state.ctl = _controller(state)
-    try:
-        with controller_and_fabric(state):
-            yield state
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _controller(env) -> ControllerProcess:
-    return ControllerProcess(env.topo, ofp_port=env.port, api_port=env.api_port, workdir=env.workdir,
-                             store_path=env.store, interval_s=0.5)
+    with fattree_with_stored_controller(LINK_BPS, "echelon-rf-") as state:
+        yield state
 
 
 # --------------------------------------------------------------------------- switch state
@@ -242,7 +224,7 @@ def test_restart_keeps_registry_and_rules_come_back(env):
     env.problems += env.ctl.log_problems()
     assert os.path.exists(env.store)
     restarted_at = time.monotonic()
-    env.ctl = _controller(env).start()
+    env.ctl = stored_controller(env).start()
     env.ctl.wait_switches(timeout_s=20)
     client = env.ctl.client()
     assert client.flows(JOB) == before
