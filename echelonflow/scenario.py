@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from echelonflow.errors import ScenarioError, UserError
+from echelonflow.faults import FaultEvent, check_no_partition, flow_pairs, read_events
 from echelonflow.fields import (
     Field,
     FieldError,
@@ -42,6 +43,7 @@ _TOP_FIELDS = (
     Field("jobs", array(nonempty=True, of="of job entries"), required=True),
     Field("schedulers", array(text(), nonempty=True, of="of scheduler names"),
           default=list(DEFAULT_SCHEDULERS)),
+    Field("events", default=[]),
 )
 _JOB_ID = text(without="/")
 _WEIGHT = Field("weight", number(0.0, above=True))
@@ -66,6 +68,8 @@ class Scenario:
     schedulers: list[str] = field(default_factory=lambda: list(DEFAULT_SCHEDULERS))
     source: str = ""
     description: str = ""
+    #: Faults replayed during the run (links and switches going down and up), in time order.
+    events: list[FaultEvent] = field(default_factory=list)
 
 
 def bundled_names() -> list[str]:
@@ -102,9 +106,12 @@ def parse_scenario(data: Any, path: Path) -> Scenario:
         topology = _topology(top["topology"])
         jobs = _jobs(top["jobs"], topology, path)
         schedulers = _schedulers(top["schedulers"])
+        events = read_events(top["events"], topology)
+        check_no_partition(topology, events, flow_pairs(jobs))
     except FieldError as err:
         raise ScenarioError(f"scenario {path}: {err}") from None
-    return Scenario(top["name"] or path.stem, topology, jobs, schedulers, str(path), top["description"])
+    return Scenario(top["name"] or path.stem, topology, jobs, schedulers, str(path), top["description"],
+                    events)
 
 
 def _topology(spec: Any) -> Topology:

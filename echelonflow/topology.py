@@ -30,9 +30,12 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from itertools import product
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
+
+if TYPE_CHECKING:
+    from echelonflow.linkstate import LinkState
 
 DirectedLink = tuple[str, str]
 NodePath = tuple[str, ...]
@@ -203,18 +206,30 @@ class Topology:
             return [(src, self.host_switch(src), dst)]
         return sorted(tuple(p) for p in nx.all_shortest_paths(self.graph, src, dst))
 
-    def path_for(self, src: str, dst: str, flow_key: str) -> NodePath:
-        """The one equal-cost path pinned to this flow (stable across processes and runs)."""
-        paths = self.equal_cost_paths(src, dst)
-        return paths[zlib.crc32(flow_key.encode()) % len(paths)]
+    def path_for(self, src: str, dst: str, flow_key: str, down: LinkState | None = None) -> NodePath:
+        """The one equal-cost path pinned to this flow (stable across processes and runs).
 
-    def pair_path(self, src: str, dst: str) -> NodePath:
+        With ``down`` (links and switches out of service), a flow whose pinned path crosses one moves to
+        another equal-cost path, chosen by the same hash among the paths still up; flows whose pinned
+        path is up stay where they are, so a failure moves only the flows it hit, and a repair moves
+        them back.  When no path is up the pinned one is returned (the caller decides what a partition
+        means: ``down.passes`` tells).
+        """
+        paths = self.equal_cost_paths(src, dst)
+        digest = zlib.crc32(flow_key.encode())
+        pinned = paths[digest % len(paths)]
+        if down is None or down.passes(pinned):
+            return pinned
+        alive = [p for p in paths if down.passes(p)]
+        return alive[digest % len(alive)] if alive else pinned
+
+    def pair_path(self, src: str, dst: str, down: LinkState | None = None) -> NodePath:
         """The route of unscheduled traffic between two hosts (one per host pair, spread by hash).
 
         The controller routes every host pair on it until a scheduler pins a flow to its own path, so
         the simulator uses it for schedulers that enforce nothing (``fair``): that is where TCP goes.
         """
-        return self.path_for(src, dst, f"{src}->{dst}")
+        return self.path_for(src, dst, f"{src}->{dst}", down)
 
     @staticmethod
     def links_of(path: Sequence[str]) -> tuple[DirectedLink, ...]:

@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     results = Results(scenario.name, "simulate")
     for name in names or scenario.schedulers:
         try:
-            results.runs.append(simulate(scenario.topology, scenario.jobs, get_scheduler(name)))
+            results.runs.append(simulate(scenario.topology, scenario.jobs, get_scheduler(name),
+                                        events=scenario.events))
         except SimulationError as exc:
             raise UserError(f"scenario {scenario.name}: scheduler {name}: {exc}") from None
     attach_lower_bounds(results.runs, scenario.jobs, scenario.topology)

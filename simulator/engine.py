@@ -23,6 +23,11 @@ A job's completion time counts from its arrival.  Slowdown of a job = its comple
 together / its completion time when it runs alone on the same network with the same scheduler (one
 extra run per job when there are several).
 
+Faults.  ``events`` (a scenario's ``events``, :mod:`echelonflow.faults`) take links and switches down
+and back up at given times; at each one every flow is re-pinned with ``path_for(..., down=links)``
+(the flows on a failed path move to another equal-cost path, the others stay) and the scheduler decides
+again, as the controller does when a switch reports a port down.
+
 Pure: no os_ken, no mininet.  Invariants (no directed link over capacity, non-negative rates, every
 byte delivered) are checked on every decision unless ``check_invariants=False``.
 """
@@ -44,6 +49,8 @@ import numpy as np
 from echelonflow import echelon as echelon_mod
 from echelonflow.echelon import EchelonSpec
 from echelonflow.errors import UserError
+from echelonflow.faults import FaultEvent
+from echelonflow.linkstate import LinkState
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.results import RunResult, build_run, job_completion_s
 from echelonflow.schedulers.base import ActiveFlow, Decision, FlowEvent, Scheduler, Snapshot
@@ -108,6 +115,7 @@ def simulate(
     check_invariants: bool = True,
     alone_runs: bool = True,
     workers: int = 1,
+    events: Sequence[FaultEvent] = (),
 ) -> SimulationResult:
     """Run all ``jobs`` together (and each alone, for slowdowns); return the shared result shape.
 
@@ -115,19 +123,20 @@ def simulate(
     (``echelon-online``) starts each run knowing nothing.  ``alone_runs=False`` skips the runs alone
     (slowdowns are then 1.0): for studies that only need completion times.  ``workers`` > 1 runs the
     alone runs in that many - 1 forked processes while this one runs the jobs together (the results
-    are the same; only the wall time changes).
+    are the same; only the wall time changes).  ``events``: faults replayed in every run (module
+    docstring); the runs alone see them at the same times.
     """
     if placement_check:
         check_placement(topology, jobs)
     pristine = copy.deepcopy(scheduler)
     specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
-    together = _Run(topology, jobs, scheduler, check_invariants, specs)
+    together = _Run(topology, jobs, scheduler, check_invariants, specs, events)
     alone_s: dict[str, float] = {}
     if len(jobs) == 1 or not alone_runs:
         together.run()
     elif workers > 1 and _can_fork():
         global _FORKED
-        _FORKED = (topology, jobs, pristine, check_invariants, specs)
+        _FORKED = (topology, jobs, pristine, check_invariants, specs, events)
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(min(workers - 1, len(jobs)), mp_context=context) as pool:
             pending = [pool.submit(_alone_in_child, index) for index in range(len(jobs))]
@@ -136,15 +145,16 @@ def simulate(
         _FORKED = None
     else:
         together.run()
-        alone_s = dict(_alone(topology, job, pristine, check_invariants, specs) for job in jobs)
+        alone_s = dict(_alone(topology, job, pristine, check_invariants, specs, events) for job in jobs)
     return build_run(scheduler.name, jobs, together.start_s, together.finish_s, alone_s, specs)
 
 
 def _alone(
-    topology: Topology, job: Job, pristine: Scheduler, check: bool, specs: Mapping
+    topology: Topology, job: Job, pristine: Scheduler, check: bool, specs: Mapping,
+    events: Sequence[FaultEvent] = (),
 ) -> tuple[str, float]:
     """(job id, completion time) of ``job`` alone on the network, under a fresh copy of ``pristine``."""
-    run = _Run(topology, [job], copy.deepcopy(pristine), check, specs)
+    run = _Run(topology, [job], copy.deepcopy(pristine), check, specs, events)
     run.run()
     return job.job_id, job_completion_s(job, run.finish_s)
 
@@ -155,8 +165,8 @@ _FORKED: tuple | None = None
 
 def _alone_in_child(index: int) -> tuple[str, float]:
     assert _FORKED is not None
-    topology, jobs, scheduler, check, specs = _FORKED
-    return _alone(topology, jobs[index], scheduler, check, specs)
+    topology, jobs, scheduler, check, specs, events = _FORKED
+    return _alone(topology, jobs[index], scheduler, check, specs, events)
 
 
 def _can_fork() -> bool:
@@ -174,9 +184,11 @@ class _Run:
 
     def __init__(
         self, topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, check: bool,
-        specs: Mapping[str, Mapping[str, EchelonSpec]],
+        specs: Mapping[str, Mapping[str, EchelonSpec]], events: Sequence[FaultEvent] = (),
     ) -> None:
         self.topology = topology
+        self.links = LinkState()
+        self.events = deque(sorted((e for e in events if e.network), key=lambda e: e.at_s))
         self.jobs = list(jobs)
         self.scheduler = scheduler
         self.check = check
@@ -225,19 +237,13 @@ class _Run:
         """Number links, EchelonFlows and flows; pin each flow's path; order flows for the scheduler."""
         capacity = self.capacity_bps = self.topology.capacity_bps()
         self.link_ids = list(capacity)
-        link_index = {link: i for i, link in enumerate(self.link_ids)}
+        link_index = self.link_index = {link: i for i, link in enumerate(self.link_ids)}
         for slot, eqid in enumerate(sorted(self.echelons)):
             self.echelons[eqid].slot = slot
         idrank = {qid: i for i, qid in enumerate(sorted(qid for qid, *_ in flows))}
         path_ptr, path_links = [0], []
         for qid, task, *_ in flows:
-            # Where the flow really goes: its own pinned path once a scheduler enforces (the controller
-            # installs it per 5-tuple), otherwise the host pair's route, like plain TCP on the fabric.
-            if self.scheduler.enforces:
-                path = self.topology.path_for(task.src, task.dst, qid)
-            else:
-                path = self.topology.pair_path(task.src, task.dst)
-            path_links.extend(link_index[link] for link in Topology.links_of(path))
+            path_links.extend(link_index[link] for link in Topology.links_of(self._path(qid, task)))
             path_ptr.append(len(path_links))
         slots = [self.echelons[eqid].slot for _, _, eqid, _, _ in flows]
         table = FlowTable(
@@ -276,10 +282,37 @@ class _Run:
         self.start_seq = [0] * count
         self.started = 0
 
+    def _path(self, qid: str, task: FlowTask) -> tuple[str, ...]:
+        """Where the flow really goes: its own pinned path once a scheduler enforces (the controller
+        installs it per 5-tuple), otherwise the host pair's route, like plain TCP on the fabric; around
+        whatever is down now."""
+        if self.scheduler.enforces:
+            return self.topology.path_for(task.src, task.dst, qid, self.links)
+        return self.topology.pair_path(task.src, task.dst, self.links)
+
+    def _faults(self) -> bool:
+        """Apply the events due now and re-pin every flow; True when a flow's path changed."""
+        tol = TIME_RTOL * max(1.0, self.now_s)
+        changed = False
+        while self.events and self.events[0].at_s <= self.now_s + tol:
+            changed = self.events.popleft().apply(self.links) or changed
+        if not changed:
+            return False
+        moved = False
+        table = self.table
+        for f, qid in enumerate(self.flow_qid):
+            start, stop = int(table.path_ptr[f]), int(table.path_ptr[f + 1])
+            path = self._path(qid, self.task_of[qid][2])
+            links = [self.link_index[link] for link in Topology.links_of(path)]
+            if links != table.path_links[start:stop].tolist():
+                table.path_links[start:stop] = links  # equal-cost paths have equal lengths
+                moved = True
+        return moved
+
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
         """Simulate until every task is done; the times are then in ``start_s`` and ``finish_s``."""
-        flows_changed = self._arrive()
+        flows_changed = self._faults() | self._arrive()
         while True:
             self._dispatch_computes()
             if flows_changed and (self.arrived or len(self.active)):
@@ -290,6 +323,9 @@ class _Run:
                 next_s = self.arrivals[0][0]
             if len(self.active) and self.now_s < self.valid_until_s < next_s:
                 next_s = self.valid_until_s
+            if self.events and self.events[0].at_s < next_s and (len(self.active) or self.running
+                                                                 or self.arrivals):
+                next_s = self.events[0].at_s
             next_s = min(next_s, fluid.next_finish(self.active, self.table.remaining, self.rate, self.now_s))
             if next_s == math.inf:
                 if len(self.active):
@@ -302,7 +338,7 @@ class _Run:
                 break
             expired = self.now_s < self.valid_until_s <= next_s
             finished = self._advance(next_s)
-            flows_changed = self._complete(finished) or self._arrive() or expired
+            flows_changed = self._faults() | (self._complete(finished) or self._arrive()) or expired
         undone = [qid for qid in self.task_of if qid not in self.finish_s]
         if undone:
             raise SimulationError(
