@@ -22,6 +22,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from traffic.sockets import shut_and_close
+
 MAX_MESSAGE_BYTES = 16 * 1024
 
 
@@ -54,9 +56,7 @@ class ControlEndpoint:
     def close(self) -> None:
         """Stop receiving and remove the socket file (it is ours: we created it in bind)."""
         self._closed.set()
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
+        shut_and_close(self.sock)
         self._send_sock.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)

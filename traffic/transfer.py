@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from traffic.sockets import shut_and_close
+
 MAGIC = b"EFv2"
 CHUNK_BYTES = 64 * 1024
 MAX_HEADER_BYTES = 64 * 1024
@@ -253,9 +255,7 @@ class Channel:
         """Half-close (the receiver sees EOF between flows and ends its side), then close."""
         if self.sock is None:
             return
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_WR)
-        self.sock.close()
+        shut_and_close(self.sock, socket.SHUT_WR)
         self.sock = None
 
 
@@ -363,9 +363,7 @@ class FlowReceiver:
         """Stop accepting; let a flow whose last byte is in finish its confirmation (the agent may close
         right after that arrival, while the sender still waits for the line), then end every channel."""
         self._closed.set()
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
+        shut_and_close(self.sock)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             with self._lock:
