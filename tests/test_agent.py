@@ -231,6 +231,30 @@ def test_a_receiver_that_never_confirms_times_out():
         conn.close()
 
 
+def test_a_receiver_that_reads_everything_but_never_confirms_times_out():
+    """Every byte is taken, so the send completes; the wait for the confirmation line must still end."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    held = []
+
+    def drain():
+        conn, _ = listener.accept()
+        held.append(conn)
+        while conn.recv(65536):  # reads until the sender gives up and closes; never replies
+            pass
+
+    threading.Thread(target=drain, daemon=True).start()
+    t = time.monotonic()
+    with pytest.raises(TransferError, match="did not confirm within 1 s"):
+        send_flow(FlowHeader("j", "f", "h1", 200_000), "127.0.0.1", listener.getsockname()[1],
+                  io_timeout_s=1.0)
+    assert 0.9 <= time.monotonic() - t < 10.0  # waited its io_timeout_s, not for ever
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
 def test_receiver_rejects_bytes_beyond_a_declared_flow():
     """A flow is exactly its declared bytes: whatever follows must be the next flow's header."""
     errors, arrivals = [], []

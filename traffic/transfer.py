@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from traffic.sockets import shut_and_close
 
@@ -47,6 +48,7 @@ MIN_PACING_BYTES_PER_S = 12_500
 #: send at a low pacing rate used to hold a raised rate back for seconds; half the agents' poll period.
 REFRESH_S = 0.025
 _ZEROS = bytes(CHUNK_BYTES)
+_T = TypeVar("_T")
 #: Offset of ``tcpi_bytes_acked`` (u64) in Linux's ``struct tcp_info`` (since Linux 4.1).
 _TCPI_BYTES_ACKED_OFFSET = 120
 
@@ -205,41 +207,25 @@ class Channel:
                           first_byte_s, last_queued_s, confirmed_s)
 
     def _send_all(self, view: memoryview, header: FlowHeader, refresh: Callable[[], None]) -> None:
-        last_progress = time.monotonic()
         assert self.sock is not None
+        stalled = f"flow {header.name}: peer {self.dst_ip} stalled for {self.io_timeout_s:g} s"
         while view:
-            try:
-                n = self.sock.send(view)
-            except socket.timeout:
-                if time.monotonic() - last_progress >= self.io_timeout_s:
-                    raise TransferError(f"flow {header.name}: peer {self.dst_ip} stalled for "
-                                        f"{self.io_timeout_s:g} s") from None
-                refresh()
-                continue
+            n = self._patiently(stalled, refresh, self.sock.send, view)
             view = view[n:]
             self._written += n
-            last_progress = time.monotonic()
             refresh()
 
     def _read_reply(self, header: FlowHeader, refresh: Callable[[], None]) -> dict:
         """The receiver's one-line JSON confirmation; keeps marking and pacing the tail meanwhile."""
         assert self.sock is not None
+        stalled = f"flow {header.name}: peer {self.dst_ip} did not confirm within {self.io_timeout_s:g} s"
         data = self._pending
-        last_progress = time.monotonic()
         while b"\n" not in data:
-            try:
-                chunk = self.sock.recv(4096)
-            except socket.timeout:
-                if time.monotonic() - last_progress >= self.io_timeout_s:
-                    raise TransferError(f"flow {header.name}: peer {self.dst_ip} did not confirm within "
-                                        f"{self.io_timeout_s:g} s") from None
-                refresh()
-                continue
+            chunk = self._patiently(stalled, refresh, self.sock.recv, 4096)
             if not chunk:
                 raise TransferError(f"flow {header.name}: receiver {self.dst_ip} closed without a "
                                     f"confirmation ({data[:80]!r})")
             data += chunk
-            last_progress = time.monotonic()
             if len(data) > MAX_HEADER_BYTES:
                 break
         line, _, self._pending = data.partition(b"\n")
@@ -250,6 +236,20 @@ class Channel:
         if not isinstance(reply, dict):
             raise TransferError(f"flow {header.name}: receiver sent an invalid confirmation ({line[:80]!r})")
         return reply
+
+    def _patiently(self, stalled: str, refresh: Callable[[], None], call: Callable[..., _T],
+                   *args: Any) -> _T:
+        """``call(*args)`` (a socket call) retried until it makes progress: every :data:`REFRESH_S` timeout
+        in between re-applies marking and pacing, and ``io_timeout_s`` without progress is the
+        :class:`TransferError` ``stalled``."""
+        deadline = time.monotonic() + self.io_timeout_s
+        while True:
+            try:
+                return call(*args)
+            except socket.timeout:
+                if time.monotonic() >= deadline:
+                    raise TransferError(stalled) from None
+                refresh()
 
     def close(self) -> None:
         """Half-close (the receiver sees EOF between flows and ends its side), then close."""
