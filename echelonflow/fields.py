@@ -220,7 +220,8 @@ class Field:
 
 
 def read(doc: Any, declared: Sequence[Field], where: str = "", what: str = "an object") -> dict[str, Any]:
-    """``doc``'s declared fields, checked; absent optional ones get their default.
+    """``doc``'s declared fields, checked; absent optional ones get their default (nested objects are
+    fields checked by :func:`record`).
 
     ``doc`` must be an object with no undeclared field and every required one; ``where`` is the
     object's own path, prefixed to every field in errors.  The first problem found raises
@@ -237,3 +238,9 @@ def read(doc: Any, declared: Sequence[Field], where: str = "", what: str = "an o
             raise FieldError(join(where, spec.name), "missing")
     return {spec.name: spec.check(join(where, spec.name), doc[spec.name]) if spec.name in doc
             else spec.default for spec in declared}
+
+
+def record(declared: Sequence[Field], what: str = "an object") -> Check:
+    """A nested object with the ``declared`` fields, read by :func:`read` at the field's own path (so a
+    problem inside it is named ``registry.poll_interval_s`` or ``channels[2].count``)."""
+    return lambda field, value: read(value, declared, field, what)

@@ -18,19 +18,36 @@ agent never reads scenario files or talks to the orchestrator while it runs:
 
 Jobs travel in the trace format (``echelonflow.trace``: ``job_to_trace`` / ``parse_trace``, documented in
 docs/trace-format.md), so the spec is self-contained and there is one job serialisation in the project.
-:func:`load_runspec` validates everything and raises :class:`SpecError` naming
-the field, so an agent with a bad spec exits with one clear line instead of failing mid-run.
+The fields are declared once (``SPEC_FIELDS``, ``REGISTRY_FIELDS``, ``CHANNEL_FIELDS``) and read by the
+project's one field checker (``echelonflow.fields``), like API bodies and scenario, trace and topology files:
+:func:`load_runspec` checks the whole spec before anything uses it and raises :class:`SpecError`, one line
+``<spec path>: <field>: <problem>``, so an agent with a bad spec exits at once instead of failing mid-run.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import json
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from echelonflow.errors import TraceError, UserError
+from echelonflow.fields import (
+    Field,
+    FieldError,
+    array,
+    boolean,
+    integer,
+    mapping,
+    nullable,
+    number,
+    read,
+    record,
+    show,
+    text,
+)
 from echelonflow.fileio import read_json, write_json_atomic
 from echelonflow.model import Job
 from echelonflow.trace import job_to_trace, parse_trace
@@ -103,14 +120,7 @@ class RunSpec:
         if self.channels is not None:
             out["channels"] = [dict(c) for c in self.channels]
         if self.registry is not None:
-            out["registry"] = {
-                "socket_path": self.registry.socket_path,
-                "token_file": self.registry.token_file,
-                "poll_interval_s": self.registry.poll_interval_s,
-                "job_prefix": self.registry.job_prefix,
-                "pace": self.registry.pace,
-                "install_wait_s": self.registry.install_wait_s,
-            }
+            out["registry"] = dataclasses.asdict(self.registry)
         return out
 
 
@@ -127,8 +137,6 @@ def jobs_to_json(jobs: list[Job]) -> list[dict[str, Any]]:
 
 def jobs_from_json(raw_jobs: Any, source: str, hosts: list[str]) -> list[Job]:
     """Jobs of a spec, checked by the trace parser (hosts must have addresses); :class:`SpecError` if bad."""
-    if not isinstance(raw_jobs, list) or not raw_jobs:
-        raise SpecError(f"{source}: 'jobs' must be a non-empty list of jobs in the trace format")
     try:
         return parse_trace({"jobs": raw_jobs}, f"{source}: jobs", known_hosts=hosts)
     except TraceError as exc:
@@ -142,112 +150,107 @@ def check_serialisable(jobs: list[Job]) -> None:
     jobs_from_json(json.loads(json.dumps(jobs_to_json(jobs))), "run-spec", hosts)
 
 
-def _need_str(raw: dict[str, Any], key: str, where: str) -> str:
-    value = raw.get(key)
-    if not isinstance(value, str) or not value:
-        raise SpecError(f"{where}: {key!r} must be a non-empty string, got {value!r}")
+# ------------------------------------------------------------------------------------- fields
+def _default(cls: type, name: str) -> Any:
+    """The dataclass's own default for ``name`` (declared once, there)."""
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
+def _ip_address(field: str, value: Any) -> str:
+    try:
+        ipaddress.ip_address(text()(field, value))
+    except ValueError:
+        raise FieldError(field, f"must be an IP address, got {show(value)}") from None
     return value
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+_SECONDS = number(0.0, above=True, what="a number of seconds")
+REGISTRY_FIELDS = (
+    Field("socket_path", text(), required=True),
+    Field("token_file", text(), required=True),
+    Field("poll_interval_s", _SECONDS, default=_default(RegistrySettings, "poll_interval_s")),
+    Field("job_prefix", text(nonempty=False, without="/"), default=_default(RegistrySettings, "job_prefix")),
+    Field("pace", boolean(), default=_default(RegistrySettings, "pace")),
+    Field("install_wait_s", number(0.0, 60.0, what="a number of seconds"),
+          default=_default(RegistrySettings, "install_wait_s")),
+)
+CHANNEL_FIELDS = (
+    Field("dst", text(), required=True),
+    Field("path", nullable(array(text(), of="of node names")), required=True),
+    Field("count", integer(1, 64), required=True),
+)
+SPEC_FIELDS = (
+    Field("host", text(), required=True),
+    Field("hosts_ip", mapping(text(), _ip_address, what="an object (host -> IP address)"), required=True),
+    Field("jobs", array(nonempty=True, of="of jobs in the trace format"), required=True),
+    Field("t0_s", number(0.0, above=True, what="an epoch time in seconds"), required=True),
+    Field("data_port", integer(1, 65535, what="a TCP port"), required=True),
+    Field("control_dir", text(), required=True),
+    Field("output_path", text(), required=True),
+    Field("registry", nullable(record(REGISTRY_FIELDS))),
+    Field("connect_timeout_s", _SECONDS, default=_default(RunSpec, "connect_timeout_s")),
+    Field("confirm_timeout_s", _SECONDS, default=_default(RunSpec, "confirm_timeout_s")),
+    Field("run_timeout_s", _SECONDS, default=_default(RunSpec, "run_timeout_s")),
+    Field("scheduler", text(nonempty=False), default=""),
+    Field("topology"),  # checked by controller.topology_spec
+    Field("channels", nullable(array(record(CHANNEL_FIELDS), of="of {dst, path, count} objects"))),
+)
 
 
 # ------------------------------------------------------------------------------------- load / save
 def parse_runspec(data: Any, source: str) -> RunSpec:
-    """Validate a decoded spec document; every error names ``source`` and the field."""
-    if not isinstance(data, dict):
-        raise SpecError(f"{source}: run-spec must be a JSON object")
-    host = _need_str(data, "host", source)
-    hosts_ip = data.get("hosts_ip")
-    if not isinstance(hosts_ip, dict) or not hosts_ip or not all(
-        isinstance(k, str) and isinstance(v, str) and v for k, v in hosts_ip.items()
-    ):
-        raise SpecError(f"{source}: 'hosts_ip' must map host names to IP addresses")
-    if host not in hosts_ip:
-        raise SpecError(f"{source}: host {host!r} is not in 'hosts_ip'")
-    jobs = jobs_from_json(data.get("jobs"), source, sorted(hosts_ip))
-    t0 = data.get("t0_s")
-    if not _is_number(t0) or t0 <= 0:
-        raise SpecError(f"{source}: 't0_s' must be an epoch time in seconds, got {t0!r}")
-    port = data.get("data_port")
-    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-        raise SpecError(f"{source}: 'data_port' must be a TCP port 1..65535, got {port!r}")
-    control_dir = _need_str(data, "control_dir", source)
+    """Check a decoded spec document whole before anything uses it; :class:`SpecError`, one line
+    ``<source>: <field>: <problem>``, if any part is wrong."""
+    try:
+        fields = read(data, SPEC_FIELDS, what="a JSON object")
+        _check_places(fields)
+        jobs = jobs_from_json(fields["jobs"], source, sorted(fields["hosts_ip"]))
+        _check_topology(fields["topology"], fields["hosts_ip"], source)
+        _check_channels(fields["channels"] or [], fields["hosts_ip"], fields["host"])
+    except FieldError as exc:
+        raise SpecError(f"{source}: {exc}") from None
+    registry, topology_spec = fields.pop("registry"), fields.pop("topology")
+    fields["jobs"] = jobs
+    return RunSpec(**fields, topology_spec=topology_spec,
+                   registry=None if registry is None else RegistrySettings(**registry))
+
+
+def _check_places(fields: dict[str, Any]) -> None:
+    """This host has an address, and its socket and result file can be created where the spec says
+    (paths are quoted whole: a shortened path would not tell the user which one is wrong)."""
+    host, control_dir, output_path = fields["host"], fields["control_dir"], fields["output_path"]
+    if host not in fields["hosts_ip"]:
+        raise FieldError("host", f"{show(host)} is not in hosts_ip")
     if not os.path.isdir(control_dir):
-        raise SpecError(f"{source}: control_dir {control_dir!r} is not a directory")
+        raise FieldError("control_dir", f"{control_dir!r} is not a directory")
     if len(control_socket_path(control_dir, host).encode()) > 100:
-        raise SpecError(f"{source}: control_dir {control_dir!r} is too long for a Unix socket path")
-    output_path = _need_str(data, "output_path", source)
+        raise FieldError("control_dir", f"{control_dir!r} is too long for a Unix socket path")
     if not os.path.isdir(os.path.dirname(os.path.abspath(output_path))):
-        raise SpecError(f"{source}: the directory of output_path {output_path!r} does not exist")
-    timeouts = {}
-    for key, default in (("connect_timeout_s", 10.0), ("confirm_timeout_s", 30.0), ("run_timeout_s", 600.0)):
-        value = data.get(key, default)
-        if not _is_number(value) or value <= 0:
-            raise SpecError(f"{source}: {key!r} must be a positive number of seconds, got {value!r}")
-        timeouts[key] = float(value)
-    registry = None
-    if data.get("registry") is not None:
-        raw = data["registry"]
-        if not isinstance(raw, dict):
-            raise SpecError(f"{source}: 'registry' must be an object with socket_path and token_file")
-        poll = raw.get("poll_interval_s", 0.1)
-        if not _is_number(poll) or poll <= 0:
-            raise SpecError(f"{source}: registry 'poll_interval_s' must be a positive number, got {poll!r}")
-        prefix = raw.get("job_prefix", "")
-        if not isinstance(prefix, str) or "/" in prefix:
-            raise SpecError(f"{source}: registry 'job_prefix' must be a string without '/', got {prefix!r}")
-        pace = raw.get("pace", True)
-        if not isinstance(pace, bool):
-            raise SpecError(f"{source}: registry 'pace' must be true or false, got {pace!r}")
-        install_wait = raw.get("install_wait_s", 0.5)
-        if not _is_number(install_wait) or not 0 <= install_wait <= 60:
-            raise SpecError(f"{source}: registry 'install_wait_s' must be a number of seconds in [0, 60], "
-                            f"got {install_wait!r}")
-        registry = RegistrySettings(_need_str(raw, "socket_path", f"{source}: registry"),
-                                    _need_str(raw, "token_file", f"{source}: registry"), float(poll), prefix,
-                                    pace, float(install_wait))
-    topology_spec = data.get("topology")
-    if topology_spec is not None:
-        from controller.topology_spec import SpecError as TopologySpecError
-        from controller.topology_spec import topology_from_spec
-
-        try:
-            topology = topology_from_spec(topology_spec, f"{source}: topology")
-        except TopologySpecError as exc:
-            raise SpecError(str(exc)) from None
-        missing = sorted(set(hosts_ip) - set(topology.hosts))
-        if missing:
-            raise SpecError(f"{source}: host {missing[0]!r} is not in the topology {topology.name}")
-    channels = _channels(data.get("channels"), hosts_ip, host, source)
-    return RunSpec(host=host, hosts_ip=dict(hosts_ip), jobs=jobs, t0_s=float(t0), data_port=port,
-                   control_dir=control_dir, output_path=output_path, registry=registry,
-                   scheduler=str(data.get("scheduler", "")), topology_spec=topology_spec, channels=channels,
-                   **timeouts)
+        raise FieldError("output_path", f"the directory of {output_path!r} does not exist")
 
 
-def _channels(raw: Any, hosts_ip: dict[str, str], host: str, source: str) -> list[dict[str, Any]] | None:
-    """The channel plan: each entry's destination is a known other host, path a list of names or null."""
-    if raw is None:
-        return None
-    if not isinstance(raw, list):
-        raise SpecError(f"{source}: 'channels' must be a list of {{dst, path, count}} objects")
-    out = []
-    for i, entry in enumerate(raw):
-        where = f"{source}: channels[{i}]"
-        if not isinstance(entry, dict) or set(entry) != {"dst", "path", "count"}:
-            raise SpecError(f"{where} must be an object with exactly dst, path and count")
-        if entry["dst"] not in hosts_ip or entry["dst"] == host:
-            raise SpecError(f"{where}.dst must be another host of 'hosts_ip', got {entry['dst']!r}")
-        path = entry["path"]
-        if path is not None and not (isinstance(path, list) and all(isinstance(n, str) for n in path)):
-            raise SpecError(f"{where}.path must be a list of node names or null, got {path!r}")
-        count = entry["count"]
-        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 64:
-            raise SpecError(f"{where}.count must be an integer from 1 to 64, got {count!r}")
-        out.append({"dst": entry["dst"], "path": path, "count": count})
-    return out
+def _check_topology(spec: Any, hosts_ip: dict[str, str], source: str) -> None:
+    """The fabric's topology, if given, builds and has every host of the run."""
+    if spec is None:
+        return
+    from controller.topology_spec import SpecError as TopologySpecError
+    from controller.topology_spec import topology_from_spec
+
+    try:
+        topology = topology_from_spec(spec, f"{source}: topology")
+    except TopologySpecError as exc:
+        raise SpecError(str(exc)) from None
+    missing = sorted(set(hosts_ip) - set(topology.hosts))
+    if missing:
+        raise FieldError(f"hosts_ip[{missing[0]!r}]", f"is not a host of the topology {topology.name}")
+
+
+def _check_channels(channels: list[dict[str, Any]], hosts_ip: dict[str, str], host: str) -> None:
+    """Each planned channel leads to another host of the run."""
+    for i, channel in enumerate(channels):
+        dst = channel["dst"]
+        if dst not in hosts_ip or dst == host:
+            raise FieldError(f"channels[{i}].dst", f"must be another host of hosts_ip, got {show(dst)}")
 
 
 def load_runspec(path: str) -> RunSpec:
