@@ -66,6 +66,7 @@ ROUTES: list[tuple[re.Pattern[str], dict[str, tuple[str, bool]]]] = [
     (re.compile(r"^/channels$"), {"GET": ("list_channels", False), "POST": ("post_channel", True)}),
     (re.compile(rf"^/channels/{_ID}$"), {"GET": ("get_channel", False), "DELETE": ("delete_channel", True)}),
     (re.compile(rf"^/jobs/{_ID}$"), {"GET": ("get_job", False)}),
+    (re.compile(rf"^/jobs/{_ID}/abort$"), {"POST": ("post_abort", True)}),
     (re.compile(rf"^/jobs/{_ID}/echelons$"),
      {"GET": ("list_echelons", False), "POST": ("post_echelon", True)}),
     (re.compile(rf"^/jobs/{_ID}/echelons/{_ID}$"), {"GET": ("get_echelon", False)}),
@@ -337,6 +338,17 @@ class Api:
         flow = self.registry.flow_finished(job_id, flow_id, finish_s, body.get("bytes_sent"))
         self.service.on_departure()
         return 200, self._waited({"flow": self.registry.flow_view(flow)}, wait_s)
+
+    def post_abort(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
+        """The job failed (an agent of it died): release its unfinished flows and their enforcement."""
+        self.registry.job(job_id)
+        fields(body, (), ("at_s",))
+        wait_s = _wait_filter(query)
+        at_s = body.get("at_s")
+        flows = self.registry.abort_job(job_id, self.service.now() if at_s is None else at_s)
+        if flows:
+            self.service.on_departure()
+        return 200, self._waited({"job_id": job_id, "aborted": [f.flow_id for f in flows]}, wait_s)
 
     def _waited(self, answer: dict[str, Any], wait_s: float | None) -> dict[str, Any]:
         """With ``?wait_s=``: wait until the switches acknowledged everything pushed so far, and say so."""

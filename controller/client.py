@@ -235,6 +235,11 @@ class EchelonClient:
         return self.request("POST", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}/finish" + _wait(wait_s), body,
                             auth=True)
 
+    def abort_job(self, job_id: str, at_s: float | None = None,
+                  wait_s: float | None = None) -> dict[str, Any]:
+        """Release every unfinished flow of a failed job (they become ``aborted``)."""
+        body: dict[str, Any] = {} if at_s is None else {"at_s": at_s}
+        return self.request("POST", f"/jobs/{_q(job_id)}/abort" + _wait(wait_s), body, auth=True)
 
     # ------------------------------------------------------------------ enforcement primitives
     # Low-level (tests, benchmarks): pin one 5-tuple to a path/class/meter, bypassing the scheduler.

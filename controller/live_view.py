@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from controller.registry import FlowRecord
+from controller.registry import DONE_STATES, FlowRecord
 from controller.service import SchedulingService
 from controller.switch_stats import SwitchStats
 from echelonflow.topology import DirectedLink, Topology
@@ -93,7 +93,7 @@ class LiveView:
     def estimate(self, flow: FlowRecord, now_s: float) -> FlowEstimate:
         remaining = max(0.0, flow.size_bytes - self.registry.bytes_done(flow))
         if flow.state != "active":
-            return FlowEstimate(0.0 if flow.state == "finished" else float(flow.size_bytes), None, None)
+            return FlowEstimate(0.0 if flow.state in DONE_STATES else float(flow.size_bytes), None, None)
         rate = self.service.state.decision.rate_bps.get(flow.key)
         waiting = rate is None or self.service.paused(rate)  # a paused flow has no finish to estimate
         finish = None if waiting else now_s + remaining * 8.0 / rate
@@ -106,7 +106,7 @@ class LiveView:
             reference = self.registry.reference_s(flow.echelon_key)
             if reference is None:
                 return None
-            if flow.state == "finished":
+            if flow.state in DONE_STATES:
                 finish = float(flow.finish_s)  # type: ignore[arg-type]
             else:
                 estimated = self.estimate(flow, now_s).estimated_finish_s
@@ -133,7 +133,7 @@ class LiveView:
     def _recent(self, key: str, flows: list[FlowRecord], since_s: float) -> bool:
         if self.registry.reference_s(key) is None:
             return False
-        return any(f.state != "finished" or (f.finish_s or 0.0) >= since_s for f in flows)
+        return any(f.state not in DONE_STATES or (f.finish_s or 0.0) >= since_s for f in flows)
 
     def _flow_view(self, flow: FlowRecord, now_s: float) -> dict[str, Any]:
         view = self.registry.flow_view(flow)
@@ -154,4 +154,6 @@ def _echelon_state(flows: list[FlowRecord]) -> str:
     states = {f.state for f in flows}
     if "active" in states:
         return "active"
-    return "finished" if states == {"finished"} else "declared"
+    if states <= set(DONE_STATES):
+        return "aborted" if "aborted" in states else "finished"
+    return "declared"

@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from controller import flowmods as fm
 from controller.live_view import LiveView
+from controller.registry import DONE_STATES
 from controller.service import RoundReport
 from controller.switch_stats import METER_FIELDS, PORT_FIELDS
 
@@ -217,7 +218,7 @@ class _LiveCollector(Collector):
                                       "deliver", labels=flow_labels)
         for key, ech in registry.echelons.items():
             flows = registry.flows_of(key)
-            unfinished = [f for f in flows if f.state != "finished"]
+            unfinished = [f for f in flows if f.state not in DONE_STATES]
             left = sum(live.estimate(f, now_s).remaining_bytes for f in unfinished)
             active = [f for f in flows if f.state == "active"]
             totals = per_job[ech.job_id]

@@ -46,7 +46,9 @@ from echelonflow.model import qualified
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
 from echelonflow.topology import Topology
 
-STATES = ("declared", "active", "finished")
+STATES = ("declared", "active", "finished", "aborted")
+#: States a flow never leaves: it delivered every byte, or its job was aborted (an agent of it died).
+DONE_STATES = ("finished", "aborted")
 #: Largest flow size accepted (1 PB): anything bigger is a unit mistake, not a training flow.
 MAX_SIZE_BYTES = 10**15
 #: Largest ideal-finish offset accepted (one week).
@@ -470,14 +472,35 @@ class Registry:
             raise RegistryError("finish_s", f"{finish!r} is before the flow's start {flow.start_s!r}")
         updated = replace(flow, state="finished", finish_s=finish, bytes_sent=max(sent, flow.bytes_sent))
         self._commit(flows=[updated])
+        self._retire(flow, updated)
+        return updated
+
+    def abort_job(self, job_id: Any, at_s: Any) -> list[FlowRecord]:
+        """Release every flow of the job that has not finished (an agent of it died, the job failed):
+        they become ``aborted`` at ``at_s``, their 5-tuples and channels are free again, and the
+        scheduler stops seeing them (the caller's next round removes their enforcement).  A second call
+        finds nothing left and changes nothing."""
+        self.job(job_id)
+        at = check_time("at_s", at_s)
+        victims = [f for f in self.flows.values() if f.job_id == job_id and f.state not in DONE_STATES]
+        updated = [replace(f, state="aborted", finish_s=at) for f in victims]
+        if updated:
+            self._commit(flows=updated)
+        for old, new in zip(victims, updated):
+            self._retire(old, new)
+        return updated
+
+    def _retire(self, flow: FlowRecord, updated: FlowRecord) -> None:
+        """``flow`` (declared or active) reached a done state: apply ``updated`` and free what it held."""
         self.flows[flow.key] = updated
+        if flow.state != "active":
+            return
         self._active.pop(flow.key, None)
         if flow.channel_id is not None:  # the channel stays, idle, for the next flow
             self._channel_flow.pop(flow.channel_id, None)
         else:
             self._by_tuple.pop(self._tuple(flow), None)
         self._observed_bytes.pop(flow.key, None)
-        return updated
 
     def set_setting(self, name: str, value: str) -> None:
         self._commit(settings={name: value})

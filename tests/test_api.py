@@ -98,7 +98,8 @@ def test_lifecycle_over_the_unix_socket_and_tcp(served):
     assert c.jobs()[0]["echelons"] == ["e1"] and c.job("j1")["weight"] == 2.0
     assert c.echelons("j1")[0]["echelon_id"] == "e1"
     assert c.flow("j1", "f1")["bytes_sent"] == 10**6
-    assert c.health()["counts"] == {"jobs": 1, "echelons": 1, "declared": 1, "active": 0, "finished": 1}
+    assert c.health()["counts"] == {"jobs": 1, "echelons": 1, "declared": 1, "active": 0, "finished": 1,
+                                     "aborted": 0}
 
 
 def test_channel_lifecycle(served):

@@ -367,3 +367,44 @@ def test_channels_and_channel_flows_survive_a_restart(tmp_path, topo):
     assert again.channels == reg.channels
     assert again.flows["j/f"].channel_id == "c1" and again.channel_flow("c1") == "j/f"
     assert again.path_of("j/f") == tuple(route)
+
+
+def test_aborting_a_job_releases_its_unfinished_flows_their_tuples_and_channels(tmp_path, topo):
+    """An agent of the job died: every unfinished flow of it is aborted for good (also after a restart),
+    what it held is free again, finished flows and other jobs are untouched."""
+    reg = open_registry(topo, str(tmp_path / "reg.sqlite"))
+    reg.add_job("j1")
+    reg.add_echelon("j1", "e1", flows=[flow("done"), flow("on_channel", "h1", "h5"), flow("own_tuple"),
+                                       flow("waiting")])
+    reg.add_job("j2")
+    reg.add_echelon("j2", "e1", flows=[flow("x", "h3", "h4")])
+    reg.flow_started("j1", "done", 40000, 5201, 1.0)
+    reg.flow_finished("j1", "done", 2.0)
+    reg.add_channel("c1", "h1", "h5", 40001, 46000)
+    reg.flow_started("j1", "on_channel", None, None, 3.0, channel_id="c1")
+    reg.flow_started("j1", "own_tuple", 40002, 5201, 3.0)
+    reg.flow_started("j2", "x", 40003, 5201, 3.0)
+    aborted = reg.abort_job("j1", 4.0)
+    assert sorted(f.flow_id for f in aborted) == ["on_channel", "own_tuple", "waiting"]
+    states = {k: f.state for k, f in reg.flows.items()}
+    assert states == {"j1/done": "finished", "j1/on_channel": "aborted", "j1/own_tuple": "aborted",
+                      "j1/waiting": "aborted", "j2/x": "active"}
+    assert reg.active_keys() == ["j2/x"] and [f.flow_id for f in reg.snapshot(5.0).flows] == ["j2/x"]
+    assert reg.channel_flow("c1") is None and reg.remove_channel("c1").channel_id == "c1"
+    reg.add_echelon("j2", "e2", flows=[flow("y")])
+    assert reg.flow_started("j2", "y", 40002, 5201, 5.0).state == "active"  # own_tuple's 5-tuple is free
+    version = reg.version
+    assert reg.abort_job("j1", 6.0) == [] and reg.version == version  # nothing left: nothing changes
+    with pytest.raises(ConflictError, match="already aborted"):
+        reg.flow_started("j1", "waiting", 40009, 5201, 6.0)
+    with pytest.raises(ConflictError, match="aborted; only an active flow finishes"):
+        reg.flow_finished("j1", "on_channel", 6.0)
+    with pytest.raises(NotFoundError):
+        reg.abort_job("nope", 6.0)
+    with pytest.raises(FieldError, match="at_s"):
+        reg.abort_job("j2", -1)
+    assert reg.flows["j2/x"].state == "active"
+    reg.store.close()
+    again = open_registry(topo, str(tmp_path / "reg.sqlite"))
+    assert {k: f.state for k, f in again.flows.items()} == {**states, "j2/y": "active"}
+    assert sorted(again.active_keys()) == ["j2/x", "j2/y"]
