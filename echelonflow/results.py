@@ -98,8 +98,9 @@ class TaskResult:
 
 
 #: Keys only an emulated run has (None: absent from the document): which repeat of its scheduler it is,
-#: the fidelity monitor's verdict and numbers, and the wire check of a captured run.
-EMULATION_RUN_KEYS = ("repeat", "trusted", "fidelity_monitor", "wire_check")
+#: the fidelity monitor's verdict and numbers, the wire check of a captured run, the faults injected
+#: (``echelon emulate --fault``) and the jobs that failed (job -> one line why; absent from ``jobs``).
+EMULATION_RUN_KEYS = ("repeat", "trusted", "fidelity_monitor", "wire_check", "faults", "failed_jobs")
 
 
 @dataclass
@@ -116,6 +117,8 @@ class RunResult:
     trusted: bool | None = None
     fidelity_monitor: dict[str, Any] | None = None
     wire_check: dict[str, Any] | None = None
+    faults: list[dict[str, Any]] | None = None
+    failed_jobs: dict[str, str] | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         out = {

@@ -76,3 +76,13 @@ def format_trust(emulated: Results) -> str:
             which = "" if run.repeat is None else f" repeat {run.repeat + 1}"
             lines.append(f"  NOT trusted: {run.scheduler}{which}: {reasons}")
     return "\n".join(lines)
+
+
+def format_failures(emulated: Results) -> str:
+    """One line per job that failed in a run (an agent of it died), empty when none did."""
+    lines = []
+    for run in emulated.runs:
+        which = "" if run.repeat is None else f" repeat {run.repeat + 1}"
+        for job_id, reason in (run.failed_jobs or {}).items():
+            lines.append(f"job {job_id} FAILED under {run.scheduler}{which}: {reason}")
+    return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -647,3 +648,43 @@ def test_an_unreachable_registry_fails_the_run_cleanly(tmp_path):
         run([slow_job()], tmp_path,
             registry=RegistrySettings(str(tmp_path / "none.sock"), str(tmp_path / "token")))
     assert time.monotonic() - t < 20.0  # before slow_job's 20 s compute, let alone the run timeout
+
+
+def test_a_dead_agent_fails_only_its_job_and_leaves_nothing_in_the_registry(tmp_path, registry_server):
+    """kill -9 of one agent: its job fails with one line naming the death, the other job completes,
+    and the registry holds no unfinished flow of the failed job and no channel of the dead agent."""
+    from controller.client import EchelonClient
+    from traffic.runspec import RegistrySettings
+
+    sock_path, token = registry_server
+    client = EchelonClient(socket_path=sock_path, token_file=token)
+    client.set_scheduler("echelon")
+    doomed = Job("a")
+    doomed.add(ComputeTask("c1", "h1", 0.1))
+    doomed.add(FlowTask("f1", "h1", "h2", 100_000, ("c1",)))
+    doomed.add(ComputeTask("long", "h2", 20.0, ("f1",)))  # h2 is killed in here
+    doomed.add(FlowTask("f2", "h2", "h1", 100_000, ("long",)))
+    other = Job("b")
+    for i in range(4):  # ~4 s of ping-pong between h3 and h4, on past the kill
+        other.add(ComputeTask(f"c{i}", "h3" if i % 2 == 0 else "h4", 0.8, (f"g{i - 1}",) if i else ()))
+        other.add(FlowTask(f"g{i}", "h3" if i % 2 == 0 else "h4", "h4" if i % 2 == 0 else "h3", 50_000,
+                           (f"c{i}",)))
+    started = time.monotonic()
+    outcome = run([doomed, other], tmp_path, registry=RegistrySettings(sock_path, token, 0.05, "k-"),
+                  kill_agents={"h2": 1.5})
+    elapsed_s = time.monotonic() - started
+    assert list(outcome.failed_jobs) == ["a"]
+    assert re.fullmatch(r"agent h2 died \(killed by SIGKILL\) 1\.\d s after t0", outcome.failed_jobs["a"])
+    assert elapsed_s < 15.0  # not waited out: h2's compute alone would take 20 s
+    assert "h2" not in outcome.documents
+    assert outcome.documents["h1"]["status"] == "ok" and outcome.documents["h1"]["failed_jobs"] == {
+        "a": outcome.failed_jobs["a"]}
+    result = assemble_run([doomed, other], outcome.documents, "echelon", failed_jobs=outcome.failed_jobs)
+    assert list(result.jobs) == ["b"] and result.failed_jobs == outcome.failed_jobs
+    assert result.to_json_dict()["failed_jobs"] == {"a": outcome.failed_jobs["a"]}
+    states = {f["flow_id"]: f["state"] for f in client.flows("k-a")}
+    assert states == {"f1": "finished", "f2": "aborted"}
+    assert {f["state"] for f in client.flows("k-b")} == {"finished"}
+    assert client.flows(state="active") == []
+    assert [c for c in client.channels() if c["src"] == "h2"] == []
+    client.close()

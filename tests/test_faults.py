@@ -174,3 +174,56 @@ def test_controller_death_keeps_forwarding_and_a_restart_resumes_enforcement(env
     agent.flow_finished("ft", "f0", wait_s=10)  # the agent's client, made before the crash
     assert agent.flow("ft", "f0")["state"] == "finished"
     assert wait_until(lambda: rules_of(again) == {}, 10, "the finished flow's rules removed")
+
+
+def test_a_dead_agent_fails_its_job_in_one_line_and_the_other_job_completes(env, tmp_path):
+    """kill -9 of one agent while its job's flow is being sent: that job fails with one line naming the
+    death, the other job (other hosts) completes with every byte, and the registry keeps nothing of the
+    failed job active: its flows are aborted, its enforcement and the dead agent's channels are gone."""
+    from controller.topology_spec import spec_of
+    from echelonflow.model import ComputeTask, FlowTask, Job
+    from traffic.emulate import assemble_run, fabric_popen, run_agents
+    from traffic.runspec import RegistrySettings
+
+    client = env.ctl.client()
+    client.set_scheduler("echelon")
+    doomed = Job("a")
+    doomed.add(ComputeTask("c0", "h1", 0.1))
+    doomed.add(FlowTask("f1", "h1", "h16", 5_000_000, ("c0",)))  # ~4 s at 10 Mbit/s: h1 dies during it
+    doomed.add(ComputeTask("c1", "h16", 0.2, ("f1",)))
+    doomed.add(FlowTask("f2", "h16", "h1", 500_000, ("c1",)))
+    other = Job("b")
+    other.add(ComputeTask("c0", "h5", 0.1))
+    other.add(FlowTask("g1", "h5", "h12", 3_000_000, ("c0",)))
+    other.add(ComputeTask("c1", "h12", 0.2, ("g1",)))
+    other.add(FlowTask("g2", "h12", "h5", 3_000_000, ("c1",)))
+    hosts_ip = {h: env.topo.graph.nodes[h]["ip"] for h in env.topo.hosts}
+    said = []
+    started = time.monotonic()
+    outcome = run_agents(
+        [doomed, other], hosts_ip, str(tmp_path), fabric_popen(env.fabric),
+        registry=RegistrySettings(env.ctl.api_socket_path, env.ctl.token_file, 0.05, "dead-", True, 0.5),
+        scheduler="echelon", run_timeout_s=60.0, topology_spec=spec_of(env.topo),
+        kill_agents={"h1": 1.5}, progress=lambda text: said.append((time.monotonic() - started, text)))
+    for at_s, text in said:
+        print(f"  [{at_s:5.1f} s] {text}")
+    assert list(outcome.failed_jobs) == ["a"], outcome.failed_jobs
+    reason = outcome.failed_jobs["a"]
+    assert "\n" not in reason and reason.startswith("agent h1 died (killed by SIGKILL) 1."), reason
+    result = assemble_run([doomed, other], outcome.documents, "echelon", failed_jobs=outcome.failed_jobs)
+    assert list(result.jobs) == ["b"] and result.failed_jobs == {"a": reason}  # b: every byte, both ways
+    print(f"\njob a: {reason}; job b completed in {result.jobs['b'].completion_s:.2f} s")
+
+    flows = {f["flow_id"]: f for f in client.flows("dead-a")}
+    assert flows["f1"]["state"] == "aborted" and flows["f1"]["start_s"] is not None  # it was running
+    assert {f["state"] for f in flows.values()} == {"aborted"}
+    assert {f["state"] for f in client.flows("dead-b")} == {"finished"}
+    assert not [f for f in client.flows(state="active") if f["job_id"].startswith("dead-")]
+    assert [c for c in client.channels() if c["src"] == "h1"] == []
+    enforced = client.enforcement()
+    assert not [k for k in enforced if k.startswith(("dead-a/", "channel:h1."))], sorted(enforced)
+    assert rules_of(flows["f1"]) == {}  # no switch on its path holds a rule for it
+    released = [at_s for at_s, text in said if text.startswith("registry: released")]
+    killed = [at_s for at_s, text in said if "killed agent h1" in text]
+    assert released and killed and released[0] - killed[0] < 3.0, said  # at the death, not at the end
+    print(f"registry released job a {released[0] - killed[0]:.2f} s after the kill")

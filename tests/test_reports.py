@@ -24,7 +24,7 @@ from reports.runfolder import (
     timeline_file,
     write_run_folder,
 )
-from reports.table import format_comparison, format_trust
+from reports.table import format_comparison, format_failures, format_trust
 from simulator.engine import simulate
 
 
@@ -282,3 +282,19 @@ def test_fidelity_section_lists_monitor_verdicts_and_wire_mismatches(tmp_path, f
     assert "fig2/f12" not in text and "- ... and 3 more (results.json wire_check)" in text
     data = json.loads((tmp_path / "run" / "results.json").read_text())
     assert data["fidelity"]["runs"][0]["wire"]["packets_mismatched"] == 4
+
+
+def test_a_failed_job_is_one_line_and_survives_the_results_round_trip(tmp_path, fig2_sim):
+    """A run where an agent died: the job is absent from its timings, listed under failed_jobs with the
+    reason and the injected faults, and the table's notes say it in one line."""
+    emu = fake_emulation(fig2_sim, 1.0)
+    assert format_failures(emu) == ""
+    run = emu.runs[0]
+    run.failed_jobs = {"fig2": "agent h1 died (killed by SIGKILL) 1.5 s after t0"}
+    run.faults = [{"kind": "agent", "target": ["h1"], "at_s": 1.5}]
+    run.jobs.pop("fig2")
+    write_run_folder(str(tmp_path / "run"), emu, [fig2_sim], plots=False)
+    again = Results.from_json_dict(json.loads((tmp_path / "run" / "results.json").read_text()))
+    assert again.runs[0].failed_jobs == run.failed_jobs and again.runs[0].faults == run.faults
+    assert format_failures(again) == (f"job fig2 FAILED under {run.scheduler}: agent h1 died (killed by "
+                                      f"SIGKILL) 1.5 s after t0")

@@ -47,6 +47,13 @@ from traffic.transfer import Arrival, Channel, FlowHeader, FlowReceiver, Transfe
 
 #: An agent that becomes ready later than this after t0 fails (its peers would already be waiting).
 LATE_START_TOLERANCE_S = 0.25
+#: A transfer or control error waits this long for the orchestrator's word that a peer agent died (its
+#: connections break the moment it dies, a little before the orchestrator sees the death): if the word
+#: comes, the error only fails the dead agent's jobs; if not, it fails the run as before.
+PEER_DEATH_GRACE_S = 2.0
+#: The error of an agent stopped by SIGTERM or Ctrl-C: whoever stopped it deals with the run, so its
+#: peers are not told to abort (the orchestrator treats it like a death).
+INTERRUPTED = "interrupted"
 
 
 class AgentError(Exception):
@@ -91,6 +98,10 @@ class Agent:
         self.topology = spec.topology()
         self.channels = ChannelPool(self._open_channel)
         self._channel_numbers = iter(range(1, 1 << 30))
+        self.failed_jobs: dict[str, str] = {}  # job -> why it failed (an agent of it died)
+        self.dead_hosts: set[str] = set()
+        self._death_notices_s: list[float] = []  # when each word of a peer's death arrived
+        self._parked: list[tuple[float, str | None, str]] = []  # (when, job if known, error), undecided
 
     # ------------------------------------------------------------------------------ indexing
     def _index(self) -> None:
@@ -130,11 +141,11 @@ class Agent:
         except (AgentError, ControlError, TransferError, RegistryError) as exc:
             error = str(exc)
         except KeyboardInterrupt:
-            error = "interrupted"
+            error = INTERRUPTED
         except Exception as exc:  # e.g. the registry failing: report it, never leave a traceback and a hang
             error = f"{type(exc).__name__}: {exc}"
         finally:
-            if error is not None:
+            if error is not None and error != INTERRUPTED:  # whoever stopped this agent deals with the run
                 self._abort_peers(error)
             self._stop()
         document = self._document(error)
@@ -176,8 +187,9 @@ class Agent:
         # A job's tasks without dependencies become ready when the job arrives (t0 + arrival_s).
         arrivals = sorted((self.spec.t0_s + self.owned[qid].job.arrival_s, qid)
                           for qid, left in self.deps_left.items() if not left)
-        while self.pending:
+        while self.pending or self._parked:
             now = self.clock()
+            self._judge_parked(now)
             while arrivals and arrivals[0][0] <= now:
                 self._make_ready(arrivals.pop(0)[1], ready, launched)
             if running is not None and now >= running[0]:
@@ -188,6 +200,8 @@ class Agent:
                 continue
             if running is None and ready:
                 _, _, qid = heapq.heappop(ready)
+                if self._failed(qid):
+                    continue
                 task = self.owned[qid].task
                 self.tasks_out[qid] = {"type": "compute", "host": self.me, "start": self.rel(now)}
                 running = (now + task.duration_s, qid)
@@ -200,6 +214,8 @@ class Agent:
             wake = deadline if running is None else min(deadline, running[0])
             if arrivals:
                 wake = min(wake, arrivals[0][0])
+            if self._parked:
+                wake = min(wake, self._parked[0][0] + PEER_DEATH_GRACE_S)
             try:
                 event = self.events.get(timeout=max(0.0, wake - now))
             except queue.Empty:
@@ -208,17 +224,22 @@ class Agent:
 
     def _handle(self, event: tuple[Any, ...], ready: list, launched: set[str]) -> None:
         kind = event[0]
-        if kind == "error":
-            raise AgentError(event[1])
+        if kind == "error":  # (error, text, job or None): a broken transfer, maybe a dead peer's doing
+            self._park(event[2] if len(event) > 2 else None, event[1])
+            return
         if kind == "arrived":
             arrival: Arrival = event[1]
             qid = qualified(arrival.header.job, arrival.header.flow)
+            if self._failed(qid):
+                return
             self.received_out[qid] = {"src": arrival.header.src, "received_bytes": arrival.received_bytes,
                                       "finish": self.rel(arrival.finish_s),
                                       "header": self.rel(arrival.header_s)}
             self._complete(qid, arrival.finish_s, ready, launched)
         elif kind == "sent":
             qid, result = event[1], event[2]
+            if self._failed(qid):
+                return
             self.sent_out[qid].update(sent_bytes=result.sent_bytes, confirmed_bytes=result.received_bytes,
                                       finish=self.rel(result.finish_s),
                                       first_byte=self.rel(result.first_byte_s),
@@ -229,6 +250,9 @@ class Agent:
             message = event[1]
             if message.get("type") == "abort":
                 raise AgentError(f"aborted: agent {message.get('from')} failed: {message.get('reason')}")
+            if message.get("type") == "peer_died":
+                self._peer_died(message)
+                return
             if message.get("type") != "done":
                 raise AgentError(f"unexpected control message {message!r}")
             qid = qualified(str(message.get("job")), str(message.get("task")))
@@ -237,13 +261,18 @@ class Agent:
     def _complete(self, qid: str, when_s: float, ready: list, launched: set[str]) -> None:
         """A task this host owns is done: record, tell the hosts of its dependants, release local ones."""
         self.pending.discard(qid)
-        if qid in self.done_s:
+        if qid in self.done_s or self._failed(qid):
             return
+        job_id, task_id = qid.split("/", 1)
         for host in self.notify_hosts.get(qid, ()):
-            job_id, task_id = qid.split("/", 1)
+            if host in self.dead_hosts:
+                continue
             assert self.control is not None
-            self.control.send(host, {"type": "done", "job": job_id, "task": task_id, "time_s": when_s},
-                              timeout_s=self.spec.connect_timeout_s)
+            try:
+                self.control.send(host, {"type": "done", "job": job_id, "task": task_id, "time_s": when_s},
+                                  timeout_s=self.spec.connect_timeout_s)
+            except ControlError as exc:  # the peer may have died: let the orchestrator's word decide
+                self._park(job_id, str(exc))
         self._satisfy(qid, when_s, ready, launched)
 
     def _satisfy(self, dep_qid: str, when_s: float, ready: list, launched: set[str]) -> None:
@@ -261,6 +290,8 @@ class Agent:
                     self._make_ready(qid, ready, launched)
 
     def _make_ready(self, qid: str, ready: list, launched: set[str]) -> None:
+        if self._failed(qid):
+            return
         owned = self.owned[qid]
         if owned.role == "compute":
             heapq.heappush(ready, (owned.job_index, owned.decl_index, qid))
@@ -296,10 +327,10 @@ class Agent:
         except (TransferError, RegistryError) as exc:
             if channel is not None:
                 self.channels.discard(channel)
-            self.events.put(("error", str(exc)))
+            self.events.put(("error", str(exc), job_id))
             return
         except Exception as exc:  # a registry failure must fail the run, not kill a thread silently
-            self.events.put(("error", f"flow {owned.qid}: {type(exc).__name__}: {exc}"))
+            self.events.put(("error", f"flow {owned.qid}: {type(exc).__name__}: {exc}", job_id))
             return
         # The finish is queued before the channel is free again: the registry must hear of it before the
         # start of the next flow on this channel (reports are sent in order), or it refuses that start.
@@ -360,6 +391,42 @@ class Agent:
     def _on_arrival(self, arrival: Arrival) -> None:
         self.events.put(("arrived", arrival))
 
+    # ------------------------------------------------------------------------------ a peer's death
+    def _failed(self, qid: str) -> bool:
+        return qid.split("/", 1)[0] in self.failed_jobs
+
+    def _park(self, job_id: str | None, text: str) -> None:
+        """Hold an error until the grace period tells whether a peer's death explains it."""
+        self._parked.append((self.clock(), job_id, text))
+
+    def _peer_died(self, message: dict[str, Any]) -> None:
+        """The orchestrator saw agent ``host`` die: its jobs fail here too, the others go on."""
+        self._death_notices_s.append(self.clock())
+        host, reason = str(message.get("host")), str(message.get("reason"))
+        self.dead_hosts.add(host)
+        self.log(f"{reason}; giving up its job(s) {', '.join(map(str, message.get('jobs', [])))}")
+        for job_id in message.get("jobs", []):
+            if job_id not in self.jobs_by_id or job_id in self.failed_jobs:
+                continue
+            self.failed_jobs[job_id] = reason
+            self.pending -= {qid for qid in self.pending if qid.split("/", 1)[0] == job_id}
+            self.registry.forget_job(job_id)
+        self._judge_parked(self.clock())
+
+    def _judge_parked(self, now_s: float) -> None:
+        """Drop parked errors a peer's death explains (their job failed, or, job unknown, the death was
+        reported within the grace period of them); an unexplained one past the grace period fails the run."""
+        kept = []
+        for when_s, job_id, text in self._parked:
+            if job_id is not None and job_id in self.failed_jobs:
+                continue
+            if job_id is None and any(abs(t - when_s) <= PEER_DEATH_GRACE_S for t in self._death_notices_s):
+                continue
+            if now_s >= when_s + PEER_DEATH_GRACE_S:
+                raise AgentError(text)
+            kept.append((when_s, job_id, text))
+        self._parked = kept
+
     # ------------------------------------------------------------------------------ teardown
     def _abort_peers(self, reason: str) -> None:
         if self.control is None:
@@ -393,6 +460,7 @@ class Agent:
             "scheduler": self.spec.scheduler,
             "status": "error" if error else "ok",
             "error": error,
+            "failed_jobs": dict(self.failed_jobs),
             "pending": sorted(self.pending),
             "tasks": self.tasks_out,
             "sent": self.sent_out,

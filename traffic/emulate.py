@@ -5,7 +5,10 @@ Two layers:
 * :func:`run_agents` works anywhere: it writes one run-spec per host, starts the agents through a
   ``popen`` function (``subprocess.Popen`` on this machine for tests, ``mininet_host.popen`` on the
   fabric), records their pids, waits for all of them with a deadline, and stops every agent it started
-  (by pid) on failure or Ctrl-C.  The first agent that fails decides the error message.
+  (by pid) on failure or Ctrl-C.  The first agent that fails decides the error message.  An agent that
+  *dies* (killed by a signal, or stopped by SIGTERM) fails only the jobs it takes part in: the survivors
+  are told (a ``peer_died`` control message) and go on with the other jobs, and the registry releases
+  the failed jobs' flows and the dead agent's channels (:func:`release_in_registry`).
 * :func:`assemble_run` merges the agents' documents into the result shape shared with the simulator
   (``echelonflow.results``): compute times from the compute's host, a flow's start from its sender and its
   finish from its receiver (the moment the last byte arrived); reference times, ideal finish times,
@@ -18,9 +21,13 @@ both; see ``docs/emulation.md``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +40,7 @@ from echelonflow.fileio import read_json
 from echelonflow.model import ComputeTask, Job, qualified
 from echelonflow.results import RunResult, build_run
 from echelonflow.topology import intf_name
+from traffic.agent import INTERRUPTED
 from traffic.capture import CaptureError, WireCapture
 from traffic.channels import channel_plan
 from traffic.control import ControlError, wait_for_sockets
@@ -78,6 +86,7 @@ class AgentsOutcome:
     documents: dict[str, dict]
     handles: dict[str, AgentHandle] = field(default_factory=dict)
     t0_s: float = 0.0
+    failed_jobs: dict[str, str] = field(default_factory=dict)  # job -> one line: why it failed
 
 
 def agent_hosts(jobs: Sequence[Job]) -> list[str]:
@@ -106,6 +115,8 @@ def run_agents(
     python: str = sys.executable,
     topology_spec: Mapping[str, Any] | None = None,
     channel_plan: Mapping[str, list[dict[str, Any]]] | None = None,
+    kill_agents: Mapping[str, float] | None = None,
+    actions: Sequence[tuple[float, Callable[[], str]]] = (),
 ) -> AgentsOutcome:
     """Run one agent per host used by ``jobs``; return their documents or raise :class:`EmulationError`.
 
@@ -114,6 +125,10 @@ def run_agents(
     number of agents and of channels to open, so slow interpreter start-up never makes one late).
     ``topology_spec`` lets agents pin their channels to the flows' paths; ``channel_plan`` (source host ->
     ``traffic.channels.channel_plan`` entries) says how many channels each opens before t0.
+
+    Faults: ``kill_agents`` (host -> seconds after t0) kills those agents with SIGKILL; ``actions``
+    ((seconds after t0, action)) runs each action then, in a thread (its one-line answer is said).  A
+    dead agent's jobs end up in ``failed_jobs``; if every job failed, :class:`EmulationError` says why.
     """
     hosts = agent_hosts(jobs)
     missing = [h for h in hosts if h not in hosts_ip]
@@ -155,11 +170,87 @@ def run_agents(
         except ControlError as exc:
             raise EmulationError(f"agents did not come up before t0: {exc}") from None
         say("agents ready; running")
-        _wait_all(handles, t0_s + run_timeout_s + 5.0, say)
-        documents = {host: _read_document(handle) for host, handle in handles.items()}
+        timed = [(at_s, _killer(handles[host], host)) for host, at_s in (kill_agents or {}).items()]
+        timers = [_start_timer(t0_s + at_s, action, say) for at_s, action in [*timed, *actions]]
+
+        def on_death(host: str, lost: list[str], reason: str) -> None:
+            say(f"{reason}: job(s) {', '.join(lost) or '(none left)'} failed; the others go on")
+            tell_agents(control_dir, [h for h in hosts if h != host],
+                        {"type": "peer_died", "host": host, "jobs": lost, "reason": reason})
+            if registry is not None and lost:
+                release_in_registry(registry, lost, host, say)
+
+        failed = _wait_all(handles, jobs, t0_s, t0_s + run_timeout_s + 5.0, say, on_death)
+        for timer in timers:
+            timer.cancel()
+        documents = {host: _read_document(handle) for host, handle in handles.items()
+                     if handle.host not in failed.dead}
     finally:
         stop_agents(handles.values())
-    return AgentsOutcome(documents, handles, t0_s)
+    if jobs and len(failed.jobs) == len(jobs):
+        raise EmulationError("every job failed: " + "; ".join(_failure_lines(failed.jobs)))
+    return AgentsOutcome(documents, handles, t0_s, failed.jobs)
+
+
+def _failure_lines(failed_jobs: Mapping[str, str]) -> list[str]:
+    """``job a failed: <reason>`` lines, one per job."""
+    return [f"job {job_id} failed: {reason}" for job_id, reason in failed_jobs.items()]
+
+
+def _killer(handle: AgentHandle, host: str) -> Callable[[], str]:
+    def kill() -> str:
+        if handle.proc is None or handle.proc.poll() is not None:
+            return f"fault: agent {host} already gone, nothing to kill"
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(handle.proc.pid, signal.SIGKILL)
+        return f"fault: killed agent {host} (pid {handle.proc.pid}) with SIGKILL"
+
+    return kill
+
+
+def _start_timer(at_epoch_s: float, action: Callable[[], str], say: Callable[[str], None]) -> threading.Timer:
+    def run() -> None:
+        try:
+            say(action())
+        except Exception as exc:  # noqa: BLE001 (a fault that cannot be injected is said, not raised)
+            say(f"fault could not be injected: {_one_line(exc)}")
+
+    timer = threading.Timer(max(0.0, at_epoch_s - time.time()), run)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def tell_agents(control_dir: str, hosts: Sequence[str], message: Mapping[str, Any]) -> None:
+    """Send one control message to each agent in ``hosts`` (best effort: one that is gone needs no word)."""
+    data = json.dumps(dict(message, **{"from": "orchestrator"})).encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        for host in hosts:
+            with contextlib.suppress(OSError):
+                sock.sendto(data, os.path.join(control_dir, f"{host}.sock"))
+
+
+def release_in_registry(registry: RegistrySettings, job_ids: Sequence[str], host: str,
+                        say: Callable[[str], None]) -> None:
+    """A dead agent leaves nothing behind in the registry: its failed jobs' unfinished flows are aborted
+    (their enforcement goes with the next round) and its own channels removed.  A registry that refuses
+    or is unreachable is said in one line; the run goes on."""
+    from controller.client import ApiClientError, EchelonClient
+
+    try:
+        with EchelonClient(socket_path=registry.socket_path, token_file=registry.token_file,
+                           timeout_s=10.0) as client:
+            aborted = sum(len(client.abort_job(registry.job_prefix + job_id)["aborted"])
+                          for job_id in job_ids)
+            mine = [c["channel_id"] for c in client.channels()
+                    if c["src"] == host and c["channel_id"].startswith(f"{host}.")]
+            for channel_id in mine:
+                client.remove_channel(channel_id)
+    except ApiClientError as exc:
+        say(f"warning: could not release agent {host}'s flows in the registry: {exc}")
+        return
+    say(f"registry: released {aborted} unfinished flow(s) of job(s) {', '.join(job_ids)} and agent "
+        f"{host}'s {len(mine)} channel(s)")
 
 
 def stop_agents(handles: Any, grace_s: float = 3.0) -> None:
@@ -175,31 +266,66 @@ def _first_exit_problem(handles: Mapping[str, AgentHandle]) -> str | None:
     return None
 
 
-def _wait_all(handles: Mapping[str, AgentHandle], deadline_s: float, say: Callable[[str], None]) -> None:
+@dataclass
+class _Failures:
+    """What :func:`_wait_all` saw die: the dead agents and the jobs they took down (job -> reason)."""
+
+    dead: set[str] = field(default_factory=set)
+    jobs: dict[str, str] = field(default_factory=dict)
+
+
+def _wait_all(handles: Mapping[str, AgentHandle], jobs: Sequence[Job], t0_s: float, deadline_s: float,
+              say: Callable[[str], None], on_death: Callable[[str, list[str], str], None]) -> _Failures:
+    """Wait for every agent.  A death fails its jobs (``on_death`` tells the rest); any other failure
+    ends the run with its root cause."""
     running = set(handles)
+    failed = _Failures()
     while running:
         for host in sorted(running):
             code = handles[host].proc.poll()
             if code is None:
                 continue
             running.discard(host)
+            death = _death(handles[host], code)
+            if death is not None:
+                failed.dead.add(host)
+                reason = f"agent {host} died ({death}) {time.time() - t0_s:.1f} s after t0"
+                lost = [j.job_id for j in jobs if host in j.hosts and j.job_id not in failed.jobs]
+                failed.jobs.update(dict.fromkeys(lost, reason))
+                on_death(host, lost, reason)
+                continue
             if code != 0:
                 # Peers abort on a failure; give them a moment so the root cause can be told apart.
                 time.sleep(0.3)
-                raise EmulationError(_root_cause(handles))
+                raise EmulationError(_root_cause(handles, failed.dead))
             say(f"agent {host} done ({len(handles) - len(running)}/{len(handles)})")
         if running and time.time() > deadline_s:
             raise EmulationError(f"agents still running at the run deadline: {', '.join(sorted(running))}")
         time.sleep(0.05)
+    return failed
 
 
-def _root_cause(handles: Mapping[str, AgentHandle]) -> str:
+def _death(handle: AgentHandle, code: int) -> str | None:
+    """How an agent that ended with ``code`` died (killed by a signal, or stopped by SIGTERM, which it
+    turns into an "interrupted" exit), or None if it exited by itself."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    if code != 0 and _failure_text(handle) == INTERRUPTED:
+        return "stopped by SIGTERM"
+    return None
+
+
+def _root_cause(handles: Mapping[str, AgentHandle], dead: set[str] = frozenset()) -> str:
     """The failure that started it all: an agent killed by a signal (its peers then see broken
-    connections), else one whose error is not 'aborted because of a peer'."""
+    connections), else one whose error is not 'aborted because of a peer'.  Agents whose death was
+    already dealt with (``dead``) are not it."""
     failures = []
     for host, handle in handles.items():
         code = handle.proc.poll()
-        if code is not None and code != 0:
+        if code is not None and code != 0 and host not in dead:
             failures.append((host, code, _failure_text(handle)))
     primary = ([f for f in failures if f[1] < 0] or [f for f in failures if not f[2].startswith("aborted:")]
                or failures)
@@ -242,15 +368,18 @@ def assemble_run(
     documents: Mapping[str, Mapping[str, Any]],
     scheduler: str,
     alone_s: Mapping[str, float] | None = None,
+    failed_jobs: Mapping[str, str] | None = None,
 ) -> RunResult:
     """The shared result shape from the agents' documents (see module docstring).
 
     Checks that every flow was delivered exactly (receiver count and sender confirmation equal the size);
     a job's slowdown is its completion over ``alone_s[job]`` (its completion when run alone), 1.0 if
-    not given.
+    not given.  ``failed_jobs`` (job -> why) are left out of the timings and listed as failed.
     """
     start_s: dict[str, float] = {}
     finish_s: dict[str, float] = {}
+    failed_jobs = dict(failed_jobs or {})
+    jobs = [job for job in jobs if job.job_id not in failed_jobs]
     for job in jobs:
         for task in job.tasks.values():
             qid = qualified(job.job_id, task.task_id)
@@ -266,7 +395,9 @@ def assemble_run(
                     raise EmulationError(
                         f"flow {qid}: {who} counted {count} bytes, expected {task.size_bytes}")
             start_s[qid], finish_s[qid] = float(sent["start"]), float(received["finish"])
-    return build_run(scheduler, jobs, start_s, finish_s, alone_s)
+    run = build_run(scheduler, jobs, start_s, finish_s, alone_s)
+    run.failed_jobs = failed_jobs or None
+    return run
 
 
 def _record(documents: Mapping[str, Mapping[str, Any]], host: str, section: str,
@@ -302,6 +433,11 @@ class EmulationSettings:
     metrics_port: int = 0  # the controllers' /metrics port; 0: a free one per controller
     capture: bool = False  # capture first-hop switch ports and check marks and times (traffic.capture)
     fabric_connect_timeout_s: float = 30.0  # every switch connected to the controller within this
+    #: faults injected into the round with all jobs together (``echelon emulate --fault``): objects with
+    #: ``kind``, ``target`` and ``at_s`` (``echelonflow.faults.FaultEvent``); handled here: ``agent``
+    #: (that host's agent killed with SIGKILL) and ``controller`` (killed with SIGKILL, then restarted
+    #: on the same registry store)
+    faults: list = field(default_factory=list)
 
 
 def fabric_popen(fabric: Any) -> PopenFn:
@@ -395,6 +531,24 @@ def emulate_scheduler(
                 _warm_up(fabric, jobs, hosts_ip)
             _tune_datapath(progress, scheduler)
 
+    def crash_and_restart_controller() -> str:
+        """The controller fault: kill -9, then a new controller on the same folder, store, ports and
+        API socket; the switches keep forwarding meanwhile and the agents never see a new address."""
+        nonlocal ctl
+        old = ctl
+        os.kill(old.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        old.stop()  # reaps it, keeps the store
+        problems.extend(old.log_problems())
+        ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
+                                interval_s=settings.controller_interval_s, workdir=old.workdir,
+                                api_port=old.api_port, metrics_port=old.metrics_port)
+        ctl.start()
+        ownership.record_processes(workdir, ctl.pid)
+        ctl.wait_switches(timeout_s=30)
+        return (f"fault: controller pid {old.pid} killed with SIGKILL; its successor (pid {ctl.pid}) on the "
+                f"same store serves again {time.monotonic() - killed_at:.1f} s later")
+
     def tear_down_failed_start() -> None:
         nonlocal ctl
         with contextlib.suppress(Exception):
@@ -412,6 +566,7 @@ def emulate_scheduler(
         if settings.alone_runs and len(jobs) > 1:
             rounds += [(f"alone-{job.job_id}", [job]) for job in jobs]
         documents: dict[str, dict] = {}
+        failed_jobs: dict[str, str] = {}
         alone_s: dict[str, float] = {}
         monitor_docs: dict[str, dict] = {}
         wire_docs: dict[str, dict] = {}
@@ -439,6 +594,7 @@ def emulate_scheduler(
                     ownership.record_processes(workdir, wire.proc.pid)
                 watchers.enter_context(monitor)
                 round_ids = {j.job_id for j in round_jobs}
+                faults = settings.faults if label == "together" else []
                 plan = None if simulated_flows is None else channel_plan(
                     {k: f for k, f in simulated_flows.items() if k.split("/", 1)[0] in round_ids}, path_of)
                 outcome = run_agents(
@@ -446,6 +602,9 @@ def emulate_scheduler(
                     registry=registry, scheduler=scheduler,
                     run_timeout_s=settings.run_timeout_factor * budget + settings.run_timeout_extra_s,
                     progress=_prefixed(say, f"{label}: "), topology_spec=topology_spec, channel_plan=plan,
+                    kill_agents={f.target[0]: f.at_s for f in faults if f.kind == "agent"},
+                    actions=[(f.at_s, crash_and_restart_controller)
+                             for f in faults if f.kind == "controller"],
                 )
             monitor_docs[label] = monitor.report(window=(outcome.t0_s, time.time()))
             monitor.save_intervals(os.path.join(workdir, f"monitor-{label}.json"))
@@ -454,14 +613,17 @@ def emulate_scheduler(
                 wire_docs[label] = wire.check(outcome.documents, hosts_ip, host_ports, outcome.t0_s, enforces)
                 _say_wire(say, label, wire_docs[label])
             if label == "together":
-                documents = outcome.documents
+                documents, failed_jobs = outcome.documents, outcome.failed_jobs
             else:
                 solo = assemble_run(round_jobs, outcome.documents, scheduler)
                 alone_s.update({j: r.completion_s for j, r in solo.jobs.items()})
             problems += ctl.log_problems()
         if problems:
             say(f"warning: controller log shows {len(problems)} problem line(s), e.g. {problems[0][:160]}")
-        result = assemble_run(jobs, documents, scheduler, alone_s or alone_fallback_s)
+        result = assemble_run(jobs, documents, scheduler, alone_s or alone_fallback_s, failed_jobs)
+        if settings.faults:
+            result.faults = [{"kind": f.kind, "target": list(f.target), "at_s": f.at_s}
+                             for f in settings.faults]
         result.fidelity_monitor = combine(monitor_docs)
         result.trusted = result.fidelity_monitor["trusted"]
         if wire_docs:

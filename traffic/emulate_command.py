@@ -133,7 +133,7 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     from echelonflow.topology import DEFAULT_MTU_BYTES
     from reports.fidelity import dilation_line
     from reports.runfolder import default_run_dir, write_run_folder
-    from reports.table import format_comparison, format_trust
+    from reports.table import format_comparison, format_failures, format_trust
     from simulator.engine import simulate
     from traffic.emulate import EmulationError, EmulationSettings, emulate_scheduler
     from traffic.monitor import Thresholds
@@ -221,6 +221,8 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
                 emu_s = {j: r.completion_s for j, r in result.jobs.items()}
                 trust = "" if result.trusted else " (NOT trusted by the fidelity monitor)"
                 say(f"scheduler {sim_run.scheduler}{which}: emulated completion {_times(emu_s)}{trust}")
+                for job_id, why in (result.failed_jobs or {}).items():
+                    say(f"scheduler {sim_run.scheduler}{which}: job {job_id} FAILED: {why}")
     except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM/SIGHUP unwinding the same way
         signum = getattr(stop, "signum", None)
         if isinstance(stop, SystemExit):
@@ -229,7 +231,8 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
             checkpoint(f"stopped by signal {signum}" if signum else "interrupted (Ctrl-C)")
         raise
     folder = checkpoint(complete=True)
-    notes = "\n".join(line for line in (format_trust(emulated), dilation_line(emulated.dilation)) if line)
+    notes = "\n".join(line for line in (format_failures(emulated), format_trust(emulated),
+                                         dilation_line(emulated.dilation)) if line)
     return emulated, folder, format_comparison(emulated, simulated) + (f"\n{notes}" if notes else "")
 
 

@@ -30,6 +30,11 @@ from echelonflow.queues import dscp_for_queue
 from traffic.runspec import RegistrySettings
 from traffic.transfer import Channel
 
+#: How long the registry may be unreachable before the run fails: a controller that dies and is restarted
+#: on the same store comes back within this, and the agents go on as if nothing happened (the switches
+#: keep forwarding and the last allocation keeps being applied meanwhile).
+OUTAGE_TOLERANCE_S = 30.0
+
 
 class RegistryError(Exception):
     """The registry became unreachable or refused the run (the message says which)."""
@@ -62,6 +67,10 @@ class RegistryPort:
         """The rate the flow should be paced at, or None for no limit (plain TCP)."""
         return None
 
+    def forget_job(self, job_id: str) -> None:
+        """The job failed (an agent of it died; the orchestrator released its flows in the registry):
+        report and poll nothing more of it, and take the registry's refusals for it calmly."""
+
     def trace(self, job_id: str, flow_id: str) -> dict[str, list]:
         """What the agent saw of a flow over time (epoch seconds): ``allocations`` [(t, dscp, rate_bps
         decided, pacing bytes/s applied)] on every change and ``progress`` [(t, acked payload bytes)]."""
@@ -92,10 +101,12 @@ class RegistryLink(RegistryPort):
         self._active: dict[str, Channel] = {}  # flows whose start the registry has, -> their channel
         self._finished: set[str] = set()  # a short flow may finish before the worker reported its start
         self._channels: list[str] = []
+        self._forgotten: set[str] = set()  # prefixed ids of failed jobs
         self._allocations: dict[str, list] = {}
         self._progress: dict[str, list] = {}
         self._errors: list[str] = []
         self._stop = threading.Event()
+        self._unreachable_since: float | None = None  # the registry stopped answering then
         self._reports: queue.Queue = queue.Queue()
         self._worker = threading.Thread(target=self._report_loop, name="registry-reports", daemon=True)
         self._poller = threading.Thread(target=self._poll_loop, name="registry-poll", daemon=True)
@@ -105,6 +116,18 @@ class RegistryLink(RegistryPort):
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             return getattr(self.client, method)(*args, **kwargs)
+
+    def _outage_over(self, exc: Any) -> bool:
+        """An unreachable registry (``exc.status`` 0): False while it may still come back (a controller
+        restart), True once it stayed away longer than OUTAGE_TOLERANCE_S; any answer ends the outage."""
+        if exc is None or exc.status != 0:
+            self._unreachable_since = None
+            return False
+        now = time.monotonic()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+            self.log(f"registry unreachable ({exc.problem}); waiting up to {OUTAGE_TOLERANCE_S:g} s for it")
+        return now - self._unreachable_since > OUTAGE_TOLERANCE_S
 
     def _name(self, job_id: str, flow_id: str) -> str:
         return f"{self.prefix}{job_id}/{flow_id}"
@@ -143,28 +166,39 @@ class RegistryLink(RegistryPort):
             self._reports.put(("finish", self.prefix + job.job_id, flow.task_id, flow.size_bytes, finish_s))
 
     def _report_loop(self) -> None:
-        from controller.client import ApiClientError
-
         while True:
             item = self._reports.get()
             if item is None:
                 return
             kind, job_id, flow_id = item[:3]
             name = f"{job_id}/{flow_id}"
-            try:
-                if kind == "start":
-                    channel, start_s = item[3], item[4]
-                    answer = self._call("flow_started", job_id, flow_id, start_s=start_s,
-                                        channel_id=channel.channel_id)
-                    self._remember(name, (answer or {}).get("allocation") or {})
-                    if name not in self._finished:  # else its channel already carries the next flow
-                        self._active[name] = channel
-                else:
-                    size_bytes, finish_s = item[3], item[4]
-                    self._call("flow_finished", job_id, flow_id, finish_s=finish_s, bytes_sent=size_bytes)
-            except ApiClientError as exc:
-                self._errors.append(f"registry {'unreachable' if exc.status == 0 else 'refused'} the "
-                                    f"{kind} of {name}: {exc.problem if exc.status == 0 else exc}")
+            while job_id not in self._forgotten and not self._report(kind, job_id, flow_id, name, item):
+                time.sleep(0.1)  # the registry is away (a controller restart): the same report again
+
+    def _report(self, kind: str, job_id: str, flow_id: str, name: str, item: tuple) -> bool:
+        """Send one start or finish report; False when it should be retried (the registry is away)."""
+        from controller.client import ApiClientError
+
+        try:
+            if kind == "start":
+                channel, start_s = item[3], item[4]
+                answer = self._call("flow_started", job_id, flow_id, start_s=start_s,
+                                    channel_id=channel.channel_id)
+                self._remember(name, (answer or {}).get("allocation") or {})
+                if name not in self._finished:  # else its channel already carries the next flow
+                    self._active[name] = channel
+            else:
+                size_bytes, finish_s = item[3], item[4]
+                self._call("flow_finished", job_id, flow_id, finish_s=finish_s, bytes_sent=size_bytes)
+        except ApiClientError as exc:
+            if exc.status == 0 and not self._outage_over(exc):
+                return False
+            if exc.status == 409 and self._aborted(job_id, flow_id):
+                return True  # the job failed meanwhile; forget_job is on its way
+            self._errors.append(f"registry {'unreachable' if exc.status == 0 else 'refused'} the "
+                                f"{kind} of {name}: {exc.problem if exc.status == 0 else exc}")
+        self._outage_over(None)
+        return True
 
     def _poll_loop(self) -> None:
         from controller.client import ApiClientError
@@ -183,13 +217,32 @@ class RegistryLink(RegistryPort):
                     else:
                         answer = {"allocation": self._call("allocation", job_id, flow_id)}
                     self._remember(name, answer.get("allocation") or {})
+                    self._outage_over(None)
                 except ApiClientError as exc:
-                    if name not in self._active:  # finished meanwhile: the answer is moot
+                    if name not in self._active or job_id in self._forgotten:  # finished or failed: moot
                         continue
                     if exc.status == 0:
-                        self._errors.append(f"registry unreachable: {exc.problem}")
+                        if not self._outage_over(exc):
+                            break  # keep the last allocation; poll again next interval
+                        self._errors.append(f"registry unreachable for over {OUTAGE_TOLERANCE_S:g} s: "
+                                            f"{exc.problem}")
                         return
                     self.log(f"registry refused a poll for {name}: {exc}")
+
+    def _aborted(self, job_id: str, flow_id: str) -> bool:
+        """Whether the registry aborted the flow (its job failed), which explains a refusal."""
+        from controller.client import ApiClientError
+
+        try:
+            return self._call("flow", job_id, flow_id).get("state") == "aborted"
+        except ApiClientError:
+            return False
+
+    def forget_job(self, job_id: str) -> None:
+        name = self.prefix + job_id
+        self._forgotten.add(name)
+        for key in [k for k in self._active if k.split("/", 1)[0] == name]:
+            self._active.pop(key, None)
 
     # ------------------------------------------------------------------ what the sender applies
     def dscp(self, job_id: str, flow_id: str) -> int | None:
