@@ -43,7 +43,7 @@ install_debs "${APT_RUNTIME[@]}"
 
 # Debian's mininet module lives in /usr/lib/python3/dist-packages, so the venv is made from Debian's
 # Python with system site packages visible.
-EXTRAS="controller,experiments,fast"
+EXTRAS="controller,experiments,fast,sweep"
 ((WANT_TEST)) && EXTRAS="$EXTRAS,test"
 STAMP="$VENV/.echelon-stamp"
 WANT_STAMP="$EXTRAS $(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"

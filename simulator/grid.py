@@ -1,0 +1,159 @@
+"""Sweep grids: the file ``echelon sweep GRID.json`` takes, and the cells it expands into.
+
+A grid names scenarios, schedulers and scenario parameters with lists of values; its cells are every
+combination (scenario x parameter values x scheduler), each one simulation (``docs/sweep.md``)::
+
+    {"name": "load-study",
+     "scenarios": ["multitenant-k8", "my-scenario.json"],
+     "schedulers": ["fair", "coflow", "echelon"],
+     "parameters": {"jobs.0.multi_tenant.load": [0.3, 0.6], "jobs.0.multi_tenant.seed": [0, 1, 2]},
+     "alone_runs": true}
+
+A parameter is a dotted path into the scenario document (``topology.rate_mbps``, ``jobs.0.params.
+micro_batches``; a number indexes a list): every level but the last must exist in every scenario of the
+grid, the last one may be new (an optional field).  Loading checks everything up front, including each
+cell's scenario with its values put in (the scenario loader's own checks), so a sweep never starts on a
+grid with a bad cell; every problem is one :class:`~echelonflow.errors.UserError` line.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from echelonflow.errors import UserError
+from echelonflow.fields import Field, FieldError, array, boolean, mapping, read, show, text
+from echelonflow.fileio import read_json
+from echelonflow.scenario import parse_scenario, resolve
+from echelonflow.schedulers import check_names
+
+_GRID_FIELDS = (
+    Field("name", text(), default=""),
+    Field("description", text(nonempty=False), default=""),
+    Field("scenarios", array(text(), nonempty=True, of="of scenario names or paths"), required=True),
+    Field("schedulers", array(text(), nonempty=True, of="of scheduler names")),
+    Field("parameters", mapping(), default={}),
+    Field("alone_runs", boolean(), default=True),
+)
+
+
+class GridError(UserError):
+    """A grid file that cannot be swept (names the file, the field and the problem)."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One simulation of a sweep: a scenario document with the cell's values put in, one scheduler."""
+
+    scenario: str
+    source: str
+    scheduler: str
+    parameters: dict[str, Any]
+    document: dict[str, Any] = field(repr=False, compare=False)
+    alone_runs: bool = True
+
+    @property
+    def key(self) -> str:
+        """What identifies the cell across runs of a sweep (finished cells are skipped by it)."""
+        return json.dumps([self.scenario, self.scheduler, self.parameters, self.alone_runs], sort_keys=True)
+
+    def label(self) -> str:
+        values = " ".join(f"{path.rsplit('.', 1)[-1]}={value}" for path, value in self.parameters.items())
+        return f"{self.scenario} {self.scheduler}" + (f" {values}" if values else "")
+
+
+@dataclass
+class Grid:
+    name: str
+    parameter_paths: list[str]
+    cells: list[Cell]
+    description: str = ""
+
+
+def load_grid(path: str) -> Grid:
+    """Read, check and expand the grid file ``path`` (see module docstring)."""
+    data = read_json(path, "grid", GridError)
+    try:
+        top = read(data, _GRID_FIELDS, what="a JSON object")
+        parameters = _parameters(top["parameters"])
+        schedulers = check_names(top["schedulers"]) if top["schedulers"] is not None else None
+        if schedulers is not None and len(schedulers) != len(top["schedulers"]):
+            raise FieldError("schedulers", "names a scheduler twice")
+        if len(set(top["scenarios"])) != len(top["scenarios"]):
+            raise FieldError("scenarios", "names a scenario twice")
+    except (FieldError, UserError) as err:
+        raise GridError(f"grid {path}: {err}") from None
+    cells: list[Cell] = []
+    base = Path(path).resolve().parent
+    for index, name in enumerate(top["scenarios"]):
+        label = f"grid {path}: scenarios[{index}]"
+        source = _scenario_source(name, base, label)
+        document = read_json(source, "scenario", GridError)
+        combos = [dict(zip(parameters, values)) for values in itertools.product(*parameters.values())]
+        for combo in combos:
+            cell_document = _with_values(document, combo, label)
+            try:
+                scenario = parse_scenario(cell_document, source)
+            except UserError as err:
+                where = f" with {_show_combo(combo)}" if combo else ""
+                raise GridError(f"{label}{where}: {err}") from None
+            for scheduler in schedulers or scenario.schedulers:
+                cells.append(Cell(scenario.name, str(source), scheduler, combo, cell_document,
+                                  top["alone_runs"]))
+    return Grid(top["name"] or Path(path).stem, list(parameters), cells, top["description"])
+
+
+def _parameters(spec: dict[str, Any]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for path, values in spec.items():
+        name = f"parameters.{path}"
+        if not path or any(not part for part in path.split(".")):
+            raise FieldError(name, "must be a dotted path such as jobs.0.multi_tenant.load")
+        if not isinstance(values, list) or not values:
+            raise FieldError(name, f"must be a non-empty array of values, got {show(values)}")
+        out[path] = values
+    return out
+
+
+def _scenario_source(name: str, base: Path, label: str) -> Path:
+    """A scenario named in a grid: a bundled name, or a path relative to the grid file."""
+    candidate = base / name
+    try:
+        return resolve(str(candidate) if candidate.is_file() else name)
+    except UserError as err:
+        raise GridError(f"{label}: {err}") from None
+
+
+def _with_values(document: dict[str, Any], combo: dict[str, Any], label: str) -> dict[str, Any]:
+    """A copy of ``document`` with each dotted path of ``combo`` set to its value."""
+    out = copy.deepcopy(document)
+    for path, value in combo.items():
+        parts = path.split(".")
+        node: Any = out
+        for depth, part in enumerate(parts[:-1]):
+            node = _step(node, part, ".".join(parts[: depth + 1]), label, path)
+        last = parts[-1]
+        if isinstance(node, list):
+            _step(node, last, path, label, path)
+            node[int(last)] = value
+        elif isinstance(node, dict):
+            node[last] = value
+        else:
+            raise GridError(f"{label}: parameter {path}: {'.'.join(parts[:-1])} is not an object or array")
+    return out
+
+
+def _step(node: Any, part: str, where: str, label: str, path: str) -> Any:
+    if isinstance(node, dict) and part in node:
+        return node[part]
+    if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        return node[int(part)]
+    raise GridError(f"{label}: parameter {path}: the scenario has no {where}")
+
+
+def _show_combo(combo: dict[str, Any]) -> str:
+    return ", ".join(f"{path}={show(value)}" for path, value in combo.items())
