@@ -23,6 +23,11 @@ nothing may block: the API's waits use the hub's events.  Where the scheduling s
 ``app.enforcer`` (install/update/remove return an :class:`~controller.enforcement.Ack` resolved on
 barrier replies) and may append callables to ``app.switch_ready_hooks`` (called with the dpid after a
 switch (re)connected and got its routing and enforcement state back).
+
+Faults: a port going down or up (OFPT_PORT_STATUS, and the port list each switch is asked for when it
+connects) and a switch disconnecting or reconnecting change one :class:`~echelonflow.linkstate.LinkState`
+that the router and the registry share; :meth:`EchelonApp._links_changed` then moves every pair route,
+scheduled flow and channel, and any enforcement primitive, whose path changed (docs/faults.md).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from controller.service import SchedulingService  # noqa: E402
 from controller.store import open_registry  # noqa: E402
 from controller.switch_stats import MeterCounters, PortCounters, SwitchStats  # noqa: E402
 from echelonflow.errors import UserError  # noqa: E402
+from echelonflow.linkstate import LinkState  # noqa: E402
 
 LOG = logging.getLogger("echelon.controller")
 # Ryu/os-ken apps take options from the manager's --config-file: ours live in its [echelon] section.
@@ -74,7 +80,9 @@ class EchelonApp(compat.BaseApp):
         except UserError as exc:  # a bad setting or spec file: one line, no traceback
             print(f"echelon controller: error: {exc}", file=sys.stderr, flush=True)
             os._exit(2)
-        self.router = Router(self.topology, idle_timeout_s=config.route_idle_s)
+        #: Links and switches down now; the router, the registry and the primitives route around them.
+        self.links = LinkState()
+        self.router = Router(self.topology, idle_timeout_s=config.route_idle_s, links=self.links)
         self.datapaths: dict[int, Any] = {}
         self._barrier_tickets: dict[tuple[int, int], Ack] = {}
         self.enforcer = Enforcer(
@@ -83,6 +91,7 @@ class EchelonApp(compat.BaseApp):
         )
         self.switch_ready_hooks: list[Callable[[int], None]] = []
         self.registry = open_registry(self.topology, config.store)
+        self.registry.links = self.links
         self.service = SchedulingService(
             self.registry, self.enforcer, queues=self.enforcer.queues, interval_s=config.interval_s,
             lock=compat.hub.Semaphore(),
@@ -246,7 +255,11 @@ class EchelonApp(compat.BaseApp):
         self.metrics.connected(dp.id)
         self.send_ops(dp.id, self.router.ops_for_switch(dp.id))
         self.enforcer.reinstall(dp.id)
-        LOG.info("switch %s (dpid %#x) ready", self.router.switch_by_dpid[dp.id], dp.id)
+        name = self.router.switch_by_dpid[dp.id]
+        LOG.info("switch %s (dpid %#x) ready", name, dp.id)
+        dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))  # which of its ports are down
+        if self.links.set_switch(name, up=True):
+            self._links_changed(f"switch {name} reconnected")
         for hook in self.switch_ready_hooks:
             hook(dp.id)
 
@@ -259,6 +272,53 @@ class EchelonApp(compat.BaseApp):
             for key in [k for k in self._barrier_tickets if k[0] == dp.id]:
                 self._barrier_tickets.pop(key).switch_unreachable(dp.id)
             LOG.info("switch dpid %#x disconnected", dp.id)
+            name = self.router.switch_by_dpid.get(dp.id)
+            if name is not None and self.links.set_switch(name, up=False):
+                self._links_changed(f"switch {name} disconnected")
+
+    # ----------------------------------------------------------------------- faults
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def _on_port_status(self, ev: Any) -> None:
+        msg = ev.msg
+        gone = msg.reason == msg.datapath.ofproto.OFPPR_DELETE
+        self._port_state(msg.datapath, [msg.desc], gone)
+
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
+    def _on_port_desc(self, ev: Any) -> None:
+        self._port_state(ev.msg.datapath, ev.msg.body, gone=False)
+
+    def _port_state(self, dp: Any, ports: Any, gone: bool) -> None:
+        """Ports of one switch reported (status change or the list on connect): mark their links."""
+        switch = self.router.switch_by_dpid.get(dp.id)
+        if switch is None:
+            return
+        ofp = dp.ofproto
+        changed = []
+        for desc in ports:
+            neighbour = self.topology.neighbour_on_port(switch, desc.port_no)
+            if neighbour is None:
+                continue
+            up = not gone and not desc.state & ofp.OFPPS_LINK_DOWN and not desc.config & ofp.OFPPC_PORT_DOWN
+            if self.links.set_port(switch, neighbour, up):
+                changed.append(f"{switch}-{neighbour} {'up' if up else 'down'} (port {desc.port_no})")
+        if changed:
+            self._links_changed("link " + ", ".join(changed))
+
+    def _links_changed(self, what: str) -> None:
+        """Move everything whose path the change affects: pair routes, the service's flows and channels
+        (registry paths, rules, meters kept), then enforcement primitives left on something down."""
+        started = time.monotonic()
+        for dpid, ops in self.router.reroute().items():
+            self.send_ops(dpid, ops)
+        moved, _report = self.service.on_links_changed()
+        for flow_id in self.enforcer.stranded(self.links.passes):
+            if flow_id not in self.service.installed:  # a primitive: its own key picks the new path
+                src, dst = self.enforcer.host_pair(flow_id)
+                self.enforcer.repath(flow_id, self.topology.path_for(src, dst, flow_id, self.links))
+                moved.append(flow_id)
+        self.metrics.rerouted(len(moved))
+        LOG.info("%s; down now: %s; moved %d enforced flows in %.1f ms%s", what, self.links.describe(),
+                 len(moved), 1000 * (time.monotonic() - started), f": {', '.join(moved)}" if moved else "")
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def _on_barrier_reply(self, ev: Any) -> None:

@@ -294,6 +294,38 @@ class Enforcer:
             self._holders.pop(match, None)
         return self._dispatch(self._delete_ops(flow), order=self._send_order(flow))
 
+    def repath(self, flow_id: str, path: Sequence[str]) -> Ack:
+        """Move a live flow to another path between its hosts, keeping its class, meter and cookie.
+
+        Rules go onto the new path first (last switch first; a switch on both paths has its rules
+        replaced in place, same match and priority, counters kept), then the old path's other switches
+        lose theirs.  The meter stays on the first switch, which every path of a host shares.  Used when
+        a link or switch goes down (and back).
+        """
+        old = self._live(flow_id)
+        node_path = self._check_path(flow_id, old.match, path)
+        if node_path == old.path:
+            return self._dispatch({}, order=[])
+        new = replace(old, path=node_path)
+        ops = self._flow_ops(new)
+        old_first, new_first = self._hops(old.path)[0].dpid, self._hops(new.path)[0].dpid
+        if old.meter_id is not None and old_first == new_first:
+            ops[new_first] = [op for op in ops[new_first] if not isinstance(op, fm.MeterSet)]
+        # a host has one link, so both paths start at its switch; the old path's other switches are stale
+        stale = {dpid: rules for dpid, rules in self._delete_ops(old).items() if dpid not in ops}
+        self._set_live(new)
+        order = self._send_order(new) + [hop.dpid for hop in self._hops(old.path) if hop.dpid in stale]
+        return self._dispatch({**ops, **stale}, order=order)
+
+    def stranded(self, passes: Callable[[Sequence[str]], bool]) -> list[str]:
+        """Live flows whose path no longer ``passes`` (crosses something down)."""
+        return [flow_id for flow_id, flow in self._flows.items() if not passes(flow.path)]
+
+    def host_pair(self, flow_id: str) -> tuple[str, str]:
+        """(source host, destination host) of a live flow."""
+        match = self._live(flow_id).match
+        return self._host_ips[match.src_ip], self._host_ips[match.dst_ip]
+
     def reinstall(self, dpid: int) -> Ack:
         """Send a reconnected switch every live flow's meters and rules that it holds."""
         ops: list[fm.Op] = []

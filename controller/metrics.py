@@ -88,6 +88,9 @@ class ControllerMetrics:
         self.operations = Counter("echelon_enforcement_operations",
                                   "Per-flow enforcement operations pushed by scheduling rounds", ["op"],
                                   registry=reg)
+        self.rerouted_flows = Counter(
+            "echelon_rerouted_flows", "Enforced flows moved to another path because a link or switch went "
+            "down or came back", registry=reg)
         for labels in self._dp.values():  # every switch's series exists from the start, at 0
             for counter in (self.packet_ins, self.errors, self.dp_connections, self.dp_disconnections):
                 counter.labels(*labels)
@@ -123,6 +126,9 @@ class ControllerMetrics:
 
     def disconnected(self, dpid: int) -> None:
         self.dp_disconnections.labels(*self._labels(dpid)).inc()
+
+    def rerouted(self, flows: int) -> None:
+        self.rerouted_flows.inc(flows)
 
     def observe_round(self, report: RoundReport) -> None:
         """The scheduling service's round listener."""

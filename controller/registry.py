@@ -42,6 +42,7 @@ from echelonflow.fields import (
     read,
     show,
 )
+from echelonflow.linkstate import LinkState
 from echelonflow.model import qualified
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
 from echelonflow.topology import Topology
@@ -193,6 +194,10 @@ class Registry:
         self.flows: dict[str, FlowRecord] = {}  # qualified flow id -> record
         self.settings: dict[str, str] = {}
         self._paths: dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = {}
+        #: Links and switches down now (the controller's port status): flows and channels are routed
+        #: around them (:meth:`repin`); not stored, a restarted controller learns them from the switches.
+        self.links = LinkState()
+        self._channel_routes: dict[str, tuple[str, ...]] = {}  # channel id -> route at the last repin
         self._active: dict[str, None] = {}  # ordered set of active flow keys
         self._by_tuple: dict[tuple[str, str, int, int], str] = {}
         self.channels: dict[str, ChannelRecord] = {}
@@ -377,7 +382,8 @@ class Registry:
     def _on_channel(self, flow: FlowRecord, channel: ChannelRecord) -> None:
         """The flow runs where its channel runs: the channel's path, not the flow's own pinned one."""
         self._channel_flow[channel.channel_id] = flow.key
-        self._paths[flow.key] = (channel.path, Topology.links_of(channel.path))
+        route = self.channel_route(channel)
+        self._paths[flow.key] = (route, Topology.links_of(route))
 
     # ------------------------------------------------------------------ channels
     def channel(self, channel_id: Any) -> ChannelRecord:
@@ -428,8 +434,41 @@ class Registry:
 
     def channel_view(self, channel: ChannelRecord) -> dict[str, Any]:
         return {"channel_id": channel.channel_id, "src": channel.src, "dst": channel.dst,
-                "src_port": channel.src_port, "dst_port": channel.dst_port, "path": list(channel.path),
+                "src_port": channel.src_port, "dst_port": channel.dst_port,
+                "path": list(self.channel_route(channel)),
                 "flow": self._channel_flow.get(channel.channel_id)}
+
+    def channel_route(self, channel: ChannelRecord) -> tuple[str, ...]:
+        """Where a channel runs now: its registered path, or while that crosses something down, another
+        equal-cost path (chosen as ``Topology.path_for`` chooses, keyed by the channel)."""
+        if self.links.passes(channel.path):
+            return channel.path
+        return tuple(self.topology.path_for(channel.src, channel.dst, "channel:" + channel.channel_id,
+                                            self.links))
+
+    def repin(self) -> tuple[list[str], list[str]]:
+        """Re-route every pending and active flow and every channel for the current :attr:`links`.
+
+        Returns the flow keys (flows on no channel) and channel ids whose path changed, so the caller
+        moves what is enforced for them.  Finished flows keep the path they ran on.
+        """
+        flows = []
+        for key, flow in self.flows.items():
+            if flow.state == "finished":
+                continue
+            channel = self.channels.get(flow.channel_id) if flow.channel_id is not None else None
+            nodes = self.channel_route(channel) if channel is not None and flow.state == "active" \
+                else self._path(key, flow.src, flow.dst, "flow")[0]
+            if nodes != self._paths[key][0]:
+                self._paths[key] = (nodes, Topology.links_of(nodes))
+                if channel is None:
+                    flows.append(key)
+        channels = [cid for cid, channel in self.channels.items()
+                    if self.channel_route(channel) != self._channel_routes.get(cid, channel.path)]
+        self._channel_routes = {cid: self.channel_route(c) for cid, c in self.channels.items()}
+        if flows or channels:
+            self.version += 1
+        return flows, channels
 
     def _channel_path(self, src: str, dst: str, path: Any) -> tuple[str, ...]:
         if path is None:
@@ -634,7 +673,7 @@ class Registry:
 
     def _path(self, key: str, src: str, dst: str, what: str):
         try:
-            nodes = self.topology.path_for(src, dst, key)
+            nodes = self.topology.path_for(src, dst, key, self.links)
         except ValueError as exc:
             raise RegistryError("src", f"{what}: {exc}") from None
         return tuple(nodes), Topology.links_of(nodes)

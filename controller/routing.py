@@ -8,6 +8,11 @@ while the install cost is one packet-in per pair, paid once.  The path is
 ``Topology.path_for(src, dst, "src->dst")``: the same stable hash the simulator uses, so pairs between
 two pods spread deterministically over the cores.  ARP is answered from the topology (a fat-tree has
 loops, nothing is ever flooded).
+
+Links and switches that are down (``links``, the controller's :class:`~echelonflow.linkstate.LinkState`)
+are routed around with ``Topology.pair_path(src, dst, links)``, the simulator's rule: a pair whose route
+crosses one moves to another equal-cost path, the others stay; :meth:`Router.reroute` gives the rule
+changes when the down set changed.
 """
 
 from __future__ import annotations
@@ -16,9 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller import flowmods as fm
+from echelonflow.linkstate import LinkState
 from echelonflow.topology import NodePath, Topology
 
 OpsByDpid = dict[int, list[fm.Op]]
+ALL_BITS = (1 << 64) - 1  # a cookie mask matching one cookie exactly
 
 
 @dataclass(frozen=True)
@@ -42,8 +49,10 @@ def path_hops(topology: Topology, path: Sequence[str]) -> list[Hop]:
 class Router:
     """Routing state for one topology: host lookup, pair routes installed, and the rules they need."""
 
-    def __init__(self, topology: Topology, idle_timeout_s: int = 30, reinstall_guard_s: float = 1.0) -> None:
+    def __init__(self, topology: Topology, idle_timeout_s: int = 30, reinstall_guard_s: float = 1.0,
+                 links: LinkState | None = None) -> None:
         self.topology = topology
+        self.links = links if links is not None else LinkState()
         self.idle_timeout_s = idle_timeout_s
         self.reinstall_guard_s = reinstall_guard_s
         nodes = topology.graph.nodes
@@ -59,7 +68,7 @@ class Router:
         return None if host is None else self.topology.graph.nodes[host]["mac"]
 
     def pair_path(self, src: str, dst: str) -> NodePath:
-        return self.topology.pair_path(src, dst)
+        return self.topology.pair_path(src, dst, self.links)
 
     # ----------------------------------------------------------------------- rule sets
     def base_ops(self) -> list[fm.Op]:
@@ -113,6 +122,23 @@ class Router:
             next_node = path[path.index(switch) + 1]
             out_port = self.topology.port(switch, next_node)
             out.setdefault(dpid, []).append(fm.PacketOut(in_port, out_port, data))
+        return out
+
+    def reroute(self) -> OpsByDpid:
+        """After the down set changed: every installed pair route whose path changed goes onto its new
+        path (rules replaced in place where the paths share a switch) and off the old path's others."""
+        out: OpsByDpid = {}
+        for (src, dst), old in sorted(self.routes.items()):
+            if self.pair_path(src, dst) == old:
+                continue
+            self.routes[(src, dst)] = self.pair_path(src, dst)
+            rules = self.pair_rules(src, dst)
+            for dpid, ops in rules.items():
+                out.setdefault(dpid, []).extend(ops)
+            gone = fm.FlowDelete(fm.make_cookie(fm.COOKIE_ROUTE, self._pair_number(src, dst)), ALL_BITS)
+            for hop in path_hops(self.topology, old):
+                if hop.dpid not in rules:
+                    out.setdefault(hop.dpid, []).append(gone)
         return out
 
     def ops_for_switch(self, dpid: int) -> list[fm.Op]:

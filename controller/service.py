@@ -1,6 +1,8 @@
 """The scheduling service: registry snapshot -> the selected scheduler -> the smallest enforcement change.
 
-Runs on every arrival (flow started), departure (flow finished), scheduler switch and every ``interval_s``.
+Runs on every arrival (flow started), departure (flow finished), scheduler switch, link or switch going
+down or coming back (:meth:`SchedulingService.on_links_changed` first moves what is enforced on the
+changed paths) and every ``interval_s``.
 It calls the very scheduler classes the simulator runs (``echelonflow.schedulers.get_scheduler``) on a
 ``Snapshot`` built by the registry, then turns the ``Decision`` into enforcement through an
 :class:`EnforcementPort` (the controller's ``Enforcer``; a recording port in unit tests):
@@ -68,6 +70,8 @@ class EnforcementPort(Protocol):
                clear_rate: bool = False) -> Any: ...
 
     def remove(self, flow_id: str) -> Any: ...
+
+    def repath(self, flow_id: str, path: Sequence[str]) -> Any: ...
 
 
 #: Enforcement keys of channels (``channel:<id>``): never a ``job/flow`` key, which always has a slash.
@@ -191,6 +195,26 @@ class SchedulingService:
         """A flow finished: its capacity goes to the others at once, not at the next interval."""
         return self.reschedule("departure")
 
+    def on_links_changed(self) -> tuple[list[str], RoundReport]:
+        """A link or switch went down or came back (``registry.links`` already says so): re-pin.
+
+        The registry re-routes its flows and channels; every enforced one whose path changed is moved
+        at once (rules onto the new path, off the old one, meter kept), before the scheduler decides
+        again on the new paths' loads.  Returns the enforcement keys moved and the round's report.
+        """
+        with self._round_lock:
+            flows, channels = self.registry.repin()
+            moved = []
+            for key in [*flows, *(channel_key(c) for c in channels)]:
+                if key not in self.installed:
+                    continue
+                path = self._install_args(key)[1]
+                if self.port is not None and not self._call(self.port.repath, key, path):
+                    del self.installed[key]  # the port lost it: the round below installs it afresh
+                    continue
+                moved.append(key)
+        return moved, self.reschedule("reroute")
+
     def observe_bytes(self, flow_id: str, byte_count: float) -> None:
         """Switch-counter bytes of a flow's first-hop rule (frames incl. headers) -> payload estimate.
 
@@ -300,7 +324,8 @@ class SchedulingService:
     def _install_args(self, key: str) -> tuple[FlowMatch, tuple[str, ...]]:
         if key.startswith(CHANNEL_PREFIX):
             channel = self.registry.channels[key[len(CHANNEL_PREFIX):]]
-            return FlowMatch(*self.registry.channel_tuple(channel.channel_id)), channel.path
+            route = self.registry.channel_route(channel)
+            return FlowMatch(*self.registry.channel_tuple(channel.channel_id)), route
         return FlowMatch(*self.registry.five_tuple(key)), self.registry.path_of(key)
 
     def _push(self, desired: dict[str, Installed], report: RoundReport) -> None:

@@ -9,6 +9,11 @@ import json
 
 import pytest
 
+from controller import flowmods as fm
+from controller.enforcement import Enforcer, FlowMatch
+from controller.registry import Registry
+from controller.routing import Router
+from controller.service import SchedulingService
 from echelonflow.echelon import echelons_of
 from echelonflow.errors import ScenarioError
 from echelonflow.faults import FaultEvent, FaultSpecError, parse_fault, read_events
@@ -19,6 +24,7 @@ from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import get_scheduler
 from echelonflow.topology import Topology, fattree
 from simulator.engine import _Run, simulate
+from tests.test_controller_unit import Recorder
 
 RATE_BPS = 10e6
 SIZE_BYTES = 2_500_000  # 2 s alone at 10 Mbit/s on idealised links
@@ -176,3 +182,74 @@ def test_the_simulator_re_pins_an_enforced_flow_off_a_down_link() -> None:
     assert now == list(Topology.links_of(topo.path_for("h1", "h16", "a/f", links)))
     assert (a, b) not in now and (b, a) not in now
     assert run.finish_s["a/f"] == pytest.approx(2.0)  # alone: the new path is as fast
+
+
+# ----------------------------------------------------------------------------- the controller's logic
+def _agg_core_link(path) -> tuple[str, str]:
+    return next((a, b) for a, b in _switch_links(path) if a.startswith("a") and b.startswith("c"))
+
+
+def _cookie_rules(rec: Recorder, cookie: int) -> set[int]:
+    return {dpid for dpid, table in rec.rules.items() for r in table.values() if r.cookie == cookie}
+
+
+def test_router_moves_a_pair_route_off_a_down_link_and_back() -> None:
+    topo = fattree(10e6, 4)
+    router, rec = Router(topo), Recorder()
+    ip = {h: topo.graph.nodes[h]["ip"] for h in ("h1", "h16")}
+    for dpid, ops in router.on_ipv4(topo.graph.nodes["e1"]["dpid"], 1, ip["h1"], ip["h16"], b"", 0.0).items():
+        rec(dpid, [op for op in ops if isinstance(op, fm.FlowRule)])
+    packet = {"eth_type": fm.ETH_TYPE_IPV4, "ipv4_src": ip["h1"], "ipv4_dst": ip["h16"]}
+    before = tuple(rec.walk(topo, "h1", packet))
+    assert before == topo.pair_path("h1", "h16")
+    a, b = _agg_core_link(before)
+    router.links.set_link(a, b, up=False)
+    for dpid, ops in router.reroute().items():
+        rec(dpid, ops)
+    after = tuple(rec.walk(topo, "h1", packet))
+    assert (a, b) not in Topology.links_of(after) and after == router.routes[("h1", "h16")]
+    back = tuple(rec.walk(topo, "h16", {**packet, "ipv4_src": ip["h16"], "ipv4_dst": ip["h1"]}))
+    assert router.links.passes(back)
+    route_cookies = {r.cookie for table in rec.rules.values() for r in table.values()}
+    for cookie in route_cookies:  # every switch holding a pair's rule is on that pair's path now
+        holders = {router.switch_by_dpid[d] for d in _cookie_rules(rec, cookie)}
+        assert holders <= set(after) | set(back)
+    assert router.reroute() == {}  # nothing changed since
+    router.links.set_link(a, b, up=True)
+    for dpid, ops in router.reroute().items():
+        rec(dpid, ops)
+    assert tuple(rec.walk(topo, "h1", packet)) == before
+
+
+def test_service_moves_an_enforced_flow_with_its_meter_and_the_registry_path() -> None:
+    topo = fattree(10e6, 4)
+    rec = Recorder()
+    registry = Registry(topo)
+    enforcer = Enforcer(topo, rec, queues=4)
+    service = SchedulingService(registry, enforcer, now=lambda: 1.0)
+    registry.add_job("j")
+    registry.add_echelon("j", "e", flows=[{"flow_id": "f", "src": "h1", "dst": "h16", "size_bytes": 10**7}])
+    registry.flow_started("j", "f", 40000, 5201, 1.0)
+    service.reschedule("arrival")
+    match = FlowMatch(*registry.five_tuple("j/f"))
+    live = enforcer.live_flows()["j/f"]
+    assert live.meter_id is not None and live.path == registry.path_of("j/f")
+    forward = dict(match.fields())
+    assert tuple(rec.walk(topo, "h1", forward)) == live.path
+    a, b = _agg_core_link(live.path)
+    registry.links.set_link(a, b, up=False)
+    moved, report = service.on_links_changed()
+    assert moved == ["j/f"] and report.reason == "reroute"
+    new = enforcer.live_flows()["j/f"]
+    path = registry.flow_view(registry.flows["j/f"])["path"]
+    assert tuple(path) == new.path != live.path and registry.links.passes(new.path)
+    assert tuple(rec.walk(topo, "h1", forward)) == new.path
+    assert tuple(rec.walk(topo, "h16", dict(match.reversed().fields()))) == tuple(reversed(new.path))
+    first = topo.graph.nodes["e1"]["dpid"]
+    assert new.meter_id == live.meter_id and new.meter_id in rec.meters[first]
+    cookie = fm.make_cookie(fm.COOKIE_ENFORCE, new.number * 2)
+    assert {Router(topo).switch_by_dpid[d] for d in _cookie_rules(rec, cookie)} == set(new.path[1:-1])
+    assert service.on_links_changed()[0] == []  # nothing changed since
+    registry.links.set_link(a, b, up=True)
+    assert service.on_links_changed()[0] == ["j/f"]
+    assert enforcer.live_flows()["j/f"].path == live.path == tuple(rec.walk(topo, "h1", forward))
