@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from cli.main import main
 from controller import flowmods as fm
 from controller.enforcement import Enforcer, FlowMatch
 from controller.registry import Registry
@@ -253,3 +254,18 @@ def test_service_moves_an_enforced_flow_with_its_meter_and_the_registry_path() -
     registry.links.set_link(a, b, up=True)
     assert service.on_links_changed()[0] == ["j/f"]
     assert enforcer.live_flows()["j/f"].path == live.path == tuple(rec.walk(topo, "h1", forward))
+
+
+def test_emulate_refuses_a_bad_fault_with_one_line_and_status_2(capsys) -> None:
+    for spec, words in (("link:a1@3s", "two node names"), ("link:h1-e1@1s", "without a path"),
+                        ("cable:x@1s", "unknown kind 'cable'")):
+        assert main(["emulate", "fattree-gpipe-ring", "--fault", spec]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err, err
+
+
+def test_simulate_replays_a_scenario_s_events(tmp_path, capsys) -> None:
+    path = _scenario(tmp_path, [{"at_s": 0.05, "link_down": ["a1", "e1"]},
+                                {"at_s": 0.1, "link_down": ["a2", "c3"]}])
+    assert main(["simulate", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"]

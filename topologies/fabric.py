@@ -40,7 +40,7 @@ from typing import Any
 from echelonflow import ownership
 from echelonflow import queues as queue_marks
 from echelonflow.errors import UserError
-from echelonflow.topology import DEFAULT_MTU_BYTES, Topology
+from echelonflow.topology import DEFAULT_MTU_BYTES, Topology, intf_name
 from topologies import cleanup, ovs, qos
 
 LOCK_PATH = "/run/echelon-fabric.lock"
@@ -188,6 +188,32 @@ class Fabric:
         if name not in self.topology.hosts:
             raise FabricError(f"topology {self.topology.name!r} has no host {name!r}")
         return self.net.get(name)
+
+    def set_link(self, a: str, b: str, up: bool) -> None:
+        """Take the link ``a``-``b`` down (both interfaces administratively down, so each switch sees its
+        port go down, as when a cable is pulled) or bring it back; :class:`FabricError` if that fails."""
+        if self.net is None:
+            raise FabricError("the fabric is not started")
+        if not self.topology.graph.has_edge(a, b):
+            raise FabricError(f"topology {self.topology.name!r} has no link {a}-{b}")
+        for node, other in ((a, b), (b, a)):
+            intf = intf_name(node, self.topology.port(node, other))
+            command = f"ip link set dev {intf} {'up' if up else 'down'}"
+            if self.topology.graph.nodes[node]["kind"] == "host":
+                out = self.net.get(node).cmd(command + "; echo rc=$?")
+                failed = "rc=0" not in out
+            else:
+                proc = subprocess.run(command.split(), capture_output=True, text=True, timeout=10)
+                failed, out = proc.returncode != 0, proc.stderr
+            if failed:
+                raise FabricError(f"{command} failed: {out.strip()[:200]}")
+
+    def set_switch(self, switch: str, up: bool) -> None:
+        """Take every link of a switch down (what its neighbours see when it dies) or bring them back."""
+        if self.topology.graph.nodes.get(switch, {}).get("kind") != "switch":
+            raise FabricError(f"topology {self.topology.name!r} has no switch {switch!r}")
+        for neighbour in sorted(self.topology.graph.neighbors(switch)):
+            self.set_link(switch, neighbour, up)
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> Fabric:

@@ -44,6 +44,7 @@ from traffic.agent import INTERRUPTED
 from traffic.capture import CaptureError, WireCapture
 from traffic.channels import channel_plan
 from traffic.control import ControlError, wait_for_sockets
+from traffic.fault_injector import NetworkFaults
 from traffic.monitor import FidelityMonitor, Thresholds, combine, sample_interval_s
 from traffic.runspec import RegistrySettings, RunSpec, SpecError, check_serialisable, save_runspec
 
@@ -436,7 +437,8 @@ class EmulationSettings:
     #: faults injected into the round with all jobs together (``echelon emulate --fault``): objects with
     #: ``kind``, ``target`` and ``at_s`` (``echelonflow.faults.FaultEvent``); handled here: ``agent``
     #: (that host's agent killed with SIGKILL) and ``controller`` (killed with SIGKILL, then restarted
-    #: on the same registry store)
+    #: on the same registry store); ``link`` and ``switch`` go down (and up) in every round, as the
+    #: simulator replays them in every run (traffic.fault_injector)
     faults: list = field(default_factory=list)
 
 
@@ -585,7 +587,9 @@ def emulate_scheduler(
             ports = fabric.switch_ports
             interval_s = settings.monitor_interval_s or sample_interval_s(len(ports))
             monitor = FidelityMonitor(ports, interval_s, ctl.pid, settings.monitor_thresholds)
+            network = NetworkFaults(fabric, settings.faults)  # links and switches: every round, as simulated
             with contextlib.ExitStack() as watchers:
+                watchers.callback(_say_all, say, network.restore)
                 if wire is not None:
                     try:
                         watchers.enter_context(wire)
@@ -604,7 +608,7 @@ def emulate_scheduler(
                     progress=_prefixed(say, f"{label}: "), topology_spec=topology_spec, channel_plan=plan,
                     kill_agents={f.target[0]: f.at_s for f in faults if f.kind == "agent"},
                     actions=[(f.at_s, crash_and_restart_controller)
-                             for f in faults if f.kind == "controller"],
+                             for f in faults if f.kind == "controller"] + network.actions(),
                 )
             monitor_docs[label] = monitor.report(window=(outcome.t0_s, time.time()))
             monitor.save_intervals(os.path.join(workdir, f"monitor-{label}.json"))
@@ -661,6 +665,11 @@ def retry_once(action: Callable[[], None], undo: Callable[[], None], what: str,
     except Exception as exc:  # noqa: BLE001
         undo()
         raise EmulationError(f"{what} failed twice: {_one_line(exc)} (first: {first})") from None
+
+
+def _say_all(say: Callable[[str], None], lines: Callable[[], list[str]]) -> None:
+    for line in lines():
+        say(line)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,4 +1,5 @@
-"""``echelon emulate SCENARIO [--scheduler NAME]... [--repeat N] [--capture] [--json] [--out RUN_DIR]``.
+"""``echelon emulate SCENARIO [--scheduler NAME]... [--repeat N] [--capture] [--fault SPEC]... [--json]
+[--out RUN_DIR]``.
 
 For each scheduler in turn (``--repeat N``: N times each): a fresh Mininet/OVS fabric and controller
 (scheduler selected through the controller's API), one traffic agent per host used by the jobs, real
@@ -19,7 +20,10 @@ says why the folder is partial.  Progress goes to stderr; ``--json`` prints the 
 (8181 and 9302), so the dashboard and ``/metrics`` stay at one address while the run goes from round to
 round.  ``--dilation F`` runs the scenario time-dilated by F (link rates / F, compute and arrivals x F)
 and reports its times divided by F; ``--dilation auto`` picks F by a calibration on the fabric
-(:mod:`traffic.calibrate`; docs/emulation.md, "Time dilation").  Needs root, Open vSwitch and Mininet.
+(:mod:`traffic.calibrate`; docs/emulation.md, "Time dilation").  ``--fault link:a1-e1@3s`` (repeatable, like
+the scenario's ``events``) takes a link or switch down, and optionally back, at that time in every round
+and in the simulation alike (:mod:`traffic.fault_injector`, docs/faults.md).  Needs root, Open vSwitch and
+Mininet.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 
@@ -88,6 +93,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "and arrival by F so this machine forwards the fabric faithfully; results stay "
                              "in the scenario's own time scale. 'auto': the smallest of 1, 2, 4, 8, 16 whose "
                              "calibration traffic the fidelity monitor trusts (default: 1, no calibration)")
+    parser.add_argument("--fault", action="append", default=[], metavar="KIND:TARGET@TIME[..TIME]",
+                        help="inject a fault TIME seconds after the run starts (repeatable), e.g. "
+                             "link:a1-e1@3s (link down at 3 s), link:a1-e1@3s..6s (and back at 6 s), "
+                             "switch:c1@2s (all its links); added to the scenario's events, and the "
+                             "simulation replays the same (docs/faults.md)")
     parser.set_defaults(run=run)
 
 
@@ -97,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     names = check_names(args.scheduler or [])
     scenario = load_scenario(args.scenario)
+    scenario.events = with_faults(scenario, args.fault)
     outcome = emulate_and_report(scenario, names or list(scenario.schedulers), out=args.out,
                                  plots=not args.no_plots, alone_runs=not args.no_alone,
                                  pace=not args.no_pacing, live=args.live, repeat=args.repeat,
@@ -112,6 +123,18 @@ def run(args: argparse.Namespace) -> int:
         print(table)
         print(f"\nrun folder: {folder.path}")
     return 0
+
+
+def with_faults(scenario: Any, specs: list[str]) -> list:
+    """The scenario's events plus the ``--fault`` ones, checked like the scenario's own (UserError)."""
+    from echelonflow.faults import check_no_partition, flow_pairs, parse_fault
+
+    events = list(scenario.events)
+    for spec in specs:
+        events += parse_fault(spec, scenario.topology)
+    events.sort(key=lambda e: e.at_s)
+    check_no_partition(scenario.topology, events, flow_pairs(scenario.jobs), field="--fault")
+    return events
 
 
 def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=True, progress=None, pace=True,
@@ -146,7 +169,8 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
         scenario.topology.mtu_bytes = DEFAULT_MTU_BYTES
     simulated = Results(scenario.name, "simulate")
     for name in schedulers:
-        simulated.runs.append(simulate(scenario.topology, scenario.jobs, get_scheduler(name)))
+        simulated.runs.append(simulate(scenario.topology, scenario.jobs, get_scheduler(name),
+                                       events=scenario.events))
     attach_lower_bounds(simulated.runs, scenario.jobs, scenario.topology)
     emulated = Results(scenario.name, "emulate")
     if dilation == "auto":
@@ -167,7 +191,11 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
         say(f"time dilation x{factor:g}: links at {emu_topology.rate_bps / 1e6:g} Mbit/s, compute and "
             f"arrivals x{factor:g}; times below: the scenario's own time scale (wall clock / {factor:g})")
     settings = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace, capture=capture,
-                                 monitor_thresholds=Thresholds().dilated(factor))
+                                 monitor_thresholds=Thresholds().dilated(factor),
+                                 faults=[replace(e, at_s=e.at_s * factor) for e in scenario.events])
+    for event in scenario.events:
+        say(f"fault planned: {event.describe()}" + (f" (x{factor:g}: {event.at_s * factor:g} s wall clock)"
+                                                     if factor != 1.0 else ""))
     if live:
         from controller.config import ControllerConfig
 
@@ -192,7 +220,8 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
             alone_fallback_s = None
             if not alone_runs and len(scenario.jobs) > 1:  # slowdowns against the simulated alone times
                 scheduler = get_scheduler(sim_run.scheduler)
-                alone_fallback_s = {job.job_id: factor * simulate(scenario.topology, [job], scheduler)
+                alone_fallback_s = {job.job_id: factor * simulate(scenario.topology, [job], scheduler,
+                                                                  events=scenario.events)
                                     .jobs[job.job_id].completion_s for job in scenario.jobs}
             for index in range(repeat):
                 name = sim_run.scheduler if repeat == 1 else f"{sim_run.scheduler}-r{index + 1}"

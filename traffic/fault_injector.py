@@ -1,0 +1,65 @@
+"""Network faults acted out on a running fabric (``echelon emulate --fault link:a1-e1@3s``, scenario events).
+
+The events are :class:`echelonflow.faults.FaultEvent` of the kinds that change the network (``link``,
+``switch``), the very list the simulator replays.  :meth:`NetworkFaults.actions` turns them into
+(seconds after t0, action) pairs for ``traffic.emulate.run_agents``'s timers; an action takes a link
+down or brings it back (both interfaces administratively down or up, so each switch sees its port go,
+as when a cable is pulled; a switch: all its links) and returns the line to say.  Whatever is still
+down when the round ends is brought back by :meth:`NetworkFaults.restore`, so the next round starts on a
+whole fabric.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Callable
+
+from echelonflow.faults import FaultEvent
+
+#: kind -> how to act an event out on a started ``topologies.fabric.Fabric``.
+ACTIONS: dict[str, Callable[[Any, FaultEvent], None]] = {
+    "link": lambda fabric, event: fabric.set_link(event.target[0], event.target[1], event.up),
+    "switch": lambda fabric, event: fabric.set_switch(event.target[0], event.up),
+}
+
+
+class NetworkFaults:
+    """The network events of one round on ``fabric``; other kinds are left to their own handlers."""
+
+    def __init__(self, fabric: Any, events: Sequence[FaultEvent]) -> None:
+        self.fabric = fabric
+        self.events = [e for e in events if e.kind in ACTIONS]
+        self._down: dict[tuple[str, tuple[str, ...]], FaultEvent] = {}
+        self._lock = threading.Lock()  # timers may fire together
+
+    def actions(self) -> list[tuple[float, Callable[[], str]]]:
+        return [(event.at_s, self._action(event)) for event in self.events]
+
+    def _action(self, event: FaultEvent) -> Callable[[], str]:
+        def act() -> str:
+            started = time.monotonic()
+            with self._lock:
+                ACTIONS[event.kind](self.fabric, event)
+                key = (event.kind, event.target)
+                if event.up:
+                    self._down.pop(key, None)
+                else:
+                    self._down[key] = event
+            return f"fault: {event.describe()} (done in {1000 * (time.monotonic() - started):.0f} ms)"
+
+        return act
+
+    def restore(self) -> list[str]:
+        """Bring back everything still down (latest first); returns the problems, if any."""
+        problems = []
+        with self._lock:
+            for event in reversed(list(self._down.values())):
+                try:
+                    back = FaultEvent(event.at_s, event.kind, event.target, up=True)
+                    ACTIONS[event.kind](self.fabric, back)
+                except Exception as exc:  # noqa: BLE001 - a fabric being torn down may already be gone
+                    problems.append(f"bringing {event.kind} {'-'.join(event.target)} back failed: {exc}")
+            self._down.clear()
+        return problems
