@@ -450,11 +450,11 @@ class Registry:
         """Re-route every pending and active flow and every channel for the current :attr:`links`.
 
         Returns the flow keys (flows on no channel) and channel ids whose path changed, so the caller
-        moves what is enforced for them.  Finished flows keep the path they ran on.
+        moves what is enforced for them.  Finished and aborted flows keep the path they ran on.
         """
         flows = []
         for key, flow in self.flows.items():
-            if flow.state == "finished":
+            if flow.state in DONE_STATES:
                 continue
             channel = self.channels.get(flow.channel_id) if flow.channel_id is not None else None
             nodes = self.channel_route(channel) if channel is not None and flow.state == "active" \

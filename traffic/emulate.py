@@ -626,7 +626,7 @@ def emulate_scheduler(
             say(f"warning: controller log shows {len(problems)} problem line(s), e.g. {problems[0][:160]}")
         result = assemble_run(jobs, documents, scheduler, alone_s or alone_fallback_s, failed_jobs)
         if settings.faults:
-            result.faults = [{"kind": f.kind, "target": list(f.target), "at_s": f.at_s}
+            result.faults = [{"kind": f.kind, "target": list(f.target), "at_s": f.at_s, "up": f.up}
                              for f in settings.faults]
         result.fidelity_monitor = combine(monitor_docs)
         result.trusted = result.fidelity_monitor["trusted"]
