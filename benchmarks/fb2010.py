@@ -8,7 +8,12 @@ flows), and each scheduler's average CCT relative to ``fair`` (per-flow fairness
 cross the switch (all mappers on their reducer's port) complete at arrival and are left out of the
 statistics.
 
-    .venv/bin/python benchmarks/fb2010.py [--max-coflows N] [--scheduler NAME]...
+    .venv/bin/python benchmarks/fb2010.py [--max-coflows N] [--scheduler NAME]... [--out DIR]
+
+Each scheduler's CCTs are written to ``DIR/results.json`` (default ``benchmarks/results/fb2010``) as soon
+as its run ends, keyed by scheduler and coflow count, so a long sweep can run one scheduler per process
+and a later run adds to the table; the table printed (and written to ``DIR/results.md``) covers every
+scheduler recorded for the same coflow count.
 
 Published anchors on this trace (CoflowSim): Varys up to 3.16x faster on average than per-flow
 fairness; Aalo 1.93x faster on average and 3.59x at the 95th percentile.
@@ -17,8 +22,10 @@ fairness; Aalo 1.93x faster on average and 3.59x at the 95th percentile.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from pathlib import Path
 
 from echelonflow.importers.coflow_benchmark import BYTES_PER_MB
 from echelonflow.scenario import load_scenario
@@ -27,6 +34,8 @@ from simulator.engine import simulate
 
 SHORT_BYTES = 5 * BYTES_PER_MB
 NARROW_FLOWS = 50
+BINS = ("short-narrow", "long-narrow", "short-wide", "long-wide")
+ORDER = ("fair", "fifo", "coflow", "sincronia", "aalo", "echelon", "echelon-online")
 
 
 def bin_of(job) -> str:
@@ -41,37 +50,65 @@ def stats(values: list[float]) -> tuple[float, float, float]:
     return statistics.fmean(ordered), statistics.median(ordered), p95
 
 
+def table(records: dict, names_in_order: list[str]) -> str:
+    """Markdown table of every recorded scheduler, with the average CCT relative to fair's."""
+    fair_avg = records.get("fair", {}).get("avg_s")
+    header = ("| scheduler | run_s | avg_s | p50_s | p95_s | avg vs fair | p95 vs fair | "
+              + " | ".join(f"{b} avg/p95 (n)" for b in BINS) + " |")
+    lines = [header, "|" + "---|" * (7 + len(BINS))]
+    fair_p95 = records.get("fair", {}).get("p95_s")
+    for name in names_in_order:
+        r = records[name]
+        ratio = f"{fair_avg / r['avg_s']:.2f}x" if fair_avg else "-"
+        ratio95 = f"{fair_p95 / r['p95_s']:.2f}x" if fair_p95 else "-"
+        cells = [f"{r['bins'][b]['avg_s']:.2f}/{r['bins'][b]['p95_s']:.2f} ({r['bins'][b]['count']})"
+                 if b in r["bins"] else "-" for b in BINS]
+        lines.append(f"| {name} | {r['run_s']:.1f} | {r['avg_s']:.2f} | {r['p50_s']:.2f} | "
+                     f"{r['p95_s']:.2f} | {ratio} | {ratio95} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--max-coflows", type=int, default=None, help="only the first N coflows")
     parser.add_argument("--scheduler", action="append",
                         help="scheduler (repeatable; default: the scenario's)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/fb2010"),
+                        help="folder for results.json and results.md")
     args = parser.parse_args()
     scenario = load_scenario("fb2010")
     jobs = scenario.jobs[:args.max_coflows] if args.max_coflows else scenario.jobs
     networked = [j for j in jobs if j.flows]
     bins = {j.job_id: bin_of(j) for j in networked}
+    key = f"{len(jobs)} coflows"
     print(f"{len(jobs)} coflows ({len(networked)} cross the switch), "
-          f"{sum(len(j.flows) for j in jobs)} flows, {scenario.topology.name}")
-    names = ("short-narrow", "long-narrow", "short-wide", "long-wide")
-    print(f"{'scheduler':<15} {'run_s':>7} {'avg_s':>8} {'p50_s':>8} {'p95_s':>8} {'vs_fair':>8}  "
-          + "  ".join(f"{b + ' avg/p95':>22}" for b in names))
-    fair_avg = None
+          f"{sum(len(j.flows) for j in jobs)} flows, {scenario.topology.name}", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results_path = args.out / "results.json"
+    stored = json.loads(results_path.read_text()) if results_path.exists() else {}
+    records = stored.setdefault(key, {})
     for name in args.scheduler or scenario.schedulers:
         started = time.perf_counter()
         result = simulate(scenario.topology, jobs, get_scheduler(name), check_invariants=False,
                           alone_runs=False)
         run_s = time.perf_counter() - started
-        cct = {j.job_id: result.jobs[j.job_id].completion_s for j in networked}
+        cct = {j.job_id: float(result.jobs[j.job_id].completion_s) for j in networked}
         avg, p50, p95 = stats(list(cct.values()))
-        fair_avg = avg if name == "fair" else fair_avg
-        ratio = f"{fair_avg / avg:.2f}x" if fair_avg else "-"
-        cells = []
-        for b in names:
+        per_bin = {}
+        for b in BINS:
             values = [c for j, c in cct.items() if bins[j] == b]
-            cells.append(f"{stats(values)[0]:>10.2f}/{stats(values)[2]:<10.2f}" if values else f"{'-':>22}")
-        print(f"{name:<15} {run_s:>7.1f} {avg:>8.2f} {p50:>8.2f} {p95:>8.2f} {ratio:>8}  " + "  ".join(cells),
-              flush=True)
+            if values:
+                b_avg, b_p50, b_p95 = stats(values)
+                per_bin[b] = {"count": len(values), "avg_s": b_avg, "p50_s": b_p50, "p95_s": b_p95}
+        records[name] = {"run_s": run_s, "avg_s": avg, "p50_s": p50, "p95_s": p95, "bins": per_bin,
+                         "cct_s": cct}
+        results_path.write_text(json.dumps(stored, indent=1, sort_keys=True))
+        print(f"{name}: {run_s:.1f} s of simulation, average CCT {avg:.2f} s", flush=True)
+    order = [n for n in ORDER if n in records] + sorted(n for n in records if n not in ORDER)
+    text = table(records, order)
+    (args.out / "results.md").write_text(
+        f"# FB2010, {key} ({len(networked)} cross the switch), {scenario.topology.name}\n\n{text}\n")
+    print(text)
 
 
 if __name__ == "__main__":
