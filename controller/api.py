@@ -192,8 +192,15 @@ class Api:
                          "enforce_s": last.enforce_s, "error": last.error}}
 
     def get_scheduler(self, body: Any, query: Any) -> tuple[int, Any]:
-        return 200, {"scheduler": self.service.scheduler_name, "available": self.service.available(),
-                     "enforces": self.service.scheduler.enforces, "queues": self.service.queues}
+        return 200, self._scheduler_view()
+
+    def _scheduler_view(self) -> dict[str, Any]:
+        """The selected policy: whether it enforces, whether it reads declared sizes (``clairvoyant``;
+        agents declare none for a policy that does not), and the flow events it has heard."""
+        scheduler = self.service.scheduler
+        return {"scheduler": scheduler.name, "available": self.service.available(),
+                "enforces": scheduler.enforces, "queues": self.service.queues,
+                "clairvoyant": scheduler.clairvoyant, "observed": dict(self.service.observed)}
 
     def list_jobs(self, body: Any, query: Any) -> tuple[int, Any]:
         return 200, {"jobs": [self.registry.job_view(j) for j in self.registry.jobs.values()]}
@@ -262,8 +269,7 @@ class Api:
         fields(body, ("scheduler",))
         wait_s = _wait_filter(query)
         report = self.service.set_scheduler(body["scheduler"])
-        answer = {"scheduler": self.service.scheduler_name, "available": self.service.available(),
-                  "enforces": self.service.scheduler.enforces,
+        answer = {**self._scheduler_view(),
                   "pushed": {"installs": report.installs, "updates": report.updates,
                              "removes": report.removes}}
         return 200, self._waited(answer, wait_s)
@@ -318,7 +324,7 @@ class Api:
         flow = self.registry.flow_started(job_id, flow_id, body.get("src_port"), body.get("dst_port"),
                                           self.service.now() if start_s is None else start_s,
                                           channel_id=body.get("channel_id"))
-        self.service.on_arrival()
+        self.service.on_arrival(flow.key)
         return 200, self._waited({"flow": self.registry.flow_view(self.registry.flows[flow.key]),
                                   "allocation": self.service.allocation(flow.key)}, wait_s)
 
@@ -326,6 +332,7 @@ class Api:
         self.registry.flow(job_id, flow_id)
         fields(body, ("bytes_sent",))
         flow = self.registry.flow_progress(job_id, flow_id, body["bytes_sent"])
+        self.service.on_progress(flow.key)
         return 200, {"flow": self.registry.flow_view(flow), "allocation": self.service.allocation(flow.key)}
 
     def post_finish(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
@@ -336,7 +343,7 @@ class Api:
             finish_s = self.service.now()
         wait_s = _wait_filter(query)
         flow = self.registry.flow_finished(job_id, flow_id, finish_s, body.get("bytes_sent"))
-        self.service.on_departure()
+        self.service.on_departure(flow.key)
         return 200, self._waited({"flow": self.registry.flow_view(flow)}, wait_s)
 
     def post_abort(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:

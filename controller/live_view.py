@@ -91,9 +91,9 @@ class LiveView:
 
     # ------------------------------------------------------------------ flows and EchelonFlows
     def estimate(self, flow: FlowRecord, now_s: float) -> FlowEstimate:
-        remaining = max(0.0, flow.size_bytes - self.registry.bytes_done(flow))
+        remaining = self.registry.remaining_bytes(flow)  # a declared flow's whole size, before its start
         if flow.state != "active":
-            return FlowEstimate(0.0 if flow.state in DONE_STATES else float(flow.size_bytes), None, None)
+            return FlowEstimate(0.0 if flow.state in DONE_STATES else remaining, None, None)
         rate = self.service.state.decision.rate_bps.get(flow.key)
         waiting = rate is None or self.service.paused(rate)  # a paused flow has no finish to estimate
         finish = None if waiting else now_s + remaining * 8.0 / rate

@@ -20,6 +20,12 @@ their declared ``start_offset_s`` (ideal start relative to the head's) and ``off
 (:func:`~echelonflow.echelon.reference_time_from_starts`, which also covers flows declared without a
 start offset).  A flow's ideal finish is ``d_j = r + offset_s``.
 
+Undeclared sizes: a flow registered without ``size_bytes`` (``size_bytes`` None: what agents send when
+the selected scheduler is not clairvoyant, ``echelon-online`` and ``aalo``) is scheduled on the size the
+:attr:`Registry.estimator` (the service sets it to the selected scheduler) expects: ``echelon-online``
+learns it from earlier iterations.  Without an estimate it is assumed to have as many bytes left as it
+has sent, and at least :data:`UNDECLARED_LEFT_BYTES`.  Its finish must say how many bytes it moved.
+
 Kept Python 3.9 compatible: the controller imports it.
 """
 
@@ -27,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from echelonflow.echelon import KINDS, FlowStart, infer_kind, reference_time_from_starts
 from echelonflow.fields import (
@@ -56,6 +62,8 @@ MAX_SIZE_BYTES = 10**15
 MAX_OFFSET_S = 7 * 24 * 3600.0
 #: Latest time accepted for a start or finish (seconds on the controller's clock, about year 33658).
 MAX_TIME_S = 1e12
+#: Least payload a flow of undeclared size counts as having left when its scheduler has no estimate.
+UNDECLARED_LEFT_BYTES = 1 << 20
 
 check_id = identifier()
 check_port = integer(1, 65535)
@@ -66,7 +74,7 @@ FLOW_FIELDS = (
     Field("flow_id", check_id, required=True),
     Field("src", required=True),
     Field("dst", required=True),
-    Field("size_bytes", integer(1, MAX_SIZE_BYTES), required=True),
+    Field("size_bytes", nullable(integer(1, MAX_SIZE_BYTES))),  # absent or null: undeclared
     Field("offset_s", number(0.0, MAX_OFFSET_S), default=0.0),
     Field("start_offset_s", nullable(number(0.0, MAX_OFFSET_S))),
 )
@@ -117,7 +125,7 @@ class FlowRecord:
     echelon_id: str
     src: str
     dst: str
-    size_bytes: int
+    size_bytes: int | None  # None: undeclared (learned or estimated; see the module docstring)
     offset_s: float
     start_offset_s: float | None
     seq: int
@@ -153,6 +161,12 @@ class ChannelRecord:
     src_port: int
     dst_port: int
     path: tuple[str, ...]  # node path, hosts included: one of the equal-cost paths src -> dst
+
+
+class SizeEstimator(Protocol):
+    """Who knows what a flow of undeclared size has left (``Scheduler`` implements it)."""
+
+    def estimate_remaining_bytes(self, flow_id: str, sent_bytes: float) -> float | None: ...
 
 
 class StorePort:
@@ -205,6 +219,8 @@ class Registry:
         self._reference_s: dict[str, float] = {}
         self._observed_bytes: dict[str, float] = {}
         self._next_seq = 0
+        #: Estimates the remaining bytes of flows registered without a size (the service's scheduler).
+        self.estimator: SizeEstimator | None = None
         #: Incremented by every mutation; lets the service skip work when nothing changed.
         self.version = 0
         if loaded is not None:
@@ -293,6 +309,26 @@ class Registry:
     def bytes_done(self, flow: FlowRecord) -> float:
         """Best estimate of bytes delivered: the larger of the agent's report and the switch counters."""
         return max(float(flow.bytes_sent), self._observed_bytes.get(flow.key, 0.0))
+
+    def remaining_bytes(self, flow: FlowRecord) -> float:
+        """Payload bytes a live flow has left: its declared size less what is done, or for a flow of
+        undeclared size the estimator's guess (see the module docstring)."""
+        done = self.bytes_done(flow)
+        if flow.size_bytes is not None:
+            return max(0.0, flow.size_bytes - done)
+        estimate = None if self.estimator is None else self.estimator.estimate_remaining_bytes(flow.key, done)
+        return float(estimate) if estimate is not None else max(done, float(UNDECLARED_LEFT_BYTES))
+
+    def expected_size_bytes(self, flow: FlowRecord) -> float | None:
+        """The declared size, or the size the estimator expects a flow like this one to have (None: it
+        has no idea)."""
+        if flow.size_bytes is not None:
+            return float(flow.size_bytes)
+        return None if self.estimator is None else self.estimator.estimate_remaining_bytes(flow.key, 0.0)
+
+    def _size_cap(self, flow: FlowRecord) -> int:
+        """Most bytes a flow can report: its declared size, or the largest size accepted."""
+        return MAX_SIZE_BYTES if flow.size_bytes is None else flow.size_bytes
 
     # ------------------------------------------------------------------ mutations
     def add_job(self, job_id: Any, weight: Any = 1.0) -> JobRecord:
@@ -489,7 +525,7 @@ class Registry:
     def flow_progress(self, job_id: Any, flow_id: Any, bytes_sent: Any) -> FlowRecord:
         """Agent progress; lower values than already known are kept as the known maximum (reordering)."""
         flow = self.flow(job_id, flow_id)
-        sent = integer(0, flow.size_bytes)("bytes_sent", bytes_sent)
+        sent = integer(0, self._size_cap(flow))("bytes_sent", bytes_sent)
         if flow.state != "active":
             raise ConflictError("flow_id", f"flow {flow.key!r} is {flow.state}; progress needs it active")
         if sent <= flow.bytes_sent:
@@ -504,7 +540,10 @@ class Registry:
         finish = check_time("finish_s", finish_s)
         sent = flow.size_bytes
         if bytes_sent is not None:
-            sent = integer(0, flow.size_bytes)("bytes_sent", bytes_sent)
+            sent = integer(0, self._size_cap(flow))("bytes_sent", bytes_sent)
+        elif sent is None:
+            raise RegistryError("bytes_sent", f"missing: flow {flow.key!r} was registered without "
+                                              f"size_bytes, so its finish must say how many bytes it moved")
         if flow.state != "active":
             raise ConflictError("flow_id", f"flow {flow.key!r} is {flow.state}; only an active flow finishes")
         if flow.start_s is not None and finish < flow.start_s:
@@ -550,7 +589,7 @@ class Registry:
         flow = self.flows.get(flow_key)
         if flow is None or flow.state != "active":
             return
-        value = min(float(byte_count), float(flow.size_bytes))
+        value = min(float(byte_count), float(self._size_cap(flow)))
         if value > self._observed_bytes.get(flow_key, 0.0):
             self._observed_bytes[flow_key] = value
 
@@ -579,7 +618,7 @@ class Registry:
                 echelon_id=flow.echelon_key,
                 path=self._paths[key][1],
                 # on the wire: payload plus framing, as link capacities count it (Topology.wire_bytes)
-                remaining_bytes=self.topology.wire_bytes(max(0.0, flow.size_bytes - done)),
+                remaining_bytes=self.topology.wire_bytes(self.remaining_bytes(flow)),
                 ideal_finish_s=ref + flow.offset_s,
                 offset_s=flow.offset_s,
                 reference_s=ref,
@@ -609,7 +648,8 @@ class Registry:
             "job_id": flow.job_id, "flow_id": flow.flow_id, "echelon_id": flow.echelon_id,
             "src": flow.src, "dst": flow.dst, "src_ip": src_ip, "dst_ip": dst_ip,
             "src_port": flow.src_port, "dst_port": flow.dst_port,
-            "size_bytes": flow.size_bytes, "offset_s": flow.offset_s, "start_offset_s": flow.start_offset_s,
+            "size_bytes": flow.size_bytes, "expected_size_bytes": self.expected_size_bytes(flow),
+            "offset_s": flow.offset_s, "start_offset_s": flow.start_offset_s,
             "state": flow.state, "bytes_sent": flow.bytes_sent, "bytes_done_estimate": self.bytes_done(flow),
             "start_s": flow.start_s, "finish_s": flow.finish_s,
             "ideal_finish_s": None if ref is None else ref + flow.offset_s,

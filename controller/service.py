@@ -27,6 +27,12 @@ Remaining bytes come from the registry: the larger of the agents' progress repor
 counters fed through :meth:`SchedulingService.observe_bytes` (scaled by ``payload_fraction`` because the
 counters include Ethernet/IP/TCP headers).  The clock is passed in, so tests control time.
 
+Learning policies (``echelon-online``) hear every flow start, progress report and finish as a
+``FlowEvent`` (:meth:`SchedulingService.on_arrival`, :meth:`~SchedulingService.on_progress`,
+:meth:`~SchedulingService.on_departure`), and a newly selected (or restarted) scheduler first hears the
+registry's history, starts and finishes in time order.  The selected scheduler is the registry's
+estimator of what flows registered without a size have left.
+
 After a controller restart the registry is loaded from the store; :meth:`SchedulingService.start`
 reschedules at once and installs every live flow again without any agent doing anything.
 
@@ -48,11 +54,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from controller.enforcement import FlowMatch, wait_acks
-from controller.registry import Registry, RegistryError
+from controller.registry import FlowRecord, Registry, RegistryError
 from echelonflow.errors import UserError
 from echelonflow.queues import check_queues, dscp_for_queue
 from echelonflow.schedulers import SCHEDULERS, get_scheduler
-from echelonflow.schedulers.base import Decision, Scheduler
+from echelonflow.schedulers.base import Decision, FlowEvent, Scheduler
 
 LOG = logging.getLogger("echelon.service")
 DEFAULT_SCHEDULER = "echelon"
@@ -144,7 +150,9 @@ class SchedulingService:
         #: payload bytes per counted frame byte; by default the topology's (its MTU's) framing
         self.payload_fraction = float(payload_fraction or registry.topology.payload_fraction)
         name = registry.settings.get("scheduler", DEFAULT_SCHEDULER)
-        self.scheduler: Scheduler = get_scheduler(name)
+        #: Flow events handed to the scheduler's ``observe`` since this service started, by kind.
+        self.observed: dict[str, int] = {"start": 0, "progress": 0, "finish": 0}
+        self.scheduler: Scheduler = self._attach(get_scheduler(name))
         self.installed: dict[str, Installed] = {}
         self.state = _State()
         self.last_round: RoundReport | None = None
@@ -179,20 +187,58 @@ class SchedulingService:
         except UserError as exc:
             raise RegistryError("scheduler", str(exc)) from None
         self.registry.set_setting("scheduler", name)
-        self.scheduler = scheduler
+        self.scheduler = self._attach(scheduler)
         return self.reschedule("scheduler")
+
+    def _attach(self, scheduler: Scheduler) -> Scheduler:
+        """Make ``scheduler`` the registry's size estimator and tell it what already happened."""
+        history = []
+        for flow in self.registry.flows.values():
+            if flow.start_s is not None:
+                history.append((flow.start_s, 1, flow.seq, "start", flow))
+            if flow.state == "finished":  # not an aborted flow: it did not move its whole size
+                history.append((flow.finish_s, 0, flow.seq, "finish", flow))
+        for _time, _order, _seq, kind, flow in sorted(history, key=lambda e: e[:3]):
+            self._tell(scheduler, kind, flow)
+        self.registry.estimator = scheduler
+        return scheduler
+
+    def _tell(self, scheduler: Scheduler, kind: str, flow: FlowRecord) -> bool:
+        """One ``FlowEvent`` to ``scheduler.observe``; a policy that fails on it must not fail the API."""
+        time_s = {"start": flow.start_s, "finish": flow.finish_s}.get(kind)
+        event = FlowEvent(kind, flow.key, flow.echelon_key, flow.src, flow.dst,
+                          self.now() if time_s is None else float(time_s), float(flow.bytes_sent))
+        try:
+            scheduler.observe(event)
+        except Exception:  # noqa: BLE001 - log it; the flow is in the registry whatever the policy thinks
+            LOG.exception("scheduler %s failed to observe the %s of %s", scheduler.name, kind, flow.key)
+            return False
+        return True
+
+    def _observe(self, kind: str, flow_key: str | None) -> None:
+        if flow_key is not None and self._tell(self.scheduler, kind, self.registry.flows[flow_key]):
+            self.observed[kind] += 1
 
     # ------------------------------------------------------------------ events
     def start(self) -> RoundReport:
         """First round after (re)start: re-enforces every live flow loaded from the store."""
         return self.reschedule("start")
 
-    def on_arrival(self) -> RoundReport:
-        """A flow started (the registry has it): every allocation may change, so a full round."""
+    def on_arrival(self, flow_key: str | None = None) -> RoundReport:
+        """A flow started (the registry has it): the scheduler hears of it, and every allocation may
+        change, so a full round."""
+        self._observe("start", flow_key)
         return self.reschedule("arrival")
 
-    def on_departure(self) -> RoundReport:
-        """A flow finished: its capacity goes to the others at once, not at the next interval."""
+    def on_progress(self, flow_key: str) -> None:
+        """An agent reported a flow's bytes so far (the registry has them): the scheduler hears of it;
+        the next round (any reason) uses them."""
+        self._observe("progress", flow_key)
+
+    def on_departure(self, flow_key: str | None = None) -> RoundReport:
+        """A flow finished: the scheduler hears of it, and its capacity goes to the others at once, not
+        at the next interval."""
+        self._observe("finish", flow_key)
         return self.reschedule("departure")
 
     def on_links_changed(self) -> tuple[list[str], RoundReport]:

@@ -6,7 +6,8 @@ from.  Rows are whole records written with upserts, so a commit never depends on
 
 Default location ``/var/lib/echelon/registry.sqlite`` (directory created 0700, file 0600: it holds the
 cluster's traffic plan).  Switch byte counters are not stored: after a restart the switches report them
-again.
+again.  A flow of undeclared size (``size_bytes`` None) is stored with size 0, which no declared flow has
+(sizes start at 1), so stores written before undeclared sizes existed need no migration.
 
 Kept Python 3.9 compatible; stdlib only.
 """
@@ -69,6 +70,8 @@ CREATE TABLE IF NOT EXISTS settings (
 
 FLOW_COLUMNS = ("job_id", "flow_id", "echelon_id", "src", "dst", "size_bytes", "offset_s", "start_offset_s",
                 "seq", "state", "src_port", "dst_port", "bytes_sent", "start_s", "finish_s", "channel_id")
+#: ``size_bytes`` of a flow registered without a size (declared sizes are >= 1).
+UNDECLARED_SIZE = 0
 CHANNEL_COLUMNS = ("channel_id", "src", "dst", "src_port", "dst_port", "path")
 
 
@@ -127,7 +130,7 @@ class Store(StorePort):
                 db.executemany(
                     "INSERT OR REPLACE INTO flows ({}) VALUES ({})".format(
                         ", ".join(FLOW_COLUMNS), ", ".join("?" * len(FLOW_COLUMNS))),
-                    [tuple(getattr(f, c) for c in FLOW_COLUMNS) for f in flows])
+                    [_flow_row(f) for f in flows])
                 db.executemany("INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)",
                                list((settings or {}).items()))
                 db.executemany(
@@ -151,7 +154,7 @@ class Store(StorePort):
                     db.execute("SELECT job_id, weight FROM jobs ORDER BY rowid")]
             echelons = [EchelonRecord(*row) for row in
                         db.execute("SELECT job_id, echelon_id, kind FROM echelons ORDER BY rowid")]
-            flows = [FlowRecord(**dict(zip(FLOW_COLUMNS, row))) for row in
+            flows = [_flow_record(row) for row in
                      db.execute("SELECT {} FROM flows ORDER BY seq".format(", ".join(FLOW_COLUMNS)))]
             settings = dict(db.execute("SELECT name, value FROM settings"))
             rows = db.execute("SELECT {} FROM channels ORDER BY rowid".format(", ".join(CHANNEL_COLUMNS)))
@@ -160,6 +163,18 @@ class Store(StorePort):
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot read registry store {self.path!r}: {exc}") from None
         return jobs, echelons, flows, settings, channels
+
+
+def _flow_row(flow: FlowRecord) -> tuple:
+    return tuple(UNDECLARED_SIZE if c == "size_bytes" and flow.size_bytes is None else getattr(flow, c)
+                 for c in FLOW_COLUMNS)
+
+
+def _flow_record(row: Sequence) -> FlowRecord:
+    values = dict(zip(FLOW_COLUMNS, row))
+    if values["size_bytes"] == UNDECLARED_SIZE:
+        values["size_bytes"] = None
+    return FlowRecord(**values)
 
 
 def open_registry(topology, path: str = DEFAULT_PATH):

@@ -4,9 +4,12 @@
 registry runs plain TCP (the ``fair`` baseline of a bare network).  :class:`RegistryLink` talks to the real
 registry over its Unix-socket HTTP API (``controller.client.EchelonClient``, standard library only):
 
-* before t0, synchronously: the job's declaration (clairvoyant: every EchelonFlow with its flows'
+* before t0, synchronously: the job's declaration, and every channel, waiting until the switches hold
+  its rules.  Under a clairvoyant scheduler the declaration is every EchelonFlow with its flows' sizes,
   ideal-finish offsets ``offset_s`` and ideal-start offsets ``start_offset_s`` from
-  ``echelonflow.echelon``), and every channel, waiting until the switches hold its rules;
+  ``echelonflow.echelon``; under one that is not (``echelon-online``, ``aalo``: the controller's
+  ``clairvoyant`` is false) only which flows (ids, hosts) make up which EchelonFlow: no size, no offset,
+  so the scheduler goes by the starts, progress and finishes reported below and what it learns from them;
 * during the run, never on a flow's critical path: flow starts and finishes go through a worker thread in
   order, and a poller reads each active flow's allocation every ``poll_interval_s`` while reporting the
   bytes TCP has seen acknowledged.  The allocation's DSCP goes into the channel's ``IP_TOS``; under a
@@ -94,6 +97,8 @@ class RegistryLink(RegistryPort):
         self._lock = threading.Lock()  # one request at a time on the client's connection
         info = self.client.scheduler()
         self.enforces = bool(info.get("enforces"))
+        #: declare sizes and offsets (else the scheduler learns them from starts, progress and finishes)
+        self.declares_sizes = bool(info.get("clairvoyant", True))
         #: a channel between flows sits in the last class (what the controller installs for it)
         self.idle_dscp = dscp_for_queue(int(info.get("queues", 4)) - 1) if self.enforces else None
         self._dscp: dict[str, int] = {}
@@ -140,12 +145,16 @@ class RegistryLink(RegistryPort):
         self._call("register_job", job_id, weight=job.weight)
         for ech_id, spec in echelons_of(job).items():
             head_start = spec.ideal_start_s[spec.head]
-            flows = [{"flow_id": fid, "src": job.tasks[fid].src, "dst": job.tasks[fid].dst,
-                      "size_bytes": job.tasks[fid].size_bytes, "offset_s": spec.offsets_s[fid],
-                      "start_offset_s": spec.ideal_start_s[fid] - head_start}
+            flows = [{"flow_id": fid, "src": job.tasks[fid].src, "dst": job.tasks[fid].dst}
                      for fid in spec.flow_ids if job.tasks[fid].size_bytes > 0]
+            if flows and self.declares_sizes:
+                for flow in flows:
+                    fid = flow["flow_id"]
+                    flow.update(size_bytes=job.tasks[fid].size_bytes, offset_s=spec.offsets_s[fid],
+                                start_offset_s=spec.ideal_start_s[fid] - head_start)
             if flows:
-                self._call("register_echelon", job_id, ech_id, flows, kind=spec.kind)
+                self._call("register_echelon", job_id, ech_id, flows,
+                           kind=spec.kind if self.declares_sizes else None)
 
     def register_channel(self, channel: Channel) -> None:
         wait_s = self.settings.install_wait_s if self.enforces and self.settings.install_wait_s > 0 else None

@@ -52,7 +52,7 @@ function showFlows(view) {
   flows.sort((a, b) => (a.state === b.state ? 0 : a.state === "active" ? -1 : 1));
   $("flows").tBodies[0].replaceChildren(...flows.map((f) => row([
     `${f.job_id}/${f.flow_id}`, f.echelon_id, `${f.src}→${f.dst}`, f.state,
-    { text: `${((100 * f.bytes_done_estimate) / f.size_bytes).toFixed(0)} %`, num: true },
+    { text: f.size_bytes ? `${((100 * f.bytes_done_estimate) / f.size_bytes).toFixed(0)} %` : "?", num: true },
     { text: f.queue ?? "", num: true }, { text: mbps(f.rate_bps), num: true },
     { text: mbps(f.meter_rate_bps), num: true }, relative(f.ideal_finish_s, now),
     f.state === "finished" ? relative(f.finish_s, now) : relative(f.estimated_finish_s, now),

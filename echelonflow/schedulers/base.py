@@ -9,8 +9,10 @@ Clairvoyant policies (``fair``, ``coflow``, ``echelon``, ``fifo``, ``sincronia``
 Non-clairvoyant ones (``clairvoyant = False``: ``aalo``, ``echelon-online``) promise to read only what a
 network sees without being told: ids, paths, weights, bytes already sent (``sent_bytes``,
 ``group_sent_bytes``) and when the group started (``group_start_s``), never ``remaining_bytes`` or the
-ideal-finish fields.  A policy that learns (``echelon-online``) also gets every flow start and finish
-through :meth:`Scheduler.observe`, which is all an agent reports without declarations.
+ideal-finish fields.  A policy that learns (``echelon-online``) also gets every flow start, progress
+report and finish through :meth:`Scheduler.observe`, which is all an agent reports without declarations,
+and tells the controller what a flow registered without a size has left
+(:meth:`Scheduler.estimate_remaining_bytes`).
 
 Units: rates and capacities in bits per second, sizes in bytes, times in seconds.
 Kept Python 3.9 compatible: the controller imports it.
@@ -56,15 +58,15 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class FlowEvent:
-    """What an agent reports about one flow: its start, or its finish with the bytes it moved."""
+    """What an agent reports about one flow: its start, its progress or its finish with the bytes moved."""
 
-    kind: str  # "start" or "finish"
+    kind: str  # "start", "progress" (the controller's agents only) or "finish"
     flow_id: str  # qualified "job/flow"
     echelon_id: str  # qualified "job/echelon"
     src: str
     dst: str
     time_s: float
-    size_bytes: float = 0.0  # bytes the flow moved (finish events)
+    size_bytes: float = 0.0  # payload bytes the flow moved (finish: all of them; progress: so far)
 
 
 @dataclass
@@ -99,4 +101,9 @@ class Scheduler:
         raise NotImplementedError
 
     def observe(self, event: FlowEvent) -> None:
-        """A flow started or finished (default: ignored; learning policies override it)."""
+        """A flow started, progressed or finished (default: ignored; learning policies override it)."""
+
+    def estimate_remaining_bytes(self, flow_id: str, sent_bytes: float) -> float | None:
+        """Payload bytes a flow registered without a size has left after ``sent_bytes``, as this policy
+        expects it (None: no idea; the controller's registry then guesses)."""
+        return None

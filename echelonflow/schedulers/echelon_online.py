@@ -14,7 +14,8 @@ so its offsets are 0).  Then every decision is the clairvoyant ``echelon`` algor
 
 * a flow whose part is known: remaining = learned size - bytes sent (at least 5 % of the learned size,
   so a flow larger than last time still counts as unfinished), ideal finish = group start + learned
-  offset;
+  offset; the controller's registry asks the same estimate for flows registered without a size
+  (:meth:`EchelonOnlineScheduler.estimate_remaining_bytes`);
 * a flow of a group seen for the first time (the first iteration): Aalo's view (D-CLAS,
   ``echelonflow.schedulers.aalo``): the group is assumed to end at the upper threshold of the queue its
   sent bytes put it in, shared by its active flows, with offset 0; so groups that have sent little go
@@ -64,9 +65,15 @@ class EchelonOnlineScheduler(EchelonScheduler):
             self.flow_start_s[event.flow_id] = event.time_s
             self.group_start_s.setdefault(event.echelon_id, event.time_s)
             return
+        if event.kind != "finish":  # progress: the bytes sent reach decide() through the snapshot
+            return
         start_s = self.flow_start_s.pop(event.flow_id, event.time_s)
         offset_s = max(0.0, start_s - self.group_start_s.get(event.echelon_id, start_s))
         self.learned[template(event.flow_id)[0]] = (float(event.size_bytes), offset_s)
+
+    def estimate_remaining_bytes(self, flow_id: str, sent_bytes: float) -> float | None:
+        known = self.learned.get(template(flow_id)[0])
+        return None if known is None else _left(known[0], sent_bytes)
 
     def decide(self, snapshot: Snapshot) -> Decision:
         thresholds = self.aalo.thresholds(snapshot)
@@ -81,7 +88,7 @@ class EchelonOnlineScheduler(EchelonScheduler):
                 left, offset_s = 0.0, 0.0
             elif known is not None:
                 size, offset_s = known
-                left = max(size - flow.sent_bytes, MIN_LEFT_FRACTION * size, 1.0)
+                left = _left(size, flow.sent_bytes)
             else:
                 queue = self.aalo.queue_of(flow.group_sent_bytes / flow.weight, thresholds)
                 upper = thresholds[min(queue, len(thresholds) - 1)] * flow.weight
@@ -90,3 +97,8 @@ class EchelonOnlineScheduler(EchelonScheduler):
             estimated.append(replace(flow, remaining_bytes=left, offset_s=offset_s, reference_s=start_s,
                                      ideal_finish_s=start_s + offset_s))
         return super().decide(Snapshot(snapshot.now_s, snapshot.capacity_bps, estimated))
+
+
+def _left(size_bytes: float, sent_bytes: float) -> float:
+    """What a flow of learned size has left: never none while it runs (it may be larger this time)."""
+    return max(size_bytes - sent_bytes, MIN_LEFT_FRACTION * size_bytes, 1.0)
