@@ -53,12 +53,13 @@ class FaultEvent:
         raise ValueError(f"a {self.kind} fault does not change the network")
 
     def describe(self) -> str:
-        """``link a1-e1 down at 3 s``."""
-        return f"{self.kind} {'-'.join(self.target)} {'up' if self.up else 'down'} at {self.at_s:g} s"
+        """``link a1-e1 down at 3 s`` (``controller down at 4 s``: a kind without target)."""
+        what = " ".join([self.kind, "-".join(self.target)] if self.target else [self.kind])
+        return f"{what} {'up' if self.up else 'down'} at {self.at_s:g} s"
 
     def to_json(self) -> dict[str, Any]:
         """The event as a scenario's ``events`` entry (what :func:`read_events` reads back)."""
-        value: Any = list(self.target) if len(self.target) > 1 else self.target[0]
+        value: Any = list(self.target) if len(self.target) > 1 else self.target[0] if self.target else True
         return {"at_s": self.at_s, f"{self.kind}_{'up' if self.up else 'down'}": value}
 
 
@@ -77,6 +78,8 @@ class FaultKind:
     read_target: Callable[[str, Any], tuple[str, ...]]
     check: Callable[[Topology, tuple[str, ...]], str | None]
     network: bool = False
+    target_free: bool = False  # written KIND@TIME: one thing of its kind (the controller)
+    one_way: bool = False  # goes down and never comes back (a killed process): no DOWN..UP
 
 
 FAULT_KINDS: dict[str, FaultKind] = {}
@@ -129,6 +132,36 @@ register_kind(FaultKind("switch", "switch:c1@3s..5s", _switch_from_text,
                         lambda field, value: (text()(field, value),), _check_switch, network=True))
 
 
+# ----------------------------------------------------------------------------- the process kinds
+# Acted on by the emulator alone (traffic/emulate.py): the simulator has no processes to kill.
+def _host_from_text(value: str) -> tuple[str, ...]:
+    if not value or "-" in value:
+        raise ValueError(f"an agent is named by its host, e.g. h5, got {value!r}")
+    return (value,)
+
+
+def _check_host(topology: Topology, target: tuple[str, ...]) -> str | None:
+    (name,) = target
+    if name not in topology.hosts:
+        return f"topology {topology.name} has no host {name!r}"
+    return None
+
+
+def _no_target_from_json(field: str, value: Any) -> tuple[str, ...]:
+    if value is not True:
+        raise FieldError(field, f"must be true (a controller fault has no target), got {show(value)}")
+    return ()
+
+
+#: ``agent:h5@3s``: that host's traffic agent is killed (SIGKILL) then; its jobs fail, the others go on.
+register_kind(FaultKind("agent", "agent:h5@3s", _host_from_text, lambda field, value: (text()(field, value),),
+                        _check_host, one_way=True))
+#: ``controller@4s``: the controller is killed (SIGKILL) then and restarted on the same registry store at
+#: once; ``controller@4s..6s`` restarts it at 6 s.  The switches keep forwarding meanwhile.
+register_kind(FaultKind("controller", "controller@4s", lambda value: (), _no_target_from_json,
+                        lambda topology, target: None, target_free=True))
+
+
 # ----------------------------------------------------------------------------- command line
 _TIME = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(s|ms)?$")
 
@@ -157,16 +190,20 @@ def parse_fault(spec: str, topology: Topology | None = None) -> list[FaultEvent]
 def _parse_fault(spec: str, topology: Topology | None) -> list[FaultEvent]:
     head, at, when = spec.partition("@")
     kind_name, colon, target_text = head.partition(":")
-    if not colon or not at:
-        raise ValueError("must look like KIND:TARGET@TIME, e.g. link:a1-e1@3s")
     kind = FAULT_KINDS.get(kind_name)
+    if not at or not (colon or (kind is not None and kind.target_free)):
+        raise ValueError("must look like KIND:TARGET@TIME, e.g. link:a1-e1@3s (or controller@4s)")
     if kind is None:
         kinds = ", ".join(f"{k.name} ({k.example})" for k in FAULT_KINDS.values())
         raise ValueError(f"unknown kind {kind_name!r}; kinds: {kinds}")
+    if colon and kind.target_free:
+        raise ValueError(f"a {kind.name} fault has no target: write it like {kind.example}")
     target = kind.parse_target(target_text)
     down_text, dots, up_text = when.partition("..")
     down_s = _seconds(down_text)
     events = [FaultEvent(down_s, kind.name, target)]
+    if dots and kind.one_way:
+        raise ValueError(f"a killed {kind.name} does not come back: give one time, like {kind.example}")
     if dots:
         up_s = _seconds(up_text)
         if up_s <= down_s:

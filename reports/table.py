@@ -81,8 +81,9 @@ def format_trust(emulated: Results) -> str:
 def format_failures(emulated: Results) -> str:
     """One line per job that failed in a run (an agent of it died), empty when none did."""
     lines = []
+    repeated = {run.scheduler for run in emulated.runs if run.repeat}
     for run in emulated.runs:
-        which = "" if run.repeat is None else f" repeat {run.repeat + 1}"
+        which = f" repeat {run.repeat + 1}" if run.scheduler in repeated else ""
         for job_id, reason in (run.failed_jobs or {}).items():
             lines.append(f"job {job_id} FAILED under {run.scheduler}{which}: {reason}")
     return "\n".join(lines)

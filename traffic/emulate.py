@@ -182,8 +182,9 @@ def run_agents(
                 release_in_registry(registry, lost, host, say)
 
         failed = _wait_all(handles, jobs, t0_s, t0_s + run_timeout_s + 5.0, say, on_death)
-        for timer in timers:
+        for timer in timers:  # one not due yet never fires; one under way (a restart) is waited for
             timer.cancel()
+            timer.join(60.0)
         documents = {host: _read_document(handle) for host, handle in handles.items()
                      if handle.host not in failed.dead}
     finally:
@@ -533,23 +534,43 @@ def emulate_scheduler(
                 _warm_up(fabric, jobs, hosts_ip)
             _tune_datapath(progress, scheduler)
 
-    def crash_and_restart_controller() -> str:
-        """The controller fault: kill -9, then a new controller on the same folder, store, ports and
-        API socket; the switches keep forwarding meanwhile and the agents never see a new address."""
+    crashed: list[tuple[Any, float]] = []  # (the killed controller, when) until its successor serves
+
+    def crash_controller() -> str:
+        """The controller fault: kill -9 (the switches keep forwarding on the rules they hold)."""
+        pid = ctl.pid
+        os.kill(pid, signal.SIGKILL)
+        crashed.append((ctl, time.monotonic()))
+        ctl.stop()  # reaps it; its folder keeps the store
+        problems.extend(ctl.log_problems())
+        return f"fault: controller pid {pid} killed with SIGKILL"
+
+    def restart_controller() -> str:
+        """A new controller on the killed one's folder, store, ports and API socket: it loads the
+        registry and re-enforces every live flow; the agents never see a new address."""
         nonlocal ctl
-        old = ctl
-        os.kill(old.pid, signal.SIGKILL)
-        killed_at = time.monotonic()
-        old.stop()  # reaps it, keeps the store
-        problems.extend(old.log_problems())
+        old, killed_at = crashed.pop()
         ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
                                 interval_s=settings.controller_interval_s, workdir=old.workdir,
                                 api_port=old.api_port, metrics_port=old.metrics_port)
         ctl.start()
         ownership.record_processes(workdir, ctl.pid)
         ctl.wait_switches(timeout_s=30)
-        return (f"fault: controller pid {old.pid} killed with SIGKILL; its successor (pid {ctl.pid}) on the "
-                f"same store serves again {time.monotonic() - killed_at:.1f} s later")
+        return (f"fault: controller restarted on the same store (pid {ctl.pid}), serving again "
+                f"{time.monotonic() - killed_at:.1f} s after the kill")
+
+    def controller_actions(faults: Sequence[Any]) -> list[tuple[float, Callable[[], str]]]:
+        """``controller@T``: kill and restart at once; ``controller@T..U``: kill at T, restart at U."""
+        events = [f for f in faults if f.kind == "controller"]
+        actions: list[tuple[float, Callable[[], str]]] = []
+        for event in events:
+            if event.up:
+                actions.append((event.at_s, restart_controller))
+            elif any(e.up and e.at_s > event.at_s for e in events):
+                actions.append((event.at_s, crash_controller))
+            else:
+                actions.append((event.at_s, lambda: f"{crash_controller()}; {restart_controller()}"))
+        return actions
 
     def tear_down_failed_start() -> None:
         nonlocal ctl
@@ -607,8 +628,7 @@ def emulate_scheduler(
                     run_timeout_s=settings.run_timeout_factor * budget + settings.run_timeout_extra_s,
                     progress=_prefixed(say, f"{label}: "), topology_spec=topology_spec, channel_plan=plan,
                     kill_agents={f.target[0]: f.at_s for f in faults if f.kind == "agent"},
-                    actions=[(f.at_s, crash_and_restart_controller)
-                             for f in faults if f.kind == "controller"] + network.actions(),
+                    actions=controller_actions(faults) + network.actions(),
                 )
             monitor_docs[label] = monitor.report(window=(outcome.t0_s, time.time()))
             monitor.save_intervals(os.path.join(workdir, f"monitor-{label}.json"))
@@ -626,8 +646,7 @@ def emulate_scheduler(
             say(f"warning: controller log shows {len(problems)} problem line(s), e.g. {problems[0][:160]}")
         result = assemble_run(jobs, documents, scheduler, alone_s or alone_fallback_s, failed_jobs)
         if settings.faults:
-            result.faults = [{"kind": f.kind, "target": list(f.target), "at_s": f.at_s, "up": f.up}
-                             for f in settings.faults]
+            result.faults = fault_records(settings.faults)
         result.fidelity_monitor = combine(monitor_docs)
         result.trusted = result.fidelity_monitor["trusted"]
         if wire_docs:
@@ -643,6 +662,11 @@ def emulate_scheduler(
             if settings.logs_dir:
                 _keep_logs(workdir, os.path.join(settings.logs_dir, "logs", run_name))
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def fault_records(faults: Sequence[Any]) -> list[dict[str, Any]]:
+    """Fault events as a result records them (``RunResult.faults``)."""
+    return [{"kind": f.kind, "target": list(f.target), "at_s": f.at_s, "up": f.up} for f in faults]
 
 
 def retry_once(action: Callable[[], None], undo: Callable[[], None], what: str,

@@ -22,8 +22,10 @@ round.  ``--dilation F`` runs the scenario time-dilated by F (link rates / F, co
 and reports its times divided by F; ``--dilation auto`` picks F by a calibration on the fabric
 (:mod:`traffic.calibrate`; docs/emulation.md, "Time dilation").  ``--fault link:a1-e1@3s`` (repeatable, like
 the scenario's ``events``) takes a link or switch down, and optionally back, at that time in every round
-and in the simulation alike (:mod:`traffic.fault_injector`, docs/faults.md).  Needs root, Open vSwitch and
-Mininet.
+and in the simulation alike (:mod:`traffic.fault_injector`, docs/faults.md).  ``agent:h5@3s`` kills
+that host's agent in the round with all jobs together (its jobs fail in one line each, the others go
+on); ``controller@4s`` kills the controller and restarts it on the same store (``controller@4s..6s``:
+restarted at 6 s).  Needs root, Open vSwitch and Mininet.
 """
 
 from __future__ import annotations
@@ -97,7 +99,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="inject a fault TIME seconds after the run starts (repeatable), e.g. "
                              "link:a1-e1@3s (link down at 3 s), link:a1-e1@3s..6s (and back at 6 s), "
                              "switch:c1@2s (all its links); added to the scenario's events, and the "
-                             "simulation replays the same (docs/faults.md)")
+                             "simulation replays the same (docs/faults.md); agent:HOST@3s kills that host's "
+                             "traffic agent (its jobs fail, the others go on); controller@4s kills the "
+                             "controller and restarts it on the same registry store (controller@4s..6s: "
+                             "restarted at 6 s)")
     parser.set_defaults(run=run)
 
 
@@ -122,17 +127,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(table)
         print(f"\nrun folder: {folder.path}")
-    return 0
+    return 1 if _unplanned_failures(emulated, scenario.events) else 0
+
+
+def _unplanned_failures(emulated: Any, faults: Any) -> list[str]:
+    """Failed jobs no ``--fault agent:HOST`` explains (an agent died by itself): these fail the command."""
+    killed = tuple(f"agent {f.target[0]} died" for f in faults if f.kind == "agent")
+    return [reason for run in emulated.runs for reason in (run.failed_jobs or {}).values()
+            if not (killed and reason.startswith(killed))]
 
 
 def with_faults(scenario: Any, specs: list[str]) -> list:
     """The scenario's events plus the ``--fault`` ones, checked like the scenario's own (UserError)."""
+    from echelonflow.errors import UserError
     from echelonflow.faults import check_no_partition, flow_pairs, parse_fault
 
     events = list(scenario.events)
     for spec in specs:
         events += parse_fault(spec, scenario.topology)
     events.sort(key=lambda e: e.at_s)
+    agents = [e.target[0] for e in events if e.kind == "agent"]
+    if len(set(agents)) != len(agents):
+        raise UserError(f"--fault: agent {max(agents, key=agents.count)} is killed twice; once is enough")
     check_no_partition(scenario.topology, events, flow_pairs(scenario.jobs), field="--fault")
     return events
 
@@ -158,7 +174,7 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     from reports.runfolder import default_run_dir, write_run_folder
     from reports.table import format_comparison, format_failures, format_trust
     from simulator.engine import simulate
-    from traffic.emulate import EmulationError, EmulationSettings, emulate_scheduler
+    from traffic.emulate import EmulationError, EmulationSettings, emulate_scheduler, fault_records
     from traffic.monitor import Thresholds
 
     start = time.monotonic()
@@ -243,6 +259,8 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
                     return None
                 if factor != 1.0:
                     result = contract_run(result, factor)
+                if scenario.events:  # in the scenario's own time scale
+                    result.faults = fault_records(scenario.events)
                 result.repeat = index
                 attach_lower_bounds([result], scenario.jobs, scenario.topology)
                 emulated.runs.append(result)
