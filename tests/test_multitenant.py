@@ -130,18 +130,21 @@ def test_model_arithmetic() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"load": 0.5}, "parameter 'jobs' is missing"),
-        ({"jobs": 3}, "parameter 'load' is missing"),
-        ({"jobs": 0, "load": 0.5}, "'jobs' must be a whole number >= 1"),
-        ({"jobs": 3, "load": -1}, "'load' must be a finite number > 0"),
-        ({"jobs": 3, "load": float("nan")}, "'load' must be a finite number > 0"),
-        ({"jobs": 3, "load": True}, "'load' must be a finite number > 0"),
-        ({"jobs": 3, "load": 0.5, "seed": 1.5}, "'seed' must be a whole number >= 0"),
-        ({"jobs": 3, "load": 0.5, "utilisation": 2}, "'utilisation' must be at most 1"),
-        ({"jobs": 3, "load": 0.5, "placement": "nearby"}, "'placement' must be one of random, packed"),
-        ({"jobs": 3, "load": 0.5, "speed": 1}, "unknown parameter 'speed'"),
-        ({"jobs": 3, "load": 0.5, "mix": []}, "'mix' must be a non-empty list"),
-        ({"jobs": 3, "load": 0.5, "mix": ["gpt-13b"]}, "mix[0]: must be 'model/parallelism'"),
+        ({"load": 0.5}, "multi_tenant: jobs: missing"),
+        ({"jobs": 3}, "multi_tenant: load: missing"),
+        ({"jobs": 0, "load": 0.5}, "multi_tenant: jobs: must be an integer >= 1, got 0"),
+        ({"jobs": 3, "load": -1}, "multi_tenant: load: must be a number > 0, got -1"),
+        ({"jobs": 3, "load": float("nan")}, "multi_tenant: load: must be a number > 0, got nan"),
+        ({"jobs": 3, "load": True}, "multi_tenant: load: must be a number > 0, got true"),
+        ({"jobs": 3, "load": 0.5, "seed": 1.5}, "multi_tenant: seed: must be an integer >= 0, got 1.5"),
+        ({"jobs": 3, "load": 0.5, "utilisation": 2},
+         "multi_tenant: utilisation: must be a number > 0 and <= 1, got 2"),
+        ({"jobs": 3, "load": 0.5, "placement": "nearby"},
+         "multi_tenant: placement: must be one of random, packed, got 'nearby'"),
+        ({"jobs": 3, "load": 0.5, "speed": 1},
+         "multi_tenant: speed: unknown field (allowed: jobs, load, seed, mix,"),
+        ({"jobs": 3, "load": 0.5, "mix": []}, "multi_tenant: mix: must be a non-empty array"),
+        ({"jobs": 3, "load": 0.5, "mix": ["gpt-13b"]}, "multi_tenant: mix[0]: must be 'model/parallelism'"),
         ({"jobs": 3, "load": 0.5, "mix": ["llama/ring"]}, "mix[0]: unknown model 'llama'"),
         ({"jobs": 3, "load": 0.5, "mix": ["resnet50/gpipe"]}, "cannot use parallelism 'gpipe'"),
         ({"jobs": 3, "load": 0.5, "mix": [{"model": "gpt2-xl", "parallelism": "gpipe", "hosts": 64}]},
@@ -149,7 +152,11 @@ def test_model_arithmetic() -> None:
         ({"jobs": 3, "load": 0.5, "mix": [{"model": "resnet50", "parallelism": "ps", "hosts": 2}]},
          "needs at least 3 hosts"),
         ({"jobs": 20, "load": 0.5, "mix": ["gpt-13b/1f1b"]}, "20 jobs need 160 hosts"),
-        ("jobs=3", "must be an object of parameters"),
+        ("jobs=3", "multi_tenant: must be an object of parameters, got 'jobs=3'"),
+        ({"jobs": 3, "load": 0.5, "mix": [{"model": "resnet50", "parallelism": "ps", "host": 2}]},
+         "multi_tenant: mix[0].host: unknown field (allowed: model, parallelism, hosts)"),
+        ({"jobs": 3, "load": 0.5, "mix": [5]},
+         "multi_tenant: mix[0]: must be 'model/parallelism' or an object {model, parallelism, hosts}, got 5"),
     ],
 )
 def test_bad_parameters_one_line(spec, message: str) -> None:
@@ -181,7 +188,7 @@ def test_bundled_scenario_and_cli(tmp_path: Path) -> None:
                                "jobs": [{"multi_tenant": {"jobs": 3, "load": 0}}]}))
     out = subprocess.run([ECHELON, "simulate", str(bad)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.count("\n") == 1
-    assert "jobs[0].multi_tenant" in out.stderr and "'load' must be a finite number > 0" in out.stderr
+    assert "jobs[0].multi_tenant" in out.stderr and "load: must be a number > 0" in out.stderr
     bad.write_text(json.dumps({"topology": {"kind": "fattree", "k": 4, "rate_mbps": 10},
                                "jobs": [{"multi_tenant": {"jobs": 3, "load": 1}, "seed": 2}]}))
     with pytest.raises(ScenarioError, match="seed: unknown field"):

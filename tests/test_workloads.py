@@ -223,43 +223,46 @@ def test_fsdp_without_prefetch_waits_for_compute() -> None:
     "name, hosts, params, fragment",
     [
         ("allreduce", H3, {}, "unknown generator 'allreduce' (valid: 1f1b, fig2, fsdp, gpipe, megatron"),
-        ("gpipe", H3, {"activation_bytes": 1, "stages": 3}, "unknown parameter 'stages' (valid:"),
-        ("gpipe", H3, {}, "missing parameter 'activation_bytes'"),
+        ("gpipe", H3, {"activation_bytes": 1, "stages": 3},
+         "stages: unknown field (allowed: iterations, micro_batches,"),
+        ("gpipe", H3, {}, "activation_bytes: missing"),
         (
             "gpipe",
             H3,
             {"activation_bytes": True},
-            "parameter 'activation_bytes' must be an integer, got True",
+            "activation_bytes: must be an integer >= 1, got true",
         ),
-        ("gpipe", H3, {"activation_bytes": 1.5}, "parameter 'activation_bytes' must be an integer"),
-        ("gpipe", H3, {"activation_bytes": "10"}, "parameter 'activation_bytes' must be an integer"),
+        ("gpipe", H3, {"activation_bytes": 1.5}, "activation_bytes: must be an integer >= 1, got 1.5"),
+        ("gpipe", H3, {"activation_bytes": "10"}, "activation_bytes: must be an integer >= 1, got '10'"),
         (
             "gpipe",
             H3,
             {"activation_bytes": 10, "forward_s": -1},
-            "parameter 'forward_s' must be >= 0, got -1",
+            "forward_s: must be a number >= 0, got -1",
         ),
         (
             "gpipe",
             H3,
             {"activation_bytes": 10, "forward_s": math.nan},
-            "parameter 'forward_s' must be finite",
+            "forward_s: must be a number >= 0, got nan",
         ),
         (
             "gpipe",
             H3,
             {"activation_bytes": 10, "forward_s": math.inf},
-            "parameter 'forward_s' must be finite",
+            "forward_s: must be a number >= 0, got inf",
         ),
-        ("gpipe", H3, {"activation_bytes": 10, "forward_only": 1}, "'forward_only' must be true or false"),
-        ("gpipe", H3, {"activation_bytes": 10, "micro_batches": 0}, "'micro_batches' must be >= 1, got 0"),
-        ("ring_allreduce", H3, {"bytes": 0}, "parameter 'bytes' must be >= 1"),
+        ("gpipe", H3, {"activation_bytes": 10, "forward_only": 1},
+         "forward_only: must be true or false, got 1"),
+        ("gpipe", H3, {"activation_bytes": 10, "micro_batches": 0},
+         "micro_batches: must be an integer >= 1, got 0"),
+        ("ring_allreduce", H3, {"bytes": 0}, "bytes: must be an integer >= 1, got 0"),
         ("ring_allreduce", H3, {"bytes": 2, "buckets": 3}, "'bytes' (2) must be at least 'buckets' (3)"),
-        ("fig2", H3, {}, "needs exactly 2 hosts, got 3"),
-        ("megatron", ["h1"], {"activation_bytes": 5}, "needs at least 2 hosts, got 1"),
-        ("fsdp", ["h1", "h2", "h1"], {"param_bytes": 5}, "host 'h1' is listed twice"),
-        ("fsdp", "h1h2", {"param_bytes": 5}, "hosts must be a list of host names"),
-        ("fsdp", H3, [("param_bytes", 5)], "params must be an object"),
+        ("fig2", H3, {}, "hosts: needs exactly 2 hosts, got 3"),
+        ("megatron", ["h1"], {"activation_bytes": 5}, "hosts: needs at least 2 hosts, got 1"),
+        ("fsdp", ["h1", "h2", "h1"], {"param_bytes": 5}, "hosts: lists host 'h1' twice"),
+        ("fsdp", "h1h2", {"param_bytes": 5}, "hosts: must be an array of host names, got 'h1h2'"),
+        ("fsdp", H3, [("param_bytes", 5)], "must be an object of parameters, got [('param_bytes', 5)]"),
     ],
 )
 def test_bad_input_names_job_generator_parameter_and_problem(name, hosts, params, fragment) -> None:
@@ -273,9 +276,9 @@ def test_bad_input_names_job_generator_parameter_and_problem(name, hosts, params
 
 
 def test_direct_call_is_checked_too() -> None:
-    with pytest.raises(UserError, match="unknown parameter 'byte'"):
+    with pytest.raises(UserError, match="byte: unknown field"):
         GENERATORS["parameter_server"]("j", H3, byte=10)
-    with pytest.raises(UserError, match="job id must be a non-empty string without '/'"):
+    with pytest.raises(UserError, match="id: must not contain '/', got 'a/b'"):
         GENERATORS["parameter_server"]("a/b", H3, bytes=10)
 
 

@@ -18,19 +18,20 @@ One seed fixes everything, and the three random streams (job kinds, placement, a
 separate, so the same seed at another load gives the same jobs on the same hosts with every arrival
 time scaled by the load ratio: loads compare like for like.
 
-Bad parameters raise one :class:`~echelonflow.errors.UserError` line naming the parameter.  Pure and
-Python 3.9 compatible.
+The parameters are declared once (:data:`FIELDS`) and read by the project's one field checker
+(``echelonflow.fields``): a bad one raises one :class:`~echelonflow.errors.UserError` line
+``multi_tenant: <parameter>: <problem>``.  Pure and Python 3.9 compatible.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from echelonflow.errors import UserError
+from echelonflow.fields import Field, FieldError, array, integer, number, one_of, read, show, text
 from echelonflow.model import Job
 from echelonflow.topology import Topology, natural_key
 from echelonflow.workloads import generate as generate_job
@@ -50,8 +51,21 @@ DEFAULT_MIX: tuple[tuple[str, str, int], ...] = (
 DEFAULT_HOSTS = {(m, p): h for m, p, h in DEFAULT_MIX}
 PLACEMENTS = ("random", "packed")
 
-_PARAMS = {"jobs", "load", "seed", "mix", "iterations", "placement", "accelerator_flops", "utilisation",
-           "prefix"}
+_POSITIVE = number(0.0, above=True)
+#: The ``multi_tenant`` object's fields (``echelonflow.fields``); ``mix`` entries are read by :func:`_mix`.
+FIELDS = (
+    Field("jobs", integer(1), required=True),
+    Field("load", _POSITIVE, required=True),
+    Field("seed", integer(0), default=0),
+    Field("mix", array(nonempty=True, of="of 'model/parallelism' entries")),
+    Field("iterations", integer(1), default=1),
+    Field("placement", one_of(*PLACEMENTS), default="random"),
+    Field("accelerator_flops", _POSITIVE, default=models.ACCELERATOR_FLOPS),
+    Field("utilisation", number(0.0, 1.0, above=True), default=models.UTILISATION),
+    Field("prefix", text(nonempty=False, without="/"), default="j"),
+)
+MIX_FIELDS = (Field("model", text(), required=True), Field("parallelism", text(), required=True),
+              Field("hosts", integer(1)))
 
 
 @dataclass(frozen=True)
@@ -82,28 +96,14 @@ class Workload:
 
 def generate(spec: Mapping[str, Any], topology: Topology) -> Workload:
     """Draw the workload ``spec`` describes on ``topology`` (see the module docstring)."""
-    if not isinstance(spec, Mapping):
-        raise UserError(f"multi_tenant must be an object of parameters, got {spec!r}")
-    unknown = sorted(set(spec) - _PARAMS)
-    if unknown:
-        allowed = ", ".join(sorted(_PARAMS))
-        raise UserError(f"multi_tenant: unknown parameter {unknown[0]!r}; allowed: {allowed}")
-    count = _integer(spec, "jobs", None, 1)
-    load = _real(spec, "load", None)
-    seed = _integer(spec, "seed", 0, 0)
-    iterations = _integer(spec, "iterations", 1, 1)
-    flops = _real(spec, "accelerator_flops", models.ACCELERATOR_FLOPS)
-    utilisation = _real(spec, "utilisation", models.UTILISATION)
-    if utilisation > 1:
-        raise UserError(f"multi_tenant: parameter 'utilisation' must be at most 1, got {utilisation!r}")
-    placement = spec.get("placement", "random")
-    if placement not in PLACEMENTS:
-        raise UserError(f"multi_tenant: parameter 'placement' must be one of {', '.join(PLACEMENTS)}, "
-                        f"got {placement!r}")
-    prefix = spec.get("prefix", "j")
-    if not isinstance(prefix, str) or "/" in prefix:
-        raise UserError(f"multi_tenant: parameter 'prefix' must be a string without '/', got {prefix!r}")
-    mix = _mix(spec.get("mix"))
+    try:
+        fields = read(spec, FIELDS, what="an object of parameters")
+        mix = _mix(fields["mix"])
+    except FieldError as exc:
+        raise UserError(f"multi_tenant: {exc}") from None
+    count, load, seed, placement = fields["jobs"], fields["load"], fields["seed"], fields["placement"]
+    iterations, flops, utilisation = fields["iterations"], fields["accelerator_flops"], fields["utilisation"]
+    prefix = fields["prefix"]
 
     def build(kind: JobKind, job_id: str, hosts: Sequence[str]) -> Job:
         name, params = models.job_params(models.model(kind.model), kind.parallelism, kind.hosts,
@@ -154,63 +154,32 @@ def _place(kinds: Sequence[JobKind], free: list[str], placement: str, rng: rando
     return out
 
 
-def _mix(entries: Any) -> list[JobKind]:
+def _mix(entries: list[Any] | None) -> list[JobKind]:
+    """The job kinds of ``mix`` (each checked against its model: parallelism and host count)."""
     if entries is None:
         return [JobKind(m, p, h) for m, p, h in DEFAULT_MIX]
-    if not isinstance(entries, list) or not entries:
-        raise UserError(f"multi_tenant: parameter 'mix' must be a non-empty list, got {entries!r}")
     kinds = []
     for index, entry in enumerate(entries):
-        where = f"multi_tenant: mix[{index}]"
+        where = f"mix[{index}]"
         if isinstance(entry, str):
             parts = entry.split("/")
             if len(parts) != 2:
-                raise UserError(f"{where}: must be 'model/parallelism' (e.g. 'gpt-13b/1f1b'), got {entry!r}")
+                raise FieldError(where, f"must be 'model/parallelism' (e.g. 'gpt-13b/1f1b'), "
+                                        f"got {show(entry)}")
             entry = {"model": parts[0], "parallelism": parts[1]}
-        keys = set(entry) if isinstance(entry, dict) else set()
-        if not isinstance(entry, dict) or keys - {"model", "parallelism", "hosts"} \
-                or not {"model", "parallelism"} <= keys:
-            raise UserError(f"{where}: must be 'model/parallelism' or {{\"model\", \"parallelism\", "
-                            f"\"hosts\"?}}, got {entry!r}")
+        entry = read(entry, MIX_FIELDS, where, "'model/parallelism' or an object {model, parallelism, hosts}")
         try:
             config = models.model(entry["model"])
         except UserError as exc:
-            raise UserError(f"{where}: {exc}") from None
+            raise FieldError(where, str(exc)) from None
         parallelism = entry["parallelism"]
         if parallelism not in config.parallelisms:
-            raise UserError(f"{where}: model {config.name!r} cannot use parallelism {parallelism!r}; "
-                            f"it supports {', '.join(config.parallelisms)}")
-        hosts = entry.get("hosts", DEFAULT_HOSTS.get((config.name, parallelism), 8))
-        if not isinstance(hosts, int) or isinstance(hosts, bool) or hosts < 1:
-            raise UserError(f"{where}: hosts must be a positive whole number, got {hosts!r}")
-        kind = JobKind(config.name, parallelism, hosts)
+            raise FieldError(where, f"model {config.name!r} cannot use parallelism {parallelism!r}; "
+                                    f"it supports {', '.join(config.parallelisms)}")
+        hosts = entry["hosts"] or DEFAULT_HOSTS.get((config.name, parallelism), 8)
         try:  # host count against the parallelism (stages vs layers, a PS needs workers)
             models.job_params(config, parallelism, hosts, 1)
         except UserError as exc:
-            raise UserError(f"{where}: {exc}") from None
-        kinds.append(kind)
+            raise FieldError(where, str(exc)) from None
+        kinds.append(JobKind(config.name, parallelism, hosts))
     return kinds
-
-
-def _integer(spec: Mapping[str, Any], name: str, default: int | None, minimum: int) -> int:
-    if name not in spec:
-        if default is None:
-            raise UserError(f"multi_tenant: parameter {name!r} is missing")
-        return default
-    value = spec[name]
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise UserError(
-            f"multi_tenant: parameter {name!r} must be a whole number >= {minimum}, got {value!r}")
-    return value
-
-
-def _real(spec: Mapping[str, Any], name: str, default: float | None) -> float:
-    if name not in spec:
-        if default is None:
-            raise UserError(f"multi_tenant: parameter {name!r} is missing")
-        return default
-    value = spec[name]
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value <= 0:
-        raise UserError(f"multi_tenant: parameter {name!r} must be a finite number > 0, got {value!r}")
-    return float(value)

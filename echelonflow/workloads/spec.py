@@ -1,9 +1,12 @@
-"""Declared parameters of workload generators and the one place they are checked.
+"""Declared parameters of workload generators, checked by the project's one field checker.
 
 Every generator states its parameters (type, default, minimum, meaning) and how many hosts it takes;
-:meth:`Generator.generate` checks a user's parameters against that declaration before building
-anything, so a mistake is reported once, naming the job, the generator, the parameter and the problem,
-and no half-built job escapes.  Generators themselves then trust their (complete, typed) parameters.
+:meth:`Generator.generate` reads a user's parameters against that declaration with
+``echelonflow.fields`` (the checker of scenario, trace, topology and run-spec files and API bodies)
+before building anything, so a mistake is reported once, as one line naming the job, the generator,
+the parameter and the problem (``job 'a', generator 'gpipe': micro_batches: must be an integer >= 1,
+got 0``), and no half-built job escapes.  Generators themselves then trust their (complete, typed)
+parameters.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from echelonflow.errors import UserError
+from echelonflow.fields import Field, FieldError, array, boolean, integer, number, read, text
 from echelonflow.model import Job
 
 REQUIRED: Any = object()  # default of a parameter the user must give
-_TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false"}
+_JOB_ID = text(without="/")
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,16 @@ class Param:
     def describe(self) -> str:
         default = "required" if self.default is REQUIRED else f"default {self.default!r}"
         return f"{self.name} ({self.kind.__name__}, {default}): {self.doc}"
+
+    def field(self) -> Field:
+        """The parameter as a declared field (``echelonflow.fields``)."""
+        if self.kind is bool:
+            check = boolean()
+        elif self.kind is int:
+            check = integer(math.ceil(self.minimum))
+        else:
+            check = number(self.minimum)
+        return Field(self.name, check, required=self.default is REQUIRED, default=self.default)
 
 
 @dataclass(frozen=True)
@@ -51,11 +65,12 @@ class Generator:
 
     def generate(self, job_id: str, hosts: Sequence[str], params: Mapping[str, Any]) -> Job:
         """Check everything, then build the job (the build never sees bad input)."""
-        where = f"job {job_id!r}, generator {self.name!r}"
-        if not isinstance(job_id, str) or not job_id or "/" in job_id:
-            raise UserError(f"{where}: job id must be a non-empty string without '/'")
-        checked_hosts = self._check_hosts(where, hosts)
-        checked = self._check_params(where, params)
+        try:
+            _JOB_ID("id", job_id)
+            checked_hosts = self._check_hosts(hosts)
+            checked = read(params, [p.field() for p in self.params], what="an object of parameters")
+        except FieldError as exc:
+            raise UserError(f"job {job_id!r}, generator {self.name!r}: {exc}") from None
         return self.build(job_id, checked_hosts, checked)
 
     def describe(self) -> str:
@@ -70,59 +85,20 @@ class Generator:
         lines += [f"  {p.describe()}" for p in self.params]
         return "\n".join(lines)
 
-    def _check_hosts(self, where: str, hosts: Sequence[str]) -> tuple[str, ...]:
-        if isinstance(hosts, (str, bytes)) or not isinstance(hosts, Sequence):
-            raise UserError(f"{where}: hosts must be a list of host names, got {type(hosts).__name__}")
-        for host in hosts:
-            if not isinstance(host, str) or not host:
-                raise UserError(f"{where}: host names must be non-empty strings, got {host!r}")
-        duplicates = sorted({h for h in hosts if list(hosts).count(h) > 1})
+    def _check_hosts(self, hosts: Sequence[str]) -> tuple[str, ...]:
+        """Distinct host names (a host plays one role), as many as the generator takes."""
+        hosts = array(text(), of="of host names")("hosts", list(hosts) if isinstance(hosts, tuple) else hosts)
+        duplicates = sorted({h for h in hosts if hosts.count(h) > 1})
         if duplicates:
-            raise UserError(f"{where}: host {duplicates[0]!r} is listed twice (one role per host)")
+            raise FieldError("hosts", f"lists host {duplicates[0]!r} twice (one role per host)")
         count = len(hosts)
         if self.max_hosts == self.min_hosts and count != self.min_hosts:
-            raise UserError(f"{where}: needs exactly {self.min_hosts} hosts, got {count}")
+            raise FieldError("hosts", f"needs exactly {self.min_hosts} hosts, got {count}")
         if count < self.min_hosts:
-            raise UserError(f"{where}: needs at least {self.min_hosts} hosts, got {count}")
+            raise FieldError("hosts", f"needs at least {self.min_hosts} hosts, got {count}")
         if self.max_hosts is not None and count > self.max_hosts:
-            raise UserError(f"{where}: needs at most {self.max_hosts} hosts, got {count}")
+            raise FieldError("hosts", f"needs at most {self.max_hosts} hosts, got {count}")
         return tuple(hosts)
-
-    def _check_params(self, where: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        if not isinstance(params, Mapping):
-            raise UserError(f"{where}: params must be an object/mapping, got {type(params).__name__}")
-        declared = {p.name: p for p in self.params}
-        for name in params:
-            if name not in declared:
-                valid = ", ".join(sorted(declared)) or "none"
-                raise UserError(f"{where}: unknown parameter {name!r} (valid: {valid})")
-        out: dict[str, Any] = {}
-        for param in self.params:
-            if param.name not in params:
-                if param.default is REQUIRED:
-                    raise UserError(f"{where}: missing parameter {param.name!r} ({param.doc})")
-                out[param.name] = param.default
-                continue
-            out[param.name] = _check_value(where, param, params[param.name])
-        return out
-
-
-def _check_value(where: str, param: Param, value: Any) -> Any:
-    problem = f"{where}: parameter {param.name!r}"
-    expected = _TYPE_NAMES[param.kind]
-    if param.kind is bool:
-        if not isinstance(value, bool):
-            raise UserError(f"{problem} must be {expected}, got {value!r}")
-        return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UserError(f"{problem} must be {expected}, got {value!r}")
-    if param.kind is int and not isinstance(value, int):
-        raise UserError(f"{problem} must be {expected}, got {value!r}")
-    if not math.isfinite(value):
-        raise UserError(f"{problem} must be finite, got {value!r}")
-    if value < param.minimum:
-        raise UserError(f"{problem} must be >= {param.minimum:g}, got {value!r}")
-    return param.kind(value)
 
 
 def iterations_param() -> Param:
