@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     from controller.registry import Registry
     from controller.service import SchedulingService
     from controller.store import open_registry
-    from echelonflow.topology import TopologyError, add_topology_arguments, topology_from_arguments
+    from echelonflow.topology import add_topology_arguments, topology_from_arguments
 
     parser = argparse.ArgumentParser(prog="python -m controller.api_server", description=main.__doc__)
     add_topology_arguments(parser)
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         write_token(args.token_file, token)
         server = ApiServer(Api(service, token), host=args.host, port=args.port, socket_path=args.socket)
         server.start()
-    except (TopologyError, ServerError, Exception) as exc:  # noqa: BLE001 - one line, no traceback
+    except Exception as exc:  # noqa: BLE001 - a bad topology, port or store: one line, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
     service.start()

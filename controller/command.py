@@ -46,12 +46,9 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from controller.launcher import ControllerProcess
-    from echelonflow.topology import TopologyError, topology_from_arguments
+    from echelonflow.topology import topology_from_arguments
 
-    try:
-        topology = topology_from_arguments(args)
-    except TopologyError as exc:
-        raise UserError(str(exc)) from None
+    topology = topology_from_arguments(args)
     if not 1 <= args.api_port <= 65535:
         raise UserError(f"--api-port must be 1..65535, got {args.api_port}")
     if not 1 <= args.metrics_port <= 65535:

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
+from echelonflow.errors import UserError
+
 if TYPE_CHECKING:
     from echelonflow.linkstate import LinkState
 
@@ -57,8 +59,9 @@ TCP_IP_HEADER_BYTES = 52
 ETHERNET_HEADER_BYTES = 14
 
 
-class TopologyError(ValueError):
-    """A topology that cannot be built as asked (bad kind or parameters)."""
+class TopologyError(UserError, ValueError):
+    """A topology that cannot be built as asked (bad kind or parameters): the user's input, so the CLI
+    prints it as one line with exit status 2 without each command wrapping it."""
 
 
 def host_ip(index: int) -> str:

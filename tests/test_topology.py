@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from controller.topology_spec import spec_of, topology_from_spec
+from echelonflow.errors import UserError
 from echelonflow.topology import (
     Topology,
     TopologyError,
@@ -107,3 +111,16 @@ def test_bad_topology_options_are_one_line_errors(argv, problem) -> None:
     with pytest.raises(TopologyError, match=re.escape(problem)) as caught:
         _parsed(argv)
     assert "\n" not in str(caught.value)
+    assert isinstance(caught.value, UserError)  # so every command prints it as one line, exit 2
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["fabric", "up", "torus"], "unknown topology 'torus'"),
+    (["controller", "--topology", "fattree", "--k", "3"], "fat-tree k must be an even integer >= 2, got 3"),
+])
+def test_commands_that_build_a_topology_refuse_a_bad_one_in_one_line(argv, problem) -> None:
+    echelon = str(Path(sys.executable).parent / "echelon")
+    proc = subprocess.run([echelon, *argv], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("echelon: error: ") and proc.stderr.count("\n") == 1
+    assert problem in proc.stderr

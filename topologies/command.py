@@ -49,13 +49,10 @@ def run_clean(args: argparse.Namespace) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from echelonflow.topology import TopologyError, topology_from_arguments
+    from echelonflow.topology import topology_from_arguments
     from topologies.fabric import Fabric
 
-    try:
-        topology = topology_from_arguments(args)
-    except TopologyError as exc:
-        raise UserError(str(exc)) from None
+    topology = topology_from_arguments(args)
     fabric = Fabric(
         topology,
         controller_port=None if args.no_controller else args.controller_port,
