@@ -4,6 +4,7 @@ and sampling on a real fabric (a backlogged port, an idle one, and a CPU-starved
 from __future__ import annotations
 
 import os
+import socket
 import struct
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 
 import pytest
 
+from topologies.ovs import socket_fds, vswitchd_pid
 from traffic.monitor import (
     FidelityMonitor,
     IntervalStats,
@@ -169,6 +171,19 @@ def test_readers_on_this_machine():
         reader.close()
     with open("/sys/class/net/lo/ifindex", encoding="ascii") as fh:
         assert int(fh.read()) in backlogs  # every interface has a root qdisc (noqueue included)
+
+
+def test_socket_fds_finds_a_process_sockets_by_inode():
+    """The monitor's ovs-vswitchd sockets and ensure_tx_buffer's descriptor come from this one reader."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        inode = os.fstat(sock.fileno()).st_ino
+        assert socket_fds(os.getpid())[inode] == sock.fileno()
+    assert inode not in socket_fds(os.getpid())
+    assert socket_fds(2**22 + 12345) == {}  # no such process
+    pid = vswitchd_pid()  # None where OVS does not run; else a live ovs-vswitchd
+    if pid is not None:
+        with open(f"/proc/{pid}/comm", encoding="ascii") as fh:
+            assert fh.read().strip() == "ovs-vswitchd"
 
 
 # ------------------------------------------------------------------------------------------ fabric

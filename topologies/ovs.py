@@ -209,6 +209,44 @@ _SO_SNDBUFFORCE = 32  # Linux; lets root exceed net.core.wmem_max
 _SYS_PIDFD_GETFD = 438  # same number on every Linux architecture (since 5.6)
 
 
+def vswitchd_pid() -> int | None:
+    """The one ovs-vswitchd's pid (from its pidfile, else /proc), None if it is not running."""
+    for path in ("/var/run/openvswitch/ovs-vswitchd.pid", "/run/openvswitch/ovs-vswitchd.pid"):
+        try:
+            with open(path, encoding="ascii") as fh:
+                pid = int(fh.read().strip())
+            if os.path.exists(f"/proc/{pid}"):
+                return pid
+        except (OSError, ValueError):
+            continue
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm", encoding="ascii") as fh:
+                    if fh.read().strip() == "ovs-vswitchd":
+                        return int(entry)
+            except OSError:
+                continue
+    return None
+
+
+def socket_fds(pid: int) -> dict[int, int]:
+    """The sockets ``pid`` holds open: inode -> its descriptor number in ``pid`` ({} if /proc hides them)."""
+    out = {}
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out[int(target[8:-1])] = int(name)
+    return out
+
+
 def _packet_tx_inodes(pid: int) -> set[int]:
     """Inodes of ``pid``'s AF_PACKET sockets bound to no interface (the userspace datapath's tx socket)."""
     inodes = set()
@@ -240,25 +278,19 @@ def ensure_tx_buffer(min_bytes: int = TX_BUFFER_BYTES) -> int | None:
     import ctypes
     import socket
 
-    pids = run(["pidof", "ovs-vswitchd"], check=False).split()
-    if len(pids) != 1:
+    pid = vswitchd_pid()
+    if pid is None:
         return None
-    pid = int(pids[0])
     wanted = _packet_tx_inodes(pid)
-    if not wanted:
+    tx_fds = [fd for inode, fd in socket_fds(pid).items() if inode in wanted]
+    if not tx_fds:
         return None
     libc = ctypes.CDLL(None, use_errno=True)
     pidfd = os.pidfd_open(pid)
     size = None
     try:
-        for name in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{name}")
-            except OSError:
-                continue
-            if not (target.startswith("socket:[") and int(target[8:-1]) in wanted):
-                continue
-            fd = libc.syscall(_SYS_PIDFD_GETFD, pidfd, int(name), 0)
+        for their_fd in tx_fds:
+            fd = libc.syscall(_SYS_PIDFD_GETFD, pidfd, their_fd, 0)
             if fd < 0:
                 err = ctypes.get_errno()
                 raise OvsError(f"cannot reach ovs-vswitchd's packet socket: {os.strerror(err)}")

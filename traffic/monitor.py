@@ -36,6 +36,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from topologies.ovs import socket_fds, vswitchd_pid
+
 
 # ------------------------------------------------------------------------------------------ thresholds
 @dataclass(frozen=True)
@@ -340,44 +342,6 @@ class QdiscReader:
         self.sock.close()
 
 
-def ovs_vswitchd_pid() -> int | None:
-    """The one ovs-vswitchd's pid (from its pidfile, else /proc), None if it is not running."""
-    for path in ("/var/run/openvswitch/ovs-vswitchd.pid", "/run/openvswitch/ovs-vswitchd.pid"):
-        try:
-            with open(path, encoding="ascii") as fh:
-                pid = int(fh.read().strip())
-            if os.path.exists(f"/proc/{pid}"):
-                return pid
-        except (OSError, ValueError):
-            continue
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/comm", encoding="ascii") as fh:
-                    if fh.read().strip() == "ovs-vswitchd":
-                        return int(entry)
-            except OSError:
-                continue
-    return None
-
-
-def socket_inodes(pid: int) -> set[int]:
-    """Inodes of the sockets ``pid`` holds open."""
-    out = set()
-    try:
-        names = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return out
-    for name in names:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{name}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            out.add(int(target[8:-1]))
-    return out
-
-
 def interface_indexes(names: Iterable[str]) -> dict[int, str]:
     out = {}
     for name in names:
@@ -416,9 +380,9 @@ class FidelityMonitor:
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._ovs_pid = ovs_vswitchd_pid()
+        self._ovs_pid = vswitchd_pid()
         self._ifindex = interface_indexes(self.port_rates_bps)
-        self._ovs_inodes = socket_inodes(self._ovs_pid) if self._ovs_pid else set()
+        self._ovs_inodes = set(socket_fds(self._ovs_pid)) if self._ovs_pid else set()
         self._qdisc: QdiscReader | None = None
         self._clock_ticks = os.sysconf("SC_CLK_TCK")
 
