@@ -21,7 +21,7 @@ from echelonflow.errors import UserError
 # Sub-command modules, in the order ``echelon --help`` lists them.
 COMMAND_MODULES = (
     "simulator.command",
-    "simulator.sweep_command",
+    "cli.sweep_command",
     "traffic.emulate_command",
     "reports.command",
     "traffic.demo_command",

@@ -12,6 +12,7 @@ import os
 import re
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import matplotlib
@@ -19,21 +20,21 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from simulator.grid import Grid  # noqa: E402
 
-
-def plot_sweep(grid: Grid, records: list[dict[str, Any]], out_dir: str) -> list[str]:
-    """Write the sweep's PNGs into ``out_dir``; return their paths."""
+def plot_sweep(name: str, parameter_paths: Sequence[str], records: list[dict[str, Any]],
+               out_dir: str) -> list[str]:
+    """Write the PNGs of sweep ``name`` (its grid's parameter paths, its cell records) into ``out_dir``;
+    return their paths."""
     ok = [r for r in records if r["status"] == "ok"]
     paths = []
     for scenario in dict.fromkeys(r["scenario"] for r in ok):
         mine = [r for r in ok if r["scenario"] == scenario]
         schedulers = list(dict.fromkeys(r["scheduler"] for r in mine))
-        panels = grid.parameter_paths or [None]
+        panels = list(parameter_paths) or [None]
         fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
         for ax, path in zip(axes[0], panels):
             _panel(ax, mine, schedulers, path)
-        fig.suptitle(f"{grid.name}: {scenario}")
+        fig.suptitle(f"{name}: {scenario}")
         fig.tight_layout()
         target = os.path.join(out_dir, f"slowdown-{re.sub(r'[^A-Za-z0-9._-]', '_', scenario)}.png")
         fig.savefig(target, dpi=110)

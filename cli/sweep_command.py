@@ -4,6 +4,9 @@ The grid format and the folder it writes are in ``docs/sweep.md``; the grid is c
 cell runs (a bad one is one line, exit status 2).  Exit status 1 when some cell failed (each is named in
 the progress lines and kept in ``cells.jsonl`` with its error); running the command again retries those
 and skips the finished ones.
+
+It lives in ``cli/`` because it joins two parts that must not import each other: the simulator runs the
+cells, the reports draw the plots (``tests/test_layering.py``).
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_plots and len(failed) < len(records):
         from reports.sweep_plots import plot_sweep
 
-        for path in plot_sweep(grid, records, out_dir):
+        for path in plot_sweep(grid.name, grid.parameter_paths, records, out_dir):
             print(f"plot: {path}")
     print(f"{len(records) - len(failed)} of {len(records)} cells ok; results: "
           f"{os.path.join(out_dir, CSV_FILE)}")
