@@ -2,7 +2,7 @@
 
 ``echelonflow/schedulers/kernels.py`` runs compiled by numba in the simulator and interpreted on lists
 where numba is absent (the Python 3.9 controller venv).  Both must agree exactly, on random snapshots
-of every topology kind, for every columnar scheduler and ordering.
+of every topology kind, for every scheduler with a kernel and every ordering.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ from pathlib import Path
 import pytest
 
 from echelonflow.schedulers import kernels
+from echelonflow.schedulers.aalo import AaloScheduler
 from echelonflow.schedulers.echelon import ORDERINGS, CoflowScheduler, EchelonScheduler
 from echelonflow.schedulers.fair import FairScheduler
+from echelonflow.schedulers.fifo import FifoScheduler
+from echelonflow.schedulers.sincronia import SincroniaScheduler
 from tests.test_schedulers import _random_instance
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +48,8 @@ print(json.dumps(out))
 def schedulers() -> list[tuple[str, object]]:
     out = [("fair", FairScheduler()), ("coflow", CoflowScheduler())]
     out += [(f"echelon-{o}", EchelonScheduler(order_by=o)) for o in ORDERINGS]
+    # group-by-group policies: kernels.priority_decide (all three), kernels.bssi_order (sincronia)
+    out += [("fifo", FifoScheduler()), ("sincronia", SincroniaScheduler()), ("aalo", AaloScheduler())]
     return out
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 
-from echelonflow.schedulers.base import Decision, Scheduler, Snapshot
-from echelonflow.schedulers.priority import groups_of, serve_in_order
+from echelonflow.schedulers.base import Decision, Snapshot
+from echelonflow.schedulers.priority import GroupOrderScheduler, GroupTable
 
 #: The paper's constants at its 1 Gbit/s ports: Q_0's threshold, the growth factor, the number of queues.
 FIRST_BYTES_AT_1G = 10 * 2**20
@@ -33,7 +33,7 @@ QUEUES = 10
 CROSSED_RTOL = 1e-9
 
 
-class AaloScheduler(Scheduler):
+class AaloScheduler(GroupOrderScheduler):
     """D-CLAS: queue by attained service, FIFO inside a queue, strict priority between queues."""
 
     name = "aalo"
@@ -59,28 +59,31 @@ class AaloScheduler(Scheduler):
                 return q
         return len(thresholds)
 
-    def decide(self, snapshot: Snapshot) -> Decision:
-        groups = groups_of(snapshot)
-        thresholds = self.thresholds(snapshot)
-        queue: dict[str, int] = {}
-        for gid, flows in groups.items():
-            head = flows[0]
-            queue[gid] = self.queue_of(head.group_sent_bytes / head.weight, thresholds)
-        order = sorted(groups, key=lambda g: (queue[g], min(f.group_start_s for f in groups[g]), g))
-        decision = serve_in_order(snapshot, groups, order)
-        decision.valid_until_s = self._next_crossing_s(snapshot, groups, queue, thresholds, decision)
-        return decision
+    def queue_per_group(self, table: GroupTable, thresholds: list[float]) -> list[int]:
+        """Each group's queue, by its head flow's view of the group's attained bytes per weight."""
+        heads = [table.flows[start] for start in table.group_ptr[:-1]]
+        return [self.queue_of(head.group_sent_bytes / head.weight, thresholds) for head in heads]
 
-    def _next_crossing_s(self, snapshot, groups, queue, thresholds, decision: Decision) -> float:
+    def group_order(self, table: GroupTable) -> list[int]:
+        queue = self.queue_per_group(table, self.thresholds(table.snapshot))
+        start_s = [min(f.group_start_s for f in table.members(g)) for g in range(len(table.gids))]
+        return sorted(range(len(table.gids)), key=lambda g: (queue[g], start_s[g], table.gids[g]))
+
+    def finish(self, table: GroupTable, decision: Decision) -> Decision:
+        """The decision says when the first group will cross its queue's threshold."""
+        thresholds = self.thresholds(table.snapshot)
+        queue = self.queue_per_group(table, thresholds)
         soonest = math.inf
-        for gid, flows in groups.items():
-            q = queue[gid]
+        for g in range(len(table.gids)):
+            q = queue[g]
             if q >= len(thresholds):
                 continue
+            flows = table.members(g)
             rate_bps = sum(decision.rate_bps[f.flow_id] for f in flows)
             if rate_bps <= 0.0:
                 continue
             head = flows[0]
             to_go_bytes = thresholds[q] * head.weight - head.group_sent_bytes
-            soonest = min(soonest, snapshot.now_s + max(0.0, 8.0 * to_go_bytes / rate_bps))
-        return soonest
+            soonest = min(soonest, table.snapshot.now_s + max(0.0, 8.0 * to_go_bytes / rate_bps))
+        decision.valid_until_s = soonest
+        return decision

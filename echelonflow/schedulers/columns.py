@@ -53,7 +53,7 @@ class FlowTable:
         path_links: list[int] = []
         for flow in flows:
             if flow.remaining_bytes > EPS_BYTES:  # a finished flow's links play no part
-                path_links.extend(links.of_path(flow.path))
+                path_links.extend(links.of_flow(flow.flow_id, flow.path))
             path_ptr.append(len(path_links))
         group_ids = sorted({f.echelon_id for f in flows})
         group_of = {gid: i for i, gid in enumerate(group_ids)}
@@ -82,6 +82,19 @@ class LinkNumbering:
         self.index: dict[Any, int] = {}
         self.links: list[Any] = []
         self.paths: dict[tuple, tuple[int, ...]] = {}
+        self.by_flow: dict[str, tuple[tuple, tuple[int, ...]]] = {}
+
+    def of_flow(self, flow_id: str, path: tuple) -> tuple[int, ...]:
+        """:meth:`of_path`, found by flow id while the caller passes the very same path object (the
+        controller's registry keeps one per flow), which skips hashing the path's link tuples."""
+        known = self.by_flow.get(flow_id)
+        if known is not None and known[0] is path:
+            return known[1]
+        if len(self.by_flow) >= self.MAX_PATHS:
+            self.by_flow.clear()
+        numbers = self.of_path(path)
+        self.by_flow[flow_id] = (path, numbers)
+        return numbers
 
     def of_path(self, path: tuple) -> tuple[int, ...]:
         known = self.paths.get(path)

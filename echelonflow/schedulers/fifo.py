@@ -9,18 +9,16 @@ Scheduling with Varys", SIGCOMM 2014 (the FIFO baseline of its evaluation).
 
 from __future__ import annotations
 
-from echelonflow.schedulers.base import Decision, Scheduler, Snapshot
-from echelonflow.schedulers.priority import groups_of, serve_in_order
+from echelonflow.schedulers.priority import GroupOrderScheduler, GroupTable
 
 
-class FifoScheduler(Scheduler):
+class FifoScheduler(GroupOrderScheduler):
     """Coflows in arrival order, strict priority between them."""
 
     name = "fifo"
     enforces = True
     clairvoyant = False
 
-    def decide(self, snapshot: Snapshot) -> Decision:
-        groups = groups_of(snapshot)
-        order = sorted(groups, key=lambda g: (min(f.group_start_s for f in groups[g]), g))
-        return serve_in_order(snapshot, groups, order)
+    def group_order(self, table: GroupTable) -> list[int]:
+        start_s = [min(f.group_start_s for f in table.members(g)) for g in range(len(table.gids))]
+        return sorted(range(len(table.gids)), key=lambda g: (start_s[g], table.gids[g]))

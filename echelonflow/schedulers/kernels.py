@@ -78,6 +78,22 @@ else:
         return sorted(range(n), key=keys.__getitem__)
 
 
+# --------------------------------------------------------------------------- shared prologue
+@jit
+def _select(active, start, stop, remaining, path_ptr, rate, sel):
+    """Zero the rate of ``active[start:stop]`` and copy into ``sel`` (in order) the flows a decision
+    covers: bytes left and a path.  Returns how many; the others keep rate 0 and get no rank."""
+    m = 0
+    for k in range(start, stop):
+        f = active[k]
+        rate[f] = 0.0
+        if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+            continue
+        sel[m] = f
+        m += 1
+    return m
+
+
 # --------------------------------------------------------------------------- echelon / coflow
 @jit
 def _bottleneck(sel, bits, base, shift, start, stop, path_ptr, path_links, cap, cumulative, touched):
@@ -144,16 +160,8 @@ def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank
     (the flow-id order the original code broke ties with).  Flows with no bytes left or no path get
     rate 0 and are not ranked.
     """
-    n = len(active)
-    sel = ints(n)
-    m = 0
-    for k in range(n):
-        f = active[k]
-        rate[f] = 0.0
-        if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
-            continue
-        sel[m] = f
-        m += 1
+    sel = ints(len(active))
+    m = _select(active, 0, len(active), remaining, path_ptr, rate, sel)
     due = floats(m)
     for k in range(m):
         f = sel[k]
@@ -306,21 +314,28 @@ def fair_decide(active, remaining, path_ptr, path_links, capacity, rate):
     ``active`` must be in flow-id order: links are numbered by first use in that order and equal
     fair shares are frozen lowest number first, as in the original heap of (share, link) pairs.
     """
-    n = len(active)
-    n_global = len(capacity)
+    sel = ints(len(active))
+    m = _select(active, 0, len(active), remaining, path_ptr, rate, sel)
+    _fill(sel, m, path_ptr, path_links, capacity, rate, _unnumbered(len(capacity)))
+    return m
+
+
+@jit
+def _unnumbered(n_global):
+    """The scratch map global link -> local number that :func:`_fill` expects: all -1."""
     local_of = ints(n_global)
     for li in range(n_global):
         local_of[li] = -1
-    sel = ints(n)
-    m = 0
+    return local_of
+
+
+@jit
+def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
+    """Progressive filling of flows ``sel[:m]`` on ``capacity``; ``local_of`` is all -1 on entry and
+    on return (only the links used are reset)."""
     total = 0
-    for k in range(n):
-        f = active[k]
-        rate[f] = 0.0
-        if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
-            continue
-        sel[m] = f
-        m += 1
+    for k in range(m):
+        f = sel[k]
         total += path_ptr[f + 1] - path_ptr[f]
     # local link numbers by first use; residual and member counts per local link
     global_of = ints(total)
@@ -382,7 +397,153 @@ def fair_decide(active, remaining, path_ptr, path_links, capacity, rate):
                 if other != li and count[other] > 0:
                     size = _heap_push(hs, hl, size, residual[other] / count[other], other)
         count[li] = 0
-    return m
+    for li in range(n_local):
+        local_of[global_of[li]] = -1
+
+
+# --------------------------------------------------------------------------- group-by-group policies
+@jit
+def priority_decide(active, group_ptr, remaining, path_ptr, path_links, capacity, rate):
+    """Strict priority between groups, max-min fairness inside one (``schedulers/priority.py``).
+
+    Group ``g`` is ``active[group_ptr[g]:group_ptr[g + 1]]``, its flows in flow-id order; groups in
+    service order.  Each group is filled like :func:`fair_decide` on what the groups before it left,
+    then takes its rates off every link of its flows (rounding dust below EPS_RELATIVE of a link's
+    capacity becomes exactly 0).
+    """
+    residual = floats(len(capacity))
+    for li in range(len(capacity)):
+        residual[li] = capacity[li]
+    local_of = _unnumbered(len(capacity))
+    sel = ints(len(active))
+    for g in range(len(group_ptr) - 1):
+        a, b = group_ptr[g], group_ptr[g + 1]
+        m = _select(active, a, b, remaining, path_ptr, rate, sel)
+        _fill(sel, m, path_ptr, path_links, residual, rate, local_of)
+        for k in range(m):
+            f = sel[k]
+            if rate[f] > 0.0:
+                _consume(f, rate[f], path_ptr, path_links, residual, capacity)
+
+
+@jit
+def bssi_order(active, group_ptr, remaining, path_ptr, path_links, capacity, weights):
+    """Sincronia's BSSI order of the groups (``schedulers/sincronia.py``): group indices, most urgent
+    first.  Groups as in :func:`priority_decide`, in group-id order.  Links are numbered by first use
+    (groups in order, flows in order, path order), which breaks ties between equally loaded links.
+    """
+    n_groups = len(group_ptr) - 1
+    n_global = len(capacity)
+    local_of = _unnumbered(n_global)
+    acc = floats(n_global)
+    seen = ints(n_global)
+    # per group: (local link, seconds of that link) in order of first use -- CSR dem_*
+    total = 0
+    for k in range(len(active)):
+        f = active[k]
+        total += path_ptr[f + 1] - path_ptr[f]
+    dem_ptr = ints(n_groups + 1)
+    dem_link = ints(total)
+    dem_time = floats(total)
+    n_local = 0
+    n_dem = 0
+    for g in range(n_groups):
+        first = n_dem
+        for k in range(group_ptr[g], group_ptr[g + 1]):
+            f = active[k]
+            if remaining[f] <= EPS_BYTES:
+                continue
+            for p in range(path_ptr[f], path_ptr[f + 1]):
+                gl = path_links[p]
+                if local_of[gl] < 0:
+                    local_of[gl] = n_local
+                    n_local += 1
+                if seen[gl] == 0:
+                    seen[gl] = 1
+                    dem_link[n_dem] = gl
+                    n_dem += 1
+                acc[gl] = acc[gl] + 8.0 * remaining[f] / capacity[gl]
+        for d in range(first, n_dem):
+            gl = dem_link[d]
+            dem_time[d] = acc[gl]
+            dem_link[d] = local_of[gl]
+            acc[gl] = 0.0
+            seen[gl] = 0
+        dem_ptr[g + 1] = n_dem
+    # load per link and its users (groups in order), with the group's seconds on it
+    load = floats(n_local)
+    n_users = ints(n_local)
+    for d in range(n_dem):
+        load[dem_link[d]] += dem_time[d]
+        n_users[dem_link[d]] += 1
+    user_ptr = ints(n_local + 1)
+    for li in range(n_local):
+        user_ptr[li + 1] = user_ptr[li] + n_users[li]
+    fill = ints(n_local)
+    user_group = ints(n_dem)
+    user_time = floats(n_dem)
+    for g in range(n_groups):
+        for d in range(dem_ptr[g], dem_ptr[g + 1]):
+            li = dem_link[d]
+            user_group[user_ptr[li] + fill[li]] = g
+            user_time[user_ptr[li] + fill[li]] = dem_time[d]
+            fill[li] += 1
+    weight = floats(n_groups)
+    unordered = ints(n_groups)
+    out = ints(n_groups)
+    n_out = 0
+    left = 0
+    for g in range(n_groups):
+        weight[g] = weights[g]
+        if dem_ptr[g + 1] > dem_ptr[g]:
+            unordered[g] = 1
+            left += 1
+        else:  # nothing left: first, in id order
+            out[n_out] = g
+            n_out += 1
+    heap_cap = n_local + n_dem + n_groups + 1
+    hs = floats(heap_cap)
+    hl = ints(heap_cap)
+    size = 0
+    for li in range(n_local):
+        size = _heap_push(hs, hl, size, -load[li], li)
+    back = n_groups
+    while left > 0 and size > 0:
+        size = _heap_pop(hs, hl, size)
+        neg, b = hs[size], hl[size]
+        if -neg != load[b]:
+            continue  # stale: a fresher entry for this link is in the heap
+        last = -1
+        best = 0.0
+        last_time = 0.0
+        for q in range(user_ptr[b], user_ptr[b + 1]):
+            g = user_group[q]
+            if unordered[g] == 0:
+                continue
+            value = weight[g] / user_time[q]
+            if last < 0 or value <= best:  # ties: the larger group index goes last
+                last, best, last_time = g, value, user_time[q]
+        if last < 0:
+            continue  # every user of b is ordered already; the link is done
+        ratio = weight[last] / last_time
+        for q in range(user_ptr[b], user_ptr[b + 1]):
+            g = user_group[q]
+            if unordered[g] == 1 and g != last:
+                weight[g] -= ratio * user_time[q]
+        unordered[last] = 0
+        left -= 1
+        back -= 1
+        out[back] = last
+        for d in range(dem_ptr[last], dem_ptr[last + 1]):
+            li = dem_link[d]
+            load[li] -= dem_time[d]
+            size = _heap_push(hs, hl, size, -load[li], li)
+        size = _heap_push(hs, hl, size, -load[b], b)
+    # idle groups first, then the ordered ones (written from the back)
+    for k in range(back, n_groups):
+        out[n_out] = out[k]
+        n_out += 1
+    return out[:n_out]
 
 
 # --------------------------------------------------------------------------- array helpers
