@@ -20,9 +20,6 @@ from echelonflow.schedulers import kernels
 from echelonflow.schedulers.base import ActiveFlow, Decision, Scheduler, Snapshot
 from echelonflow.schedulers.columns import LinkNumbering
 
-#: Residual capacity at or below this fraction of a link's capacity counts as full (rounding dust).
-EPS_RELATIVE = kernels.EPS_RELATIVE
-
 
 class GroupTable:
     """A snapshot's flows sorted by (group id, flow id), as kernel arrays.
