@@ -134,9 +134,11 @@ def plot(runs: list[dict[str, Any]], rows: list[dict[str, Any]], out: Path) -> l
         width = 0.8 / len(schedulers)
         for ax, (metric, label) in zip(axes[0], metrics):
             for s_index, scheduler in enumerate(schedulers):
-                stats = [next(r[metric] for r in rows if (r["topology"], r["load"], r["scheduler"])
-                              == (topo, load, scheduler)) for load in loads]
-                xs = [i + (s_index - (len(schedulers) - 1) / 2) * width for i in range(len(loads))]
+                found = {r["load"]: r[metric] for r in rows
+                         if (r["topology"], r["scheduler"]) == (topo, scheduler)}
+                shown = [i for i, load in enumerate(loads) if load in found]  # an interrupted sweep has gaps
+                stats = [found[loads[i]] for i in shown]
+                xs = [i + (s_index - (len(schedulers) - 1) / 2) * width for i in shown]
                 means = [s["mean"] for s in stats]
                 spread = [[m - s["min"] for m, s in zip(means, stats)],
                           [s["max"] - m for m, s in zip(means, stats)]]
