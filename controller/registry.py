@@ -499,9 +499,10 @@ class Registry:
                 self._paths[key] = (nodes, Topology.links_of(nodes))
                 if channel is None:
                     flows.append(key)
-        channels = [cid for cid, channel in self.channels.items()
-                    if self.channel_route(channel) != self._channel_routes.get(cid, channel.path)]
-        self._channel_routes = {cid: self.channel_route(c) for cid, c in self.channels.items()}
+        routes = {cid: self.channel_route(channel) for cid, channel in self.channels.items()}
+        channels = [cid for cid, route in routes.items()
+                    if route != self._channel_routes.get(cid, self.channels[cid].path)]
+        self._channel_routes = routes
         if flows or channels:
             self.version += 1
         return flows, channels
