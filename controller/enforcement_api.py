@@ -133,7 +133,7 @@ class EnforcementEndpoints:
         if not isinstance(request, dict):
             raise ApiError(400, where or "body", "must be a JSON object")
         op = request.get("op")
-        if op not in OPS:
+        if not isinstance(op, str) or op not in OPS:  # a list or object is unhashable: never look it up
             ops = "install, update or remove" if where else "install, update, remove or batch"
             problem = f"missing (one of {ops})" if "op" not in request else f"must be {ops}, got {show(op)}"
             raise ApiError(400, join(where, "op"), problem)

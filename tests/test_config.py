@@ -145,3 +145,17 @@ def test_a_bad_config_file_value_stops_the_app_with_one_line(tmp_path):
                       "got 'soon'"], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr + proc.stdout
     assert sys.executable  # the manager ran next to this interpreter
+
+
+def test_the_configuration_page_lists_every_setting_with_its_variable_and_default():
+    """docs/controller-config.md stays true: one row per setting, with its variable and default."""
+    from controller.config import SETTINGS, _shown
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "docs", "controller-config.md"), encoding="utf-8") as fh:
+        page = fh.read()
+    rows = {line.split("|")[1].strip(" `"): line for line in page.splitlines()
+            if line.startswith("| `") and line.count("|") == 5}
+    assert sorted(rows) == sorted(s.name for s in SETTINGS)
+    for spec in SETTINGS:
+        assert f"`{spec.env}`" in rows[spec.name] and f"`{_shown(spec) or '(empty)'}`" in rows[spec.name]

@@ -426,6 +426,13 @@ def test_launcher_runs_real_manager_and_enforcement_api(tmp_path):
                 api.enforce({"op": "frob"})
             assert (bad.value.status, bad.value.field) == (400, "op")
             assert bad.value.problem == "must be install, update, remove or batch, got 'frob'"
+            for unhashable in ([[], 1e308], {"a": 1}):  # found by tests/test_enforcement_fuzz.py: was a 500
+                with pytest.raises(ApiClientError) as bad:
+                    api.enforce({"op": unhashable, "flow_id": "p0", "clear_rate": True})
+                assert (bad.value.status, bad.value.field) == (400, "op"), bad.value
+                with pytest.raises(ApiClientError) as bad:
+                    api.enforce({"op": "batch", "requests": [{"op": unhashable}]})
+                assert (bad.value.status, bad.value.field) == (400, "requests[0].op"), bad.value
             with pytest.raises(ApiClientError) as bad:
                 EchelonClient(socket_path=ctl.api_socket_path, token="wrong").enforce_remove("x")
             assert (bad.value.status, bad.value.field) == (401, "Authorization")
