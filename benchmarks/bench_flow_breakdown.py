@@ -30,10 +30,12 @@ from echelonflow.scenario import load_scenario  # noqa: E402
 from reports.flow_breakdown import (  # noqa: E402
     flow_parts,
     format_summary,
+    host_tcp,
     load_round,
     rate_tracking,
     run_folder_name,
     summarise,
+    tcp_recovery,
 )
 
 
@@ -69,11 +71,15 @@ def analyse(run_dir: str, scenario_name: str | None) -> dict:
         parts = flow_parts(docs, deps, sim["flows"])
         summary = summarise(parts)
         tracking = rate_tracking(docs, topology.payload_fraction)
+        recovery = tcp_recovery(docs)
+        recovery["hosts"] = host_tcp(docs)
         jobs = {job: {"emulated_s": r["completion_s"], "simulated_s": sim["jobs"][job]["completion_s"]}
                 for job, r in run["jobs"].items()}
         channels = {host: doc.get("channels") for host, doc in docs.items()}
         print()
-        print(format_summary(f"{name} ({len(parts)} flows, trusted={run.get('trusted')})", summary, tracking))
+        title = f"{name} ({len(parts)} flows, trusted={run.get('trusted')})"
+        print(format_summary(title, summary, tracking, recovery))
+        print("  hosts' TCP counters: " + ", ".join(f"{k} {v}" for k, v in recovery["hosts"].items()))
         for job, row in jobs.items():
             gap = row["emulated_s"] / row["simulated_s"] - 1
             print(f"  job {job:12s} emulated {row['emulated_s']:6.2f} s  "
@@ -83,7 +89,8 @@ def analyse(run_dir: str, scenario_name: str | None) -> dict:
         print(f"  channels opened late (a handshake on a flow's path): {late}")
         gains.setdefault(run["scheduler"], []).append(run["objective_s"])
         report["runs"].append({"run": name, "scheduler": run["scheduler"], "trusted": run.get("trusted"),
-                               "summary": summary, "rate_tracking": tracking, "jobs": jobs,
+                               "summary": summary, "rate_tracking": tracking,
+                               "tcp_recovery": recovery, "jobs": jobs,
                                "objective_s": {"emulated": run["objective_s"],
                                                "simulated": sim["objective_s"]},
                                "channels_opened_late": late})

@@ -115,7 +115,7 @@ def rate_tracking(docs: Mapping[str, Mapping[str, Any]], payload_fraction: float
         for record in doc.get("sent", {}).values():
             allocations = record.get("allocations") or []
             progress = record.get("progress") or []
-            for (t1, acked1), (t2, acked2) in zip(progress, progress[1:]):
+            for (t1, acked1, *_), (t2, acked2, *_) in zip(progress, progress[1:]):
                 rate_bps = None
                 for allocation in allocations:
                     if allocation["t_s"] <= t1:
@@ -131,6 +131,37 @@ def rate_tracking(docs: Mapping[str, Mapping[str, Any]], payload_fraction: float
     return {"intervals": intervals,
             "achieved_over_allocated": achieved_total / allocated_total if allocated_total else float("nan"),
             "under_80_share": under / intervals if intervals else float("nan")}
+
+
+def tcp_recovery(docs: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """How many flows TCP had to recover: ``{"flows", "retransmitting", "timed_out", "retransmits"}``.
+
+    From the progress samples' retransmission counters (agents record them since they sample TCP_INFO):
+    a flow ``timed_out`` if any sample saw a retransmission timeout pending (back-off > 0).  A flow that
+    waits behind more urgent classes for longer than TCP's retransmission timeout (200 ms minimum) gets
+    its window cut and the timer doubled, which the fluid model knows nothing of."""
+    flows = retransmitting = timed_out = retransmits = 0
+    for doc in docs.values():
+        for record in doc.get("sent", {}).values():
+            samples = [p for p in record.get("progress") or [] if len(p) >= 4]
+            if not samples:
+                continue
+            flows += 1
+            count = max(p[2] for p in samples)
+            retransmits += count
+            retransmitting += count > 0
+            timed_out += any(p[3] > 0 for p in samples)
+    return {"flows": flows, "retransmitting": retransmitting, "timed_out": timed_out,
+            "retransmits": retransmits}
+
+
+def host_tcp(docs: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """The hosts' TCP counters over the round (``traffic.tcpstats``), summed over the agents."""
+    total: dict[str, int] = {}
+    for doc in docs.values():
+        for name, value in (doc.get("tcp") or {}).items():
+            total[name] = total.get(name, 0) + int(value)
+    return total
 
 
 def summarise(flows: Sequence[FlowParts]) -> dict[str, dict[str, float]]:
@@ -150,7 +181,8 @@ def summarise(flows: Sequence[FlowParts]) -> dict[str, dict[str, float]]:
 
 
 def format_summary(title: str, summary: Mapping[str, Mapping[str, float]],
-                   tracking: Mapping[str, float] | None = None) -> str:
+                   tracking: Mapping[str, float] | None = None,
+                   recovery: Mapping[str, float] | None = None) -> str:
     lines = [f"{title}", f"  {'part':22s} {'median':>9s} {'p90':>9s} {'max':>9s} {'sum':>8s}"]
     for part in PARTS:
         if part in summary:
@@ -164,6 +196,10 @@ def format_summary(title: str, summary: Mapping[str, Mapping[str, float]],
     if tracking and tracking["intervals"]:
         lines.append(f"  achieved/allocated {tracking['achieved_over_allocated']:.2f} over "
                      f"{tracking['intervals']} poll intervals ({tracking['under_80_share']:.0%} under 80 %)")
+    if recovery and recovery["flows"]:
+        lines.append(f"  TCP recovery: {recovery['retransmitting']} of {recovery['flows']} flows "
+                     f"retransmitted ({recovery['retransmits']} segments), {recovery['timed_out']} hit a "
+                     "retransmission timeout")
     return "\n".join(lines)
 
 

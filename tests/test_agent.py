@@ -24,6 +24,7 @@ from echelonflow.echelon import ideal_schedule
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.topology import BUILDERS
 from echelonflow.workloads import generate
+from tests.conftest import need, need_tool
 from traffic.agent import Agent
 from traffic.emulate import REPO_ROOT, EmulationError, assemble_run, local_popen, run_agents
 from traffic.runspec import (
@@ -293,6 +294,37 @@ def test_receiver_rejects_bytes_beyond_a_declared_flow():
         assert result.received_bytes == 123_457 and arrivals[-1].received_bytes == 123_457
     finally:
         receiver.close()
+
+
+_LOSSY_CHANNEL = """
+import subprocess
+from traffic.transfer import Channel, FlowHeader, FlowReceiver
+subprocess.run(["ip", "link", "set", "lo", "up", "mtu", "1500"], check=True)
+# a 20 Mbit/s shaper with a 15 kB queue: a 2 MB flow overflows it and TCP has to retransmit
+subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "20mbit", "burst", "20k",
+                "limit", "15k"], check=True)
+receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, lambda a: None, print).start()
+channel = Channel("c1", "h1", "h2", None, "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
+channel.bind()
+channel.connect(5.0)
+for name, size in (("lossy", 2_000_000), ("after", 1_000)):
+    channel.send_flow(FlowHeader("j", name, "h1", size))
+    print(name, *channel.progress())
+channel.close()
+receiver.close()
+"""
+
+
+def test_progress_counts_each_flows_own_retransmissions():
+    """TCP_INFO's retransmissions per flow: the breakdown tells TCP recovering from a slow allocation."""
+    need("a network namespace", "" if os.geteuid() == 0 else "needs root")
+    unshare, _ = need_tool("unshare"), need_tool("tc")
+    out = subprocess.run([unshare, "--net", sys.executable, "-c", _LOSSY_CHANNEL], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lossy, after = (line.split() for line in out.stdout.splitlines())
+    assert lossy[:2] == ["lossy", "2000000"] and int(lossy[2]) > 0 and lossy[3] == "0"
+    assert after == ["after", "1000", "0", "0"]  # the next flow on the channel starts its own count
 
 
 def test_one_channel_carries_flow_after_flow_with_exact_accounting():

@@ -39,6 +39,7 @@ from typing import Any, Callable
 from echelonflow.fileio import write_json_atomic
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.queues import tos_for_dscp
+from traffic import tcpstats
 from traffic.channels import ChannelKey, ChannelPool
 from traffic.control import ControlEndpoint, ControlError
 from traffic.registry_link import RegistryError, RegistryPort, build_registry
@@ -97,6 +98,7 @@ class Agent:
         self.control: ControlEndpoint | None = None
         self.topology = spec.topology()
         self.channels = ChannelPool(self._open_channel)
+        self.tcp_before: dict[str, int] = {}  # this namespace's TCP counters when the agent started
         self._channel_numbers = iter(range(1, 1 << 30))
         self.failed_jobs: dict[str, str] = {}  # job -> why it failed (an agent of it died)
         self.dead_hosts: set[str] = set()
@@ -153,6 +155,7 @@ class Agent:
         return document
 
     def _start(self) -> None:
+        self.tcp_before = tcpstats.read_counters()
         for job in self.spec.jobs:
             if self._declares(job):
                 self.registry.declare_job(job)
@@ -453,7 +456,7 @@ class Agent:
             record["allocations"] = [
                 {"t_s": self.rel(t), "dscp": dscp, "rate_bps": rate, "pacing_bytes_per_s": pace}
                 for t, dscp, rate, pace in seen.get("allocations", [])]
-            record["progress"] = [[self.rel(t), acked] for t, acked in seen.get("progress", [])]
+            record["progress"] = [[self.rel(t), *counters] for t, *counters in seen.get("progress", [])]
         return {
             "host": self.me,
             "t0_s": self.spec.t0_s,
@@ -467,6 +470,8 @@ class Agent:
             "received": self.received_out,
             # persistent connections: how many, and how many the plan lacked (each cost a flow a handshake)
             "channels": {"opened": len(self.channels.channels), "opened_late": self.channels.opened_late},
+            # this host's TCP counters over the run (its own network namespace)
+            "tcp": tcpstats.difference(self.tcp_before, tcpstats.read_counters()),
         }
 
 

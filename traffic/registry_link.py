@@ -76,7 +76,8 @@ class RegistryPort:
 
     def trace(self, job_id: str, flow_id: str) -> dict[str, list]:
         """What the agent saw of a flow over time (epoch seconds): ``allocations`` [(t, dscp, rate_bps
-        decided, pacing bytes/s applied)] on every change and ``progress`` [(t, acked payload bytes)]."""
+        decided, pacing bytes/s applied)] on every change and ``progress`` [(t, acked payload bytes,
+        segments retransmitted since the flow began, retransmission timeouts in a row)] every poll."""
         return {}
 
     def close(self) -> None:
@@ -216,11 +217,12 @@ class RegistryLink(RegistryPort):
             for name, channel in list(self._active.items()):
                 job_id, flow_id = name.split("/", 1)
                 try:
-                    acked = channel.acked_payload()
+                    progress = channel.progress()
                     if name not in self._active:  # finished meanwhile: the channel carries another flow
                         continue
-                    if acked is not None:
-                        self._progress.setdefault(name, []).append((time.time(), acked))
+                    acked = None if progress is None else progress.acked_payload
+                    if progress is not None:
+                        self._progress.setdefault(name, []).append((time.time(), *progress))
                     if acked:  # the progress answer carries the allocation too: one call, not two
                         answer = self._call("flow_progress", job_id, flow_id, acked)
                     else:

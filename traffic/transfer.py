@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from traffic.sockets import shut_and_close
 
@@ -49,7 +49,10 @@ MIN_PACING_BYTES_PER_S = 12_500
 REFRESH_S = 0.025
 _ZEROS = bytes(CHUNK_BYTES)
 _T = TypeVar("_T")
-#: Offset of ``tcpi_bytes_acked`` (u64) in Linux's ``struct tcp_info`` (since Linux 4.1).
+#: Offsets in Linux's ``struct tcp_info``: ``tcpi_backoff`` (u8: retransmission timeouts in a row, the RTO's
+#: current doubling), ``tcpi_total_retrans`` (u32) and ``tcpi_bytes_acked`` (u64, since Linux 4.1).
+_TCPI_BACKOFF_OFFSET = 4
+_TCPI_TOTAL_RETRANS_OFFSET = 100
 _TCPI_BYTES_ACKED_OFFSET = 120
 
 
@@ -86,11 +89,20 @@ class SendResult:
     confirmed_s: float  # the receiver's confirmation arrived
 
 
-def acked_bytes(sock: socket.socket) -> int | None:
-    """Bytes the peer has acknowledged on this connection so far (TCP_INFO; the SYN excluded), or None.
+class TcpCounters(NamedTuple):
+    """What the kernel says of a connection (TCP_INFO)."""
 
-    Bytes handed to ``send`` may still sit in the socket buffer (megabytes with autotuning), so this, not a
-    send counter, is what a progress report should carry.
+    acked_bytes: int  # bytes the peer acknowledged so far, the SYN excluded
+    total_retrans: int  # segments retransmitted over the connection's life
+    backoff: int  # retransmission timeouts in a row right now (0: none pending)
+
+
+def tcp_counters(sock: socket.socket) -> TcpCounters | None:
+    """The connection's :class:`TcpCounters`, or None if the kernel gives none.
+
+    Bytes handed to ``send`` may still sit in the socket buffer (megabytes with autotuning), so acknowledged
+    bytes, not a send counter, are what a progress report should carry; retransmissions and the timeout
+    back-off say whether a slow interval was TCP recovering from loss or a delay rather than the allocation.
     """
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
@@ -99,7 +111,16 @@ def acked_bytes(sock: socket.socket) -> int | None:
     if len(info) < _TCPI_BYTES_ACKED_OFFSET + 8:
         return None
     (acked,) = struct.unpack_from("=Q", info, _TCPI_BYTES_ACKED_OFFSET)
-    return max(0, acked - 1)
+    (retrans,) = struct.unpack_from("=I", info, _TCPI_TOTAL_RETRANS_OFFSET)
+    return TcpCounters(max(0, acked - 1), retrans, info[_TCPI_BACKOFF_OFFSET])
+
+
+class FlowProgress(NamedTuple):
+    """One progress sample of the flow a channel carries."""
+
+    acked_payload: int  # payload bytes of this flow the peer acknowledged
+    retransmits: int  # segments retransmitted since this flow began
+    backoff: int  # retransmission timeouts in a row right now
 
 
 # ------------------------------------------------------------------------------------------- sender
@@ -126,6 +147,7 @@ class Channel:
         #: the current flow's delivered payload is ``acked - flow_offset - header_bytes``.
         self.flow_offset = 0
         self.header_bytes = 0
+        self.flow_retrans = 0  # the connection's retransmissions before the current flow
         self._written = 0
         self._pending = b""
         self._refresh: _Refresher | None = None
@@ -161,12 +183,18 @@ class Channel:
                 self.sock = _bound_socket(self.bind_ip, self.src_port)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
+    def progress(self) -> FlowProgress | None:
+        """How far the current flow is (TCP_INFO), or None."""
+        counters = None if self.sock is None else tcp_counters(self.sock)
+        if counters is None:
+            return None
+        return FlowProgress(max(0, counters.acked_bytes - self.flow_offset - self.header_bytes),
+                            max(0, counters.total_retrans - self.flow_retrans), counters.backoff)
+
     def acked_payload(self) -> int | None:
         """Payload bytes of the current flow the peer has acknowledged (TCP_INFO), or None."""
-        acked = None if self.sock is None else acked_bytes(self.sock)
-        if acked is None:
-            return None
-        return max(0, acked - self.flow_offset - self.header_bytes)
+        progress = self.progress()
+        return None if progress is None else progress.acked_payload
 
     def send_flow(self, header: FlowHeader, tos_source: Callable[[], int | None] | None = None,
                   pacing_source: Callable[[], int | None] | None = None) -> SendResult:
@@ -177,6 +205,8 @@ class Channel:
         sock = self.sock
         encoded = header.encode()
         self.flow_offset, self.header_bytes = self._written, len(encoded)
+        counters = tcp_counters(sock)
+        self.flow_retrans = 0 if counters is None else counters.total_retrans
         if self._refresh is None or self._refresh.sock is not sock:
             self._refresh = _Refresher(sock)
         refresh = self._refresh

@@ -1,0 +1,50 @@
+"""reports.flow_breakdown on hand-made agent documents: parts, rate tracking and TCP recovery."""
+
+from __future__ import annotations
+
+import pytest
+
+from reports.flow_breakdown import flow_parts, rate_tracking, summarise, tcp_recovery
+
+
+def _docs(progress: list[list[float]], allocations: list[dict] | None = None) -> dict:
+    """h1 sends j/a (1 MB) to h2; j/b, which needs j/a, starts on h2 0.002 s after j/a arrives."""
+    sent = {"j/a": {"dst": "h2", "size_bytes": 1_000_000, "start": 1.0, "first_byte": 1.001,
+                    "last_queued": 1.5, "confirmed": 2.004, "progress": progress,
+                    "allocations": allocations or []}}
+    received = {"j/a": {"src": "h1", "header": 1.010, "finish": 2.0}}
+    return {
+        "h1": {"host": "h1", "sent": sent, "received": {}, "tasks": {"j/x": {"start": 0.0, "finish": 0.999}}},
+        "h2": {"host": "h2", "sent": {}, "received": received, "tasks": {"j/b": {"start": 2.002}}},
+    }
+
+
+def test_a_flows_life_is_split_at_the_agents_time_stamps():
+    docs = _docs([[1.1, 0, 0, 0]])
+    parts = flow_parts(docs, {"j/a": ["j/x"], "j/b": ["j/a"]}, {"j/a": {"start_s": 1.0, "finish_s": 1.8}})
+    (flow,) = parts
+    assert flow.parts_s == pytest.approx({"wake_s": 0.001, "send_s": 0.001, "header_s": 0.009,
+                                          "transfer_s": 0.99, "drain_s": 0.5, "confirm_s": 0.004,
+                                          "dependants_s": 0.002})
+    assert flow.emulated_s == pytest.approx(1.0) and flow.simulated_s == pytest.approx(0.8)
+    assert summarise(parts)["emulated_over_simulated"]["median"] == pytest.approx(1.25)
+
+
+def test_rate_tracking_compares_acked_payload_with_the_allocation_in_force():
+    # 8 Mbit/s allocated from t=1.0; 0.5 MB acked per 0.5 s = 8 Mbit/s, then 4 Mbit/s
+    allocations = [{"t_s": 1.0, "dscp": 8, "rate_bps": 8e6, "pacing_bytes_per_s": 1_000_000}]
+    progress = [[1.0, 0, 0, 0], [1.5, 500_000, 0, 0], [2.0, 750_000, 0, 0], [2.5, 1_000_000, 0, 0]]
+    tracking = rate_tracking(_docs(progress, allocations), payload_fraction=1.0)
+    # the last interval reaches the flow's size (its tail is partly idle): left out
+    assert tracking["intervals"] == 2
+    assert tracking["achieved_over_allocated"] == pytest.approx(0.75)
+    assert tracking["under_80_share"] == pytest.approx(0.5)
+
+
+def test_tcp_recovery_counts_retransmitting_and_timed_out_flows():
+    clean = _docs([[1.1, 10, 0, 0], [1.2, 20, 0, 0]])
+    assert tcp_recovery(clean) == {"flows": 1, "retransmitting": 0, "timed_out": 0, "retransmits": 0}
+    lossy = _docs([[1.1, 10, 3, 0], [1.2, 10, 4, 1], [1.6, 30, 4, 0]])
+    assert tcp_recovery(lossy) == {"flows": 1, "retransmitting": 1, "timed_out": 1, "retransmits": 4}
+    # documents from agents that recorded (t, acked) pairs only: nothing to say about TCP recovery
+    assert tcp_recovery(_docs([[1.1, 10]]))["flows"] == 0
