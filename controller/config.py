@@ -104,6 +104,8 @@ SETTINGS = (
     Setting("api_port", "ECHELON_API_PORT", 8181, integer(1, 65535), _INT, "API TCP port"),
     Setting("api_socket", "ECHELON_API_SOCKET", "", text(nonempty=False), str,
             "API Unix socket (empty: /run/echelon/controller-<api_port>.sock)"),
+    Setting("min_rate_bps", "ECHELON_MIN_RATE_BPS", 8000.0, number(0.0, 1e12), _FLOAT,
+            "allocations below this rate count as paused: last class, no meter, unpaced"),
     Setting("interval_s", "ECHELON_INTERVAL_S", 0.5, number(0.0, 3600.0, above=True), _FLOAT,
             "reschedule interval"),
     Setting("stats_interval_s", "ECHELON_STATS_INTERVAL_S", 1.0, number(0.0, 3600.0), _FLOAT,
@@ -132,6 +134,7 @@ class ControllerConfig:
     api_host: str = "127.0.0.1"
     api_port: int = 8181
     api_socket: str = ""
+    min_rate_bps: float = 8000.0
     interval_s: float = 0.5
     stats_interval_s: float = 1.0
     metrics_host: str = "127.0.0.1"

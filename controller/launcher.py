@@ -119,7 +119,8 @@ class ControllerProcess:
     ``api_socket_path`` default to files in the working directory.  ``metrics_port`` 0 (default) picks a
     free port for ``/metrics``, None serves no metrics; ``metrics_host`` is the address it listens on
     (loopback unless a Prometheus elsewhere must scrape it).  ``interval_s`` is the scheduling
-    service's reschedule interval, ``stats_interval_s`` its switch-counter poll (0 = off).  ``manager``
+    service's reschedule interval, ``stats_interval_s`` its switch-counter poll (0 = off), ``min_rate_bps``
+    the allocation below which a flow counts as paused.  ``manager``
     is the command to run the app with (default: ``compat.MANAGER`` next to the running Python).
     """
 
@@ -138,6 +139,7 @@ class ControllerProcess:
         api_socket_path: str | None = None,
         interval_s: float = 0.5,
         stats_interval_s: float = 1.0,
+        min_rate_bps: float = 8000.0,
         manager: str | Sequence[str] | None = None,
         metrics_port: int | None = 0,
         metrics_host: str = "127.0.0.1",
@@ -149,7 +151,8 @@ class ControllerProcess:
             _check_port("metrics", metrics_port, allow_zero=True)
         try:  # the app's own checks of these settings, before anything starts
             ControllerConfig(queues=queues, route_idle_s=route_idle_s, interval_s=interval_s,
-                             stats_interval_s=stats_interval_s, metrics_host=metrics_host)
+                             stats_interval_s=stats_interval_s, min_rate_bps=min_rate_bps,
+                             metrics_host=metrics_host)
         except ConfigError as exc:
             raise ControllerError(str(exc)) from None
         self.topology = topology
@@ -166,6 +169,7 @@ class ControllerProcess:
         self._api_socket_path = api_socket_path
         self.interval_s = interval_s
         self.stats_interval_s = stats_interval_s
+        self.min_rate_bps = min_rate_bps
         self.manager = manager
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
@@ -271,8 +275,8 @@ class ControllerProcess:
             topology_file=self.spec_path, queues=self.queues, route_idle_s=self.route_idle_s,
             store=self.store_path, token_file=self.token_file, api_host="127.0.0.1", api_port=self.api_port,
             api_socket=self.api_socket_path, interval_s=self.interval_s,
-            stats_interval_s=self.stats_interval_s, metrics_host=self.metrics_host,
-            metrics_port=self.metrics_port)
+            stats_interval_s=self.stats_interval_s, min_rate_bps=self.min_rate_bps,
+            metrics_host=self.metrics_host, metrics_port=self.metrics_port)
 
     def wait_ready(self, timeout_s: float) -> None:
         """Until the OpenFlow port listens and the API answers ``GET /v1/health`` (or the process died)."""

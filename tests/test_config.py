@@ -51,6 +51,7 @@ def test_environment_round_trip_and_precedence():
     ("ECHELON_TOPOLOGY_PARAMS", "k=4", "must be an object, got 'k=4'"),
     ("ECHELON_METRICS_PORT", "on", "must be an integer between 1 and 65535, got 'on'"),
     ("ECHELON_STORE", "", "must be a non-empty string, got ''"),
+    ("ECHELON_MIN_RATE_BPS", "-1", "must be a number between 0 and 1e+12, got -1.0"),
 ])
 def test_a_bad_variable_is_one_line_naming_it(name, value, problem):
     with pytest.raises(ConfigError) as err:
@@ -87,11 +88,11 @@ def test_config_file_section_through_oslo_config(tmp_path):
 
 def test_launcher_passes_its_settings_as_one_config(tmp_path):
     ctl = ControllerProcess(fattree(10e6, 4), ofp_port=free_tcp_port(), workdir=str(tmp_path), queues=3,
-                            interval_s=0.25)
+                            interval_s=0.25, min_rate_bps=1.44e6)
     ctl.api_port, ctl.metrics_port = 8555, None  # what start() resolves
     config = ControllerConfig.load(ctl.config().to_env())
-    assert (config.topology_file, config.queues, config.interval_s, config.api_port) == (
-        ctl.spec_path, 3, 0.25, 8555)
+    assert (config.topology_file, config.queues, config.interval_s, config.api_port, config.min_rate_bps) == (
+        ctl.spec_path, 3, 0.25, 8555, 1.44e6)
     with pytest.raises(Exception, match="ECHELON|interval_s"):
         ControllerProcess(fattree(10e6, 4), interval_s=0)
 

@@ -39,7 +39,7 @@ from echelonflow.errors import UserError
 from echelonflow.fileio import read_json
 from echelonflow.model import ComputeTask, Job, qualified
 from echelonflow.results import RunResult, build_run
-from echelonflow.topology import intf_name
+from echelonflow.topology import DEFAULT_MTU_BYTES, ETHERNET_HEADER_BYTES, intf_name
 from traffic.agent import INTERRUPTED
 from traffic.capture import CaptureError, WireCapture
 from traffic.channels import channel_plan
@@ -414,6 +414,17 @@ def _record(documents: Mapping[str, Mapping[str, Any]], host: str, section: str,
 
 
 # ------------------------------------------------------------------------------------------ fabric
+def pacing_floor_bps(mtu_bytes: int, poll_interval_s: float) -> float:
+    """The slowest allocation an agent should pace: one frame per poll interval.
+
+    Linux paces by departure time: after a segment leaves, the next may leave ``segment / rate`` later, and
+    raising the rate does not move that time.  A flow paced at 130 kbit/s with 9000-byte frames therefore
+    sends nothing for 0.55 s after the scheduler raises it to the line rate (measured: the stalls of
+    parked flows in docs/emulation.md).  Below this floor the controller treats an allocation as a pause
+    (last class, no meter, unpaced: leftovers only), so a raise never waits longer than one poll."""
+    return (mtu_bytes + ETHERNET_HEADER_BYTES) * 8 / poll_interval_s
+
+
 @dataclass
 class EmulationSettings:
     """Knobs of :func:`emulate_scenario` (defaults suit this 2-core machine's userspace datapath)."""
@@ -493,6 +504,7 @@ def emulate_scheduler(
     hosts_ip = {h: topology.graph.nodes[h]["ip"] for h in topology.hosts}
     ctl: Any = None
     say = _prefixed(progress, f"[{scheduler}] ")
+    min_rate_bps = pacing_floor_bps(topology.mtu_bytes or DEFAULT_MTU_BYTES, settings.poll_interval_s)
 
     def fresh_controller(label: str) -> Any:
         """A new controller process (so a new, empty registry) on the fabric's OpenFlow port.
@@ -505,7 +517,7 @@ def emulate_scheduler(
         if ctl is not None:
             ctl.stop()
         ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
-                                interval_s=settings.controller_interval_s,
+                                interval_s=settings.controller_interval_s, min_rate_bps=min_rate_bps,
                                 workdir=tempfile.mkdtemp(prefix=f"ctl-{label}-", dir=workdir),
                                 api_port=settings.api_port, metrics_port=settings.metrics_port)
         say(f"{label}: starting controller (OpenFlow port {port})")
@@ -551,7 +563,8 @@ def emulate_scheduler(
         nonlocal ctl
         old, killed_at = crashed.pop()
         ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
-                                interval_s=settings.controller_interval_s, workdir=old.workdir,
+                                interval_s=settings.controller_interval_s, min_rate_bps=min_rate_bps,
+                                workdir=old.workdir,
                                 api_port=old.api_port, metrics_port=old.metrics_port)
         ctl.start()
         ownership.record_processes(workdir, ctl.pid)
