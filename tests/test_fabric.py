@@ -114,17 +114,24 @@ def test_mn_custom_builds_our_topologies(require_fabric, tmp_path):
 
 @pytest.mark.fabric
 def test_two_hosts_ping_shaped_rate_and_clean_stop(require_fabric):
-    fab = Fabric(two_hosts(RATE_BPS), controller_port=None, fail_mode="standalone")
+    fab = Fabric(two_hosts(RATE_BPS), controller_port=None, fail_mode="standalone", tcp_rto_min_ms=1000)
     with fab:
         owned = snapshot(fab)
         assert ovs.bridges_owned(fab.tag) == {"s1": fab.tag}
-        # hosts keep an idle connection's congestion window (the agents' channels); the root namespace
-        # keeps its own setting
+        # hosts keep an idle connection's congestion window (the agents' channels) and wait 1 s before a
+        # retransmission timeout; the root namespace keeps its own settings
         for host in ("h1", "h2"):
             assert fab.host(host).cmd("sysctl -n net.ipv4.tcp_slow_start_after_idle").strip() == "0"
+            intf = fab.topology.host_intf(host)
+            assert "rto_min lock 1s" in fab.host(host).cmd(f"ip -o route show dev {intf}")
         assert ping_loss(fab, "h1", "h2") == 0.0
         assert_within(iperf3_bps(fab, "h1", "h2", seconds=5), RATE_BPS, 0.90, 1.05, "shaped 10 Mbit/s link")
     assert_nothing_left(*owned)
+
+
+def test_a_bad_rto_minimum_is_refused():
+    with pytest.raises(FabricError, match="tcp_rto_min_ms must be 1..60000 or None, got 0"):
+        Fabric(two_hosts(RATE_BPS), tcp_rto_min_ms=0)
 
 
 @pytest.mark.fabric

@@ -121,11 +121,15 @@ class Fabric:
         connect_timeout_s: float = 30.0,
         lock_timeout_s: float | None = 600.0,
         packet_in_limit: tuple[int, int] | None = PACKET_IN_LIMIT,
+        tcp_rto_min_ms: int | None = None,
     ) -> None:
         """``controller_port=None`` starts the switches without a controller (for static flows or
         ``fail_mode="standalone"`` learning-switch tests); otherwise start() waits for every switch to
         connect to ``controller_ip:controller_port``.  ``packet_in_limit`` (packets/s, burst) caps each
-        switch's packet-ins (:data:`PACKET_IN_LIMIT`; None: unlimited)."""
+        switch's packet-ins (:data:`PACKET_IN_LIMIT`; None: unlimited).  ``tcp_rto_min_ms`` sets TCP's
+        minimum retransmission timeout on every host's route (None: the kernel's 200 ms); emulations raise
+        it because a flow the schedule parks behind more urgent classes would otherwise time out, see
+        docs/emulation.md."""
         if not isinstance(topology, Topology):
             raise FabricError(f"Fabric needs an echelonflow.topology.Topology, got {type(topology).__name__}")
         if controller_port is not None and (
@@ -135,6 +139,9 @@ class Fabric:
             raise FabricError(f"controller_port must be 1..65535 or None, got {controller_port!r}")
         if datapath not in ("auto", "user", "kernel"):
             raise FabricError(f"datapath must be 'auto', 'user' or 'kernel', got {datapath!r}")
+        rto = tcp_rto_min_ms
+        if rto is not None and (not isinstance(rto, int) or isinstance(rto, bool) or not 1 <= rto <= 60_000):
+            raise FabricError(f"tcp_rto_min_ms must be 1..60000 or None, got {tcp_rto_min_ms!r}")
         if fail_mode not in ("secure", "standalone"):
             raise FabricError(f"fail_mode must be 'secure' or 'standalone', got {fail_mode!r}")
         try:
@@ -147,6 +154,7 @@ class Fabric:
         self.topology = topology
         self.controller_port = controller_port
         self.controller_ip = controller_ip
+        self.tcp_rto_min_ms = tcp_rto_min_ms
         self.datapath = datapath
         self.queues = queues
         self.tag = tag
@@ -373,6 +381,12 @@ class Fabric:
             if "rc=0" not in out:
                 raise FabricError(f"MTU {mtu}, ethtool -K {intf} tx off rx off or "
                                   f"net.ipv4.tcp_slow_start_after_idle=0 failed in host {name}")
+            if self.tcp_rto_min_ms is not None:
+                out = node.cmd(f"ip route change $(ip -o route show dev {intf} | head -1) dev {intf} "
+                               f"rto_min {self.tcp_rto_min_ms}ms; echo rc=$?")
+                if "rc=0" not in out:
+                    raise FabricError(f"rto_min {self.tcp_rto_min_ms}ms on the route of {intf} failed "
+                                      f"in host {name}")
             if self.shape_hosts:
                 rate_bps = self.topology.graph.edges[name, self.topology.host_switch(name)]["rate_bps"]
                 proc = qos.run_tc_batch(qos.htb_lines(intf, rate_bps, self.queues), netns_pid=node.pid)

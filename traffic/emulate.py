@@ -438,6 +438,7 @@ class EmulationSettings:
     logs_dir: str | None = None  # where agent and controller logs are copied (the run folder)
     poll_interval_s: float = 0.05  # agents' allocation/progress poll (flows last >= ~0.5 s: ~10 polls)
     pace: bool = True  # agents pace flows at their allocated rate (schedulers that enforce only)
+    tcp_rto_min_ms: int | None = 1000  # hosts' TCP minimum RTO (parked flows wait behind urgent classes)
     controller_interval_s: float = 0.2  # the scheduling service's periodic round (arrivals run at once)
     install_wait_s: float = 0.5  # a channel's registration waits up to this for its rules' barrier acks
     monitor_interval_s: float | None = None  # fidelity monitor's sampling period (None: by fabric size)
@@ -500,7 +501,8 @@ def emulate_scheduler(
     port = free_tcp_port()
     tag = f"emu{os.getpid()}-{scheduler}"[:40]
     fabric = Fabric(topology, controller_port=port, queues=settings.queues, tag=tag,
-                    connect_timeout_s=settings.fabric_connect_timeout_s)
+                    connect_timeout_s=settings.fabric_connect_timeout_s,
+                    tcp_rto_min_ms=settings.tcp_rto_min_ms)
     hosts_ip = {h: topology.graph.nodes[h]["ip"] for h in topology.hosts}
     ctl: Any = None
     say = _prefixed(progress, f"[{scheduler}] ")
