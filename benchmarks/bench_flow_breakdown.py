@@ -29,10 +29,12 @@ from echelonflow.model import qualified  # noqa: E402
 from echelonflow.scenario import load_scenario  # noqa: E402
 from reports.flow_breakdown import (  # noqa: E402
     flow_parts,
+    format_class_changes,
     format_summary,
     host_tcp,
     load_round,
     rate_tracking,
+    retransmits_by_class_changes,
     run_folder_name,
     summarise,
     tcp_recovery,
@@ -64,6 +66,7 @@ def analyse(run_dir: str, scenario_name: str | None) -> dict:
     repeats = int(emulated.get("status", {}).get("repeat", 1))
     report: dict = {"scenario": emulated["scenario"], "runs": []}
     gains: dict[str, list[float]] = {}
+    pooled: dict[int, list[int]] = {}  # class changes -> retransmitted segments per flow, all runs
     for run in emulated["runs"]:
         name = run_folder_name(run["scheduler"], int(run.get("repeat", 0)), repeats)
         docs = load_round(run_dir, name)
@@ -80,6 +83,8 @@ def analyse(run_dir: str, scenario_name: str | None) -> dict:
         title = f"{name} ({len(parts)} flows, trusted={run.get('trusted')})"
         print(format_summary(title, summary, tracking, recovery))
         print("  hosts' TCP counters: " + ", ".join(f"{k} {v}" for k, v in recovery["hosts"].items()))
+        for changes, counts in retransmits_by_class_changes(docs).items():
+            pooled.setdefault(changes, []).extend(counts)
         for job, row in jobs.items():
             gap = row["emulated_s"] / row["simulated_s"] - 1
             print(f"  job {job:12s} emulated {row['emulated_s']:6.2f} s  "
@@ -98,6 +103,9 @@ def analyse(run_dir: str, scenario_name: str | None) -> dict:
     for scheduler, values in gains.items():
         print(f"objective {scheduler:8s} emulated median {statistics.median(values):6.2f} s over "
               f"{len(values)} run(s); simulated {simulated[scheduler]['objective_s']:.2f} s")
+    print("retransmissions by class changes while the flow ran (all runs):")
+    print("\n".join(format_class_changes(dict(sorted(pooled.items())))))
+    report["retransmits_by_class_changes"] = {str(k): v for k, v in sorted(pooled.items())}
     with open(os.path.join(run_dir, "breakdown.json"), "w", encoding="utf-8") as fh:
         json.dump(report, fh, indent=1)
     print(f"breakdown written to {os.path.join(run_dir, 'breakdown.json')}")

@@ -155,6 +155,30 @@ def tcp_recovery(docs: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
             "retransmits": retransmits}
 
 
+def retransmits_by_class_changes(docs: Mapping[str, Mapping[str, Any]], cap: int = 5) -> dict[int, list[int]]:
+    """Each flow's retransmitted segments, grouped by how often its class (DSCP) changed while it ran
+    (``cap`` or more in one group).  Packets still waiting in a lower class when a flow moves up are
+    overtaken by the newer ones, and the receiver's duplicate acknowledgements look like loss: if
+    retransmissions grow with class changes, reordering is their cause rather than drops."""
+    groups: dict[int, list[int]] = {}
+    for doc in docs.values():
+        for record in doc.get("sent", {}).values():
+            samples = [p for p in record.get("progress") or [] if len(p) >= 4]
+            if not samples:
+                continue
+            marks = [a.get("dscp") for a in record.get("allocations") or []]
+            changes = sum(1 for a, b in zip(marks, marks[1:]) if a != b)
+            groups.setdefault(min(changes, cap), []).append(max(p[2] for p in samples))
+    return dict(sorted(groups.items()))
+
+
+def format_class_changes(groups: Mapping[int, Sequence[int]], cap: int = 5) -> list[str]:
+    """One line per group of :func:`retransmits_by_class_changes`."""
+    return [f"  class changes {n}{'+' if n == cap else ''}: {len(v)} flows, {statistics.mean(v):.2f} "
+            f"segments retransmitted on average, {sum(1 for x in v if x) / len(v):.0%} retransmitting"
+            for n, v in groups.items() if v]
+
+
 def host_tcp(docs: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
     """The hosts' TCP counters over the round (``traffic.tcpstats``), summed over the agents."""
     total: dict[str, int] = {}

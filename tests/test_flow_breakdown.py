@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from reports.flow_breakdown import flow_parts, rate_tracking, summarise, tcp_recovery
+from reports.flow_breakdown import (
+    flow_parts,
+    format_class_changes,
+    rate_tracking,
+    retransmits_by_class_changes,
+    summarise,
+    tcp_recovery,
+)
 
 
 def _docs(progress: list[list[float]], allocations: list[dict] | None = None) -> dict:
@@ -48,3 +55,15 @@ def test_tcp_recovery_counts_retransmitting_and_timed_out_flows():
     assert tcp_recovery(lossy) == {"flows": 1, "retransmitting": 1, "timed_out": 1, "retransmits": 4}
     # documents from agents that recorded (t, acked) pairs only: nothing to say about TCP recovery
     assert tcp_recovery(_docs([[1.1, 10]]))["flows"] == 0
+
+
+def test_retransmissions_are_grouped_by_the_flows_class_changes():
+    moved = [{"t_s": 1.0, "dscp": 24}, {"t_s": 1.2, "dscp": 8}, {"t_s": 1.4, "dscp": 8},
+             {"t_s": 1.5, "dscp": 16}]
+    docs = _docs([[1.1, 10, 0, 0], [1.6, 900, 5, 0]], moved)  # two changes (the repeat of 8 is none)
+    docs["h2"]["sent"] = {"j/c": {"progress": [[1.1, 5, 0, 0]], "allocations": [{"t_s": 1.0, "dscp": 8}]}}
+    groups = retransmits_by_class_changes(docs)
+    assert groups == {0: [0], 2: [5]}
+    assert format_class_changes(groups) == [
+        "  class changes 0: 1 flows, 0.00 segments retransmitted on average, 0% retransmitting",
+        "  class changes 2: 1 flows, 5.00 segments retransmitted on average, 100% retransmitting"]
