@@ -139,7 +139,9 @@ def test_a_run_that_dies_leaves_its_finished_runs_marked_partial(require_fabric,
     assert "under echelon failed" in err and "marked partial" in err
     status = read_status(str(run_dir))
     assert status["complete"] is False and (status["runs_done"], status["runs_planned"]) == (1, 2)
-    assert "under echelon failed: agent h" in status["reason"]
+    # the killed agent's job is the only job: the run fails, naming the agent and how it died
+    assert "under echelon failed: every job failed: job fig2 failed: agent h" in status["reason"]
+    assert "died (killed by SIGKILL)" in status["reason"]
     primary, _others = load_run_folder(str(run_dir))
     assert [run.scheduler for run in primary.runs] == ["fair"]
     assert primary.runs[0].jobs["fig2"].completion_s > 8.0
