@@ -25,6 +25,22 @@ from echelonflow import ownership
 from echelonflow.topology import Topology, fattree
 from topologies import cleanup, ovs
 
+#: A bulk TCP sender run inside a host (``python -c TCP_SENDER DST_IP DST_PORT SRC_PORT SIZE_BYTES``): a
+#: fixed source port, so the flow's 5-tuple can be enforced before it starts.
+TCP_SENDER = r"""
+import socket, sys
+dst, sport, cport, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+sock = socket.socket()
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+sock.bind(("0.0.0.0", cport))
+sock.connect((dst, sport))
+block = b"x" * (1 << 16)
+while size > 0:
+    size -= sock.send(block[:min(size, len(block))])
+sock.shutdown(socket.SHUT_WR)
+sock.close()
+"""
+
 
 def assert_within(value: float, target: float, lo: float, hi: float, what: str) -> None:
     """Assert ``lo * target <= value <= hi * target`` with a message giving the ratio."""

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tests.fabric_helpers import (
+    TCP_SENDER,
     arp_storm,
     cpu_seconds,
     fattree_with_stored_controller,
@@ -86,19 +87,6 @@ while True:
     total += len(chunk)
 print(total)
 """
-SENDER = r"""
-import socket, sys
-dst, sport, cport, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-sock = socket.socket()
-sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-sock.bind(("0.0.0.0", cport))
-sock.connect((dst, sport))
-block = b"x" * (1 << 16)
-while size > 0:
-    size -= sock.send(block[:min(size, len(block))])
-sock.shutdown(socket.SHUT_WR)
-sock.close()
-"""
 
 
 def _tcp_transfer(fabric, src: str, dst: str, size_bytes: int, ports: tuple[int, int]):
@@ -111,7 +99,7 @@ def _tcp_transfer(fabric, src: str, dst: str, size_bytes: int, ports: tuple[int,
     while f":{sport} " not in fabric.host(dst).cmd("ss -ltn"):
         assert time.monotonic() < deadline, "the receiver did not start listening"
         time.sleep(0.05)
-    sender = fabric.host(src).popen([sys.executable, "-c", SENDER, fabric.host(dst).IP(), str(sport),
+    sender = fabric.host(src).popen([sys.executable, "-c", TCP_SENDER, fabric.host(dst).IP(), str(sport),
                                      str(cport), str(size_bytes)], stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE)
     return sender, receiver

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from cli.main import main
-from tests.fabric_helpers import fattree_with_stored_controller, rules_of, wait_until
+from tests.fabric_helpers import TCP_SENDER, fattree_with_stored_controller, rules_of, wait_until
 
 pytestmark = [pytest.mark.fabric, pytest.mark.slow]
 
@@ -48,19 +48,6 @@ while True:
         last = now
 timeline.append((time.time(), total))
 print(json.dumps({"total": total, "timeline": timeline}))
-"""
-SENDER = r"""
-import socket, sys
-dst, sport, cport, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-sock = socket.socket()
-sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-sock.bind(("0.0.0.0", cport))
-sock.connect((dst, sport))
-block = b"x" * (1 << 16)
-while size > 0:
-    size -= sock.send(block[:min(size, len(block))])
-sock.shutdown(socket.SHUT_WR)
-sock.close()
 """
 
 
@@ -99,7 +86,7 @@ def _transfer(fabric, src: str, dst: str, ports: tuple[int, int]):
     receiver = fabric.host(dst).popen([sys.executable, "-c", RECEIVER, str(sport)], stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE)
     wait_until(lambda: f":{sport} " in fabric.host(dst).cmd("ss -ltn"), 5, "the receiver listening")
-    sender = fabric.host(src).popen([sys.executable, "-c", SENDER, fabric.host(dst).IP(), str(sport),
+    sender = fabric.host(src).popen([sys.executable, "-c", TCP_SENDER, fabric.host(dst).IP(), str(sport),
                                      str(cport), str(SIZE_BYTES)], stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE)
     return sender, receiver
