@@ -22,7 +22,7 @@ import networkx as nx
 
 from controller.launcher import ControllerProcess, free_tcp_port
 from echelonflow import ownership
-from echelonflow.topology import Topology, fattree
+from echelonflow.topology import Topology, dumbbell, fattree
 from topologies import cleanup, ovs
 
 #: A bulk TCP sender run inside a host (``python -c TCP_SENDER DST_IP DST_PORT SRC_PORT SIZE_BYTES``): a
@@ -73,6 +73,17 @@ def fattree_with_stored_controller(link_bps: float, prefix: str) -> Iterator[Sim
             yield state
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def dumbbell_with_controller(link_bps: float) -> Iterator[SimpleNamespace]:
+    """A dumbbell (h1 h2 | h3 h4) with the project's controller, for one test module (``state.topo``,
+    ``state.fabric``, ``state.ctl``); both stopped afterwards."""
+    topo = dumbbell(link_bps, hosts_per_side=2)
+    port = free_tcp_port()
+    state = SimpleNamespace(topo=topo, port=port, ctl=ControllerProcess(topo, ofp_port=port))
+    with controller_and_fabric(state):
+        yield state
 
 
 @contextlib.contextmanager

@@ -16,11 +16,10 @@ import time
 
 import pytest
 
-from controller.launcher import free_tcp_port
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.results import EMULATION_RUN_KEYS
-from echelonflow.topology import dumbbell
 from reports.runfolder import EXTRA_KEYS
+from tests.fabric_helpers import dumbbell_with_controller
 from traffic.emulate import (
     REPO_ROOT,
     EmulationError,
@@ -36,23 +35,8 @@ RATE_BPS = 20e6
 @pytest.fixture(scope="module")
 def fabric(require_fabric):
     """A dumbbell (h1 h2 | h3 h4) at 20 Mbit/s with the project's controller, shared by this module."""
-    from controller.launcher import ControllerProcess
-    from topologies.fabric import Fabric
-
-    topo = dumbbell(RATE_BPS, hosts_per_side=2)
-    port = free_tcp_port()
-    ctl = ControllerProcess(topo, ofp_port=port).start()
-    fab = Fabric(topo, controller_port=port, tag=f"t5emu{os.getpid()}")
-    try:
-        fab.start()
-        hosts_ip = {h: topo.graph.nodes[h]["ip"] for h in topo.hosts}
-        yield fab, hosts_ip
-    finally:
-        try:
-            fab.stop()
-        finally:
-            ctl.stop()
-    assert not ctl.log_problems(), ctl.log_problems()[:3]
+    with dumbbell_with_controller(RATE_BPS) as state:
+        yield state.fabric, {h: state.topo.graph.nodes[h]["ip"] for h in state.topo.hosts}
 
 
 def cross_jobs():

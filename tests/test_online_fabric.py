@@ -8,14 +8,12 @@ iterations on what it learned.  Needs root, Open vSwitch and Mininet (``require_
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from controller.launcher import free_tcp_port
 from echelonflow.model import qualified
-from echelonflow.topology import dumbbell
 from echelonflow.workloads import generate
+from tests.fabric_helpers import dumbbell_with_controller
 from traffic.emulate import assemble_run, fabric_popen, run_agents
 
 pytestmark = pytest.mark.fabric
@@ -26,23 +24,8 @@ ITERATIONS = 3
 @pytest.fixture(scope="module")
 def fabric(require_fabric):
     """A dumbbell (h1 h2 | h3 h4) at 20 Mbit/s with the project's controller, for this module."""
-    from controller.launcher import ControllerProcess
-    from topologies.fabric import Fabric
-
-    topo = dumbbell(RATE_BPS, hosts_per_side=2)
-    port = free_tcp_port()
-    ctl = ControllerProcess(topo, ofp_port=port).start()
-    fab = Fabric(topo, controller_port=port, tag=f"onl{os.getpid()}")
-    try:
-        fab.start()
-        ctl.wait_switches(timeout_s=30)
-        yield topo, fab, ctl
-    finally:
-        try:
-            fab.stop()
-        finally:
-            ctl.stop()
-    assert not ctl.log_problems(), ctl.log_problems()[:3]
+    with dumbbell_with_controller(RATE_BPS) as state:
+        yield state.topo, state.fabric, state.ctl
 
 
 def test_an_echelon_online_run_completes_and_the_controller_learned_every_flow(fabric, tmp_path):
