@@ -87,6 +87,7 @@ class EchelonApp(compat.BaseApp):
         self._barrier_tickets: dict[tuple[int, int], Ack] = {}
         self.enforcer = Enforcer(
             self.topology, self.send_ops, queues=config.queues, event_factory=compat.hub.Event,
+            idle_timeout_s=config.enforce_idle_s,
             meter_burst_s=config.meter_burst_s, min_burst_kbit=config.meter_min_burst_kbit,
         )
         self.switch_ready_hooks: list[Callable[[int], None]] = []

@@ -94,6 +94,8 @@ SETTINGS = (
     Setting("queues", "ECHELON_QUEUES", 4, integer(2, 8), _INT, "priority classes per port, as the fabric"),
     Setting("route_idle_s", "ECHELON_ROUTE_IDLE_S", 30, integer(1, 65535), _INT,
             "idle timeout of per-host-pair routes"),
+    Setting("enforce_idle_s", "ECHELON_ENFORCE_IDLE_S", 60, integer(1, 65535), _INT,
+            "idle timeout of enforced flows' rules (a flow idle that long on its first switch is forgotten)"),
     Setting("meter_burst_s", "ECHELON_METER_BURST_S", 0.2, number(0.0, 10.0, above=True), _FLOAT,
             "a meter's bucket in seconds of its rate"),
     Setting("meter_min_burst_kbit", "ECHELON_METER_MIN_BURST_KBIT", 1000, integer(1, 10**7), _INT,
@@ -127,6 +129,7 @@ class ControllerConfig:
     rate_mbps: float = 10.0
     queues: int = 4
     route_idle_s: int = 30
+    enforce_idle_s: int = 60
     meter_burst_s: float = 0.2
     meter_min_burst_kbit: int = 1000
     store: str = DEFAULT_STORE_PATH
