@@ -57,16 +57,19 @@ def stored_controller(state) -> ControllerProcess:
     """The controller of :func:`fattree_with_stored_controller`'s ``state``; a restart builds another on
     the same ports, folder and registry store."""
     return ControllerProcess(state.topo, ofp_port=state.port, api_port=state.api_port, workdir=state.workdir,
-                             store_path=state.store, interval_s=0.5)
+                             store_path=state.store, interval_s=0.5, extra_env=state.controller_env)
 
 
 @contextlib.contextmanager
-def fattree_with_stored_controller(link_bps: float, prefix: str) -> Iterator[SimpleNamespace]:
+def fattree_with_stored_controller(link_bps: float, prefix: str,
+                                   controller_env: dict[str, str] | None = None) -> Iterator[SimpleNamespace]:
     """A k=4 fat-tree with a controller that keeps its registry in a store (``state.ctl``), for one test
-    module; everything is removed afterwards."""
+    module; everything is removed afterwards.  ``controller_env``: ``ECHELON_*`` settings of the
+    controller (docs/controller-config.md) beyond the launcher's."""
     workdir = tempfile.mkdtemp(prefix=prefix)  # short: the API's Unix socket lives here
     state = SimpleNamespace(topo=fattree(link_bps, k=4), port=free_tcp_port(), api_port=free_tcp_port(),
-                            workdir=workdir, store=os.path.join(workdir, "registry.sqlite"))
+                            workdir=workdir, store=os.path.join(workdir, "registry.sqlite"),
+                            controller_env=dict(controller_env or {}))
     state.ctl = stored_controller(state)
     try:
         with controller_and_fabric(state):
