@@ -30,9 +30,11 @@ from echelonflow.scenario import load_scenario  # noqa: E402
 from reports.flow_breakdown import (  # noqa: E402
     flow_parts,
     format_class_changes,
+    format_rate_after_raise,
     format_summary,
     host_tcp,
     load_round,
+    rate_after_raise,
     rate_tracking,
     retransmits_by_class_changes,
     run_folder_name,
@@ -41,9 +43,9 @@ from reports.flow_breakdown import (  # noqa: E402
 )
 
 
-def emulate(scenario: str, schedulers: list[str], repeat: int, out: str) -> None:
+def emulate(scenario: str, schedulers: list[str], repeat: int, out: str, extra: list[str]) -> None:
     argv = [sys.executable, "-m", "cli", "emulate", scenario, "--no-plots", "--no-alone",
-            "--repeat", str(repeat), "--out", out]
+            "--repeat", str(repeat), "--out", out, *extra]
     for name in schedulers:
         argv += ["--scheduler", name]
     t = time.monotonic()
@@ -67,6 +69,7 @@ def analyse(run_dir: str, scenario_name: str | None) -> dict:
     report: dict = {"scenario": emulated["scenario"], "runs": []}
     gains: dict[str, list[float]] = {}
     pooled: dict[int, list[int]] = {}  # class changes -> retransmitted segments per flow, all runs
+    raises: dict[str, dict[str, list]] = {}  # scheduler -> since-raise bucket -> [(achieved, allocated)]
     for run in emulated["runs"]:
         name = run_folder_name(run["scheduler"], int(run.get("repeat", 0)), repeats)
         docs = load_round(run_dir, name)
@@ -83,6 +86,8 @@ def analyse(run_dir: str, scenario_name: str | None) -> dict:
         title = f"{name} ({len(parts)} flows, trusted={run.get('trusted')})"
         print(format_summary(title, summary, tracking, recovery))
         print("  hosts' TCP counters: " + ", ".join(f"{k} {v}" for k, v in recovery["hosts"].items()))
+        for label, pairs in rate_after_raise(docs, topology.payload_fraction).items():
+            raises.setdefault(run["scheduler"], {}).setdefault(label, []).extend(pairs)
         for changes, counts in retransmits_by_class_changes(docs).items():
             pooled.setdefault(changes, []).extend(counts)
         for job, row in jobs.items():
@@ -103,6 +108,11 @@ def analyse(run_dir: str, scenario_name: str | None) -> dict:
     for scheduler, values in gains.items():
         print(f"objective {scheduler:8s} emulated median {statistics.median(values):6.2f} s over "
               f"{len(values)} run(s); simulated {simulated[scheduler]['objective_s']:.2f} s")
+    for scheduler, groups in raises.items():
+        print(f"{scheduler}: achieved vs allocated rate by time since the flow's allocation last rose "
+              f"(all runs):")
+        print("\n".join(format_rate_after_raise(groups)))
+    report["rate_after_raise"] = raises  # scheduler -> bucket -> [(achieved, allocated) bit/s], pooled
     print("retransmissions by class changes while the flow ran (all runs):")
     print("\n".join(format_class_changes(dict(sorted(pooled.items())))))
     report["retransmits_by_class_changes"] = {str(k): v for k, v in sorted(pooled.items())}
@@ -119,6 +129,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--out", help="run folder (default: runs/breakdown-<scenario>-<time>)")
     parser.add_argument("--from", dest="from_dir", help="analyse this finished run folder instead")
+    parser.add_argument("--congestion-control", metavar="NAME",
+                        help="passed to echelon emulate (the agents' TCP congestion control)")
+    parser.add_argument("--host-sysctl", action="append", default=[], metavar="NAME=VALUE",
+                        help="passed to echelon emulate (repeatable)")
     args = parser.parse_args()
     if args.from_dir:
         analyse(args.from_dir, args.scenario)
@@ -127,7 +141,10 @@ def main() -> None:
         parser.error("give a scenario, or --from RUN_DIR")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or str(ROOT / "runs" / f"breakdown-{Path(args.scenario).stem}-{stamp}")
-    emulate(args.scenario, args.scheduler, args.repeat, out)
+    extra = ["--congestion-control", args.congestion_control] if args.congestion_control else []
+    for setting in args.host_sysctl:
+        extra += ["--host-sysctl", setting]
+    emulate(args.scenario, args.scheduler, args.repeat, out, extra)
     analyse(out, args.scenario)
 
 

@@ -26,7 +26,7 @@ import glob
 import json
 import os
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,31 +106,73 @@ def flow_parts(docs: Mapping[str, Mapping[str, Any]], deps: Mapping[str, Sequenc
     return out
 
 
-def rate_tracking(docs: Mapping[str, Mapping[str, Any]], payload_fraction: float) -> dict[str, float]:
-    """Achieved payload rate against the allocation in force, over every progress poll interval of every
-    flow that had a positive allocation: ``{"intervals", "achieved_over_allocated", "under_80_share"}``."""
-    achieved_total = allocated_total = 0.0
-    intervals = under = 0
+def _tracked_intervals(docs: Mapping[str, Mapping[str, Any]], payload_fraction: float
+                       ) -> Iterator[tuple[float, float, float | None]]:
+    """(achieved, allocated payload rate, seconds since the allocation last rose or None) per progress poll
+    interval of every flow with a positive allocation in force; a flow's tail (partly idle) is left out."""
     for doc in docs.values():
         for record in doc.get("sent", {}).values():
             allocations = record.get("allocations") or []
             progress = record.get("progress") or []
             for (t1, acked1, *_), (t2, acked2, *_) in zip(progress, progress[1:]):
-                rate_bps = None
+                rate_bps, raised_at, before = None, None, 0.0
                 for allocation in allocations:
-                    if allocation["t_s"] <= t1:
-                        rate_bps = allocation["rate_bps"]
+                    if allocation["t_s"] > t1:
+                        break
+                    if allocation["rate_bps"] != rate_bps:
+                        before, rate_bps = rate_bps or 0.0, allocation["rate_bps"]
+                        raised_at = allocation["t_s"] if rate_bps > before else None
                 if t2 <= t1 or not rate_bps or rate_bps <= 0 or acked2 >= record["size_bytes"]:
                     continue  # no allocation yet, a paused flow, or the flow's tail (partly idle interval)
-                achieved = (acked2 - acked1) * 8 / (t2 - t1)
-                wanted = rate_bps * payload_fraction
-                achieved_total += achieved
-                allocated_total += wanted
-                intervals += 1
-                under += achieved < 0.8 * wanted
-    return {"intervals": intervals,
+                yield ((acked2 - acked1) * 8 / (t2 - t1), rate_bps * payload_fraction,
+                       None if raised_at is None else t1 - raised_at)
+
+
+def rate_tracking(docs: Mapping[str, Mapping[str, Any]], payload_fraction: float) -> dict[str, float]:
+    """Achieved payload rate against the allocation in force, over every progress poll interval of every
+    flow that had a positive allocation: ``{"intervals", "achieved_over_allocated", "under_80_share"}``."""
+    return _tracking_of(list(_tracked_intervals(docs, payload_fraction)))
+
+
+def _tracking_of(intervals: Sequence[tuple[float, float, float | None]]) -> dict[str, float]:
+    achieved_total = sum(i[0] for i in intervals)
+    allocated_total = sum(i[1] for i in intervals)
+    under = sum(1 for achieved, wanted, _ in intervals if achieved < 0.8 * wanted)
+    return {"intervals": len(intervals),
             "achieved_over_allocated": achieved_total / allocated_total if allocated_total else float("nan"),
-            "under_80_share": under / intervals if intervals else float("nan")}
+            "under_80_share": under / len(intervals) if intervals else float("nan")}
+
+
+#: Buckets of :func:`rate_after_raise`: seconds since the flow's allocation last rose (upper bounds).
+SINCE_RAISE_BUCKETS = ((0.1, "< 0.1 s"), (0.3, "0.1-0.3 s"), (1.0, "0.3-1 s"), (float("inf"), ">= 1 s"))
+
+
+def rate_after_raise(docs: Mapping[str, Mapping[str, Any]], payload_fraction: float
+                     ) -> dict[str, list[tuple[float, float]]]:
+    """(achieved, allocated) per poll interval, grouped by how long ago the flow's allocation last rose
+    (:data:`SINCE_RAISE_BUCKETS`; ``"lowered"`` when its last change was down).  A flow the schedule
+    raises, typically from parked in the last class, should reach its new rate within a poll or two; how
+    far it falls short in the first buckets is the cost of the raise on the wire (docs/emulation.md)."""
+    groups: dict[str, list[tuple[float, float]]] = {label: [] for _, label in SINCE_RAISE_BUCKETS}
+    groups["lowered"] = []
+    for achieved, wanted, since_s in _tracked_intervals(docs, payload_fraction):
+        label = ("lowered" if since_s is None
+                 else next(name for limit, name in SINCE_RAISE_BUCKETS if since_s < limit))
+        groups[label].append((achieved, wanted))
+    return groups
+
+
+def format_rate_after_raise(groups: Mapping[str, Sequence[tuple[float, float]]]) -> list[str]:
+    """One line per group of :func:`rate_after_raise` (pooled as the caller likes)."""
+    lines = []
+    for label, pairs in groups.items():
+        if pairs:
+            tracking = _tracking_of([(a, w, None) for a, w in pairs])
+            stalled = sum(1 for a, _ in pairs if a == 0) / len(pairs)
+            lines.append(f"  {label:10s} {tracking['intervals']:5d} intervals, achieved/allocated "
+                         f"{tracking['achieved_over_allocated']:.2f}, {tracking['under_80_share']:.0%} under "
+                         f"80 %, {stalled:.0%} with nothing acknowledged")
+    return lines
 
 
 def tcp_recovery(docs: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:

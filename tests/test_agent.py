@@ -433,7 +433,8 @@ def _channels(*entries):
 
 _FATTREE_K2 = {"kind": "fattree", "params": {"k": 2}, "rate_bps": 1e7}
 _TOP_FIELDS = ("host, hosts_ip, jobs, t0_s, data_port, control_dir, output_path, registry, "
-               "connect_timeout_s, confirm_timeout_s, run_timeout_s, scheduler, topology, channels")
+               "connect_timeout_s, confirm_timeout_s, run_timeout_s, scheduler, topology, channels, "
+               "congestion_control")
 
 
 @pytest.mark.parametrize(
@@ -526,11 +527,12 @@ def test_a_spec_that_is_not_an_object_or_whose_control_socket_path_is_too_long_i
 def test_a_full_spec_round_trips_through_its_file(tmp_path):
     """Every field the orchestrator writes is read back as it was (defaults filled in)."""
     data = dict(good_spec_dict(tmp_path), scheduler="echelon", topology=_FATTREE_K2, connect_timeout_s=3,
-                **_registry(poll_interval_s=0.05, job_prefix="r1-"),
+                congestion_control="cubic", **_registry(poll_interval_s=0.05, job_prefix="r1-"),
                 **_channels({"dst": "h2", "path": ["h1", "e0", "h2"], "count": 2}))
     spec = parse_runspec(data, "spec.json")
     assert spec.registry == RegistrySettings("/s", "/t", 0.05, "r1-", True, 0.5)
     assert (spec.connect_timeout_s, spec.confirm_timeout_s, spec.scheduler) == (3.0, 30.0, "echelon")
+    assert spec.congestion_control == "cubic"
     assert spec.topology().name == "fattree2" and spec.channels == data["channels"]
     save_runspec(spec, str(tmp_path / "spec.json"))
     again = load_runspec(str(tmp_path / "spec.json"))

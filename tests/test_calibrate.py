@@ -94,3 +94,18 @@ def test_calibration_on_a_real_fabric_returns_a_factor_and_its_measurements(requ
     monitors = {p.name for p in folder.glob("monitor-x*.json")}
     assert monitors == {f"monitor-x{t['factor']:g}.json" for t in trials}
     assert any("calibration x1:" in line for line in lines)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--congestion-control", "vegas"], "--congestion-control: must be one of this kernel's"),
+    (["--host-sysctl", "net.ipv4.tcp_recovery"], "--host-sysctl: must be NAME=VALUE"),
+    (["--host-sysctl", "kernel.panic=1"], "is not a net.ipv4, net.ipv6 or net.core sysctl name"),
+    (["--host-sysctl", "net.ipv4.no_such_thing=1"], "this kernel has no sysctl 'net.ipv4.no_such_thing'"),
+    (["--host-sysctl", "net.ipv4.tcp_recovery=1;reboot"], "value '1;reboot' is not 1-40 letters"),
+])
+def test_bad_transport_arguments_are_one_line_and_exit_status_2(args, message):
+    """The hosts' TCP options of `echelon emulate` are checked before anything starts."""
+    proc = subprocess.run([sys.executable, "-m", "cli", "emulate", "fig2", *args],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert "Traceback" not in proc.stderr

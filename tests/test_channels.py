@@ -101,3 +101,24 @@ def test_pool_never_hands_one_channel_to_two_flows_at_once():
     for t in threads:
         t.join()
     assert not clash
+
+
+def test_a_channel_takes_the_congestion_control_it_is_given():
+    """`echelon emulate --congestion-control` reaches every channel's socket; a name the kernel lacks is
+    one clear error, not a socket left open."""
+    import socket
+
+    from traffic.transfer import TransferError, available_congestion_controls
+
+    chosen = next(name for name in available_congestion_controls() if name != "bbr")
+    channel = Channel("h1.h2.0", "h1", "h2", None, "127.0.0.1", "127.0.0.1", 9, congestion_control=chosen)
+    channel.bind()
+    try:
+        got = channel.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+        assert got.rstrip(b"\0").decode() == chosen
+    finally:
+        channel.close()
+    bad = Channel("h1.h2.1", "h1", "h2", None, "127.0.0.1", "127.0.0.1", 9, congestion_control="nosuch")
+    with pytest.raises(TransferError, match="TCP congestion control 'nosuch'"):
+        bad.bind()
+    assert bad.sock is None

@@ -7,6 +7,7 @@ learning mode, the fat-tree gets static destination-based flows from tests/fabri
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -114,7 +115,8 @@ def test_mn_custom_builds_our_topologies(require_fabric, tmp_path):
 
 @pytest.mark.fabric
 def test_two_hosts_ping_shaped_rate_and_clean_stop(require_fabric):
-    fab = Fabric(two_hosts(RATE_BPS), controller_port=None, fail_mode="standalone", tcp_rto_min_ms=1000)
+    fab = Fabric(two_hosts(RATE_BPS), controller_port=None, fail_mode="standalone", tcp_rto_min_ms=1000,
+                 host_sysctls={"net.ipv4.tcp_reordering": 9})
     with fab:
         owned = snapshot(fab)
         assert ovs.bridges_owned(fab.tag) == {"s1": fab.tag}
@@ -122,6 +124,7 @@ def test_two_hosts_ping_shaped_rate_and_clean_stop(require_fabric):
         # retransmission timeout; the root namespace keeps its own settings
         for host in ("h1", "h2"):
             assert fab.host(host).cmd("sysctl -n net.ipv4.tcp_slow_start_after_idle").strip() == "0"
+            assert fab.host(host).cmd("sysctl -n net.ipv4.tcp_reordering").strip() == "9"  # host_sysctls
             intf = fab.topology.host_intf(host)
             assert "rto_min lock 1s" in fab.host(host).cmd(f"ip -o route show dev {intf}")
         assert ping_loss(fab, "h1", "h2") == 0.0
@@ -132,6 +135,16 @@ def test_two_hosts_ping_shaped_rate_and_clean_stop(require_fabric):
 def test_a_bad_rto_minimum_is_refused():
     with pytest.raises(FabricError, match="tcp_rto_min_ms must be 1..60000 or None, got 0"):
         Fabric(two_hosts(RATE_BPS), tcp_rto_min_ms=0)
+
+
+@pytest.mark.parametrize("sysctls, problem", [
+    ({"kernel.panic": 1}, "'kernel.panic' is not a net.ipv4, net.ipv6 or net.core sysctl name"),
+    ({"net.ipv4.tcp_reordering": "3; reboot"}, "value '3; reboot' is not 1-40 letters"),
+    ({"net.ipv4.no_such_thing": 1}, "this kernel has no sysctl 'net.ipv4.no_such_thing'"),
+])
+def test_bad_host_sysctls_are_refused_before_anything_starts(sysctls, problem):
+    with pytest.raises(FabricError, match=re.escape(problem)):
+        Fabric(two_hosts(RATE_BPS), host_sysctls=sysctls)
 
 
 @pytest.mark.fabric

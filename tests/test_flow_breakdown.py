@@ -7,6 +7,8 @@ import pytest
 from reports.flow_breakdown import (
     flow_parts,
     format_class_changes,
+    format_rate_after_raise,
+    rate_after_raise,
     rate_tracking,
     retransmits_by_class_changes,
     summarise,
@@ -67,3 +69,24 @@ def test_retransmissions_are_grouped_by_the_flows_class_changes():
     assert format_class_changes(groups) == [
         "  class changes 0: 1 flows, 0.00 segments retransmitted on average, 0% retransmitting",
         "  class changes 2: 1 flows, 5.00 segments retransmitted on average, 100% retransmitting"]
+
+
+def test_rate_after_raise_groups_intervals_by_time_since_the_allocation_rose():
+    # parked (0) until 1.0, raised to 8 Mbit/s, lowered to 4 Mbit/s at 1.5; polls every 0.05 s up to 1.2,
+    # then at 1.5, 1.6: nothing acknowledged in the first poll after the raise (the stall a raise costs)
+    allocations = [{"t_s": 0.5, "dscp": 24, "rate_bps": 0.0, "pacing_bytes_per_s": None},
+                   {"t_s": 1.0, "dscp": 8, "rate_bps": 8e6, "pacing_bytes_per_s": 1_000_000},
+                   {"t_s": 1.5, "dscp": 16, "rate_bps": 4e6, "pacing_bytes_per_s": 500_000}]
+    progress = [[0.9, 0, 0, 0], [1.0, 0, 0, 0], [1.05, 0, 0, 0], [1.1, 100_000, 0, 0],
+                [1.2, 200_000, 0, 0], [1.5, 500_000, 0, 0], [1.6, 550_000, 0, 0]]
+    groups = rate_after_raise(_docs(progress, allocations), payload_fraction=1.0)
+    # t1 = 1.0, 1.05: < 0.1 s after the raise (0 and 16 Mbit/s); 1.1, 1.2: 0.1-0.3 s (8, 8); 1.5: lowered
+    flat = {label: [x for pair in pairs for x in pair] for label, pairs in groups.items()}
+    assert flat["< 0.1 s"] == pytest.approx([0.0, 8e6, 16e6, 8e6])
+    assert flat["0.1-0.3 s"] == pytest.approx([8e6, 8e6, 8e6, 8e6])
+    assert flat["lowered"] == pytest.approx([4e6, 4e6])
+    assert groups["0.3-1 s"] == [] and groups[">= 1 s"] == []
+    lines = format_rate_after_raise(groups)
+    assert lines[0].split() == ["<", "0.1", "s", "2", "intervals,", "achieved/allocated", "1.00,", "50%",
+                                "under", "80", "%,", "50%", "with", "nothing", "acknowledged"]
+    assert len(lines) == 3  # empty groups are not printed

@@ -34,7 +34,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from echelonflow import ownership
@@ -45,6 +45,8 @@ from topologies import cleanup, ovs, qos
 
 LOCK_PATH = "/run/echelon-fabric.lock"
 _TAG_RE = re.compile(r"[A-Za-z0-9_.-]{1,40}")
+_SYSCTL_NAME_RE = re.compile(r"net\.(ipv4|ipv6|core)\.[a-z0-9_]{1,60}")
+_SYSCTL_VALUE_RE = re.compile(r"[A-Za-z0-9_.-]{1,40}")
 #: Packet-ins per second (and burst) each switch may send the controller.  Measured with a 10,000
 #: frames/s ARP storm from one host of a k=4 fat-tree (tests/test_faults.py prints it): unlimited, the
 #: controller ran at 93 % CPU and a new pair on the storming switch got no ping through; at 200/50 it ran
@@ -122,6 +124,7 @@ class Fabric:
         lock_timeout_s: float | None = 600.0,
         packet_in_limit: tuple[int, int] | None = PACKET_IN_LIMIT,
         tcp_rto_min_ms: int | None = None,
+        host_sysctls: Mapping[str, str | int] | None = None,
     ) -> None:
         """``controller_port=None`` starts the switches without a controller (for static flows or
         ``fail_mode="standalone"`` learning-switch tests); otherwise start() waits for every switch to
@@ -129,7 +132,8 @@ class Fabric:
         switch's packet-ins (:data:`PACKET_IN_LIMIT`; None: unlimited).  ``tcp_rto_min_ms`` sets TCP's
         minimum retransmission timeout on every host's route (None: the kernel's 200 ms); emulations raise
         it because a flow the schedule parks behind more urgent classes would otherwise time out, see
-        docs/emulation.md."""
+        docs/emulation.md.  ``host_sysctls`` (name -> value, e.g. ``net.ipv4.tcp_reordering``) are set in
+        every host's namespace on top of the fabric's own."""
         if not isinstance(topology, Topology):
             raise FabricError(f"Fabric needs an echelonflow.topology.Topology, got {type(topology).__name__}")
         if controller_port is not None and (
@@ -142,6 +146,10 @@ class Fabric:
         rto = tcp_rto_min_ms
         if rto is not None and (not isinstance(rto, int) or isinstance(rto, bool) or not 1 <= rto <= 60_000):
             raise FabricError(f"tcp_rto_min_ms must be 1..60000 or None, got {tcp_rto_min_ms!r}")
+        for name, value in (host_sysctls or {}).items():
+            problem = host_sysctl_problem(str(name), str(value))
+            if problem:
+                raise FabricError(f"host_sysctls: {problem}")
         if fail_mode not in ("secure", "standalone"):
             raise FabricError(f"fail_mode must be 'secure' or 'standalone', got {fail_mode!r}")
         try:
@@ -155,6 +163,7 @@ class Fabric:
         self.controller_port = controller_port
         self.controller_ip = controller_ip
         self.tcp_rto_min_ms = tcp_rto_min_ms
+        self.host_sysctls = dict(host_sysctls or {})
         self.datapath = datapath
         self.queues = queues
         self.tag = tag
@@ -374,13 +383,15 @@ class Fabric:
         for name in self.topology.hosts:
             node = self.net.get(name)
             intf = self.topology.host_intf(name)
+            sysctls = {"net.ipv4.tcp_slow_start_after_idle": 0,
+                       "net.ipv4.tcp_limit_output_bytes": 2 * (mtu + 1000), **self.host_sysctls}
+            settings = " ".join(f"{k}={v}" for k, v in sysctls.items())
             out = node.cmd(f"ip link set dev {intf} mtu {mtu} && "
                            f"ethtool -K {intf} tx off rx off >/dev/null 2>&1 && "
-                           f"sysctl -qw net.ipv4.tcp_slow_start_after_idle=0 "
-                           f"net.ipv4.tcp_limit_output_bytes={2 * (mtu + 1000)}; echo rc=$?")
+                           f"sysctl -qw {settings}; echo rc=$?")
             if "rc=0" not in out:
-                raise FabricError(f"MTU {mtu}, ethtool -K {intf} tx off rx off or "
-                                  f"net.ipv4.tcp_slow_start_after_idle=0 failed in host {name}")
+                raise FabricError(f"MTU {mtu}, ethtool -K {intf} tx off rx off or sysctl {settings} "
+                                  f"failed in host {name}")
             if self.tcp_rto_min_ms is not None:
                 out = node.cmd(f"ip route change $(ip -o route show dev {intf} | head -1) dev {intf} "
                                f"rto_min {self.tcp_rto_min_ms}ms; echo rc=$?")
@@ -501,6 +512,18 @@ def _switch_class() -> Any:
 
         _SWITCH_CLASS = TaggedOVSSwitch
     return _SWITCH_CLASS
+
+
+def host_sysctl_problem(name: str, value: str) -> str | None:
+    """Why ``name=value`` cannot be set in a host's namespace, or None (names and values are pasted
+    into a shell command, so both are held to a plain alphabet)."""
+    if not _SYSCTL_NAME_RE.fullmatch(name):
+        return f"{name!r} is not a net.ipv4, net.ipv6 or net.core sysctl name"
+    if not _SYSCTL_VALUE_RE.fullmatch(value):
+        return f"{name}: value {value!r} is not 1-40 letters, digits, '_', '.', '-'"
+    if not os.path.exists(os.path.join("/proc/sys", *name.split("."))):
+        return f"this kernel has no sysctl {name!r}"
+    return None
 
 
 def controller_listening(ip: str, port: int, timeout_s: float = 2.0) -> bool:

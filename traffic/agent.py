@@ -375,7 +375,8 @@ class Agent:
         dst, path = key
         channel = Channel(f"{self.me}.{dst}.{next(self._channel_numbers)}", self.me, dst, path,
                           self.spec.hosts_ip[self.me], self.spec.hosts_ip[dst], self.spec.data_port,
-                          io_timeout_s=self.spec.confirm_timeout_s)
+                          io_timeout_s=self.spec.confirm_timeout_s,
+                          congestion_control=self.spec.congestion_control)
         channel.bind()
         self.registry.register_channel(channel)  # its rules are in the switches before its SYN leaves
         channel.connect(self.spec.connect_timeout_s)

@@ -118,6 +118,7 @@ def run_agents(
     channel_plan: Mapping[str, list[dict[str, Any]]] | None = None,
     kill_agents: Mapping[str, float] | None = None,
     actions: Sequence[tuple[float, Callable[[], str]]] = (),
+    congestion_control: str | None = None,
 ) -> AgentsOutcome:
     """Run one agent per host used by ``jobs``; return their documents or raise :class:`EmulationError`.
 
@@ -154,7 +155,8 @@ def run_agents(
                        connect_timeout_s=connect_timeout_s, confirm_timeout_s=confirm_timeout_s,
                        run_timeout_s=run_timeout_s, scheduler=scheduler,
                        topology_spec=None if topology_spec is None else dict(topology_spec),
-                       channels=None if channel_plan is None else list(channel_plan.get(host, [])))
+                       channels=None if channel_plan is None else list(channel_plan.get(host, [])),
+                       congestion_control=congestion_control)
         save_runspec(spec, handle.spec_path)
         handles[host] = handle
     say = progress or (lambda text: None)
@@ -439,6 +441,9 @@ class EmulationSettings:
     poll_interval_s: float = 0.05  # agents' allocation/progress poll (flows last >= ~0.5 s: ~10 polls)
     pace: bool = True  # agents pace flows at their allocated rate (schedulers that enforce only)
     tcp_rto_min_ms: int | None = 1000  # hosts' TCP minimum RTO (parked flows wait behind urgent classes)
+    tcp_congestion_control: str | None = None  # the agents' channels' TCP congestion control (None: host's)
+    #: sysctls set in every host's namespace (topologies.fabric.Fabric ``host_sysctls``)
+    host_sysctls: dict = field(default_factory=dict)
     controller_interval_s: float = 0.2  # the scheduling service's periodic round (arrivals run at once)
     install_wait_s: float = 0.5  # a channel's registration waits up to this for its rules' barrier acks
     monitor_interval_s: float | None = None  # fidelity monitor's sampling period (None: by fabric size)
@@ -502,7 +507,7 @@ def emulate_scheduler(
     tag = f"emu{os.getpid()}-{scheduler}"[:40]
     fabric = Fabric(topology, controller_port=port, queues=settings.queues, tag=tag,
                     connect_timeout_s=settings.fabric_connect_timeout_s,
-                    tcp_rto_min_ms=settings.tcp_rto_min_ms)
+                    tcp_rto_min_ms=settings.tcp_rto_min_ms, host_sysctls=settings.host_sysctls)
     hosts_ip = {h: topology.graph.nodes[h]["ip"] for h in topology.hosts}
     ctl: Any = None
     say = _prefixed(progress, f"[{scheduler}] ")
@@ -644,6 +649,7 @@ def emulate_scheduler(
                     progress=_prefixed(say, f"{label}: "), topology_spec=topology_spec, channel_plan=plan,
                     kill_agents={f.target[0]: f.at_s for f in faults if f.kind == "agent"},
                     actions=controller_actions(faults) + network.actions(),
+                    congestion_control=settings.tcp_congestion_control,
                 )
             monitor_docs[label] = monitor.report(window=(outcome.t0_s, time.time()))
             monitor.save_intervals(os.path.join(workdir, f"monitor-{label}.json"))

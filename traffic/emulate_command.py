@@ -61,6 +61,28 @@ def _dilation(text: str) -> Any:
     return value
 
 
+def _congestion_control(text: str) -> str:
+    """One of the kernel's TCP congestion controls (the agents set it on their channels)."""
+    from traffic.transfer import available_congestion_controls
+
+    offered = available_congestion_controls()
+    if text not in offered:
+        listed = ", ".join(offered) or "(none listed)"
+        raise argparse.ArgumentTypeError(f"must be one of this kernel's {listed}, got {text!r}")
+    return text
+
+
+def _host_sysctl(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` of a network sysctl this kernel has (set in every host's namespace)."""
+    from topologies.fabric import host_sysctl_problem
+
+    name, sep, value = text.partition("=")
+    problem = host_sysctl_problem(name, value) if sep else f"must be NAME=VALUE, got {text!r}"
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return name, value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "emulate",
@@ -103,6 +125,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "traffic agent (its jobs fail, the others go on); controller@4s kills the "
                              "controller and restarts it on the same registry store (controller@4s..6s: "
                              "restarted at 6 s)")
+    parser.add_argument("--congestion-control", type=_congestion_control, metavar="NAME", default=None,
+                        help="TCP congestion control of the agents' connections (one of the kernel's "
+                             "net.ipv4.tcp_available_congestion_control; default: the hosts' own, bbr here)")
+    parser.add_argument("--host-sysctl", type=_host_sysctl, action="append", default=[], metavar="NAME=VALUE",
+                        help="set a network sysctl in every host's namespace (repeatable), e.g. "
+                             "net.ipv4.tcp_recovery=5; for transport experiments (docs/emulation.md)")
     parser.set_defaults(run=run)
 
 
@@ -116,7 +144,9 @@ def run(args: argparse.Namespace) -> int:
     outcome = emulate_and_report(scenario, names or list(scenario.schedulers), out=args.out,
                                  plots=not args.no_plots, alone_runs=not args.no_alone,
                                  pace=not args.no_pacing, live=args.live, repeat=args.repeat,
-                                 capture=args.capture, dilation=args.dilation)
+                                 capture=args.capture, dilation=args.dilation,
+                                 congestion_control=args.congestion_control,
+                                 host_sysctls=dict(args.host_sysctl))
     if outcome is None:
         return 1
     emulated, folder, table = outcome
@@ -154,7 +184,8 @@ def with_faults(scenario: Any, specs: list[str]) -> list:
 
 
 def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=True, progress=None, pace=True,
-                       live=False, repeat=1, capture=False, dilation=None):
+                       live=False, repeat=1, capture=False, dilation=None,
+                       congestion_control=None, host_sysctls=None):
     """Simulate, emulate every scheduler ``repeat`` times, write the run folder; returns (emulated, folder,
     table).
 
@@ -209,6 +240,12 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     settings = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace, capture=capture,
                                  monitor_thresholds=Thresholds().dilated(factor),
                                  faults=[replace(e, at_s=e.at_s * factor) for e in scenario.events])
+    settings.tcp_congestion_control = congestion_control
+    settings.host_sysctls = dict(host_sysctls or {})
+    if congestion_control or host_sysctls:
+        say("hosts' transport: " + ", ".join(
+            ([f"congestion control {congestion_control}"] if congestion_control else [])
+            + [f"{k}={v}" for k, v in (host_sysctls or {}).items()]))
     for event in scenario.events:
         say(f"fault planned: {event.describe()}" + (f" (x{factor:g}: {event.at_s * factor:g} s wall clock)"
                                                      if factor != 1.0 else ""))

@@ -89,6 +89,8 @@ class RunSpec:
     topology_spec: dict[str, Any] | None = None
     #: channels to open before t0: ``[{"dst", "path" (node names or None), "count"}]`` (traffic.channels)
     channels: list[dict[str, Any]] | None = None
+    #: the TCP congestion control of the channels this agent opens (None: the host's default)
+    congestion_control: str | None = None
 
     def topology(self) -> Any:
         """The :class:`~echelonflow.topology.Topology` of ``topology_spec``, or None."""
@@ -115,6 +117,8 @@ class RunSpec:
             "run_timeout_s": self.run_timeout_s,
             "scheduler": self.scheduler,
         }
+        if self.congestion_control is not None:
+            out["congestion_control"] = self.congestion_control
         if self.topology_spec is not None:
             out["topology"] = dict(self.topology_spec)
         if self.channels is not None:
@@ -194,6 +198,7 @@ SPEC_FIELDS = (
     Field("scheduler", text(nonempty=False), default=""),
     Field("topology"),  # checked by controller.topology_spec
     Field("channels", nullable(array(record(CHANNEL_FIELDS), of="of {dst, path, count} objects"))),
+    Field("congestion_control", nullable(text())),
 )
 
 

@@ -20,6 +20,13 @@ COUNTERS = (
     ("netstat", "TcpExt", "TCPFastRetrans"),
     ("netstat", "TcpExt", "TCPLossProbes"),
     ("netstat", "TcpExt", "TCPSlowStartRetrans"),
+    ("netstat", "TcpExt", "TCPDSACKRecv"),
+    ("netstat", "TcpExt", "TCPDSACKUndo"),
+    ("netstat", "TcpExt", "TCPFullUndo"),
+    ("netstat", "TcpExt", "TCPPartialUndo"),
+    ("netstat", "TcpExt", "TCPLossUndo"),
+    ("netstat", "TcpExt", "TCPSACKReorder"),
+    ("netstat", "TcpExt", "TCPTSReorder"),
 )
 
 

@@ -132,8 +132,10 @@ class Channel:
     """
 
     def __init__(self, channel_id: str, src: str, dst: str, path: tuple[str, ...] | None, bind_ip: str,
-                 dst_ip: str, dst_port: int, io_timeout_s: float = 30.0) -> None:
+                 dst_ip: str, dst_port: int, io_timeout_s: float = 30.0,
+                 congestion_control: str | None = None) -> None:
         self.channel_id = channel_id
+        self.congestion_control = congestion_control
         self.src = src
         self.dst = dst
         self.path = path
@@ -158,7 +160,7 @@ class Channel:
 
     def bind(self) -> int:
         """Take a local port (the channel's 5-tuple is then fixed); returns it."""
-        self.sock = _bound_socket(self.bind_ip, self.src_port)
+        self.sock = _bound_socket(self.bind_ip, self.src_port, self.congestion_control)
         self.src_port = self.sock.getsockname()[1]
         return self.src_port
 
@@ -180,7 +182,7 @@ class Channel:
                                         f"{self.dst_ip}:{self.dst_port} within {timeout_s:g} s "
                                         f"({_describe(exc)})") from None
                 time.sleep(0.05)
-                self.sock = _bound_socket(self.bind_ip, self.src_port)
+                self.sock = _bound_socket(self.bind_ip, self.src_port, self.congestion_control)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def progress(self) -> FlowProgress | None:
@@ -289,9 +291,26 @@ class Channel:
         self.sock = None
 
 
-def _bound_socket(bind_ip: str, port: int) -> socket.socket:
+def available_congestion_controls(path: str = "/proc/sys/net/ipv4/tcp_available_congestion_control"
+                                  ) -> list[str]:
+    """The TCP congestion controls this kernel offers: a socket may take any of them with TCP_CONGESTION
+    (a Mininet host's root may, even where the namespace's default is limited to the allowed list)."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read().split()
+    except OSError:
+        return []
+
+
+def _bound_socket(bind_ip: str, port: int, congestion_control: str | None = None) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if congestion_control is not None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion_control.encode())
+        except OSError as exc:
+            sock.close()
+            raise TransferError(f"TCP congestion control {congestion_control!r}: {_describe(exc)}") from None
     sock.bind((bind_ip, port))
     return sock
 
