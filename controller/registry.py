@@ -51,6 +51,7 @@ from echelonflow.fields import (
 from echelonflow.linkstate import LinkState
 from echelonflow.model import qualified
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
+from echelonflow.schedulers.live import LiveFlowTable
 from echelonflow.topology import Topology
 
 STATES = ("declared", "active", "finished", "aborted")
@@ -223,6 +224,10 @@ class Registry:
         self.estimator: SizeEstimator | None = None
         #: Incremented by every mutation; lets the service skip work when nothing changed.
         self.version = 0
+        #: The active flows as the schedulers' flow table, kept current by every event
+        #: (:meth:`scheduling_table`), so a decision does not convert the registry first.
+        self._table = LiveFlowTable(self._capacity_bps)
+        self._undeclared: set[str] = set()  # active flows of undeclared size: estimates move
         if loaded is not None:
             self._load(*loaded)
 
@@ -255,6 +260,8 @@ class Registry:
                     self._by_tuple[self._tuple(flow)] = flow.key
         for key in self.echelons:
             self._refresh_reference(key)
+        for key in self._active:
+            self._schedule(self.flows[key])
 
     def bind_topology_name(self) -> None:
         """Record which topology this registry (and its store) belongs to, once."""
@@ -394,6 +401,7 @@ class Registry:
         self._active[flow.key] = None
         self._by_tuple[self._tuple(updated)] = flow.key
         self._refresh_reference(flow.echelon_key)
+        self._schedule(updated)
         return updated
 
     def _start_on_channel(self, flow: FlowRecord, channel: ChannelRecord, start: float) -> FlowRecord:
@@ -413,6 +421,7 @@ class Registry:
         self._active[flow.key] = None
         self._on_channel(updated, channel)
         self._refresh_reference(flow.echelon_key)
+        self._schedule(updated)
         return updated
 
     def _on_channel(self, flow: FlowRecord, channel: ChannelRecord) -> None:
@@ -497,6 +506,8 @@ class Registry:
                 else self._path(key, flow.src, flow.dst, "flow")[0]
             if nodes != self._paths[key][0]:
                 self._paths[key] = (nodes, Topology.links_of(nodes))
+                if key in self._table:
+                    self._table.set_path(key, self._paths[key][1])
                 if channel is None:
                     flows.append(key)
         routes = {cid: self.channel_route(channel) for cid, channel in self.channels.items()}
@@ -534,6 +545,7 @@ class Registry:
         updated = replace(flow, bytes_sent=sent)
         self._commit(flows=[updated])
         self.flows[flow.key] = updated
+        self._table.set_remaining(flow.key, self._wire_left(updated))
         return updated
 
     def flow_finished(self, job_id: Any, flow_id: Any, finish_s: Any, bytes_sent: Any = None) -> FlowRecord:
@@ -575,6 +587,8 @@ class Registry:
         if flow.state != "active":
             return
         self._active.pop(flow.key, None)
+        self._table.remove(flow.key)
+        self._undeclared.discard(flow.key)
         if flow.channel_id is not None:  # the channel stays, idle, for the next flow
             self._channel_flow.pop(flow.channel_id, None)
         else:
@@ -593,8 +607,30 @@ class Registry:
         value = min(float(byte_count), float(self._size_cap(flow)))
         if value > self._observed_bytes.get(flow_key, 0.0):
             self._observed_bytes[flow_key] = value
+            self._table.set_remaining(flow_key, self._wire_left(flow))
 
     # ------------------------------------------------------------------ scheduler view
+    def scheduling_table(self) -> LiveFlowTable:
+        """The active flows as the schedulers' flow table (``LiveFlowTable.decide``): the same flows,
+        paths, wire bytes left, offsets, reference times and weights as :meth:`snapshot` gives.
+
+        Kept current by every event; only flows of undeclared size are refreshed here, since what the
+        estimator expects of them changes as it learns."""
+        for key in self._undeclared:
+            self._table.set_remaining(key, self._wire_left(self.flows[key]))
+        return self._table
+
+    def _schedule(self, flow: FlowRecord) -> None:
+        """An active flow enters the scheduling table."""
+        self._table.add(flow.key, flow.echelon_key, self._paths[flow.key][1], flow.offset_s,
+                        self.jobs[flow.job_id].weight, self._wire_left(flow))
+        if flow.size_bytes is None:
+            self._undeclared.add(flow.key)
+
+    def _wire_left(self, flow: FlowRecord) -> float:
+        """What a flow has left on the wire: payload plus framing, as link capacities count it."""
+        return self.topology.wire_bytes(self.remaining_bytes(flow))
+
     def snapshot(self, now_s: float) -> Snapshot:
         """Active flows with paths, remaining bytes and ideal finish times, for any ``Scheduler``.
 
@@ -740,3 +776,4 @@ class Registry:
             self._reference_s.pop(echelon_key, None)
         else:
             self._reference_s[echelon_key] = reference_s
+            self._table.set_reference(echelon_key, reference_s)

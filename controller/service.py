@@ -3,9 +3,11 @@
 Runs on every arrival (flow started), departure (flow finished), scheduler switch, link or switch going
 down or coming back (:meth:`SchedulingService.on_links_changed` first moves what is enforced on the
 changed paths) and every ``interval_s``.
-It calls the very scheduler classes the simulator runs (``echelonflow.schedulers.get_scheduler``) on a
-``Snapshot`` built by the registry, then turns the ``Decision`` into enforcement through an
-:class:`EnforcementPort` (the controller's ``Enforcer``; a recording port in unit tests):
+It calls the very scheduler classes the simulator runs (``echelonflow.schedulers.get_scheduler``): those
+that decide on a flow table (``fair``, ``coflow``, ``echelon``) read the registry's, which every event
+keeps current (``Registry.scheduling_table``); the others get a ``Snapshot`` built by the registry.
+Then it turns the ``Decision`` into enforcement through an :class:`EnforcementPort` (the controller's
+``Enforcer``; a recording port in unit tests):
 
 * **rank -> priority queue.** Queue 0 is the default class of unscheduled traffic; scheduled flows use
   queues ``1..queues-1`` (1 = most urgent).  Ranks are compressed *by group order*: EchelonFlows with a
@@ -59,6 +61,7 @@ from echelonflow.errors import UserError
 from echelonflow.queues import check_queues, dscp_for_queue
 from echelonflow.schedulers import SCHEDULERS, get_scheduler
 from echelonflow.schedulers.base import Decision, FlowEvent, Scheduler
+from echelonflow.schedulers.columns import ColumnarScheduler
 
 LOG = logging.getLogger("echelon.service")
 DEFAULT_SCHEDULER = "echelon"
@@ -307,12 +310,18 @@ class SchedulingService:
         self._last_run_s = now_s
         report = RoundReport(reason=reason, now_s=now_s, scheduler=self.scheduler.name)
         started = time.perf_counter()
-        snapshot = self.registry.snapshot(now_s)
-        report.active_flows = len(snapshot.flows)
+        scheduler = self.scheduler
+        by_table = isinstance(scheduler, ColumnarScheduler) and scheduler.decides_by_table()
+        if by_table:  # the registry's flow table, kept current by every event
+            table = self.registry.scheduling_table()
+            report.active_flows = len(table)
+        else:
+            snapshot = self.registry.snapshot(now_s)
+            report.active_flows = len(snapshot.flows)
         report.snapshot_s = time.perf_counter() - started
         started = time.perf_counter()
         try:
-            decision = self.scheduler.decide(snapshot)
+            decision = table.decide(scheduler, now_s) if by_table else scheduler.decide(snapshot)
         except Exception as exc:  # noqa: BLE001 - keep the last good enforcement
             LOG.exception("scheduler %s failed; enforcement left as it was", self.scheduler.name)
             report.error = f"{type(exc).__name__}: {exc}"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from echelonflow.schedulers import kernels
-from echelonflow.schedulers.base import EPS_BYTES, Scheduler, Snapshot
+from echelonflow.schedulers.base import EPS_BYTES, Decision, Scheduler, Snapshot
 
 
 @dataclass
@@ -120,6 +120,10 @@ class ColumnarScheduler(Scheduler):
     """
 
     _links: LinkNumbering | None = None
+    #: The order :meth:`decide_table` wants its active flows in, as ``LiveFlowTable`` keeps them:
+    #: ``"id"`` (flow id), ``"group"`` (group id, flow id) or ``"group-offset"`` (group id, offset,
+    #: flow id).
+    live_order = "id"
 
     def decides_by_table(self) -> bool:
         """True when :meth:`decide` is exactly the table decision, so a caller may use the table path.
@@ -145,3 +149,14 @@ class ColumnarScheduler(Scheduler):
         """Rates of the ``active`` flows of ``table`` into ``rate``; their ranking into ``order``;
         returns how many flows were ranked."""
         raise NotImplementedError
+
+    def table_decision(self, ids: list[str], rates: list[float], ranked: list[str]) -> Decision:
+        """A Decision from a table decision: ``ids`` in flow-id order with their ``rates``; ranks 0..
+        in ``ranked`` order (most urgent first), the flows not ranked after them in id order."""
+        rank = {fid: position for position, fid in enumerate(ranked)}
+        position = len(ranked)
+        for fid in ids:
+            if fid not in rank:
+                rank[fid] = position
+                position += 1
+        return Decision(rate_bps=dict(zip(ids, rates)), rank=rank)

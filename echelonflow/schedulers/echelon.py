@@ -66,7 +66,12 @@ class EchelonScheduler(ColumnarScheduler):
         rate = kernels.floats(n)
         order = kernels.ints(n)
         ranked = self.decide_table(table, kernels.int_array(active), snapshot.now_s, rate, order)
-        return decision_from(ids, rate, kernels.to_list(order, ranked))
+        ranked_ids = [ids[f] for f in kernels.to_list(order, ranked)]
+        return self.table_decision(ids, kernels.to_list(rate, n), ranked_ids)
+
+    @property
+    def live_order(self) -> str:  # type: ignore[override]
+        return "group-offset" if self.use_offsets else "group"
 
     def flow_order(self, table: FlowTable) -> list[int]:
         """Flow numbers in the order :meth:`decide_table` wants its active flows (group, offset, id).
@@ -88,18 +93,6 @@ class EchelonScheduler(ColumnarScheduler):
             table.idrank, table.weight, table.path_ptr, table.path_links, table.capacity, float(now_s),
             self.use_offsets, _ORDER_CODES[self.order_by], rate, order,
         )
-
-
-def decision_from(ids: list[str], rate: Any, ranked: list[int]) -> Decision:
-    """A Decision from kernel output: ranks 0.. in ``ranked`` order, the unranked after in id order."""
-    rates = kernels.to_list(rate, len(ids))
-    rank = {ids[f]: position for position, f in enumerate(ranked)}
-    position = len(ranked)
-    for fid in ids:
-        if fid not in rank:
-            rank[fid] = position
-            position += 1
-    return Decision(rate_bps=dict(zip(ids, rates)), rank=rank)
 
 
 class CoflowScheduler(EchelonScheduler):

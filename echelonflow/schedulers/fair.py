@@ -32,6 +32,9 @@ class FairScheduler(ColumnarScheduler):
         self.decide_table(table, kernels.int_array(range(len(ids))), snapshot.now_s, rate, None)
         return Decision(rate_bps=dict(zip(ids, kernels.to_list(rate, len(ids)))), rank=dict.fromkeys(ids, 0))
 
+    def table_decision(self, ids: list[str], rates: list[float], ranked: list[str]) -> Decision:
+        return Decision(rate_bps=dict(zip(ids, rates)), rank=dict.fromkeys(ids, 0))
+
     def flow_order(self, table: FlowTable) -> list[int]:
         """Flow numbers in flow-id order (links are numbered, and ties broken, by first use in it)."""
         if kernels.HAVE_NUMBA:

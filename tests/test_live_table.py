@@ -1,0 +1,209 @@
+"""The registry's live flow table decides exactly as ``decide(snapshot)`` does, whatever happened before.
+
+The controller decides on ``Registry.scheduling_table()`` (kept current by every event) instead of
+converting a ``Snapshot`` each round.  These tests drive a real registry through random sequences of
+declarations, starts (own 5-tuple or channel), progress reports, switch-counter readings, finishes,
+aborted jobs, link failures and repairs (re-routing), and after every event compare the table's decision
+with the scheduler's own ``decide(registry.snapshot(now))``: every rate and every rank equal, for fair,
+coflow and echelon (every group ordering), compiled and interpreted.  Enough events happen for dead rows
+to be compacted and labels to be renumbered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controller.registry import Registry
+from echelonflow.schedulers import kernels
+from echelonflow.schedulers.echelon import ORDERINGS, CoflowScheduler, EchelonScheduler
+from echelonflow.schedulers.fair import FairScheduler
+from echelonflow.schedulers.live import COMPACT_SLACK, LiveFlowTable, OrderLabels
+from echelonflow.topology import fattree
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def schedulers():
+    out = [FairScheduler(), CoflowScheduler()]
+    return out + [EchelonScheduler(order_by=o) for o in ORDERINGS]
+
+
+class LearningEstimator:
+    """What a learning policy expects a flow of undeclared size to have left: changes as it learns."""
+
+    def __init__(self) -> None:
+        self.expected_bytes = 0.0  # 0: no idea yet
+
+    def estimate_remaining_bytes(self, flow_id: str, sent_bytes: float) -> float | None:
+        return None if self.expected_bytes == 0 else max(0.0, self.expected_bytes - sent_bytes)
+
+
+def random_run(seed: int, events: int, check_every: int = 1) -> list[str]:
+    """Drive a registry through ``events`` random events; the mismatches found (empty: none)."""
+    rng = random.Random(seed)
+    topo = fattree(20e6, 4)
+    reg = Registry(topo)
+    reg.estimator = estimator = LearningEstimator()
+    hosts = topo.hosts
+    now = 0.0
+    port = 10000
+    declared: list[tuple[str, str]] = []  # (job, flow) not started yet
+    mismatches: list[str] = []
+    for job in range(3):
+        reg.add_job(f"j{job}", rng.choice([1.0, 2.0, 0.5]))
+    for cid in range(4):
+        src, dst = rng.sample(hosts, 2)
+        reg.add_channel(f"c{cid}", src, dst, 30000 + cid, 5000)
+    n_groups = 0
+    for step in range(events):
+        now += rng.uniform(0.0, 0.05)
+        active = reg.active_keys()
+        kind = rng.random()
+        if kind < 0.15 or not declared:
+            job = f"j{rng.randrange(3)}"
+            ech = f"e{n_groups}"
+            n_groups += 1
+            coflow = rng.random() < 0.3
+            flows = []
+            for i in range(rng.randint(1, 6)):
+                src, dst = rng.sample(hosts, 2)
+                spec = {"flow_id": f"{ech}f{rng.randrange(10**6)}-{i}", "src": src, "dst": dst,
+                        "offset_s": 0.0 if coflow else rng.choice([0.0, 0.1, 0.1, 0.25, rng.uniform(0, 1)])}
+                if rng.random() < 0.9:
+                    spec["size_bytes"] = rng.randint(1, 5_000_000)
+                flows.append(spec)
+            reg.add_echelon(job, ech, flows=flows)
+            declared += [(job, f["flow_id"]) for f in flows]
+        elif kind < 0.45:
+            job, fid = declared.pop(rng.randrange(len(declared)))
+            flow = reg.flows[f"{job}/{fid}"]
+            idle = [c for c in reg.channels.values() if (c.src, c.dst) == (flow.src, flow.dst)
+                    and reg.channel_flow(c.channel_id) is None]
+            if idle and rng.random() < 0.7:
+                reg.flow_started(job, fid, None, None, now, channel_id=idle[0].channel_id)
+            else:
+                port += 1
+                reg.flow_started(job, fid, port, 5201, now)
+        elif kind < 0.6 and active:
+            flow = reg.flows[rng.choice(active)]
+            cap = flow.size_bytes or 10_000_000
+            reg.flow_progress(flow.job_id, flow.flow_id, min(cap, flow.bytes_sent + rng.randint(0, cap // 2)))
+        elif kind < 0.7 and active:
+            key = rng.choice(active)
+            reg.observe_bytes(key, rng.uniform(0, 6_000_000))
+        elif kind < 0.85 and active:
+            flow = reg.flows[rng.choice(active)]
+            sent = flow.bytes_sent + 1
+            if flow.size_bytes is not None:
+                sent = None if rng.random() < 0.5 else min(flow.size_bytes, sent)
+            reg.flow_finished(flow.job_id, flow.flow_id, now, sent)
+        elif kind < 0.88:
+            job = f"j{rng.randrange(3)}"
+            reg.abort_job(job, now)
+            declared = [(j, f) for j, f in declared if j != job]
+        elif kind < 0.91:
+            estimator.expected_bytes = rng.choice([0.0, rng.uniform(1e5, 5e6)])
+        elif kind < 0.95:
+            a, b = rng.choice([e for e in topo.graph.edges if not e[0].startswith("h")
+                               and not e[1].startswith("h")])
+            reg.links.set_link(a, b, rng.random() < 0.4)
+            reg.repin()
+        if step % check_every == 0:
+            mismatches += compare(reg, now, f"seed {seed} step {step}")
+    return mismatches
+
+
+def compare(reg: Registry, now: float, where: str) -> list[str]:
+    out = []
+    for sched in schedulers():
+        snapshot_decision = sched.decide(reg.snapshot(now))
+        table_decision = reg.scheduling_table().decide(sched, now)
+        for part in ("rate_bps", "rank"):
+            want, got = getattr(snapshot_decision, part), getattr(table_decision, part)
+            if want != got:
+                out.append(f"{where} {sched.name}/{getattr(sched, 'order_by', '')} {part}: "
+                           f"snapshot {want} table {got}")
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_table_decides_like_the_snapshot_after_every_event(seed: int) -> None:
+    assert random_run(seed, 250) == []
+
+
+def test_dead_rows_are_compacted_and_decisions_stay_equal() -> None:
+    """Many more finishes than live flows: the table compacts and still decides like the snapshot."""
+    table_rows = []
+    rng = random.Random(7)
+    topo = fattree(20e6, 4)
+    reg = Registry(topo)
+    reg.add_job("j", 1.0)
+    n = 3 * COMPACT_SLACK
+    reg.add_echelon("j", "e", flows=[{"flow_id": f"f{i:05d}", "src": "h1", "dst": f"h{2 + i % 15}",
+                                      "size_bytes": 1000 + i, "offset_s": rng.choice([0.0, 0.5])}
+                                     for i in range(n)])
+    for i in range(n):
+        reg.flow_started("j", f"f{i:05d}", 10000 + i % 50000, 5201 + i // 50000, 1.0)
+        if i >= 20:
+            reg.flow_finished("j", f"f{i - 20:05d}", 1.5)
+        table_rows.append(len(reg.scheduling_table().row_ids))
+    assert max(table_rows) < 2 * 20 + COMPACT_SLACK + 2  # compacted, never grown to n rows
+    assert len(reg.scheduling_table()) == 20
+    assert compare(reg, 2.0, "after compaction") == []
+
+
+def test_order_labels_sort_like_their_strings_through_renumbering() -> None:
+    labels = OrderLabels()
+    rng = random.Random(3)
+    renumbered = 0
+    keys: set[str] = set()
+    # "k1", then "k0" < "k09" < "k099" < ... each between the last one and "k1": halves the gap each time
+    squeeze = ["k1"] + ["k0" + "9" * i for i in range(40)]
+    for step in range(3000):
+        if step >= len(squeeze) and rng.random() < 0.3:
+            key = rng.choice(sorted(keys))
+            keys.discard(key)
+            labels.remove(key)
+            continue
+        key = squeeze[step] if step < len(squeeze) else f"k{rng.randrange(10**6)}"
+        if key in keys:
+            continue
+        keys.add(key)
+        renumbered += labels.add(key)
+        assert labels.keys == sorted(keys)
+        assert labels.labels == sorted(labels.labels) and len(set(labels.labels)) == len(keys)
+    assert renumbered > 0  # the renumbering path ran
+
+
+def test_a_flow_cannot_enter_the_table_twice() -> None:
+    table = LiveFlowTable({("a", "b"): 1e9})
+    table.add("f", "g", [("a", "b")], 0.0, 1.0, 10.0)
+    with pytest.raises(ValueError, match="already"):
+        table.add("f", "g", [("a", "b")], 0.0, 1.0, 10.0)
+
+
+# Same comparison with numba made unimportable: the table's lists and the interpreted kernels.
+_INTERPRETED = """
+import json, sys
+sys.modules["numba"] = None
+sys.path.insert(0, {root!r})
+from echelonflow.schedulers import kernels
+assert not kernels.HAVE_NUMBA
+from tests.test_live_table import random_run
+print(json.dumps(random_run(11, 200) + random_run(12, 200)))
+"""
+
+
+@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="this venv runs interpreted kernels already")
+def test_interpreted_table_decides_like_the_snapshot() -> None:
+    child = subprocess.run([sys.executable, "-c", _INTERPRETED.format(root=str(ROOT))], capture_output=True,
+                           text=True, timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert json.loads(child.stdout) == []
