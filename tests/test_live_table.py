@@ -17,11 +17,13 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from controller.registry import Registry
-from echelonflow.schedulers import kernels
+from controller.service import SchedulingService
+from echelonflow.schedulers import get_scheduler, kernels
 from echelonflow.schedulers.echelon import ORDERINGS, CoflowScheduler, EchelonScheduler
 from echelonflow.schedulers.fair import FairScheduler
 from echelonflow.schedulers.live import COMPACT_SLACK, LiveFlowTable, OrderLabels
@@ -45,11 +47,13 @@ class LearningEstimator:
         return None if self.expected_bytes == 0 else max(0.0, self.expected_bytes - sent_bytes)
 
 
-def random_run(seed: int, events: int, check_every: int = 1) -> list[str]:
-    """Drive a registry through ``events`` random events; the mismatches found (empty: none)."""
+def random_run(seed: int, events: int, check: Callable[[Registry, float, str], list[str]] | None = None,
+               reg: Registry | None = None) -> list[str]:
+    """Drive a registry (a fresh one on a k=4 fat-tree by default) through ``events`` random events,
+    calling ``check`` (default :func:`compare`) after each; the mismatches found (empty: none)."""
     rng = random.Random(seed)
-    topo = fattree(20e6, 4)
-    reg = Registry(topo)
+    reg = reg if reg is not None else Registry(fattree(20e6, 4))
+    topo = reg.topology
     reg.estimator = estimator = LearningEstimator()
     hosts = topo.hosts
     now = 0.0
@@ -115,8 +119,7 @@ def random_run(seed: int, events: int, check_every: int = 1) -> list[str]:
                                and not e[1].startswith("h")])
             reg.links.set_link(a, b, rng.random() < 0.4)
             reg.repin()
-        if step % check_every == 0:
-            mismatches += compare(reg, now, f"seed {seed} step {step}")
+        mismatches += (check or compare)(reg, now, f"seed {seed} step {step}")
     return mismatches
 
 
@@ -136,6 +139,57 @@ def compare(reg: Registry, now: float, where: str) -> list[str]:
 @pytest.mark.parametrize("seed", range(6))
 def test_table_decides_like_the_snapshot_after_every_event(seed: int) -> None:
     assert random_run(seed, 250) == []
+
+
+@pytest.mark.parametrize("name", ["fair", "coflow", "echelon"])
+def test_service_enforces_the_same_on_the_table_as_on_snapshots(name: str) -> None:
+    """Two services on one registry, one deciding on the live table, one (its scheduler's ``decide``
+    set on the instance, which ``decides_by_table`` refuses) on snapshots: after every event the same
+    queues, and the same installs, updates and removals pushed to the switches."""
+    reg = Registry(fattree(20e6, 4))
+    now = [0.0]
+    table_port, snapshot_port = RecordingPort(), RecordingPort()
+    by_table = SchedulingService(reg, table_port, now=lambda: now[0])
+    by_snapshot = SchedulingService(reg, snapshot_port, now=lambda: now[0])
+    by_snapshot.scheduler = get_scheduler(name)
+    by_snapshot.scheduler.decide = by_snapshot.scheduler.decide  # bound method on the instance
+    by_table.scheduler = get_scheduler(name)
+    assert by_table.scheduler.decides_by_table() and not by_snapshot.scheduler.decides_by_table()
+    rounds = []
+
+    def check(registry: Registry, at_s: float, where: str) -> list[str]:
+        now[0] = at_s
+        rounds.append(by_table.reschedule("test").active_flows)
+        by_snapshot.reschedule("test")
+        out = []
+        if by_table.state.queue != by_snapshot.state.queue:
+            out.append(f"{where}: queues {by_table.state.queue} != {by_snapshot.state.queue}")
+        if table_port.calls != snapshot_port.calls:
+            out.append(f"{where}: pushed {table_port.calls} != {snapshot_port.calls}")
+        table_port.calls, snapshot_port.calls = [], []
+        return out
+
+    assert random_run(21, 150, check, reg) == []
+    assert max(rounds) > 5  # rounds with several active flows were compared
+
+
+class RecordingPort:
+    """An EnforcementPort that records what it is told (as in test_service)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def install(self, flow_id, match, path, queue, rate_bps):
+        self.calls.append(("install", flow_id, match, tuple(path), queue, rate_bps))
+
+    def update(self, flow_id, queue=None, rate_bps=None, clear_rate=False):
+        self.calls.append(("update", flow_id, queue, rate_bps, clear_rate))
+
+    def remove(self, flow_id):
+        self.calls.append(("remove", flow_id))
+
+    def repath(self, flow_id, path):
+        self.calls.append(("repath", flow_id, tuple(path)))
 
 
 def test_dead_rows_are_compacted_and_decisions_stay_equal() -> None:

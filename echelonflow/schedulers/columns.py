@@ -153,10 +153,11 @@ class ColumnarScheduler(Scheduler):
     def table_decision(self, ids: list[str], rates: list[float], ranked: list[str]) -> Decision:
         """A Decision from a table decision: ``ids`` in flow-id order with their ``rates``; ranks 0..
         in ``ranked`` order (most urgent first), the flows not ranked after them in id order."""
-        rank = {fid: position for position, fid in enumerate(ranked)}
-        position = len(ranked)
-        for fid in ids:
-            if fid not in rank:
-                rank[fid] = position
-                position += 1
+        rank = dict(zip(ranked, range(len(ranked))))
+        if len(rank) < len(ids):
+            position = len(ranked)
+            for fid in ids:
+                if fid not in rank:
+                    rank[fid] = position
+                    position += 1
         return Decision(rate_bps=dict(zip(ids, rates)), rank=rank)
