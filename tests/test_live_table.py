@@ -23,6 +23,7 @@ import pytest
 
 from controller.registry import Registry
 from controller.service import SchedulingService
+from controller.store import open_registry
 from echelonflow.schedulers import get_scheduler, kernels
 from echelonflow.schedulers.echelon import ORDERINGS, CoflowScheduler, EchelonScheduler
 from echelonflow.schedulers.fair import FairScheduler
@@ -190,6 +191,24 @@ class RecordingPort:
 
     def repath(self, flow_id, path):
         self.calls.append(("repath", flow_id, tuple(path)))
+
+
+def test_a_registry_reloaded_from_its_store_has_the_same_table(tmp_path: Path) -> None:
+    """After a controller restart the table is rebuilt from the stored flows (channels included) and
+    decides as the snapshot does."""
+    path = str(tmp_path / "registry.sqlite")
+    reg = open_registry(fattree(20e6, 4), path)
+    seen = []
+
+    def stop_when_busy(registry: Registry, at_s: float, where: str) -> list[str]:
+        seen.append(len(registry.active_keys()))
+        return []
+
+    random_run(5, 120, stop_when_busy, reg)
+    assert seen[-1] > 3
+    again = open_registry(fattree(20e6, 4), path)
+    assert set(again.scheduling_table().row_of) == set(reg.active_keys())
+    assert compare(again, 10.0, "reloaded") == []
 
 
 def test_dead_rows_are_compacted_and_decisions_stay_equal() -> None:
