@@ -180,7 +180,8 @@ class LiveFlowTable:
         self.remaining.data[self.row_of[flow_id]] = float(remaining_bytes)
 
     def set_reference(self, group_id: str, reference_s: float) -> None:
-        self.reference.data[self._group(group_id)] = float(reference_s)
+        slot = self._group(group_id)  # first: a new group may grow (replace) the reference array
+        self.reference.data[slot] = float(reference_s)
 
     def set_path(self, flow_id: str, path: Sequence[Hashable]) -> None:
         """The flow was re-routed: same flow, a new row with the new path."""
