@@ -42,7 +42,7 @@ class FairScheduler(ColumnarScheduler):
         return sorted(range(len(table.idrank)), key=table.idrank.__getitem__)
 
     def decide_table(self, table: FlowTable, active: Any, now_s: float, rate: Any, order: Any) -> int:
-        """Rates of the ``active`` flows of ``table`` into ``rate`` (ranks: all equal, ``order`` unused)."""
-        return kernels.fair_decide(
-            active, table.remaining, table.path_ptr, table.path_links, table.capacity, rate
-        )
+        """Rates of the ``active`` flows of ``table`` into ``rate``; ranks none (every flow shares rank
+        0, ``order`` unused), so returns 0."""
+        kernels.fair_decide(active, table.remaining, table.path_ptr, table.path_links, table.capacity, rate)
+        return 0

@@ -213,7 +213,8 @@ class LiveFlowTable:
             rows = active if self.order_mode == "id" else sorted(active, key=table.idrank.__getitem__)
             rates = [rate[f] for f in rows]
             ranked_rows = order[:ranked]
-        return scheduler.table_decision([ids[f] for f in rows], rates, [ids[f] for f in ranked_rows])
+        return scheduler.table_decision(list(map(ids.__getitem__, rows)), rates,
+                                        list(map(ids.__getitem__, ranked_rows)))
 
     def table(self) -> FlowTable:
         """The rows as a :class:`FlowTable` (views, not copies: valid until the next change)."""
