@@ -107,7 +107,7 @@ class RoundReport:
     now_s: float
     scheduler: str = ""
     active_flows: int = 0
-    snapshot_s: float = 0.0
+    snapshot_s: float = 0.0  # taking the scheduler's view: the registry's table, or a Snapshot
     decide_s: float = 0.0
     enforce_s: float = 0.0
     installs: int = 0
