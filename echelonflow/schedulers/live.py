@@ -1,10 +1,10 @@
 """A flow table kept current as flows start, progress and finish: the controller's scheduling state.
 
 The simulator numbers every flow of a run once (``FlowTable``); the controller cannot, because flows are
-declared and started while it runs.  Turning the registry's flows into a fresh table at every decision
-(``FlowTable.from_snapshot``) costs far more than the decision itself at cluster scale (55-100 ms for
-10,000 flows against 3 ms in the kernel), so the registry keeps this table instead and changes one row
-per event.  A decision then reads it in place through the same ``ColumnarScheduler.decide_table`` the
+declared and started while it runs.  Building a snapshot of the registry and turning it into a fresh
+table at every decision (``FlowTable.from_snapshot``) costs far more than the decision itself at cluster
+scale (120-136 ms for 10,000 flows on a k=16 fat-tree, under 2 ms of it in the kernel;
+docs/performance.md, item 11), so the registry keeps this table instead and changes one row per event.  A decision then reads it in place through the same ``ColumnarScheduler.decide_table`` the
 simulator calls, so both run one algorithm on one layout and decide identically
 (``tests/test_live_table.py`` compares it with ``decide(snapshot)`` on random event sequences).
 
