@@ -4,8 +4,9 @@ The simulator numbers every flow of a run once (``FlowTable``); the controller c
 declared and started while it runs.  Building a snapshot of the registry and turning it into a fresh
 table at every decision (``FlowTable.from_snapshot``) costs far more than the decision itself at cluster
 scale (120-136 ms for 10,000 flows on a k=16 fat-tree, under 2 ms of it in the kernel;
-docs/performance.md, item 11), so the registry keeps this table instead and changes one row per event.  A decision then reads it in place through the same ``ColumnarScheduler.decide_table`` the
-simulator calls, so both run one algorithm on one layout and decide identically
+docs/performance.md, item 11), so the registry keeps this table instead and changes one row per event.
+A decision then reads it in place through the same ``ColumnarScheduler.decide_table`` the simulator
+calls, so both run one algorithm on one layout and decide identically
 (``tests/test_live_table.py`` compares it with ``decide(snapshot)`` on random event sequences).
 
 What is kept, per event, at O(path length) plus one ordered insertion:
