@@ -9,6 +9,15 @@ own network namespaces and cannot reach the root namespace's 127.0.0.1, but they
 * Unix: ``/run/echelon/controller-<port>.sock`` by default, mode 0600 (root only, like the token).
   A stale socket file from a dead controller is replaced; a live one is an error (two controllers).
 
+Slow clients cannot starve the others.  eventlet.wsgi serves each connection in a green thread from a
+pool (1,024 by default) and its socket timeout bounds only the wait for *each* read, so a client that
+sends one header byte every few seconds (slowloris) held its thread for ever: 1,100 such connections
+left normal TCP requests unanswered (benchmarks/bench_api_load.py).  So here every request must arrive
+whole -- request line, headers and body -- within ``request_timeout_s`` (10 s) of the server starting
+to wait for it, an idle keep-alive connection is closed after that long, and each listener takes up to
+``max_connections`` (4,096) at once, capped so the process cannot run out of file descriptors (an
+``accept`` failing with EMFILE would end eventlet's listener).
+
 In the controller: ``server = ApiServer(api, port=...); server.start()`` from the app's ``start()`` (the
 hub is running there) and ``server.stop()`` on close.  :func:`run_in_thread` runs a server in an OS thread
 with its own hub, for tests, benchmarks and non-eventlet programs.  ``python -m controller.api_server``
@@ -25,11 +34,13 @@ import contextlib
 import errno
 import logging
 import os
+import resource
 import signal
 import socket
 import stat
 import sys
 import threading
+import time
 import warnings
 from typing import Any, Callable
 
@@ -41,6 +52,9 @@ with warnings.catch_warnings():
 LOG = logging.getLogger("echelon.api_server")
 DEFAULT_PORT = 8181
 SOCKET_DIR = "/run/echelon"
+DEFAULT_MAX_CONNECTIONS = 4096  # per listener
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
+FD_RESERVE = 512  # descriptors kept for everything but API connections (switches, store, logs)
 
 
 def default_socket_path(port: int) -> str:
@@ -61,12 +75,84 @@ class _QuietLog:
         pass
 
 
+class _DeadlineInput:
+    """A request body whose reads end at the request's deadline (then the connection is closed)."""
+
+    def __init__(self, stream: Any, deadline: float, protocol: Any) -> None:
+        self._stream, self._deadline, self._protocol = stream, deadline, protocol
+
+    def _call(self, method: str, *args: Any) -> Any:
+        remaining = self._deadline - time.monotonic()
+        try:
+            if remaining <= 0:
+                raise socket.timeout("request not received whole in time")
+            with eventlet.Timeout(remaining, socket.timeout("request not received whole in time")):
+                return getattr(self._stream, method)(*args)
+        except socket.timeout:
+            self._protocol.close_connection = 1  # the rest of the body is not waited for
+            raise
+
+    def read(self, *args: Any) -> bytes:
+        return self._call("read", *args)
+
+    def readline(self, *args: Any) -> bytes:
+        return self._call("readline", *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _DeadlineProtocol(eventlet.wsgi.HttpProtocol):
+    """eventlet's HTTP protocol with a deadline per request (``request_timeout_s``, set by
+    :func:`_protocol`): the head must be in by then, and body reads fail with a timeout after it."""
+
+    request_timeout_s = DEFAULT_REQUEST_TIMEOUT_S
+
+    def handle_one_request(self) -> None:
+        self._deadline = time.monotonic() + self.request_timeout_s
+        # socket.timeout is what eventlet's server expects from a slow client: it just closes the socket
+        self._head_timer = eventlet.Timeout(self.request_timeout_s, socket.timeout("request head too slow"))
+        try:
+            super().handle_one_request()
+        finally:
+            self._head_timer.cancel()
+
+    def get_environ(self) -> dict[str, Any]:
+        self._head_timer.cancel()  # the head is in; the app runs without a deadline of its own
+        environ = super().get_environ()
+        environ["wsgi.input"] = _DeadlineInput(environ["wsgi.input"], self._deadline, self)
+        return environ
+
+
+def _protocol(request_timeout_s: float) -> type:
+    return type("DeadlineProtocol", (_DeadlineProtocol,), {"request_timeout_s": request_timeout_s})
+
+
+def connections_allowed(wanted: int, listeners: int, reserve: int = FD_RESERVE) -> int:
+    """Connections per listener that fit the process's file descriptors: the soft limit is raised
+    towards the hard one as far as ``wanted`` needs, and ``reserve`` descriptors stay free."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = wanted * listeners + reserve
+    if soft < needed and (hard == resource.RLIM_INFINITY or soft < hard):
+        soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return max(1, min(wanted, (soft - reserve) // max(1, listeners)))
+
+
 class ApiServer:
-    """Listens on TCP and a Unix socket and serves one WSGI app on both, as green threads."""
+    """Listens on TCP and a Unix socket and serves one WSGI app on both, as green threads.
+
+    ``max_connections`` per listener at once; ``request_timeout_s``: the time a request has to arrive
+    whole (and an idle keep-alive connection to send its next one); ``socket_timeout_s``: the longest
+    wait for one read or write.
+    """
 
     def __init__(self, app: Callable[..., Any], host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  socket_path: str | None = None, unix: bool = True, socket_timeout_s: float = 30.0,
-                 name: str = "API") -> None:
+                 name: str = "API", max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
         self.app = app
         self.name = name
         self.host = host
@@ -74,6 +160,8 @@ class ApiServer:
         self.socket_path = socket_path
         self.unix = unix
         self.socket_timeout_s = socket_timeout_s
+        self.max_connections = max_connections
+        self.request_timeout_s = request_timeout_s
         self._sockets: list[Any] = []
         self._threads: list[Any] = []
         self._socket_inode: tuple[int, int] | None = None
@@ -99,12 +187,15 @@ class ApiServer:
                 tcp.close()
                 self._sockets.clear()
                 raise
+        per_listener = connections_allowed(self.max_connections, len(self._sockets))
         for sock in self._sockets:
             self._threads.append(eventlet.spawn(
                 eventlet.wsgi.server, sock, self.app, log=_QuietLog(), log_output=True,
-                socket_timeout=self.socket_timeout_s, debug=False))
-        LOG.info("%s on http://%s:%d%s", self.name, self.host, self.port,
-                 f" and unix:{self.socket_path}" if self.unix else "")
+                socket_timeout=self.socket_timeout_s, debug=False, max_size=per_listener,
+                protocol=_protocol(self.request_timeout_s)))
+        LOG.info("%s on http://%s:%d%s (up to %d connections each, %g s per request)", self.name, self.host,
+                 self.port, f" and unix:{self.socket_path}" if self.unix else "", per_listener,
+                 self.request_timeout_s)
 
     def _listen_unix(self, path: str) -> Any:
         directory = os.path.dirname(os.path.abspath(path))

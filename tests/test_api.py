@@ -6,6 +6,7 @@ field, with the registry unchanged afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import http.client
 import json
@@ -14,6 +15,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -48,12 +50,12 @@ class Recorder:
 class Served:
     """A registry + service + API served in its own thread/hub; stop() cleans up."""
 
-    def __init__(self, tmp_path, registry=None, max_body_bytes=64 * 1024, name="c.sock"):
+    def __init__(self, tmp_path, registry=None, max_body_bytes=64 * 1024, name="c.sock", **server_options):
         self.registry = registry or Registry(fattree(20e6, 4))
         self.port = Recorder()
         self.service = SchedulingService(self.registry, self.port)
         self.api = Api(self.service, TOKEN, max_body_bytes=max_body_bytes)
-        self.server = ApiServer(self.api, port=0, socket_path=str(tmp_path / name))
+        self.server = ApiServer(self.api, port=0, socket_path=str(tmp_path / name), **server_options)
         self.thread = run_in_thread(self.server)
         self.unix = EchelonClient(socket_path=self.server.socket_path, token=TOKEN)
         self.tcp = EchelonClient(url=f"http://127.0.0.1:{self.server.port}", token=TOKEN)
@@ -336,6 +338,81 @@ def test_truncated_chunked_body_is_refused(served):
     answer = _raw_exchange(served, head + b"%x\r\n" % (len(body) + 50) + body, close_write=True)
     assert not answer.startswith(b"HTTP/1.1 2"), answer[:200]
     assert served.registry.jobs == {}
+
+
+class Trickle:
+    """TCP connections that each send ``head`` and then one more byte every ``every_s`` (slowloris)."""
+
+    def __init__(self, port: int, count: int, head: bytes, every_s: float = 0.2) -> None:
+        self.socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(count)]
+        for sock in self.socks:
+            sock.sendall(head)
+        self.every_s = every_s
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            for sock in self.socks:
+                with contextlib.suppress(OSError):
+                    sock.send(b"a")
+
+    def answers(self, timeout_s: float) -> list[bytes | None]:
+        """What each connection got until the server closed it (None: still open after ``timeout_s``)."""
+        out: list[bytes | None] = []
+        for sock in self.socks:
+            sock.settimeout(timeout_s)
+            data = b""
+            try:
+                while True:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                out.append(data)
+            except socket.timeout:
+                out.append(None)
+            except OSError:
+                out.append(data)
+        return out
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        for sock in self.socks:
+            sock.close()
+
+
+def test_slow_clients_cannot_starve_the_others(tmp_path):
+    """Connections trickling a header byte every 0.2 s fill every slot of the listener; a request must
+    still be answered: each request has ``request_timeout_s`` to arrive whole, then its slot is freed."""
+    served = Served(tmp_path, max_connections=4, request_timeout_s=1.0)
+    slow = Trickle(served.server.port, 8, b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+    try:
+        client = EchelonClient(url=f"http://127.0.0.1:{served.server.port}", token=TOKEN, timeout_s=8)
+        with client:
+            assert client.health()["status"] == "ok"  # without the deadline: a timeout, the slots never free
+        assert slow.answers(timeout_s=5) == [b""] * 8  # each closed without an answer
+    finally:
+        slow.close()
+        served.stop()
+
+
+def test_a_body_trickled_past_the_deadline_is_refused_and_changes_nothing(tmp_path):
+    served = Served(tmp_path, request_timeout_s=1.0)
+    head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+            + b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n" + b'{"job_id": "slow"')
+    slow = Trickle(served.server.port, 1, head, every_s=0.3)
+    try:
+        [answer] = slow.answers(timeout_s=5)  # closed after the answer: the rest of the body is not awaited
+        assert answer is not None and answer.startswith(b"HTTP/1.1 400"), answer
+        error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+        assert error["field"] == "body" and "could not be read whole" in error["problem"], error
+        assert served.registry.jobs == {}
+    finally:
+        slow.close()
+        served.stop()
 
 
 def test_socket_and_token_file_are_root_only(tmp_path, served):
