@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -22,6 +23,7 @@ import networkx as nx
 
 from controller.launcher import ControllerProcess, free_tcp_port
 from echelonflow import ownership
+from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.topology import Topology, dumbbell, fattree
 from topologies import cleanup, ovs
 
@@ -40,6 +42,43 @@ while size > 0:
 sock.shutdown(socket.SHUT_WR)
 sock.close()
 """
+
+
+#: Byte-exact TCP receiver run inside a host (``python -c TCP_RECEIVER PORT``): prints JSON with the bytes
+#: it got before EOF (``total``) and a timeline of (wall clock, bytes so far) every 10 ms of progress.
+TCP_RECEIVER = r"""
+import json, socket, sys, time
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("0.0.0.0", int(sys.argv[1])))
+server.listen(1)
+conn, _ = server.accept()
+total, timeline, last = 0, [], 0.0
+while True:
+    chunk = conn.recv(1 << 16)
+    if not chunk:
+        break
+    total += len(chunk)
+    now = time.time()
+    if now - last >= 0.01:
+        timeline.append((now, total))
+        last = now
+timeline.append((time.time(), total))
+print(json.dumps({"total": total, "timeline": timeline}))
+"""
+
+
+def tcp_transfer(fabric, src: str, dst: str, size_bytes: int, ports: tuple[int, int]):
+    """Start one TCP transfer of exactly ``size_bytes`` on fixed ports (client, server), so the
+    controller can enforce its 5-tuple; returns the (sender, receiver) processes (see TCP_RECEIVER)."""
+    cport, sport = ports
+    receiver = fabric.host(dst).popen([sys.executable, "-c", TCP_RECEIVER, str(sport)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_until(lambda: f":{sport} " in fabric.host(dst).cmd("ss -ltn"), 5, "the receiver listening")
+    sender = fabric.host(src).popen([sys.executable, "-c", TCP_SENDER, fabric.host(dst).IP(), str(sport),
+                                     str(cport), str(size_bytes)], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+    return sender, receiver
 
 
 def assert_within(value: float, target: float, lo: float, hi: float, what: str) -> None:
@@ -115,6 +154,22 @@ def controller_and_fabric(state):
 
 
 # --------------------------------------------------------------------------- traffic
+def two_jobs(a_flow_bytes: int) -> list[Job]:
+    """Two jobs on disjoint hosts of a k=4 fat-tree, for fault tests: ``a`` sends ``a_flow_bytes`` h1->h16
+    (long enough for a fault to hit it mid-flow) and 500 kB back; ``b`` sends 3 MB h5->h12 and back."""
+    a = Job("a")
+    a.add(ComputeTask("c0", "h1", 0.1))
+    a.add(FlowTask("f1", "h1", "h16", a_flow_bytes, ("c0",)))
+    a.add(ComputeTask("c1", "h16", 0.2, ("f1",)))
+    a.add(FlowTask("f2", "h16", "h1", 500_000, ("c1",)))
+    b = Job("b")
+    b.add(ComputeTask("c0", "h5", 0.1))
+    b.add(FlowTask("g1", "h5", "h12", 3_000_000, ("c0",)))
+    b.add(ComputeTask("c1", "h12", 0.2, ("g1",)))
+    b.add(FlowTask("g2", "h12", "h5", 3_000_000, ("c1",)))
+    return [a, b]
+
+
 def iperf3_flows(
     fabric, flows: Sequence[tuple[str, str, int | None]], seconds: float = 5.0, base_port: int = 5301,
     omit_s: int = 1, ports: Sequence[tuple[int, int]] | None = None,
@@ -295,8 +350,6 @@ print(sent)
 def arp_storm(fabric, host: str, target: str, rate: int, seconds: float):
     """Start a broadcast ARP flood of ``rate`` frames/s from ``host`` (asking for ``target``); returns the
     process (its stdout is the number of frames sent)."""
-    import sys
-
     node = fabric.host(host)
     return node.popen([sys.executable, "-c", ARP_STORM, node.defaultIntf().name, str(rate), str(seconds),
                        node.MAC(), node.IP(), fabric.host(target).IP()], stdout=subprocess.PIPE)

@@ -7,22 +7,22 @@ reroute within 1 s, no byte lost (the receiver counts exactly the flow's size), 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from tests.fabric_helpers import (
-    TCP_SENDER,
     arp_storm,
     cpu_seconds,
     fattree_with_stored_controller,
     ping_replies,
     rules_of,
     stored_controller,
+    tcp_transfer,
+    two_jobs,
     wait_until,
 )
 from topologies import ovs
@@ -71,40 +71,6 @@ def test_arp_storm_is_rate_limited_and_routing_still_works(env):
     assert elsewhere[:1] == [1] and len(elsewhere) >= 18
 
 
-# Byte-exact TCP transfer between two Mininet hosts: the receiver prints how many bytes it got before EOF.
-RECEIVER = r"""
-import socket, sys
-server = socket.socket()
-server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-server.bind(("0.0.0.0", int(sys.argv[1])))
-server.listen(1)
-conn, _ = server.accept()
-total = 0
-while True:
-    chunk = conn.recv(1 << 16)
-    if not chunk:
-        break
-    total += len(chunk)
-print(total)
-"""
-
-
-def _tcp_transfer(fabric, src: str, dst: str, size_bytes: int, ports: tuple[int, int]):
-    """Start one TCP transfer of exactly ``size_bytes`` on fixed ports (so the controller can enforce its
-    5-tuple); returns (sender, receiver) processes; the receiver prints the bytes that arrived."""
-    cport, sport = ports
-    receiver = fabric.host(dst).popen([sys.executable, "-c", RECEIVER, str(sport)], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 5
-    while f":{sport} " not in fabric.host(dst).cmd("ss -ltn"):
-        assert time.monotonic() < deadline, "the receiver did not start listening"
-        time.sleep(0.05)
-    sender = fabric.host(src).popen([sys.executable, "-c", TCP_SENDER, fabric.host(dst).IP(), str(sport),
-                                     str(cport), str(size_bytes)], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE)
-    return sender, receiver
-
-
 def test_controller_death_keeps_forwarding_and_a_restart_resumes_enforcement(env):
     """kill -9 of the controller in the middle of an enforced TCP transfer: the switches keep forwarding
     (fail-secure: their rules and meters stay), every byte arrives; a new controller on the same store
@@ -121,7 +87,7 @@ def test_controller_death_keeps_forwarding_and_a_restart_resumes_enforcement(env
     flow = agent.flow("ft", "f0")
     before = rules_of(flow)
     assert len(before) == len(flow["path"]) - 2, before
-    sender, receiver = _tcp_transfer(env.fabric, "h1", "h16", size_bytes, ports)
+    sender, receiver = tcp_transfer(env.fabric, "h1", "h16", size_bytes, ports)
     try:
         time.sleep(1.5)
         assert sender.poll() is None, "the transfer ended before the controller was killed"
@@ -138,7 +104,7 @@ def test_controller_death_keeps_forwarding_and_a_restart_resumes_enforcement(env
                 proc.kill()
                 proc.wait()
     assert sender.returncode == 0 and receiver.returncode == 0, (sender_err + err).decode()[-300:]
-    received_bytes = int(out.decode().strip())
+    received_bytes = json.loads(out.decode())["total"]
     print(f"\ncontroller killed 1.5 s into a {size_bytes}-byte transfer: finished {finished_after_s:.1f} s "
           f"later, {received_bytes} of {size_bytes} bytes received; enforced rules held on {len(held)} of "
           f"{len(before)} switches while the controller was down")
@@ -169,22 +135,12 @@ def test_a_dead_agent_fails_its_job_in_one_line_and_the_other_job_completes(env,
     death, the other job (other hosts) completes with every byte, and the registry keeps nothing of the
     failed job active: its flows are aborted, its enforcement and the dead agent's channels are gone."""
     from controller.topology_spec import spec_of
-    from echelonflow.model import ComputeTask, FlowTask, Job
     from traffic.emulate import assemble_run, fabric_popen, run_agents
     from traffic.runspec import RegistrySettings
 
     client = env.ctl.client()
     client.set_scheduler("echelon")
-    doomed = Job("a")
-    doomed.add(ComputeTask("c0", "h1", 0.1))
-    doomed.add(FlowTask("f1", "h1", "h16", 5_000_000, ("c0",)))  # ~4 s at 10 Mbit/s: h1 dies during it
-    doomed.add(ComputeTask("c1", "h16", 0.2, ("f1",)))
-    doomed.add(FlowTask("f2", "h16", "h1", 500_000, ("c1",)))
-    other = Job("b")
-    other.add(ComputeTask("c0", "h5", 0.1))
-    other.add(FlowTask("g1", "h5", "h12", 3_000_000, ("c0",)))
-    other.add(ComputeTask("c1", "h12", 0.2, ("g1",)))
-    other.add(FlowTask("g2", "h12", "h5", 3_000_000, ("c1",)))
+    doomed, other = two_jobs(5_000_000)  # a's flow ~4 s at 10 Mbit/s: h1 dies during it
     hosts_ip = {h: env.topo.graph.nodes[h]["ip"] for h in env.topo.hosts}
     said = []
     started = time.monotonic()

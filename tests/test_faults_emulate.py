@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from tests.fabric_helpers import two_jobs
+
 pytestmark = [pytest.mark.fabric, pytest.mark.slow]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,20 +24,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _two_job_scenario(tmp_path) -> str:
     """Two jobs on disjoint hosts of a k=4 fat-tree at 10 Mbit/s, each with a flow of several seconds."""
-    from echelonflow.model import ComputeTask, FlowTask, Job
     from echelonflow.trace import save_trace
 
-    doomed = Job("a")
-    doomed.add(ComputeTask("c0", "h1", 0.1))
-    doomed.add(FlowTask("f1", "h1", "h16", 8_000_000, ("c0",)))  # ~6.5 s at 10 Mbit/s
-    doomed.add(ComputeTask("c1", "h16", 0.2, ("f1",)))
-    doomed.add(FlowTask("f2", "h16", "h1", 500_000, ("c1",)))
-    other = Job("b")
-    other.add(ComputeTask("c0", "h5", 0.1))
-    other.add(FlowTask("g1", "h5", "h12", 3_000_000, ("c0",)))
-    other.add(ComputeTask("c1", "h12", 0.2, ("g1",)))
-    other.add(FlowTask("g2", "h12", "h5", 3_000_000, ("c1",)))
-    save_trace(str(tmp_path / "jobs.json"), [doomed, other])
+    save_trace(str(tmp_path / "jobs.json"), two_jobs(8_000_000))  # a's flow ~6.5 s at 10 Mbit/s
     scenario = {"name": "two-jobs", "topology": {"kind": "fattree", "k": 4, "rate_mbps": 10},
                 "jobs": [{"trace": "jobs.json"}], "schedulers": ["echelon"]}
     path = tmp_path / "two-jobs.json"
