@@ -55,6 +55,7 @@ from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.results import RunResult, build_run, job_completion_s
 from echelonflow.schedulers.base import ActiveFlow, Decision, FlowEvent, Scheduler, Snapshot
 from echelonflow.schedulers.columns import ColumnarScheduler, FlowTable
+from echelonflow.schedulers.priority import GroupArrays, GroupOrderScheduler, serve_arrays
 from echelonflow.topology import Topology
 from simulator import fluid
 
@@ -261,7 +262,14 @@ class _Run:
                                dtype=np.float64),
         )
         self.columnar = isinstance(self.scheduler, ColumnarScheduler) and self.scheduler.decides_by_table()
-        order = self.scheduler.flow_order(table) if self.columnar else range(len(flows))
+        # Order-only policies (fifo, sincronia) read groups of flows in (group, flow id) order.
+        self.by_groups = isinstance(self.scheduler, GroupOrderScheduler) and self.scheduler.orders_by_arrays()
+        if self.columnar:
+            order = self.scheduler.flow_order(table)
+        elif self.by_groups:
+            order = np.lexsort((table.idrank, table.group)).tolist()
+        else:
+            order = range(len(flows))
         perm = np.array(order, dtype=np.int64)
         self.table = _permuted(table, perm)
         self.flow_qid = [flows[i][0] for i in perm]
@@ -276,6 +284,9 @@ class _Run:
         self.load_buf = np.zeros(len(self.link_ids))
         self.active = np.zeros(0, dtype=np.int64)
         self.arrived: list[int] = []
+        by_slot = sorted(self.echelons.values(), key=lambda state: state.slot)
+        self.group_weight = np.array([state.weight for state in by_slot], dtype=np.float64)
+        self.group_start_s = np.full(len(by_slot), math.inf)
         # Flows that finish in the same step complete in the order they started (and snapshots list
         # flows so): a policy that learns from observed finishes (echelon-online) sees them as it
         # would on the network, in arrival order, whatever the table's numbering.
@@ -431,6 +442,7 @@ class _Run:
             self.table.reference[slot] = candidate
         state = self.echelons[self.flow_eqid[f]]
         state.first_start_s = min(state.first_start_s, self.now_s)
+        self.group_start_s[state.slot] = state.first_start_s
         if self.observing:
             self._observe("start", qid, task, 0.0)
 
@@ -453,11 +465,14 @@ class _Run:
             merged = np.concatenate((self.active, np.array(self.arrived, dtype=np.int64)))
             self.active = np.sort(merged, kind="stable")
             self.arrived = []
-        if not self.columnar:
+        table = self.table
+        if self.by_groups:
+            self._decide_groups()
+        elif not self.columnar:
             self._decide_snapshot()
             return
-        table = self.table
-        self.scheduler.decide_table(table, self.active, self.now_s, self.rate, self.order_buf)
+        else:
+            self.scheduler.decide_table(table, self.active, self.now_s, self.rate, self.order_buf)
         if self.check:
             code, f, li, used = fluid.over_capacity(
                 self.active, self.rate, table.path_ptr, table.path_links, table.capacity, CAPACITY_RTOL,
@@ -469,6 +484,20 @@ class _Run:
                 raise AssertionError(
                     f"link {self.link_ids[li]}: {used} bps allocated over capacity {table.capacity[li]} bps"
                 )
+
+    def _decide_groups(self) -> None:
+        """Order-only policies on the flow table: the same arrays a snapshot's GroupTable would give
+        them (flows numbered in (group, flow id) order, so ``active`` is grouped already)."""
+        table = self.table
+        slots = table.group[self.active]
+        group_ptr = [0, *(np.flatnonzero(np.diff(slots)) + 1).tolist(), len(self.active)]
+        heads = slots[group_ptr[:-1]]
+        groups = GroupArrays(
+            active=self.active, group_ptr=group_ptr, remaining=table.remaining, path_ptr=table.path_ptr,
+            path_links=table.path_links, capacity=table.capacity,
+            start_s=self.group_start_s[heads].tolist(), weight=self.group_weight[heads].tolist(),
+        )
+        serve_arrays(groups, self.scheduler.order_arrays(groups), self.rate)
 
     def _decide_snapshot(self) -> None:
         """Schedulers without the columnar interface: one Snapshot per decision, as the controller."""

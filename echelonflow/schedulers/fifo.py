@@ -9,7 +9,7 @@ Scheduling with Varys", SIGCOMM 2014 (the FIFO baseline of its evaluation).
 
 from __future__ import annotations
 
-from echelonflow.schedulers.priority import GroupOrderScheduler, GroupTable
+from echelonflow.schedulers.priority import GroupArrays, GroupOrderScheduler
 
 
 class FifoScheduler(GroupOrderScheduler):
@@ -19,6 +19,7 @@ class FifoScheduler(GroupOrderScheduler):
     enforces = True
     clairvoyant = False
 
-    def group_order(self, table: GroupTable) -> list[int]:
-        start_s = [min(f.group_start_s for f in table.members(g)) for g in range(len(table.gids))]
-        return sorted(range(len(table.gids)), key=lambda g: (start_s[g], table.gids[g]))
+    def order_arrays(self, groups: GroupArrays) -> list[int]:
+        """Groups by first start; ties by group id (groups come in group-id order)."""
+        start_s = groups.start_s
+        return sorted(range(len(start_s)), key=lambda g: (start_s[g], g))

@@ -39,6 +39,9 @@ EPS_BYTES = 1e-9  # same as schedulers.base.EPS_BYTES (base imports nothing from
 #: Residual capacity (bits/s) at or below this, relative to the link's capacity, counts as full.
 EPS_RELATIVE = 1e-12
 INF = math.inf
+#: Progressive filling scans the links for the smallest share instead of keeping a heap when
+#: links^2 <= SCAN_FACTOR x (links of all paths): cheaper with few links and many flows.
+SCAN_FACTOR = 16
 
 #: ``order_by`` codes of :func:`echelon_decide` (names in schedulers.echelon.ORDERINGS).
 ORDER_BOTTLENECK, ORDER_TARDINESS, ORDER_VOLUME = 0, 1, 2
@@ -101,7 +104,16 @@ def _bottleneck(sel, bits, base, shift, start, stop, path_ptr, path_links, cap, 
 
     ``cumulative`` is all zeros on entry and on return (only ``touched`` links are reset).  A link
     with no capacity left gives infinity: the group must wait.
+
+    When every flow of the range has the same slack (a coflow; any group whose flows share one due
+    time), the maximum is ``max_l C_l / c_l - slack`` over each link's final total: a link's running
+    total only grows, and dividing by a positive number and subtracting a constant are monotone in
+    floating point, so the same value comes out with one division per link instead of one per flow
+    and link (:func:`_bottleneck_uniform`).
     """
+    if stop > start and _uniform(base, start, stop):
+        return _bottleneck_uniform(sel, bits, base[start] - shift, start, stop, path_ptr, path_links,
+                                   cap, cumulative, touched)
     worst = -INF
     n_touched = 0
     for k in range(start, stop):
@@ -128,6 +140,46 @@ def _bottleneck(sel, bits, base, shift, start, stop, path_ptr, path_links, cap, 
     for t in range(n_touched):
         cumulative[touched[t]] = 0.0
     return worst
+
+
+@jit
+def _uniform(base, start, stop):
+    first = base[start]
+    for k in range(start + 1, stop):  # noqa: SIM110 (a plain loop: numba compiles it)
+        if base[k] != first:
+            return False
+    return True
+
+
+@jit
+def _bottleneck_uniform(sel, bits, slack, start, stop, path_ptr, path_links, cap, cumulative, touched):
+    """:func:`_bottleneck` when every flow of the range has slack ``slack`` (same result, bit for bit)."""
+    n_touched = 0
+    blocked = False
+    for k in range(start, stop):
+        b = bits[k]
+        f = sel[k]
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            li = path_links[p]
+            if cap[li] <= 0.0:
+                blocked = True
+                break
+            c = cumulative[li]
+            if c == 0.0:
+                touched[n_touched] = li
+                n_touched += 1
+            cumulative[li] = c + b
+        if blocked:
+            break
+    worst = -INF
+    for t in range(n_touched):
+        li = touched[t]
+        if not blocked:
+            value = cumulative[li] / cap[li] - slack
+            if value > worst:
+                worst = value
+        cumulative[li] = 0.0
+    return INF if blocked else worst
 
 
 @jit
@@ -367,21 +419,41 @@ def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
             members[member_ptr[li] + fill[li]] = k
             fill[li] += 1
 
-    heap_cap = n_local + total + 1
+    # The next link to freeze is the one with the smallest (fair share, local number) among links
+    # with unfrozen flows.  A lazy heap finds it in O(log) per frozen flow; with few links and many
+    # flows (a big switch: two links per flow, a few hundred links) a scan of the links per frozen
+    # link is cheaper.  Both pick the same link at every step (the heap's valid entries are exactly
+    # the current shares), so the rates are the same.
+    scan = n_local * n_local <= SCAN_FACTOR * total
+    heap_cap = 1 if scan else n_local + total + 1
     hs = floats(heap_cap)
     hl = ints(heap_cap)
     size = 0
-    for li in range(n_local):
-        size = _heap_push(hs, hl, size, residual[li] / count[li], li)
+    if not scan:
+        for li in range(n_local):
+            size = _heap_push(hs, hl, size, residual[li] / count[li], li)
     frozen = ints(m)
-    while size > 0:
-        size = _heap_pop(hs, hl, size)
-        share, li = hs[size], hl[size]
-        if count[li] == 0:
-            continue
-        current = residual[li] / count[li]
-        if current != share:  # stale entry; the fresh one is in the heap already
-            continue
+    while True:
+        if scan:
+            li = -1
+            share = 0.0
+            for candidate in range(n_local):
+                if count[candidate] > 0:
+                    value = residual[candidate] / count[candidate]
+                    if li < 0 or value < share:
+                        li, share = candidate, value
+            if li < 0:
+                break
+        else:
+            if size == 0:
+                break
+            size = _heap_pop(hs, hl, size)
+            share, li = hs[size], hl[size]
+            if count[li] == 0:
+                continue
+            current = residual[li] / count[li]
+            if current != share:  # stale entry; the fresh one is in the heap already
+                continue
         level = share if share >= 0.0 else 0.0
         for q in range(member_ptr[li], member_ptr[li + 1]):
             k = members[q]
@@ -394,7 +466,7 @@ def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
                 other = local_of[path_links[p]]
                 residual[other] -= level
                 count[other] -= 1
-                if other != li and count[other] > 0:
+                if not scan and other != li and count[other] > 0:
                     size = _heap_push(hs, hl, size, residual[other] / count[other], other)
         count[li] = 0
     for li in range(n_local):

@@ -14,11 +14,50 @@ the loop over groups is ``kernels.priority_decide`` (flat arrays, compiled where
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from operator import attrgetter
+from typing import Any
 
 from echelonflow.schedulers import kernels
 from echelonflow.schedulers.base import ActiveFlow, Decision, Scheduler, Snapshot
 from echelonflow.schedulers.columns import LinkNumbering
+
+
+@dataclass
+class GroupArrays:
+    """Groups of flows as kernel arrays: what an order-only policy reads (two callers build it).
+
+    Group ``g`` is ``active[group_ptr[g]:group_ptr[g + 1]]`` (flow numbers into the per-flow arrays,
+    in flow-id order; groups in group-id order).  A :class:`GroupTable` builds one from a snapshot;
+    the simulator builds one from its run-wide flow table without making a snapshot.
+    """
+
+    active: Any
+    group_ptr: Any
+    remaining: Any  # per flow number, bytes
+    path_ptr: Any
+    path_links: Any
+    capacity: Any  # per link number, bits/s
+    start_s: list[float]  # per group: when its first flow started
+    weight: list[float]  # per group: its job's weight
+
+
+def serve_arrays(groups: GroupArrays, order: Sequence[int], rate: Any) -> list[int]:
+    """Rates into ``rate`` (by flow number) for the groups served in ``order``; returns the served
+    flow numbers in rank order (group order, then flow id)."""
+    ptr = groups.group_ptr
+    active = groups.active
+    served_ptr = [0]
+    for g in order:
+        served_ptr.append(served_ptr[-1] + ptr[g + 1] - ptr[g])
+    if kernels.HAVE_NUMBA:
+        pieces = [active[ptr[g]:ptr[g + 1]] for g in order]
+        served = kernels.np.concatenate(pieces) if pieces else kernels.int_array([])
+    else:
+        served = [active[k] for g in order for k in range(ptr[g], ptr[g + 1])]
+    kernels.priority_decide(served, kernels.int_array(served_ptr), groups.remaining,
+                            groups.path_ptr, groups.path_links, groups.capacity, rate)
+    return served
 
 
 class GroupTable:
@@ -53,20 +92,25 @@ class GroupTable:
     def members(self, g: int) -> list[ActiveFlow]:
         return self.flows[self.group_ptr[g]:self.group_ptr[g + 1]]
 
+    def arrays(self) -> GroupArrays:
+        count = len(self.flows)
+        heads = [self.flows[start] for start in self.group_ptr[:-1]]
+        return GroupArrays(
+            active=kernels.int_array(range(count)), group_ptr=self.group_ptr, remaining=self.remaining,
+            path_ptr=self.path_ptr, path_links=self.path_links, capacity=self.capacity,
+            start_s=[min(f.group_start_s for f in self.members(g)) for g in range(len(self.gids))],
+            weight=[head.weight for head in heads],
+        )
+
     def serve(self, order: Sequence[int]) -> Decision:
         """Rates and ranks for the groups served in ``order`` (group indices, each exactly once).
 
         A flow's rank is its position in the global order (group order, then flow id), so the
         controller compresses it into one priority class per group, most urgent first.
         """
-        ptr = self.group_ptr
-        active = [k for g in order for k in range(ptr[g], ptr[g + 1])]
-        served_ptr = [0]
-        for g in order:
-            served_ptr.append(served_ptr[-1] + ptr[g + 1] - ptr[g])
         rate = kernels.floats(len(self.flows))
-        kernels.priority_decide(kernels.int_array(active), kernels.int_array(served_ptr), self.remaining,
-                                self.path_ptr, self.path_links, self.capacity, rate)
+        served = serve_arrays(self.arrays(), order, rate)
+        active = kernels.to_list(served, len(served))
         rates = kernels.to_list(rate, len(self.flows))
         ids = [self.flows[k].flow_id for k in active]
         return Decision(rate_bps={fid: rates[k] for fid, k in zip(ids, active)},
@@ -86,7 +130,22 @@ class GroupOrderScheduler(Scheduler):
 
     def group_order(self, table: GroupTable) -> list[int]:
         """Indices of ``table``'s groups, most urgent first (each exactly once)."""
+        return self.order_arrays(table.arrays())
+
+    def order_arrays(self, groups: GroupArrays) -> list[int]:
+        """:meth:`group_order` from the arrays alone, for policies that need nothing else (the
+        simulator then skips the snapshot: :meth:`orders_by_arrays`)."""
         raise NotImplementedError
+
+    def orders_by_arrays(self) -> bool:
+        """True when a decision is exactly :meth:`order_arrays` served by priority (no ``decide``,
+        ``group_order`` or ``finish`` of a subclass or instance in between)."""
+        mro = type(self).__mro__
+        owner = {name: next(c for c in mro if name in vars(c))
+                 for name in ("decide", "group_order", "finish", "order_arrays")}
+        return (owner["order_arrays"] is not GroupOrderScheduler
+                and all(owner[name] is GroupOrderScheduler for name in ("decide", "group_order", "finish"))
+                and not any(name in vars(self) for name in owner))
 
     def finish(self, table: GroupTable, decision: Decision) -> Decision:
         """The decision as served, for a policy to annotate (Aalo's ``valid_until_s``)."""

@@ -21,7 +21,7 @@ broken by link and group index in id order, so the decision is deterministic.
 from __future__ import annotations
 
 from echelonflow.schedulers import kernels
-from echelonflow.schedulers.priority import GroupOrderScheduler, GroupTable
+from echelonflow.schedulers.priority import GroupArrays, GroupOrderScheduler
 
 
 class SincroniaScheduler(GroupOrderScheduler):
@@ -30,10 +30,9 @@ class SincroniaScheduler(GroupOrderScheduler):
     name = "sincronia"
     enforces = True
 
-    def group_order(self, table: GroupTable) -> list[int]:
+    def order_arrays(self, groups: GroupArrays) -> list[int]:
         """BSSI over the remaining bytes (``kernels.bssi_order``; each link's time is bits / capacity)."""
-        weights = kernels.float_array([table.members(g)[0].weight for g in range(len(table.gids))])
-        order = kernels.bssi_order(kernels.int_array(range(len(table.flows))),
-                                   kernels.int_array(table.group_ptr), table.remaining, table.path_ptr,
-                                   table.path_links, table.capacity, weights)
+        order = kernels.bssi_order(groups.active, kernels.int_array(groups.group_ptr), groups.remaining,
+                                   groups.path_ptr, groups.path_links, groups.capacity,
+                                   kernels.float_array(groups.weight))
         return kernels.to_list(order, len(order))
