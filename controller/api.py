@@ -200,6 +200,7 @@ class Api:
         scheduler = self.service.scheduler
         return {"scheduler": scheduler.name, "available": self.service.available(),
                 "enforces": scheduler.enforces, "queues": self.service.queues,
+                "hold_paused": self.service.hold_paused, "idle_queue": self.service.idle_queue,
                 "clairvoyant": scheduler.clairvoyant, "observed": dict(self.service.observed)}
 
     def list_jobs(self, body: Any, query: Any) -> tuple[int, Any]:

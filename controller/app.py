@@ -95,7 +95,7 @@ class EchelonApp(compat.BaseApp):
         self.registry.links = self.links
         self.service = SchedulingService(
             self.registry, self.enforcer, queues=self.enforcer.queues, interval_s=config.interval_s,
-            min_meter_bps=config.min_rate_bps, lock=compat.hub.Semaphore(),
+            min_meter_bps=config.min_rate_bps, lock=compat.hub.Semaphore(), hold_paused=config.hold_paused,
         )
         self.stats_interval_s = config.stats_interval_s
         self.switch_stats = SwitchStats(self.topology)

@@ -33,7 +33,7 @@ from typing import Any, Callable
 from controller.auth import DEFAULT_TOKEN_PATH
 from controller.store import DEFAULT_PATH as DEFAULT_STORE_PATH
 from echelonflow.errors import UserError
-from echelonflow.fields import Check, FieldError, integer, mapping, nullable, number, one_of, text
+from echelonflow.fields import Check, FieldError, boolean, integer, mapping, nullable, number, one_of, text
 from echelonflow.topology import BUILDERS, Topology, TopologyError, build
 
 DEFAULT_METRICS_PORT = 9302  # Faucet's exporter port (controller.metrics serves it)
@@ -84,6 +84,16 @@ def _number_text(kind: type) -> Callable[[str], Any]:
 
 
 _INT, _FLOAT = _number_text(int), _number_text(float)
+
+
+def _bool_text(raw: str) -> Any:
+    """``true``/``false`` (also 1/0, yes/no, on/off), else the text for the check to name."""
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    return raw
 SETTINGS = (
     Setting("topology_file", "ECHELON_TOPOLOGY", None, nullable(text()), str,
             "topology spec JSON file (the launcher writes one); overrides the three settings below"),
@@ -108,6 +118,9 @@ SETTINGS = (
             "API Unix socket (empty: /run/echelon/controller-<api_port>.sock)"),
     Setting("min_rate_bps", "ECHELON_MIN_RATE_BPS", 8000.0, number(0.0, 1e12), _FLOAT,
             "allocations below this rate count as paused: last class, no meter, unpaced"),
+    Setting("hold_paused", "ECHELON_HOLD_PAUSED", False, boolean(), _bool_text,
+            "agents hold paused flows (send nothing): a paused flow keeps its class, idle channels sit in "
+            "class 1, so no flow is raised out of a class it still has packets in"),
     Setting("interval_s", "ECHELON_INTERVAL_S", 0.5, number(0.0, 3600.0, above=True), _FLOAT,
             "reschedule interval"),
     Setting("stats_interval_s", "ECHELON_STATS_INTERVAL_S", 1.0, number(0.0, 3600.0), _FLOAT,
@@ -138,6 +151,7 @@ class ControllerConfig:
     api_port: int = 8181
     api_socket: str = ""
     min_rate_bps: float = 8000.0
+    hold_paused: bool = False
     interval_s: float = 0.5
     stats_interval_s: float = 1.0
     metrics_host: str = "127.0.0.1"

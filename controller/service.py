@@ -17,6 +17,9 @@ Then it turns the ``Decision`` into enforcement through an :class:`EnforcementPo
   Inside a group the scheduler's just-in-time rates already stagger the flows, so they share a class.
   A flow the scheduler gives (almost) no rate (its group is blocked, or it has no bytes left) goes to the
   last queue without a meter: it only gets what more urgent classes leave, and is never starved by a meter.
+  With ``hold_paused`` (agents that hold a paused flow: it sends nothing) a paused flow keeps the class it
+  has and idle channels sit in class 1, so no flow is ever raised out of a class that still holds its
+  packets (they would be overtaken by its own newer ones; docs/emulation.md, "The allocation delivered").
 * **rate -> meter.** ``rate_bps * headroom``; ``headroom`` defaults to 1.0 and is a knob for the fabric
   measurements (a drop meter polices, so TCP tends to get less than the rate).  A rate below
   ``min_meter_bps`` (default 8 kbit/s, the meter granularity is kbit/s) counts as paused (see above).
@@ -138,6 +141,7 @@ class SchedulingService:
         min_meter_bps: float = 8000.0,
         payload_fraction: float | None = None,
         lock: Any = None,
+        hold_paused: bool = False,
     ) -> None:
         check_queues(queues)  # queue 0 plus at least one scheduled class
         if interval_s <= 0:
@@ -150,6 +154,11 @@ class SchedulingService:
         self.headroom = float(headroom)
         self.rate_tolerance = float(rate_tolerance)
         self.min_meter_bps = float(min_meter_bps)
+        #: Senders hold paused flows (write nothing), so a paused flow keeps the class its last packets
+        #: were sent in and idle channels sit in class 1: no flow is ever raised out of a class it still
+        #: has packets queued in (they would be overtaken by its newer ones: docs/emulation.md).
+        self.hold_paused = bool(hold_paused)
+        self.idle_queue = 1 if self.hold_paused else self.queues - 1
         #: payload bytes per counted frame byte; by default the topology's (its MTU's) framing
         self.payload_fraction = float(payload_fraction or registry.topology.payload_fraction)
         name = registry.settings.get("scheduler", DEFAULT_SCHEDULER)
@@ -352,8 +361,13 @@ class SchedulingService:
         group_queue = {g: 1 + min(i, self.queues - 2) for i, g in enumerate(order)}
         out = {}
         for fid in decision.rank:
-            paused = self.paused(decision.rate_bps.get(fid, 0.0))
-            out[fid] = last if paused else group_queue[flows[fid].echelon_key]
+            if not self.paused(decision.rate_bps.get(fid, 0.0)):
+                out[fid] = group_queue[flows[fid].echelon_key]
+            elif self.hold_paused:
+                have = self.installed.get(self.enforcement_key(fid))
+                out[fid] = self.idle_queue if have is None else have.queue
+            else:
+                out[fid] = last
         return out
 
     def paused(self, rate_bps: float) -> bool:
@@ -368,7 +382,7 @@ class SchedulingService:
     def _desired(self, decision: Decision, queue: dict[str, int]) -> dict[str, Installed]:
         """Enforcement keys -> class and meter.  Every registered channel is held, idle ones in the last
         class without a meter, so its rules are in place before a flow starts on it."""
-        idle = Installed(self.queues - 1, None)
+        idle = Installed(self.idle_queue, None)
         out = {channel_key(cid): idle for cid in self.registry.channels}
         for fid, q in queue.items():
             rate = decision.rate_bps.get(fid, 0.0)

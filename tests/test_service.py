@@ -382,3 +382,27 @@ def test_switch_counters_of_a_channel_are_not_taken_for_its_current_flow():
     reg.flow_started("pp", "mb0", None, None, 1.0, channel_id="c1")
     svc.observe_bytes("channel:c1", 1_500_000)  # the channel's lifetime counter
     assert reg.bytes_done(reg.flows["pp/mb0"]) == 0
+
+
+@pytest.mark.parametrize("hold_paused, paused_queue", [(False, 3), (True, 1)])
+def test_a_paused_flow_keeps_its_class_when_senders_hold_it(hold_paused, paused_queue):
+    """A flow metered in class 1 is paused when a smaller coflow starts on its link.  By default it waits
+    unmetered in the last queue; with ``hold_paused`` (its sender writes nothing) it keeps class 1, so its
+    packets still on the wire are never overtaken by its own later ones after a raise; idle channels then
+    sit in class 1 too, so a flow's first allocation is never a raise either."""
+    reg, port = Registry(two_hosts(B_BPS)), RecordingPort()
+    svc = SchedulingService(reg, port, now=Clock(0.0), queues=4, hold_paused=hold_paused)
+    assert svc.idle_queue == (1 if hold_paused else 3)
+    reg.add_job("j")
+    for name, size in (("big", 4 * MB), ("small", MB)):
+        reg.add_echelon("j", name, flows=[{"flow_id": name, "src": "h1", "dst": "h2", "size_bytes": size}])
+    reg.flow_started("j", "big", 40000, 5201, 0.0)
+    svc.reschedule("test")
+    assert [(c[0], c[4], c[5]) for c in port.take()] == [("install", 1, pytest.approx(B_BPS))]
+    reg.flow_started("j", "small", 40001, 5201, 0.0)
+    svc.reschedule("test")
+    assert svc.state.queue == {"j/small": 1, "j/big": paused_queue}
+    changes = {c[1]: c for c in port.take()}
+    assert changes["j/small"][0] == "install" and changes["j/small"][4] == 1
+    big = changes["j/big"]  # its meter goes; its class changes only without hold_paused
+    assert big[0] == "update" and big[2] == (3 if not hold_paused else None) and big[4] is True

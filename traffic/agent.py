@@ -326,6 +326,7 @@ class Agent:
                 FlowHeader(job_id, flow.task_id, self.me, flow.size_bytes),
                 tos_source=lambda: self._tos(job_id, flow.task_id),
                 pacing_source=lambda: self.registry.pacing_bytes_per_s(job_id, flow.task_id),
+                hold_source=lambda: self.registry.held(job_id, flow.task_id),
             )
         except (TransferError, RegistryError) as exc:
             if channel is not None:

@@ -440,6 +440,8 @@ class EmulationSettings:
     logs_dir: str | None = None  # where agent and controller logs are copied (the run folder)
     poll_interval_s: float = 0.05  # agents' allocation/progress poll (flows last >= ~0.5 s: ~10 polls)
     pace: bool = True  # agents pace flows at their allocated rate (schedulers that enforce only)
+    #: agents hold paused flows and the controller keeps their class (controller setting hold_paused)
+    hold_paused: bool = True
     tcp_rto_min_ms: int | None = 1000  # hosts' TCP minimum RTO (parked flows wait behind urgent classes)
     tcp_congestion_control: str | None = None  # the agents' channels' TCP congestion control (None: host's)
     #: sysctls set in every host's namespace (topologies.fabric.Fabric ``host_sysctls``)
@@ -525,6 +527,7 @@ def emulate_scheduler(
             ctl.stop()
         ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
                                 interval_s=settings.controller_interval_s, min_rate_bps=min_rate_bps,
+                                hold_paused=settings.pace and settings.hold_paused,
                                 workdir=tempfile.mkdtemp(prefix=f"ctl-{label}-", dir=workdir),
                                 api_port=settings.api_port, metrics_port=settings.metrics_port)
         say(f"{label}: starting controller (OpenFlow port {port})")
@@ -571,6 +574,7 @@ def emulate_scheduler(
         old, killed_at = crashed.pop()
         ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
                                 interval_s=settings.controller_interval_s, min_rate_bps=min_rate_bps,
+                                hold_paused=settings.pace and settings.hold_paused,
                                 workdir=old.workdir,
                                 api_port=old.api_port, metrics_port=old.metrics_port)
         ctl.start()

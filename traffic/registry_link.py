@@ -70,6 +70,10 @@ class RegistryPort:
         """The rate the flow should be paced at, or None for no limit (plain TCP)."""
         return None
 
+    def held(self, job_id: str, flow_id: str) -> bool:
+        """Whether the flow's sender should write nothing more for now: the scheduler paused it."""
+        return False
+
     def forget_job(self, job_id: str) -> None:
         """The job failed (an agent of it died; the orchestrator released its flows in the registry):
         report and poll nothing more of it, and take the registry's refusals for it calmly."""
@@ -100,10 +104,15 @@ class RegistryLink(RegistryPort):
         self.enforces = bool(info.get("enforces"))
         #: declare sizes and offsets (else the scheduler learns them from starts, progress and finishes)
         self.declares_sizes = bool(info.get("clairvoyant", True))
-        #: a channel between flows sits in the last class (what the controller installs for it)
-        self.idle_dscp = dscp_for_queue(int(info.get("queues", 4)) - 1) if self.enforces else None
+        #: a channel between flows sits in the controller's idle class (the last one, or class 1 when the
+        #: controller expects paused flows to be held)
+        idle_queue = int(info.get("idle_queue", int(info.get("queues", 4)) - 1))
+        self.idle_dscp = dscp_for_queue(idle_queue) if self.enforces else None
+        #: the controller leaves a paused flow in its class and expects its sender to write nothing
+        self.hold_paused = bool(info.get("hold_paused", False))
         self._dscp: dict[str, int] = {}
         self._rate_bps: dict[str, float] = {}
+        self._paused: set[str] = set()  # flows whose last allocation paused them (no meter)
         self._active: dict[str, Channel] = {}  # flows whose start the registry has, -> their channel
         self._finished: set[str] = set()  # a short flow may finish before the worker reported its start
         self._channels: list[str] = []
@@ -267,6 +276,10 @@ class RegistryLink(RegistryPort):
         rate = self._rate_bps.get(self._name(job_id, flow_id))
         return None if rate is None else int(rate / 8)
 
+    def held(self, job_id: str, flow_id: str) -> bool:
+        return (self.hold_paused and self.settings.pace and self.enforces
+                and self._name(job_id, flow_id) in self._paused)
+
     def trace(self, job_id: str, flow_id: str) -> dict[str, list]:
         name = self._name(job_id, flow_id)
         return {"allocations": list(self._allocations.get(name, ())),
@@ -276,14 +289,18 @@ class RegistryLink(RegistryPort):
         value = allocation.get("dscp")
         if isinstance(value, int) and 0 <= value <= 63:
             self._dscp[name] = value
-        # Pace exactly what the network meters: a flow the scheduler holds back ("paused": no meter,
-        # last queue) stays unpaced so it can still take leftovers the fluid model did not foresee
-        # (TCP never fills its allocation exactly); pacing it near zero would stall it for a whole round.
+        # Pace exactly what the network meters.  A flow the scheduler holds back ("paused": no meter) is
+        # either held by its sender (the controller's hold_paused: it writes nothing more, as the fluid
+        # model gives it nothing, and keeps its class, so none of its packets wait in a lower class when
+        # it is raised: docs/emulation.md, "The allocation delivered") or left unpaced in the last class,
+        # taking leftovers; pacing it near zero instead would stall it for a whole round after the raise.
         rate = allocation.get("meter_rate_bps")
         if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
             self._rate_bps[name] = float(rate)
+            self._paused.discard(name)
         else:
             self._rate_bps.pop(name, None)
+            self._paused.add(name)
         paced = self._rate_bps.get(name) if self.settings.pace and self.enforces else None
         entry = (self._dscp.get(name), allocation.get("rate_bps"), None if paced is None else int(paced / 8))
         log = self._allocations.setdefault(name, [])

@@ -47,6 +47,10 @@ MIN_PACING_BYTES_PER_S = 12_500
 #: Longest a sender waits inside one socket call before it re-reads its DSCP and pacing rate.  A blocking
 #: send at a low pacing rate used to hold a raised rate back for seconds; half the agents' poll period.
 REFRESH_S = 0.025
+TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)  # Linux value
+#: Unsent bytes a channel's socket may hold: little, so that a sender told to hold stops the wire within
+#: a few milliseconds instead of draining megabytes its socket buffer already took.
+NOTSENT_LOWAT_BYTES = 32 * 1024
 _ZEROS = bytes(CHUNK_BYTES)
 _T = TypeVar("_T")
 #: Offsets in Linux's ``struct tcp_info``: ``tcpi_backoff`` (u8: retransmission timeouts in a row, the RTO's
@@ -184,6 +188,7 @@ class Channel:
                 time.sleep(0.05)
                 self.sock = _bound_socket(self.bind_ip, self.src_port, self.congestion_control)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT_BYTES)
 
     def progress(self) -> FlowProgress | None:
         """How far the current flow is (TCP_INFO), or None."""
@@ -199,9 +204,14 @@ class Channel:
         return None if progress is None else progress.acked_payload
 
     def send_flow(self, header: FlowHeader, tos_source: Callable[[], int | None] | None = None,
-                  pacing_source: Callable[[], int | None] | None = None) -> SendResult:
+                  pacing_source: Callable[[], int | None] | None = None,
+                  hold_source: Callable[[], bool] | None = None) -> SendResult:
         """Send one flow and wait for its confirmation; raises :class:`TransferError` if not delivered
-        exactly.  A failed channel must not be used again."""
+        exactly.  A failed channel must not be used again.
+
+        While ``hold_source()`` is true the sender writes no more payload and keeps the marking and pacing
+        it had: what is already on the wire drains in its class, and nothing of the flow is left queued in
+        a lower class when it resumes."""
         if self.sock is None:
             raise TransferError(f"channel {self.channel_id} is not connected")
         sock = self.sock
@@ -213,6 +223,7 @@ class Channel:
             self._refresh = _Refresher(sock)
         refresh = self._refresh
         refresh.tos_source, refresh.pacing_source = tos_source, pacing_source
+        refresh.hold_source = hold_source
         refresh()
         sock.settimeout(REFRESH_S)
         try:
@@ -221,6 +232,9 @@ class Channel:
             payload_start = self._written
             remaining = header.size_bytes
             while remaining:
+                while hold_source is not None and hold_source():
+                    time.sleep(REFRESH_S)
+                refresh()
                 chunk = min(CHUNK_BYTES, remaining)
                 self._send_all(memoryview(_ZEROS)[:chunk], header, refresh)
                 remaining -= chunk
@@ -324,6 +338,7 @@ class _Refresher:
         self.sock = sock
         self.tos_source: Callable[[], int | None] | None = None
         self.pacing_source: Callable[[], int | None] | None = None
+        self.hold_source: Callable[[], bool] | None = None  # while true: keep marking and pacing as they are
         self.tos: int | None = None
         #: None: no limit (never set: the socket keeps the kernel's default small-queue budget, which the
         #: fabric caps per host at two frames, see topologies/fabric.py; a set limit, even "unpaced", would
@@ -331,6 +346,8 @@ class _Refresher:
         self.pacing: int | None = None
 
     def __call__(self) -> None:
+        if self.hold_source is not None and self.hold_source():
+            return
         if self.tos_source is not None:
             wanted = self.tos_source()
             if wanted is not None and wanted != self.tos:
