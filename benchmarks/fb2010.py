@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -53,9 +54,9 @@ def stats(values: list[float]) -> tuple[float, float, float]:
 def table(records: dict, names_in_order: list[str]) -> str:
     """Markdown table of every recorded scheduler, with the average CCT relative to fair's."""
     fair_avg = records.get("fair", {}).get("avg_s")
-    header = ("| scheduler | run_s | avg_s | p50_s | p95_s | avg vs fair | p95 vs fair | "
+    header = ("| scheduler | run_s | peak MiB | avg_s | p50_s | p95_s | avg vs fair | p95 vs fair | "
               + " | ".join(f"{b} avg/p95 (n)" for b in BINS) + " |")
-    lines = [header, "|" + "---|" * (7 + len(BINS))]
+    lines = [header, "|" + "---|" * (8 + len(BINS))]
     fair_p95 = records.get("fair", {}).get("p95_s")
     for name in names_in_order:
         r = records[name]
@@ -63,7 +64,8 @@ def table(records: dict, names_in_order: list[str]) -> str:
         ratio95 = f"{fair_p95 / r['p95_s']:.2f}x" if fair_p95 else "-"
         cells = [f"{r['bins'][b]['avg_s']:.2f}/{r['bins'][b]['p95_s']:.2f} ({r['bins'][b]['count']})"
                  if b in r["bins"] else "-" for b in BINS]
-        lines.append(f"| {name} | {r['run_s']:.1f} | {r['avg_s']:.2f} | {r['p50_s']:.2f} | "
+        peak = f"{r['peak_rss_mib']:.0f}" if "peak_rss_mib" in r else "-"
+        lines.append(f"| {name} | {r['run_s']:.1f} | {peak} | {r['avg_s']:.2f} | {r['p50_s']:.2f} | "
                      f"{r['p95_s']:.2f} | {ratio} | {ratio95} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -100,10 +102,14 @@ def main() -> None:
             if values:
                 b_avg, b_p50, b_p95 = stats(values)
                 per_bin[b] = {"count": len(values), "avg_s": b_avg, "p50_s": b_p50, "p95_s": b_p95}
+        # the process's peak resident memory so far (Linux reports KiB): one scheduler per process
+        # gives each its own peak
+        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         records[name] = {"run_s": run_s, "avg_s": avg, "p50_s": p50, "p95_s": p95, "bins": per_bin,
-                         "cct_s": cct}
+                         "cct_s": cct, "peak_rss_mib": peak_mib}
         results_path.write_text(json.dumps(stored, indent=1, sort_keys=True))
-        print(f"{name}: {run_s:.1f} s of simulation, average CCT {avg:.2f} s", flush=True)
+        print(f"{name}: {run_s:.1f} s of simulation, average CCT {avg:.2f} s, peak memory {peak_mib:.0f} MiB",
+              flush=True)
     order = [n for n in ORDER if n in records] + sorted(n for n in records if n not in ORDER)
     text = table(records, order)
     (args.out / "results.md").write_text(
