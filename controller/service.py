@@ -380,8 +380,8 @@ class SchedulingService:
         return flow_key if channel_id is None else channel_key(channel_id)
 
     def _desired(self, decision: Decision, queue: dict[str, int]) -> dict[str, Installed]:
-        """Enforcement keys -> class and meter.  Every registered channel is held, idle ones in the last
-        class without a meter, so its rules are in place before a flow starts on it."""
+        """Enforcement keys -> class and meter.  Every registered channel is held, idle ones in the idle
+        class (:attr:`idle_queue`) without a meter, so its rules are in place before a flow starts on it."""
         idle = Installed(self.idle_queue, None)
         out = {channel_key(cid): idle for cid in self.registry.channels}
         for fid, q in queue.items():

@@ -722,3 +722,31 @@ def test_a_dead_agent_fails_only_its_job_and_leaves_nothing_in_the_registry(tmp_
     assert client.flows(state="active") == []
     assert [c for c in client.channels() if c["src"] == "h2"] == []
     client.close()
+
+
+def test_a_held_flow_writes_nothing_and_keeps_its_marking_until_released():
+    """A paused flow under ``hold_paused``: its sender writes no payload and leaves IP_TOS as it was (its
+    packets on the wire drain in the class they were sent in); once released it sends every byte."""
+    receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, lambda a: None, lambda e: None).start()
+    held, tos = [True], [0x20]
+    channel = Channel("t", "h1", "peer", None, "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
+    channel.connect(5.0)
+    channel.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0x20)
+    header = FlowHeader("j", "held", "h1", 3_000_000)
+    results = []
+    sender = threading.Thread(target=lambda: results.append(channel.send_flow(
+        header, tos_source=lambda: tos[0], hold_source=lambda: held[0])))
+    try:
+        sender.start()
+        tos[0] = 0x60  # the scheduler's class for it changes while it is held: not applied yet
+        time.sleep(0.4)
+        assert channel._written == len(header.encode())  # the header only
+        assert channel.sock.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == 0x20
+        held[0] = False
+        sender.join(10.0)
+        assert results and results[0].received_bytes == 3_000_000
+        assert channel.sock.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == 0x60
+    finally:
+        held[0] = False
+        channel.close()
+        receiver.close()
