@@ -104,16 +104,7 @@ def _bottleneck(sel, bits, base, shift, start, stop, path_ptr, path_links, cap, 
 
     ``cumulative`` is all zeros on entry and on return (only ``touched`` links are reset).  A link
     with no capacity left gives infinity: the group must wait.
-
-    When every flow of the range has the same slack (a coflow; any group whose flows share one due
-    time), the maximum is ``max_l C_l / c_l - slack`` over each link's final total: a link's running
-    total only grows, and dividing by a positive number and subtracting a constant are monotone in
-    floating point, so the same value comes out with one division per link instead of one per flow
-    and link (:func:`_bottleneck_uniform`).
     """
-    if stop > start and _uniform(base, start, stop):
-        return _bottleneck_uniform(sel, bits, base[start] - shift, start, stop, path_ptr, path_links,
-                                   cap, cumulative, touched)
     worst = -INF
     n_touched = 0
     for k in range(start, stop):
@@ -140,46 +131,6 @@ def _bottleneck(sel, bits, base, shift, start, stop, path_ptr, path_links, cap, 
     for t in range(n_touched):
         cumulative[touched[t]] = 0.0
     return worst
-
-
-@jit
-def _uniform(base, start, stop):
-    first = base[start]
-    for k in range(start + 1, stop):  # noqa: SIM110 (a plain loop: numba compiles it)
-        if base[k] != first:
-            return False
-    return True
-
-
-@jit
-def _bottleneck_uniform(sel, bits, slack, start, stop, path_ptr, path_links, cap, cumulative, touched):
-    """:func:`_bottleneck` when every flow of the range has slack ``slack`` (same result, bit for bit)."""
-    n_touched = 0
-    blocked = False
-    for k in range(start, stop):
-        b = bits[k]
-        f = sel[k]
-        for p in range(path_ptr[f], path_ptr[f + 1]):
-            li = path_links[p]
-            if cap[li] <= 0.0:
-                blocked = True
-                break
-            c = cumulative[li]
-            if c == 0.0:
-                touched[n_touched] = li
-                n_touched += 1
-            cumulative[li] = c + b
-        if blocked:
-            break
-    worst = -INF
-    for t in range(n_touched):
-        li = touched[t]
-        if not blocked:
-            value = cumulative[li] / cap[li] - slack
-            if value > worst:
-                worst = value
-        cumulative[li] = 0.0
-    return INF if blocked else worst
 
 
 @jit
