@@ -515,6 +515,14 @@ def emulate_scheduler(
     say = _prefixed(progress, f"[{scheduler}] ")
     min_rate_bps = pacing_floor_bps(topology.mtu_bytes or DEFAULT_MTU_BYTES, settings.poll_interval_s)
 
+    def controller_process(controller_dir: str, api_port: int, metrics_port: int | None) -> Any:
+        """This run's controller settings; a fresh round and a restart after a crash differ only in
+        folder and ports."""
+        return ControllerProcess(topology, ofp_port=port, queues=settings.queues,
+                                 interval_s=settings.controller_interval_s, min_rate_bps=min_rate_bps,
+                                 hold_paused=settings.pace and settings.hold_paused,
+                                 workdir=controller_dir, api_port=api_port, metrics_port=metrics_port)
+
     def fresh_controller(label: str) -> Any:
         """A new controller process (so a new, empty registry) on the fabric's OpenFlow port.
 
@@ -525,11 +533,8 @@ def emulate_scheduler(
         nonlocal ctl
         if ctl is not None:
             ctl.stop()
-        ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
-                                interval_s=settings.controller_interval_s, min_rate_bps=min_rate_bps,
-                                hold_paused=settings.pace and settings.hold_paused,
-                                workdir=tempfile.mkdtemp(prefix=f"ctl-{label}-", dir=workdir),
-                                api_port=settings.api_port, metrics_port=settings.metrics_port)
+        ctl = controller_process(tempfile.mkdtemp(prefix=f"ctl-{label}-", dir=workdir), settings.api_port,
+                                 settings.metrics_port)
         say(f"{label}: starting controller (OpenFlow port {port})")
         ctl.start()
         ownership.record_processes(workdir, ctl.pid)
@@ -572,11 +577,7 @@ def emulate_scheduler(
         registry and re-enforces every live flow; the agents never see a new address."""
         nonlocal ctl
         old, killed_at = crashed.pop()
-        ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
-                                interval_s=settings.controller_interval_s, min_rate_bps=min_rate_bps,
-                                hold_paused=settings.pace and settings.hold_paused,
-                                workdir=old.workdir,
-                                api_port=old.api_port, metrics_port=old.metrics_port)
+        ctl = controller_process(old.workdir, old.api_port, old.metrics_port)
         ctl.start()
         ownership.record_processes(workdir, ctl.pid)
         ctl.wait_switches(timeout_s=30)
