@@ -40,8 +40,11 @@ EPS_BYTES = 1e-9  # same as schedulers.base.EPS_BYTES (base imports nothing from
 EPS_RELATIVE = 1e-12
 INF = math.inf
 #: Progressive filling scans the links for the smallest share instead of keeping a heap when
-#: links^2 <= SCAN_FACTOR x (links of all paths): cheaper with few links and many flows.
-SCAN_FACTOR = 16
+#: links^2 <= SCAN_FACTOR x (links of all paths).  Measured on fat-trees (k=8 and 16, 60-10,000
+#: random flows; the scan's cost is rounds x links, the heap's a push per frozen flow and link):
+#: the scan was 1.7-3.7x faster up to a ratio links^2 / path links of 326 (bench-k8's decisions sit
+#: near 44), the heap 1.25-2.6x faster from 644 on (k=16 with 200-10,000 flows); docs/performance.md.
+SCAN_FACTOR = 400
 
 #: ``order_by`` codes of :func:`echelon_decide` (names in schedulers.echelon.ORDERINGS).
 ORDER_BOTTLENECK, ORDER_TARDINESS, ORDER_VOLUME = 0, 1, 2
@@ -371,10 +374,10 @@ def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
             fill[li] += 1
 
     # The next link to freeze is the one with the smallest (fair share, local number) among links
-    # with unfrozen flows.  A lazy heap finds it in O(log) per frozen flow; with few links and many
-    # flows (a big switch: two links per flow, a few hundred links) a scan of the links per frozen
-    # link is cheaper.  Both pick the same link at every step (the heap's valid entries are exactly
-    # the current shares), so the rates are the same.
+    # with unfrozen flows.  A lazy heap finds it in O(log) per frozen flow; with few links for the
+    # flows (a big switch: two links per flow, a few hundred links; a k=8 fat-tree with tens of
+    # flows) a scan of the links per frozen link is cheaper.  Both pick the same link at every step
+    # (the heap's valid entries are exactly the current shares), so the rates are the same.
     scan = n_local * n_local <= SCAN_FACTOR * total
     heap_cap = 1 if scan else n_local + total + 1
     hs = floats(heap_cap)
