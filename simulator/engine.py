@@ -131,13 +131,14 @@ def simulate(
         check_placement(topology, jobs)
     pristine = copy.deepcopy(scheduler)
     specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
-    together = _Run(topology, jobs, scheduler, check_invariants, specs, events)
+    prepared: dict[str, _JobIndex] = {}  # filled by the together run, read by the alone runs
+    together = _Run(topology, jobs, scheduler, check_invariants, specs, events, prepared)
     alone_s: dict[str, float] = {}
     if len(jobs) == 1 or not alone_runs:
         together.run()
     elif workers > 1 and _can_fork():
         global _FORKED
-        _FORKED = (topology, jobs, pristine, check_invariants, specs, events)
+        _FORKED = (topology, jobs, pristine, check_invariants, specs, events, prepared)
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(min(workers - 1, len(jobs)), mp_context=context) as pool:
             pending = [pool.submit(_alone_in_child, index) for index in range(len(jobs))]
@@ -146,16 +147,17 @@ def simulate(
         _FORKED = None
     else:
         together.run()
-        alone_s = dict(_alone(topology, job, pristine, check_invariants, specs, events) for job in jobs)
+        alone_s = dict(_alone(topology, job, pristine, check_invariants, specs, events, prepared)
+                       for job in jobs)
     return build_run(scheduler.name, jobs, together.start_s, together.finish_s, alone_s, specs)
 
 
 def _alone(
     topology: Topology, job: Job, pristine: Scheduler, check: bool, specs: Mapping,
-    events: Sequence[FaultEvent] = (),
+    events: Sequence[FaultEvent] = (), prepared: dict[str, _JobIndex] | None = None,
 ) -> tuple[str, float]:
     """(job id, completion time) of ``job`` alone on the network, under a fresh copy of ``pristine``."""
-    run = _Run(topology, [job], copy.deepcopy(pristine), check, specs, events)
+    run = _Run(topology, [job], copy.deepcopy(pristine), check, specs, events, prepared)
     run.run()
     return job.job_id, job_completion_s(job, run.finish_s)
 
@@ -166,12 +168,49 @@ _FORKED: tuple | None = None
 
 def _alone_in_child(index: int) -> tuple[str, float]:
     assert _FORKED is not None
-    topology, jobs, scheduler, check, specs, events = _FORKED
-    return _alone(topology, jobs[index], scheduler, check, specs, events)
+    topology, jobs, scheduler, check, specs, events, prepared = _FORKED
+    return _alone(topology, jobs[index], scheduler, check, specs, events, prepared)
 
 
 def _can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods()
+
+
+class _JobIndex:
+    """One job's tasks and flows as a run reads them, built once per :func:`simulate`.
+
+    The run with all jobs together and the job's run alone index the same tasks, dependencies and
+    EchelonFlow rows and pin the same paths; building them once (qualified ids, dependency counts,
+    path link numbers, wire sizes) halves the set-up of a simulation with alone runs.  Runs only read
+    it: ``waiting`` is copied into each run, the dependant lists and rows are shared.
+    """
+
+    def __init__(self, job: Job, specs: Mapping[str, EchelonSpec]) -> None:
+        jid = job.job_id
+        self.tasks = list(job.tasks.values())
+        self.qids = [qualified(jid, task.task_id) for task in self.tasks]
+        self.waiting = {qid: len(set(task.deps)) for qid, task in zip(self.qids, self.tasks)}
+        self.dependants: dict[str, list[str]] = {qid: [] for qid in self.qids}
+        for qid, task in zip(self.qids, self.tasks):
+            for dep in dict.fromkeys(task.deps):
+                self.dependants[qualified(jid, dep)].append(qid)
+        self.roots = [qid for qid, task in zip(self.qids, self.tasks) if not task.deps]
+        # echelons_of puts every flow in exactly one spec, so every flow gets a row below.
+        self.echelons: list[tuple[str, EchelonSpec]] = []
+        # (qid, task, echelon qid, offset, delta) per flow
+        self.flows: list[tuple[str, FlowTask, str, float, float]] = []
+        for echelon_id, spec in specs.items():
+            eqid = qualified(jid, echelon_id)
+            self.echelons.append((eqid, spec))
+            head_ideal = spec.ideal_start_s[spec.flow_ids[0]]
+            for flow_id in spec.flow_ids:
+                # r = min over started flows of start_j - delta_j (echelon.reference_time)
+                delta = spec.ideal_start_s[flow_id] - head_ideal
+                self.flows.append((qualified(jid, flow_id), job.tasks[flow_id], eqid, spec.offsets_s[flow_id],
+                                   delta))
+        #: per ``enforces``: each flow row's path as link numbers, pinned with nothing down (set-up)
+        self.paths: dict[bool, list[list[int]]] = {}
+        self.wire_bytes: list[float] | None = None
 
 
 class _Run:
@@ -186,6 +225,7 @@ class _Run:
     def __init__(
         self, topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, check: bool,
         specs: Mapping[str, Mapping[str, EchelonSpec]], events: Sequence[FaultEvent] = (),
+        prepared: dict[str, _JobIndex] | None = None,
     ) -> None:
         self.topology = topology
         self.links = LinkState()
@@ -207,32 +247,26 @@ class _Run:
         self.arrivals: list[tuple[float, int]] = []
         self.valid_until_s = math.inf
         self.observing = type(scheduler).observe is not Scheduler.observe
-        flows: list[tuple[str, FlowTask, str, float, float]] = []  # qid, task, echelon qid, offset, delta
+        self.indexes: list[_JobIndex] = []
         for job_index, job in enumerate(self.jobs):
-            self._index_job(job_index, job, specs[job.job_id], flows)
+            index = prepared.get(job.job_id) if prepared is not None else None
+            if index is None:
+                index = _JobIndex(job, specs[job.job_id])
+                if prepared is not None:
+                    prepared[job.job_id] = index
+            self._index_job(job_index, job, index)
             heapq.heappush(self.arrivals, (float(job.arrival_s), job_index))
-        self._build_table(flows)
+        self._build_table([row for index in self.indexes for row in index.flows])
 
     # ------------------------------------------------------------------ setup
-    def _index_job(self, job_index: int, job: Job, specs: Mapping[str, EchelonSpec], flows: list) -> None:
-        for decl, task in enumerate(job.tasks.values()):
-            qid = qualified(job.job_id, task.task_id)
-            self.task_of[qid] = (job_index, decl, task)
-            self.waiting[qid] = len(set(task.deps))
-            self.dependants[qid] = []
-        for task in job.tasks.values():
-            for dep in dict.fromkeys(task.deps):
-                self.dependants[qualified(job.job_id, dep)].append(qualified(job.job_id, task.task_id))
-        # echelons_of puts every flow in exactly one spec, so every flow gets a row below.
-        for echelon_id, spec in specs.items():
-            eqid = qualified(job.job_id, echelon_id)
+    def _index_job(self, job_index: int, job: Job, index: _JobIndex) -> None:
+        self.indexes.append(index)
+        entries = [(job_index, decl, task) for decl, task in enumerate(index.tasks)]
+        self.task_of.update(zip(index.qids, entries))
+        self.waiting.update(index.waiting)
+        self.dependants.update(index.dependants)  # shared lists: a run only reads them
+        for eqid, spec in index.echelons:
             self.echelons[eqid] = _Echelon(spec, job.job_id, -1, float(job.weight))
-            head_ideal = spec.ideal_start_s[spec.flow_ids[0]]
-            for flow_id in spec.flow_ids:
-                qid = qualified(job.job_id, flow_id)
-                # r = min over started flows of start_j - delta_j (echelon.reference_time)
-                delta = spec.ideal_start_s[flow_id] - head_ideal
-                flows.append((qid, job.tasks[flow_id], eqid, spec.offsets_s[flow_id], delta))
 
     def _build_table(self, flows: list) -> None:
         """Number links, EchelonFlows and flows; pin each flow's path; order flows for the scheduler."""
@@ -243,9 +277,22 @@ class _Run:
             self.echelons[eqid].slot = slot
         idrank = {qid: i for i, qid in enumerate(sorted(qid for qid, *_ in flows))}
         path_ptr, path_links = [0], []
-        for qid, task, *_ in flows:
-            path_links.extend(link_index[link] for link in Topology.links_of(self._path(qid, task)))
-            path_ptr.append(len(path_links))
+        wire_bytes: list[float] = []
+        enforces = bool(self.scheduler.enforces)
+        for index in self.indexes:
+            paths = index.paths.get(enforces)
+            if paths is None:  # nothing is down while a run is set up: the pinned paths
+                paths = index.paths[enforces] = [
+                    [link_index[link] for link in Topology.links_of(self._path(qid, task))]
+                    for qid, task, *_ in index.flows
+                ]
+            for links in paths:
+                path_links.extend(links)
+                path_ptr.append(len(path_links))
+            if index.wire_bytes is None:
+                # Links carry frames: the flow's payload plus its framing (Topology.wire_bytes).
+                index.wire_bytes = [self.topology.wire_bytes(task.size_bytes) for _, task, *_ in index.flows]
+            wire_bytes.extend(index.wire_bytes)
         slots = [self.echelons[eqid].slot for _, _, eqid, _, _ in flows]
         table = FlowTable(
             capacity=np.array([capacity[link] for link in self.link_ids], dtype=np.float64),
@@ -257,9 +304,7 @@ class _Run:
             ref_slot=np.array(slots, dtype=np.int64),
             reference=np.full(len(self.echelons), math.inf),
             weight=np.array([self.echelons[eqid].weight for _, _, eqid, _, _ in flows], dtype=np.float64),
-            # Links carry frames: the flow's payload plus its framing (Topology.wire_bytes).
-            remaining=np.array([self.topology.wire_bytes(task.size_bytes) for _, task, *_ in flows],
-                               dtype=np.float64),
+            remaining=np.array(wire_bytes, dtype=np.float64),
         )
         self.columnar = isinstance(self.scheduler, ColumnarScheduler) and self.scheduler.decides_by_table()
         # Order-only policies (fifo, sincronia) read groups of flows in (group, flow id) order.
@@ -364,8 +409,7 @@ class _Run:
         tol = TIME_RTOL * max(1.0, self.now_s)
         while self.arrivals and self.arrivals[0][0] <= self.now_s + tol:
             _, job_index = heapq.heappop(self.arrivals)
-            job = self.jobs[job_index]
-            released.extend(qualified(job.job_id, t.task_id) for t in job.tasks.values() if not t.deps)
+            released.extend(self.indexes[job_index].roots)
         return self._release(released)
 
     def _advance(self, next_s: float) -> list[str]:
