@@ -34,7 +34,9 @@ byte delivered) are checked on every decision unless ``check_invariants=False``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
 import heapq
 import math
 import multiprocessing
@@ -126,7 +128,33 @@ def simulate(
     alone runs in that many - 1 forked processes while this one runs the jobs together (the results
     are the same; only the wall time changes).  ``events``: faults replayed in every run (module
     docstring); the runs alone see them at the same times.
+
+    Python's cyclic garbage collector is paused for the call (and restored after): the runs create
+    no reference cycles worth collecting, but hundreds of thousands of live task, tuple and dict
+    objects made it walk them hundreds of times per run (0.4-0.6 s of bench-k8's 4-5 s at 20
+    iterations, docs/performance.md).
     """
+    with _collector_paused():
+        return _simulate(topology, jobs, scheduler, placement_check, check_invariants, alone_runs, workers,
+                         events)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """``gc`` disabled inside, re-enabled on the way out if it was enabled (nesting-safe)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _simulate(
+    topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, placement_check: bool,
+    check_invariants: bool, alone_runs: bool, workers: int, events: Sequence[FaultEvent],
+) -> SimulationResult:
     if placement_check:
         check_placement(topology, jobs)
     pristine = copy.deepcopy(scheduler)
