@@ -349,6 +349,13 @@ class _Run:
         self.flow_of = {qid: f for f, qid in enumerate(self.flow_qid)}
         self.flow_eqid = [flows[i][2] for i in perm]
         self.delta_s = [flows[i][4] for i in perm]
+        # Per-event bookkeeping reads Python lists (a numpy scalar read costs more than the work):
+        # each flow's wire size and EchelonFlow state, each group's reference time (mirrored into
+        # ``table.reference``, which the kernels read, on every change).
+        self.wire = [wire_bytes[i] for i in perm]
+        self.flow_state = [self.echelons[eqid] for eqid in self.flow_eqid]
+        self.flow_slot = self.table.ref_slot.tolist()
+        self.reference = self.table.reference.tolist()
         count = len(flows)
         self.rate = np.zeros(count)
         self.leftover = np.zeros(count)
@@ -461,22 +468,25 @@ class _Run:
     def _complete(self, qids: list[str]) -> bool:
         """Finish tasks at ``now``; release their dependants.  True when the active flow set changed."""
         changed = False
+        now_s, finish_s, task_of = self.now_s, self.finish_s, self.task_of
         for qid in qids:
-            self.finish_s[qid] = self.now_s
-            task = self.task_of[qid][2]
+            finish_s[qid] = now_s
+            task = task_of[qid][2]
             if isinstance(task, ComputeTask):
                 self.host_busy[task.host] = False
             else:
-                state = self.echelons[self.flow_eqid[self.flow_of[qid]]]
-                state.finished_bytes += self.topology.wire_bytes(task.size_bytes)
+                f = self.flow_of[qid]
+                self.flow_state[f].finished_bytes += self.wire[f]
                 if self.observing:
                     self._observe("finish", qid, task, float(task.size_bytes))
                 changed = True
         released = []
+        waiting, dependants = self.waiting, self.dependants
         for qid in qids:
-            for dep in self.dependants[qid]:
-                self.waiting[dep] -= 1
-                if self.waiting[dep] == 0:
+            for dep in dependants[qid]:
+                left = waiting[dep] - 1
+                waiting[dep] = left
+                if left == 0:
                     released.append(dep)
         return self._release(released) or changed
 
@@ -484,15 +494,16 @@ class _Run:
         """Tasks whose dependencies are all done: computes queue on their host, flows start now."""
         changed = False
         pending = deque(qids)
+        now_s, task_of, flow_of, start_seq = self.now_s, self.task_of, self.flow_of, self.start_seq
         while pending:
             qid = pending.popleft()
-            job_index, decl, task = self.task_of[qid]
+            job_index, decl, task = task_of[qid]
             if isinstance(task, ComputeTask):
                 heapq.heappush(self.host_ready.setdefault(task.host, []), (job_index, decl, qid))
                 continue
-            self.start_s[qid] = self.now_s
-            f = self.flow_of[qid]
-            self.start_seq[f] = self.started
+            self.start_s[qid] = now_s
+            f = flow_of[qid]
+            start_seq[f] = self.started
             self.started += 1
             self._note_start(f, qid, task)
             if task.size_bytes <= 0:  # nothing to move: done the instant it starts
@@ -508,13 +519,16 @@ class _Run:
 
     def _note_start(self, f: int, qid: str, task: FlowTask) -> None:
         """Re-anchor the flow's EchelonFlow: r = min over its started flows of start_j - delta_j."""
-        slot = self.table.ref_slot[f]
-        candidate = self.now_s - self.delta_s[f]
-        if candidate < self.table.reference[slot]:
+        slot = self.flow_slot[f]
+        now_s = self.now_s
+        candidate = now_s - self.delta_s[f]
+        if candidate < self.reference[slot]:
+            self.reference[slot] = candidate
             self.table.reference[slot] = candidate
-        state = self.echelons[self.flow_eqid[f]]
-        state.first_start_s = min(state.first_start_s, self.now_s)
-        self.group_start_s[state.slot] = state.first_start_s
+        state = self.flow_state[f]
+        if now_s < state.first_start_s:  # the clock never goes back: the group's first start
+            state.first_start_s = now_s
+            self.group_start_s[slot] = now_s
         if self.observing:
             self._observe("start", qid, task, 0.0)
 
@@ -534,8 +548,8 @@ class _Run:
     # ------------------------------------------------------------------ scheduling
     def _decide(self) -> None:
         if self.arrived:
-            merged = np.concatenate((self.active, np.array(self.arrived, dtype=np.int64)))
-            self.active = np.sort(merged, kind="stable")
+            self.arrived.sort()
+            self.active = fluid.merged(self.active, np.array(self.arrived, dtype=np.int64))
             self.arrived = []
         table = self.table
         if self.by_groups:

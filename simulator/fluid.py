@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from echelonflow.schedulers.kernels import jit
 
 INF = math.inf
@@ -97,3 +99,20 @@ def over_capacity(active, rate, path_ptr, path_links, capacity, rtol, load):
         for p in range(path_ptr[f], path_ptr[f + 1]):
             load[path_links[p]] = 0.0
     return code, bad_flow, bad_link, used
+
+
+@jit
+def merged(active, arrived):
+    """The increasing flow numbers of ``active`` and ``arrived`` (both increasing, disjoint) in one
+    new array: what sorting their concatenation gives, in one pass."""
+    n, m = len(active), len(arrived)
+    out = np.empty(n + m, np.int64)
+    i = j = 0
+    for k in range(n + m):
+        if j >= m or (i < n and active[i] < arrived[j]):
+            out[k] = active[i]
+            i += 1
+        else:
+            out[k] = arrived[j]
+            j += 1
+    return out
