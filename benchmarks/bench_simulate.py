@@ -1,17 +1,24 @@
 """Simulate a scenario once per scheduler and time it (target for bench-k8 at 20 iterations: < 6 s each).
 
 Run: ``.venv/bin/python benchmarks/bench_simulate.py [SCENARIO] [--iterations N] [--scheduler NAME]...
-[--workers N]``.
+[--workers N] [--profile N]``.
 The time covers the run with all jobs together plus one run per job alone (for slowdowns), with
 invariant checks on every decision.  ``--iterations`` rewrites every generated job's ``iterations``
 parameter (bench-k8: 5 -> 13,280 flows, 20 -> 53,120 flows).  The first (untimed) run of the smallest
 scenario loads the compiled kernels, so the numbers exclude numba's one-off compilation.
+
+``gc_s`` is the time Python's cyclic garbage collector spent inside the timed call (``gc.callbacks``).
+``--profile N`` runs each timed call under cProfile instead (wall times then include the profiler's
+overhead) and prints its N functions with the most own time, and N by cumulative time.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import gc
 import json
+import pstats
 import sys
 import time
 from pathlib import Path
@@ -42,7 +49,11 @@ def main() -> int:
     parser.add_argument("--target-s", type=float, default=6.0)
     parser.add_argument("--workers", type=int, default=1,
                         help="processes: >1 runs the alone runs beside the shared run (same results)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="run under cProfile and print the top N functions (own and cumulative time)")
     args = parser.parse_args()
+    if args.iterations is not None and args.iterations < 1:
+        parser.error("--iterations must be at least 1")
     warm = load_scenario("fig2")
     for sched in args.scheduler or warm.schedulers:
         simulate(warm.topology, warm.jobs, get_scheduler(sched))
@@ -50,16 +61,29 @@ def main() -> int:
     n_flows = sum(len(job.flows) for job in scenario.jobs)
     n_tasks = sum(len(job.tasks) for job in scenario.jobs)
     print(f"scenario {scenario.name}: {len(scenario.jobs)} jobs, {n_tasks} tasks, {n_flows} flows")
-    print(f"{'scheduler':<10} {'wall_s':>8} {'objective_s':>12} {'max_completion_s':>17}  "
+    print(f"{'scheduler':<10} {'wall_s':>8} {'objective_s':>12} {'max_completion_s':>17} {'gc_s':>6}  "
           f"target < {args.target_s:g} s")
+    pauses: list[float] = []
+    gc.callbacks.append(lambda phase, info: pauses.append(time.perf_counter()))
     worst = 0.0
     for sched in args.scheduler or scenario.schedulers:
+        profiler = cProfile.Profile() if args.profile else None
+        pauses.clear()
         t0 = time.perf_counter()
+        if profiler:
+            profiler.enable()
         result = simulate(scenario.topology, scenario.jobs, get_scheduler(sched), workers=args.workers)
+        if profiler:
+            profiler.disable()
         wall = time.perf_counter() - t0
+        gc_s = sum(stop - start for start, stop in zip(pauses[::2], pauses[1::2]))
         worst = max(worst, wall)
         done = max(j.completion_s for j in result.jobs.values())
-        print(f"{sched:<10} {wall:>8.2f} {result.objective_s:>12.3f} {done:>17.3f}", flush=True)
+        print(f"{sched:<10} {wall:>8.2f} {result.objective_s:>12.3f} {done:>17.3f} {gc_s:>6.2f}", flush=True)
+        if profiler:
+            stats = pstats.Stats(profiler, stream=sys.stdout)
+            stats.sort_stats("tottime").print_stats(args.profile)
+            stats.sort_stats("cumulative").print_stats(args.profile)
     return 0 if worst < args.target_s else 1
 
 
