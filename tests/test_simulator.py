@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from echelonflow.errors import UserError
@@ -183,6 +185,35 @@ def test_overcommitting_scheduler_trips_the_capacity_invariant() -> None:
         simulate(build("two_hosts", 1e6), [fig2_job()], _Greedy())
     with pytest.raises(AssertionError, match="no rate"):
         check_decision(Snapshot(0.0, {}, [_active("f")]), Decision({}, {}))
+
+
+class _CollectorWatcher(Scheduler):
+    """Fair share of one link, noting whether the cyclic garbage collector was on at each decision."""
+
+    name = "watcher"
+
+    def __init__(self) -> None:
+        self.enabled: list[bool] = []
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        self.enabled.append(gc.isenabled())
+        share = 1e6 / max(1, len(snapshot.flows))
+        return Decision({f.flow_id: share for f in snapshot.flows}, {f.flow_id: 0 for f in snapshot.flows})
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_the_garbage_collector_is_paused_during_simulate_and_restored(enabled_before: bool) -> None:
+    watcher = _CollectorWatcher()
+    (gc.enable if enabled_before else gc.disable)()
+    try:
+        simulate(build("two_hosts", 1e6), [fig2_job()], watcher)
+        assert gc.isenabled() is enabled_before
+    finally:
+        gc.enable()
+    assert watcher.enabled and not any(watcher.enabled)
+    with pytest.raises(SimulationError):  # restored on the way out of an error too
+        simulate(build("two_hosts", 1e6), [fig2_job()], _Starver())
+    assert gc.isenabled()
 
 
 def _active(fid):
