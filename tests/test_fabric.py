@@ -61,14 +61,36 @@ def test_queue_dscp_mapping_and_filter_parsing():
         dscp_for_queue(8)
     lines = qos.filter_lines("s1-eth1", 4)
     assert lines[0].endswith("match ip dsfield 0x20 0xfc flowid 1:2") and len(lines) == 3
-    dump = (
+    text_dump = (
         "qdisc htb 1: root refcnt 3 r2q 10 default 0x1\n"
         "filter protocol ip pref 1 u32 chain 0 fh 800::800 order 2048 key ht 800 bkt 0 "
         "*flowid 1:2 not_in_hw\n"
         "  match 00200000/00fc0000 at 0\n"
         "qdisc noqueue 0: root refcnt 2\n"
     )
-    assert qos.parse_filter_dump(dump) == [("htb 1:", {(0x20, 2)}), ("noqueue 0:", set())]
+    assert qos.parse_filter_dump(text_dump) == [("htb 1:", {(0x20, 2)}), ("noqueue 0:", set())]
+    # `tc -json -batch` of FilterWatchdog's query: whole-namespace qdisc dump, then one filter answer per
+    # device (output of tc 6.1, one u32 hash table and one DSCP filter on s1-eth1)
+    dump = (
+        '[{"kind":"noqueue","handle":"0:","dev":"s1-eth2","root":true,"refcnt":2,"options":{}},'
+        '{"kind":"htb","handle":"1:","dev":"s1-eth1","root":true,"refcnt":3,"options":{"r2q":10}}]\n'
+        '[{"protocol":"ip","pref":1,"kind":"u32","chain":0},{"protocol":"ip","pref":1,"kind":"u32",'
+        '"chain":0,"options":{"fh":"800:","ht_divisor":1}},{"protocol":"ip","pref":1,"kind":"u32",'
+        '"chain":0,"options":{"fh":"800::800","order":2048,"key_ht":"800","bkt":"0","flowid":"1:2",'
+        '"not_in_hw":true,"match":{"value":"200000","mask":"fc0000","offmask":"","off":0}}}]\n'
+        '[]\n'
+    )
+    devs = ["s1-eth1", "s1-eth2"]
+    assert qos.status_query(devs) == ["qdisc show", "filter show dev s1-eth1 parent 1:",
+                                      "filter show dev s1-eth2 parent 1:"]
+    assert qos.parse_status(dump, devs) == {"s1-eth1": ("htb 1:", {(0x20, 2)}),
+                                            "s1-eth2": ("noqueue 0:", set())}
+    assert qos.parse_status(dump, devs + ["s1-eth3"]) == {}  # a device without answers: the pass fails
+    # older iproute2 printed u32 keys as text inside the JSON: the parse refuses it (-> text query)
+    old_tc = ('[{"protocol":"ip","pref":1,"kind":"u32","chain":0,"options":{fh 800::800 order 2048 '
+              'key ht 800 bkt 0 *flowid 1:2 not_in_hw \n  match 00200000/00fc0000 at 0\n}}]')
+    with pytest.raises(ValueError):
+        qos.parse_filters(old_tc)
 
 
 def test_static_flows_are_loop_free_trees():

@@ -28,6 +28,7 @@ switch instead of at the link the model says is the bottleneck.
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import threading
 import time
@@ -86,12 +87,63 @@ def ovs_qos_commands(ref: str, rate_bps: float, queues: int, tag: str) -> list[l
     return cmds
 
 
-def run_tc_batch(lines: Sequence[str], netns_pid: int | None = None) -> subprocess.CompletedProcess:
-    """Run tc commands in one process (inside the namespace of ``netns_pid`` via mnexec if given)."""
+def run_tc_batch(lines: Sequence[str], netns_pid: int | None = None,
+                 json_output: bool = False) -> subprocess.CompletedProcess:
+    """Run tc commands in one process (inside the namespace of ``netns_pid`` via mnexec if given).
+
+    ``json_output`` (``tc -j``) prints each command's answer as one JSON array on its own line, empty
+    ones included: the only per-command separator tc has, which is what lets the watchdog tell whose
+    filters are whose without a per-device ``qdisc show`` between them.
+    """
     argv = ["tc", "-force", "-batch", "-"]
+    if json_output:
+        argv.insert(1, "-json")
     if netns_pid is not None:
         argv = ["mnexec", "-a", str(netns_pid)] + argv
     return subprocess.run(argv, input="\n".join(lines) + "\n", text=True, capture_output=True, timeout=60)
+
+
+def _first_wins(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """JSON object hook keeping a repeated key's first value (tc repeats ``match`` in one object)."""
+    obj: dict[str, object] = {}
+    for key, value in pairs:
+        obj.setdefault(key, value)
+    return obj
+
+
+def parse_root_qdiscs(text: str) -> dict[str, str]:
+    """``tc -json qdisc show`` of the whole namespace -> {device: "kind handle"} of each root qdisc.
+
+    A device whose root tc does not list (e.g. the ``noop`` of a device that is down) is absent.
+    """
+    roots = (q for q in json.loads(text) if isinstance(q, dict) and q.get("root") and "dev" in q)
+    return {q["dev"]: f"{q.get('kind')} {q.get('handle')}" for q in roots}
+
+
+def parse_filters(text: str) -> set[tuple[int, int]]:
+    """One ``tc -json filter show dev X parent 1:`` answer -> {(tos, htb minor)} of its u32 filters.
+
+    Per filter the first match key's top byte (the TOS byte of a ``match ip dsfield``) and the
+    ``flowid 1:N`` it sends to; u32's hash-table entries and filters to other majors are skipped.
+    """
+    found: set[tuple[int, int]] = set()
+    for rule in json.loads(text, object_pairs_hook=_first_wins):
+        options = rule.get("options", {}) if isinstance(rule, dict) else None
+        if not isinstance(options, dict):
+            raise ValueError(f"unexpected tc filter JSON: {str(rule)[:100]}")
+        flowid, match = str(options.get("flowid", "")), options.get("match")
+        if flowid.startswith("1:") and isinstance(match, dict) and "value" in match:
+            found.add((int(match["value"], 16) >> 16 & 0xFF, int(flowid[2:], 16)))
+    return found
+
+
+def status_query(devs: Sequence[str]) -> list[str]:
+    """``tc -json -batch`` lines of one watchdog pass: one whole-namespace qdisc dump, then per device
+    its filters.  Linear in the port count: the kernel answers every qdisc dump, ``dev X`` or not, with
+    all the namespace's qdiscs (tc filters by device in userspace), so one qdisc dump per device cost
+    ports^2 (2 s a pass at k=8's 640 ports, docs/emulation.md); a filter dump reads only its device."""
+    # NB: no "root" keyword: tc -batch keeps it as state and rejects the next `qdisc show`.
+    return ["qdisc show"] + [f"filter show dev {dev} parent 1:" for dev in devs]
 
 
 def parse_filter_dump(text: str) -> list[tuple[str, set[tuple[int, int]]]]:
@@ -112,14 +164,43 @@ def parse_filter_dump(text: str) -> list[tuple[str, set[tuple[int, int]]]]:
     return blocks
 
 
-class FilterWatchdog:
-    """Background thread that re-adds DSCP filters OVS dropped when it rebuilt a port's QoS."""
+def legacy_status_query(devs: Sequence[str]) -> list[str]:
+    """The quadratic text query (``qdisc show dev X`` + filters per device, :func:`parse_filter_dump`):
+    only for a tc whose JSON cannot be parsed (older iproute2 printed u32 keys as text inside it)."""
+    query = []
+    for dev in devs:
+        # NB: no "root" keyword: tc -batch keeps it as state and rejects the next `qdisc show`.
+        query += [f"qdisc show dev {dev}", f"filter show dev {dev} parent 1:"]
+    return query
 
-    def __init__(self, devs: Iterable[str], queues: int, interval_s: float = 0.5) -> None:
+
+def parse_status(text: str, devs: Sequence[str]) -> dict[str, tuple[str, set[tuple[int, int]]]]:
+    """Output of :func:`status_query` -> {dev: (root "kind handle", {(tos, class)})}, in ``devs``
+    order; {} unless every device has a root qdisc and a filter answer (one vanished mid-dump)."""
+    lines = text.splitlines()
+    if len(lines) != 1 + len(devs):
+        return {}
+    roots = parse_root_qdiscs(lines[0])
+    if not all(dev in roots for dev in devs):
+        return {}
+    return {dev: (roots[dev], parse_filters(line)) for dev, line in zip(devs, lines[1:])}
+
+
+class FilterWatchdog:
+    """Background thread that re-adds DSCP filters OVS dropped when it rebuilt a port's QoS.
+
+    ``netns_pid``: check devices in that process's network namespace instead of this one (the
+    fabric's switch ports live in the root namespace; the tests use a namespace of their own).
+    """
+
+    def __init__(self, devs: Iterable[str], queues: int, interval_s: float = 0.5,
+                 netns_pid: int | None = None) -> None:
         self.devs = list(devs)
         self.queues = queues
         self.interval_s = interval_s
+        self.netns_pid = netns_pid
         self.reapplied = 0  # how many times filters had to be re-added (tests and logs read it)
+        self.legacy = False  # True once this tc's JSON did not parse: text query from then on
         self._want = {(tos_for_queue(q), q + 1) for q in range(1, queues)}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -135,11 +216,17 @@ class FilterWatchdog:
 
     def _status(self) -> dict[str, tuple[bool, bool]]:
         """dev -> (root is OVS's htb 1:, all filters present); {} if a device vanished mid-dump."""
-        query = []
-        for dev in self.devs:
-            # NB: no "root" keyword: tc -batch keeps it as state and rejects the next `qdisc show`.
-            query += [f"qdisc show dev {dev}", f"filter show dev {dev} parent 1:"]
-        proc = run_tc_batch(query)
+        if not self.legacy:
+            proc = run_tc_batch(status_query(self.devs), self.netns_pid, json_output=True)
+            if proc.returncode != 0:
+                return {}
+            try:
+                status = parse_status(proc.stdout, self.devs)
+            except ValueError:
+                self.legacy = True
+            else:
+                return {dev: (kind == "htb 1:", self._want <= have) for dev, (kind, have) in status.items()}
+        proc = run_tc_batch(legacy_status_query(self.devs), self.netns_pid)
         blocks = parse_filter_dump(proc.stdout)
         if proc.returncode != 0 or len(blocks) != len(self.devs):
             return {}
@@ -156,7 +243,7 @@ class FilterWatchdog:
                 fix += [f"filter del dev {dev} parent 1: prio 1"] + filter_lines(dev, self.queues)
                 repaired.append(dev)
         if fix:
-            run_tc_batch(fix)
+            run_tc_batch(fix, self.netns_pid)
             self.reapplied += len(repaired)
         return repaired
 
@@ -176,7 +263,7 @@ class FilterWatchdog:
             started_s = time.monotonic()
             with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
                 self.check_once()  # errors are transient (e.g. a port going away during stop): next tick
-            # A pass grows with the square of the port count (every `tc qdisc show dev X` dumps all the
-            # machine's qdiscs): ~2 s of CPU at k=8's 640 ports, which at a 0.5 s period took a whole
-            # core from the fabric it guards.  Waiting DUTY_WAIT times the pass keeps it near 1/5 core.
+            # A pass once grew with the square of the port count (2 s of CPU at k=8's 640 ports, a whole
+            # core at a 0.5 s period); it is linear now (status_query), but the guard stays: waiting
+            # DUTY_WAIT times the pass keeps the watchdog near 1/5 core whatever a pass costs.
             wait_s = max(self.interval_s, DUTY_WAIT * (time.monotonic() - started_s))
