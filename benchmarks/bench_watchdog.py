@@ -4,10 +4,12 @@ Run as root from the repository root (on a shared machine under the exclusive CP
     .venv/bin/python benchmarks/bench_watchdog.py [--ks 4 8] [--passes 5] [--strace]
 Per k: starts ``Fabric(fattree(10 Mbit/s, k))`` without a controller, stops its watchdog thread (so
 nothing else runs tc), then times ``passes`` calls each of ``check_once()`` and ``missing()`` on an
-intact fabric, plus the tc query the watchdog made before it became linear (``qdisc show dev X`` and
-``filter show dev X parent 1:`` per port, one ``tc -batch``), run the same way.  Wall time and CPU time
-(the tc child's user+sys plus this process's parsing), medians.  ``--strace`` also counts the netlink
-dump requests of one pass of each query and the bytes the kernel answered with.  Prints one JSON object.
+intact fabric; where a pass goes (the tc run of its query, the qdisc dump alone, parsing the answer);
+and the text query the watchdog made before it became linear and still falls back to on a tc whose
+JSON does not parse (``qdisc show dev X`` and ``filter show dev X parent 1:`` per port, one
+``tc -batch``; tc alone).  Wall time and CPU time (the tc child's user+sys plus this process),
+medians.  ``--strace`` also counts the netlink dump requests of one pass of each query and the bytes
+the kernel answered with.  Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -31,14 +33,6 @@ from topologies import qos  # noqa: E402
 from topologies.fabric import Fabric  # noqa: E402
 
 
-def legacy_query(devs: list[str]) -> list[str]:
-    """The watchdog's query before: a qdisc dump per port, each answered with the whole machine's."""
-    query = []
-    for dev in devs:
-        query += [f"qdisc show dev {dev}", f"filter show dev {dev} parent 1:"]
-    return query
-
-
 def cpu_s() -> float:
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + children.ru_utime + children.ru_stime
@@ -59,7 +53,7 @@ def netlink_counts(lines: list[str], json_output: bool) -> dict:
     """Dump requests by message type and bytes received for one ``tc -batch`` of ``lines`` (strace).
 
     Two traced runs: decoding the requests needs strace's netlink decoder, which on the answers of
-    the old query (80 MB at k=8) would dominate; the second run prints no payloads and sums sizes.
+    the old query (75 MB at k=8) would dominate; the second run prints no payloads and sums sizes.
     """
     dumps: dict[str, int] = {}
     received = 0
@@ -89,15 +83,19 @@ def bench(k: int, passes: int, strace: bool) -> dict:
         assert wd is not None
         wd.stop()
         assert wd.missing() == [], "the fabric's filters are not all in place"
+        query, legacy = qos.status_query(wd.devs), qos.legacy_status_query(wd.devs)
+        answer = qos.run_tc_batch(query, json_output=True).stdout
         out = {"k": k, "switch_ports": len(wd.devs),
                "check_once": timed(wd.check_once, passes),
                "missing": timed(wd.missing, passes),
-               "legacy_tc_batch": timed(lambda: qos.run_tc_batch(legacy_query(wd.devs)), passes)}
-        assert wd.reapplied == 0, "an intact fabric needed repairs: the timings include them"
+               "pass_tc_batch": timed(lambda: qos.run_tc_batch(query, json_output=True), passes),
+               "pass_qdisc_dump_only": timed(lambda: qos.run_tc_batch(query[:1], json_output=True), passes),
+               "pass_parse": timed(lambda: qos.parse_status(answer, wd.devs), passes),
+               "legacy_tc_batch": timed(lambda: qos.run_tc_batch(legacy), passes)}
+        assert wd.reapplied == 0 and not wd.legacy, "repairs or the text fall-back: the timings include them"
         if strace:
-            out["netlink_per_pass"] = {"legacy": netlink_counts(legacy_query(wd.devs), False)}
-            if hasattr(qos, "status_query"):
-                out["netlink_per_pass"]["now"] = netlink_counts(qos.status_query(wd.devs), True)
+            out["netlink_per_pass"] = {"now": netlink_counts(query, True),
+                                       "legacy": netlink_counts(legacy, False)}
     return out
 
 
