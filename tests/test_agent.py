@@ -7,6 +7,7 @@ fabric version of these checks is in tests/test_emulate.py.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
@@ -40,6 +41,9 @@ from traffic.runspec import (
 from traffic.transfer import Channel, FlowHeader, FlowReceiver, TransferError
 
 _PORTS = itertools.count(47100)
+
+#: ioctl: bytes in a TCP socket's send queue not yet sent (linux/sockios.h)
+SIOCOUTQNSD = 0x894B
 
 
 def loopback(hosts):
@@ -307,6 +311,9 @@ receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, lambda a: None, print).s
 channel = Channel("c1", "h1", "h2", None, "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
 channel.bind()
 channel.connect(5.0)
+# 64 KB writes: GSO packets larger than the shaper's queue, which it drops (with the default one-segment
+# writes the sender's own qdisc refuses the excess locally, and local refusals are never retransmitted)
+channel.piece_bytes = 64 * 1024
 for name, size in (("lossy", 2_000_000), ("after", 1_000)):
     channel.send_flow(FlowHeader("j", name, "h1", size))
     print(name, *channel.progress())
@@ -323,8 +330,9 @@ def test_progress_counts_each_flows_own_retransmissions():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     lossy, after = (line.split() for line in out.stdout.splitlines())
-    assert lossy[:2] == ["lossy", "2000000"] and int(lossy[2]) > 0 and lossy[3] == "0"
-    assert after == ["after", "1000", "0", "0"]  # the next flow on the channel starts its own count
+    assert lossy[:2] == ["lossy", "2000000"] and int(lossy[2]) > 0 and lossy[3:] == ["0", "2000000"]
+    # the next flow on the channel starts its own counts (acknowledged, retransmitted, written)
+    assert after == ["after", "1000", "0", "0", "1000"]
 
 
 def test_one_channel_carries_flow_after_flow_with_exact_accounting():
@@ -375,7 +383,7 @@ def test_closing_the_receiver_right_after_an_arrival_still_confirms_it():
 
 
 def test_a_raised_pacing_rate_takes_effect_within_a_poll_not_after_the_blocked_chunk():
-    """Real TCP on loopback: a flow paced at the floor, then unpaced after 0.3 s, must speed up at once.
+    """Real TCP on loopback: a flow paced at 12.5 KB/s, then unpaced after 0.3 s, must speed up at once.
 
     The sender used to re-read its pacing rate only between 64 KB chunks: a blocking send of one chunk at
     the floor rate (12.5 KB/s) takes ~5 s, and the tail left in the send buffer after the last chunk (here
@@ -398,10 +406,59 @@ def test_a_raised_pacing_rate_takes_effect_within_a_poll_not_after_the_blocked_c
     finally:
         receiver.close()
     assert result.received_bytes == 60_000
-    assert elapsed_s >= 0.3  # the floor rate really held the flow back (60 KB at 12.5 KB/s = 4.8 s)
-    # Not applied while blocked, the floor rate would hold the whole flow: >= 4.8 s.  Applied, the test
-    # takes 1.7 s here (3 runs); 4 s leaves a loaded machine room and still tells the two apart.
-    assert elapsed_s < 4.0, f"took {elapsed_s:.2f} s: the raised rate was not applied while blocked"
+    assert elapsed_s >= 0.3  # the slow rate really held the flow back (60 KB at 12.5 KB/s = 4.8 s)
+    # Not applied while blocked, the slow rate would hold the whole flow: >= 4.8 s.  Kernel pacing took
+    # 1.7 s (a departure time set at the slow rate outlives the raise); paced by the sender itself, a rate
+    # this slow (under a segment per REFRESH_S) gives way at the next write: 0.31 s here.
+    assert elapsed_s < 1.0, f"took {elapsed_s:.2f} s: the raised rate was not applied at once"
+
+
+def test_rates_under_a_segment_per_refresh_are_paced_by_the_sender_itself():
+    """20 KB/s with 1436-byte segments is one segment per 72 ms: the sender writes one each time the rate
+    has earned it (the first at once) and leaves the socket's own pacing alone, so no departure time set
+    at that rate can hold back a later raise."""
+    receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, lambda a: None, lambda e: None).start()
+    receiver.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1448)
+    channel = Channel("t", "h1", "peer", None, "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
+    channel.connect(5.0)
+    try:
+        started = time.monotonic()
+        result = channel.send_flow(FlowHeader("j", "slow", "h1", 30_000), pacing_source=lambda: 20_000)
+        elapsed_s = time.monotonic() - started
+        assert result.received_bytes == 30_000
+        assert channel._refresh.own_rate == 20_000 and channel._refresh.pacing is None
+    finally:
+        channel.close()
+        receiver.close()
+    expected_s = (30_000 - channel.piece_bytes) / 20_000  # 1.43 s: every segment but the first waits
+    assert expected_s * 0.95 < elapsed_s < expected_s + 0.5, elapsed_s
+
+
+def test_a_channel_socket_never_holds_more_than_two_unsent_segments():
+    """Bytes in a socket cannot be taken back, so the sender keeps at most about two segments unsent: a
+    pause or a lowered rate then applies to everything else.  With 64 KB writes a paced flow had up to
+    ~96 KB queued in its socket, which a pause could not stop (docs/emulation.md, item 7)."""
+    receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, lambda a: None, lambda e: None).start()
+    receiver.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1448)  # Ethernet-sized segments
+    channel = Channel("t", "h1", "peer", None, "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
+    channel.connect(5.0)
+    unsent_seen = []
+    results = []
+    sender = threading.Thread(target=lambda: results.append(channel.send_flow(
+        FlowHeader("j", "paced", "h1", 200_000), pacing_source=lambda: 200_000)))
+    try:
+        sender.start()
+        while sender.is_alive():
+            unsent = bytearray(4)
+            fcntl.ioctl(channel.sock.fileno(), SIOCOUTQNSD, unsent)
+            unsent_seen.append(int.from_bytes(unsent, sys.byteorder))
+            time.sleep(0.005)
+        assert results and results[0].received_bytes == 200_000
+    finally:
+        channel.close()
+        receiver.close()
+    assert channel.piece_bytes <= 1448 and len(unsent_seen) > 50  # one segment (the MSS) per write
+    assert 0 < max(unsent_seen) <= 2 * channel.piece_bytes, max(unsent_seen)
 
 
 def test_receiver_refuses_a_flow_that_is_not_expected():

@@ -42,15 +42,12 @@ CHUNK_BYTES = 64 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # Linux value; Python lacks the name
 UNPACED = 0xFFFFFFFF  # ~0U: no pacing limit
-#: A flow the scheduler pauses (rate 0) still trickles at this rate, so it never looks like a stall.
-MIN_PACING_BYTES_PER_S = 12_500
 #: Longest a sender waits inside one socket call before it re-reads its DSCP and pacing rate.  A blocking
 #: send at a low pacing rate used to hold a raised rate back for seconds; half the agents' poll period.
 REFRESH_S = 0.025
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)  # Linux value
-#: Unsent bytes a channel's socket may hold: little, so that a sender told to hold stops the wire within
-#: a few milliseconds instead of draining megabytes its socket buffer already took.
-NOTSENT_LOWAT_BYTES = 32 * 1024
+#: Fallback segment size when the kernel does not say (TCP_MAXSEG): a 1500-byte frame's payload.
+DEFAULT_MSS_BYTES = 1448
 _ZEROS = bytes(CHUNK_BYTES)
 _T = TypeVar("_T")
 #: Offsets in Linux's ``struct tcp_info``: ``tcpi_backoff`` (u8: retransmission timeouts in a row, the RTO's
@@ -125,6 +122,9 @@ class FlowProgress(NamedTuple):
     acked_payload: int  # payload bytes of this flow the peer acknowledged
     retransmits: int  # segments retransmitted since this flow began
     backoff: int  # retransmission timeouts in a row right now
+    #: payload bytes of this flow handed to the kernel: on their way whatever the sender does next (the
+    #: socket keeps at most two segments unsent), so what the scheduler can still steer is the rest
+    written_payload: int
 
 
 # ------------------------------------------------------------------------------------------- sender
@@ -156,6 +156,13 @@ class Channel:
         self.flow_retrans = 0  # the connection's retransmissions before the current flow
         self._written = 0
         self._pending = b""
+        #: Payload bytes per write, and the socket's limit of unsent bytes (TCP_NOTSENT_LOWAT): one
+        #: segment each, so the kernel never holds more than about two segments the flow has not sent.
+        #: Bytes once in the socket cannot be taken back: with 64 KB writes, a flow started before its
+        #: allocation arrived (unpaced, in the idle class) or paused right after a write pushed up to
+        #: 128 KB at the top class against the scheduler's pause (docs/emulation.md, "The allocation
+        #: delivered", item 7).  Set from the connection's MSS on connect.
+        self.piece_bytes = CHUNK_BYTES
         self._refresh: _Refresher | None = None
 
     @property
@@ -188,15 +195,18 @@ class Channel:
                 time.sleep(0.05)
                 self.sock = _bound_socket(self.bind_ip, self.src_port, self.congestion_control)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT_BYTES)
+        self.piece_bytes = _segment_bytes(self.sock)
+        self.sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, self.piece_bytes)
 
     def progress(self) -> FlowProgress | None:
         """How far the current flow is (TCP_INFO), or None."""
         counters = None if self.sock is None else tcp_counters(self.sock)
         if counters is None:
             return None
-        return FlowProgress(max(0, counters.acked_bytes - self.flow_offset - self.header_bytes),
-                            max(0, counters.total_retrans - self.flow_retrans), counters.backoff)
+        start = self.flow_offset + self.header_bytes
+        return FlowProgress(max(0, counters.acked_bytes - start),
+                            max(0, counters.total_retrans - self.flow_retrans), counters.backoff,
+                            max(0, self._written - start))
 
     def acked_payload(self) -> int | None:
         """Payload bytes of the current flow the peer has acknowledged (TCP_INFO), or None."""
@@ -220,7 +230,7 @@ class Channel:
         counters = tcp_counters(sock)
         self.flow_retrans = 0 if counters is None else counters.total_retrans
         if self._refresh is None or self._refresh.sock is not sock:
-            self._refresh = _Refresher(sock)
+            self._refresh = _Refresher(sock, self.piece_bytes)
         refresh = self._refresh
         refresh.tos_source, refresh.pacing_source = tos_source, pacing_source
         refresh.hold_source = hold_source
@@ -232,10 +242,8 @@ class Channel:
             payload_start = self._written
             remaining = header.size_bytes
             while remaining:
-                while hold_source is not None and hold_source():
-                    time.sleep(REFRESH_S)
-                refresh()
-                chunk = min(CHUNK_BYTES, remaining)
+                chunk = min(self.piece_bytes, remaining)
+                self._await_turn(chunk, refresh)
                 self._send_all(memoryview(_ZEROS)[:chunk], header, refresh)
                 remaining -= chunk
             last_queued_s = time.time()
@@ -251,6 +259,19 @@ class Channel:
                                 f"{reply.get('received_bytes')!r} for {reply.get('flow')!r}")
         return SendResult(self._written - payload_start, header.size_bytes, float(reply["finish_s"]),
                           first_byte_s, last_queued_s, confirmed_s)
+
+    def _await_turn(self, chunk: int, refresh: _Refresher) -> None:
+        """Return when the flow may write its next ``chunk``: not held, and, at a rate the sender paces
+        itself (:attr:`_Refresher.own_rate`), once that rate has earned it."""
+        while True:
+            if refresh.hold_source is not None and refresh.hold_source():
+                time.sleep(REFRESH_S)
+                continue
+            refresh()
+            wait_s = refresh.own_pacing_wait_s(chunk)
+            if wait_s <= 0:
+                return
+            time.sleep(min(wait_s, REFRESH_S))
 
     def _send_all(self, view: memoryview, header: FlowHeader, refresh: Callable[[], None]) -> None:
         assert self.sock is not None
@@ -316,6 +337,15 @@ def available_congestion_controls(path: str = "/proc/sys/net/ipv4/tcp_available_
         return []
 
 
+def _segment_bytes(sock: socket.socket) -> int:
+    """The connection's maximum segment payload (TCP_MAXSEG), capped at :data:`CHUNK_BYTES`."""
+    try:
+        mss = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
+    except OSError:
+        mss = 0
+    return min(CHUNK_BYTES, mss if mss > 0 else DEFAULT_MSS_BYTES)
+
+
 def _bound_socket(bind_ip: str, port: int, congestion_control: str | None = None) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -332,10 +362,20 @@ def _bound_socket(bind_ip: str, port: int, congestion_control: str | None = None
 class _Refresher:
     """Applies a socket's DSCP (IP TOS) and pacing rate from their sources when they change.
 
-    One per connection: what was applied stays in force across flows until a source says otherwise."""
+    One per connection: what was applied stays in force across flows until a source says otherwise.
 
-    def __init__(self, sock: socket.socket) -> None:
+    Rates the kernel can pace without stalling a later raise go into ``SO_MAX_PACING_RATE``.  Linux paces
+    by departure time: after a segment leaves, the next may leave ``segment / rate`` later, and a new rate
+    does not move a departure already set, so a flow paced at 130 kbit/s with 9000-byte frames sent
+    nothing for 0.55 s after the scheduler raised it to the line rate.  Rates slower than one segment per
+    :data:`REFRESH_S` are therefore paced here instead (:attr:`own_rate`): the socket is left unlimited and
+    the sender writes one segment each time the rate has earned it, so a raise takes effect at the next
+    write and a slow flow still moves, as the fluid model moves it (docs/emulation.md, item 7).
+    """
+
+    def __init__(self, sock: socket.socket, segment_bytes: int) -> None:
         self.sock = sock
+        self.segment_bytes = segment_bytes
         self.tos_source: Callable[[], int | None] | None = None
         self.pacing_source: Callable[[], int | None] | None = None
         self.hold_source: Callable[[], bool] | None = None  # while true: keep marking and pacing as they are
@@ -344,6 +384,10 @@ class _Refresher:
         #: fabric caps per host at two frames, see topologies/fabric.py; a set limit, even "unpaced", would
         #: switch the socket to TCP's internal pacing and lift that cap)
         self.pacing: int | None = None
+        #: payload bytes per second the sender paces itself at (None: the kernel paces, or nobody)
+        self.own_rate: int | None = None
+        self._credit_bytes = float(segment_bytes)  # what the own rate has earned, at most one segment
+        self._credit_at = time.monotonic()
 
     def __call__(self) -> None:
         if self.hold_source is not None and self.hold_source():
@@ -355,13 +399,36 @@ class _Refresher:
                 self.tos = wanted
         if self.pacing_source is not None:
             rate = self.pacing_source()
-            if rate is not None:
-                rate = max(MIN_PACING_BYTES_PER_S, int(rate))
-            if rate != self.pacing:
+            rate = None if rate is None else max(1, int(rate))
+            own = rate is not None and rate * REFRESH_S < self.segment_bytes
+            self._earn()
+            self.own_rate = rate if own else None
+            kernel = UNPACED if own else rate
+            if kernel != self.pacing and not (kernel == UNPACED and self.pacing is None):
                 # Packed as u32: Python's int form is a signed C int and cannot carry ~0U ("unpaced").
-                value = UNPACED if rate is None else min(rate, UNPACED)
+                value = UNPACED if kernel is None else min(kernel, UNPACED)
                 self.sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("=I", value))
-                self.pacing = rate
+                self.pacing = kernel
+
+    def _earn(self) -> None:
+        """Credit the time since the last call at the own rate in force (a full segment without one)."""
+        now = time.monotonic()
+        if self.own_rate is None:
+            self._credit_bytes = float(self.segment_bytes)
+        else:
+            self._credit_bytes = min(float(self.segment_bytes),
+                                     self._credit_bytes + (now - self._credit_at) * self.own_rate)
+        self._credit_at = now
+
+    def own_pacing_wait_s(self, chunk: int) -> float:
+        """0 and the ``chunk`` charged when it may be written now; else how long until it may."""
+        if self.own_rate is None:
+            return 0.0
+        self._earn()
+        if self._credit_bytes >= min(chunk, self.segment_bytes):
+            self._credit_bytes -= chunk
+            return 0.0
+        return (min(chunk, self.segment_bytes) - self._credit_bytes) / self.own_rate
 
 
 def _describe(exc: BaseException | None) -> str:
