@@ -28,8 +28,10 @@ sys.path.insert(0, str(ROOT))
 from echelonflow.model import qualified  # noqa: E402
 from echelonflow.scenario import load_scenario  # noqa: E402
 from reports.flow_breakdown import (  # noqa: E402
+    allocation_lag,
     flow_parts,
     format_class_changes,
+    format_lag,
     format_rate_after_raise,
     format_summary,
     host_tcp,
@@ -70,6 +72,7 @@ def analyse(run_dir: str, scenario_name: str | None) -> dict:
     gains: dict[str, list[float]] = {}
     pooled: dict[int, list[int]] = {}  # class changes -> retransmitted segments per flow, all runs
     raises: dict[str, dict[str, list]] = {}  # scheduler -> since-raise bucket -> [(achieved, allocated)]
+    pooled_lags: dict[str, list[float]] = {}  # scheduler -> decision-to-applied delays, all runs
     for run in emulated["runs"]:
         name = run_folder_name(run["scheduler"], int(run.get("repeat", 0)), repeats)
         docs = load_round(run_dir, name)
@@ -86,6 +89,9 @@ def analyse(run_dir: str, scenario_name: str | None) -> dict:
         title = f"{name} ({len(parts)} flows, trusted={run.get('trusted')})"
         print(format_summary(title, summary, tracking, recovery))
         print("  hosts' TCP counters: " + ", ".join(f"{k} {v}" for k, v in recovery["hosts"].items()))
+        lags = allocation_lag(docs)
+        print(format_lag(lags))
+        pooled_lags.setdefault(run["scheduler"], []).extend(lags)
         for label, pairs in rate_after_raise(docs, topology.payload_fraction).items():
             raises.setdefault(run["scheduler"], {}).setdefault(label, []).extend(pairs)
         for changes, counts in retransmits_by_class_changes(docs).items():
@@ -112,6 +118,9 @@ def analyse(run_dir: str, scenario_name: str | None) -> dict:
         print(f"{scheduler}: achieved vs allocated rate by time since the flow's allocation last rose "
               f"(all runs):")
         print("\n".join(format_rate_after_raise(groups)))
+    for scheduler, lags in pooled_lags.items():
+        print(f"{scheduler}: {format_lag(lags).strip()} (all runs)")
+    report["allocation_lag_s"] = pooled_lags
     report["rate_after_raise"] = raises  # scheduler -> bucket -> [(achieved, allocated) bit/s], pooled
     print("retransmissions by class changes while the flow ran (all runs):")
     print("\n".join(format_class_changes(dict(sorted(pooled.items())))))

@@ -57,6 +57,7 @@ ROUTES: list[tuple[re.Pattern[str], dict[str, tuple[str, bool]]]] = [
     (re.compile(r"^/health$"), {"GET": ("health", False)}),
     (re.compile(r"^/scheduler$"), {"GET": ("get_scheduler", False), "PUT": ("put_scheduler", True)}),
     (re.compile(r"^/flows$"), {"GET": ("list_all_flows", False)}),
+    (re.compile(r"^/allocations$"), {"GET": ("get_allocations", False)}),
     (re.compile(r"^/topology$"), {"GET": ("get_topology", False)}),
     (re.compile(r"^/links$"), {"GET": ("get_links", False)}),
     (re.compile(r"^/echelons$"), {"GET": ("get_echelons", False)}),
@@ -234,6 +235,27 @@ class Api:
 
     def get_allocation(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
         return 200, self.service.allocation(self.registry.flow(job_id, flow_id).key)
+
+    def get_allocations(self, body: Any, query: Any) -> tuple[int, Any]:
+        """Long-poll of one host's allocations: answers once a round changed the class or meter of one of
+        its flows after the round numbered ``after`` (or after ``wait_s``), with the number to pass next
+        (``controller.allocation_watch``)."""
+        allowed = ("src", "after", "wait_s")
+        for name, values in query.items():
+            if name not in allowed:
+                raise ApiError(400, name, f"unknown query parameter (allowed: {', '.join(allowed)})")
+            if len(values) != 1:
+                raise ApiError(400, name, f"give it once, got {values!r}")
+        src = query.get("src", [""])[0]
+        if src not in self.registry.topology.hosts:
+            raise ApiError(400, "src", f"must be a host of the topology, got {src!r}")
+        after_text = query.get("after", ["0"])[0]
+        if not after_text.isdigit() or len(after_text) > 18:
+            raise ApiError(400, "after", f"must be a round number (an integer >= 0), got {after_text!r}")
+        wait_s = _number_param({"wait_s": query["wait_s"]} if "wait_s" in query else {}, "wait_s",
+                               0.0, MAX_WAIT_S) or 0.0
+        seq = self.service.watch.wait(src, int(after_text), wait_s)
+        return 200, {"seq": seq, "allocations": self.service.allocations_of(src)}
 
     def get_topology(self, body: Any, query: Any) -> tuple[int, Any]:
         _no_query(query)

@@ -57,6 +57,29 @@ DEFAULT_REQUEST_TIMEOUT_S = 10.0
 FD_RESERVE = 512  # descriptors kept for everything but API connections (switches, store, logs)
 
 
+class GreenEvent:
+    """A ``threading.Event``-like event whose ``wait`` yields to the hub's other green threads: what the
+    scheduling service's allocation long-polls wait on when served here (the controller app passes its
+    framework's ``hub.Event``, which is the same thing)."""
+
+    def __init__(self) -> None:
+        import eventlet.event
+
+        self._event = eventlet.event.Event()
+
+    def set(self) -> None:
+        if not self._event.ready():
+            self._event.send(True)
+
+    def is_set(self) -> bool:
+        return self._event.ready()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with eventlet.Timeout(timeout, False):
+            self._event.wait()
+        return self._event.ready()
+
+
 def default_socket_path(port: int) -> str:
     return os.path.join(SOCKET_DIR, f"controller-{port}.sock")
 
@@ -323,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         topo = topology_from_arguments(args)
         registry = open_registry(topo, args.store) if args.store else Registry(topo)
-        service = SchedulingService(registry, None, interval_s=args.interval_s)
+        service = SchedulingService(registry, None, interval_s=args.interval_s, event_factory=GreenEvent)
         token = generate_token()
         write_token(args.token_file, token)
         server = ApiServer(Api(service, token), host=args.host, port=args.port, socket_path=args.socket)

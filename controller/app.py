@@ -96,6 +96,7 @@ class EchelonApp(compat.BaseApp):
         self.service = SchedulingService(
             self.registry, self.enforcer, queues=self.enforcer.queues, interval_s=config.interval_s,
             min_meter_bps=config.min_rate_bps, lock=compat.hub.Semaphore(), hold_paused=config.hold_paused,
+            fixed_class=config.fixed_class, event_factory=compat.hub.Event,
         )
         self.stats_interval_s = config.stats_interval_s
         self.switch_stats = SwitchStats(self.topology)

@@ -175,6 +175,11 @@ class EchelonClient:
     def allocation(self, job_id: str, flow_id: str) -> dict[str, Any]:
         return self.request("GET", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}/allocation")
 
+    def allocations(self, src: str, after: int = 0, wait_s: float = 0.0) -> dict[str, Any]:
+        """``{"seq", "allocations"}`` of host ``src``'s active flows, once a round changed one of them after
+        round ``after`` (or after ``wait_s``): a long-poll (docs/api.md)."""
+        return self.request("GET", f"/allocations?src={_q(src)}&after={int(after)}&wait_s={wait_s:g}")
+
     # ------------------------------------------------------------------ writes
     def set_scheduler(self, name: str, wait_s: float | None = None) -> dict[str, Any]:
         """Switch policy; with ``wait_s`` the answer's ``enforcement`` says whether the switches acked."""

@@ -121,6 +121,9 @@ SETTINGS = (
     Setting("hold_paused", "ECHELON_HOLD_PAUSED", False, boolean(), _bool_text,
             "agents hold paused flows (send nothing): a paused flow keeps its class, idle channels sit in "
             "class 1, so no flow is raised out of a class it still has packets in"),
+    Setting("fixed_class", "ECHELON_FIXED_CLASS", False, boolean(), _bool_text,
+            "a flow keeps the class of its first allocation until it ends (only its rate changes), so its "
+            "newer packets never overtake older ones queued in another class"),
     Setting("interval_s", "ECHELON_INTERVAL_S", 0.5, number(0.0, 3600.0, above=True), _FLOAT,
             "reschedule interval"),
     Setting("stats_interval_s", "ECHELON_STATS_INTERVAL_S", 1.0, number(0.0, 3600.0), _FLOAT,
@@ -152,6 +155,7 @@ class ControllerConfig:
     api_socket: str = ""
     min_rate_bps: float = 8000.0
     hold_paused: bool = False
+    fixed_class: bool = False
     interval_s: float = 0.5
     stats_interval_s: float = 1.0
     metrics_host: str = "127.0.0.1"

@@ -141,6 +141,7 @@ class ControllerProcess:
         stats_interval_s: float = 1.0,
         min_rate_bps: float = 8000.0,
         hold_paused: bool = False,
+        fixed_class: bool = False,
         manager: str | Sequence[str] | None = None,
         metrics_port: int | None = 0,
         metrics_host: str = "127.0.0.1",
@@ -172,6 +173,7 @@ class ControllerProcess:
         self.stats_interval_s = stats_interval_s
         self.min_rate_bps = min_rate_bps
         self.hold_paused = hold_paused
+        self.fixed_class = fixed_class
         self.manager = manager
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
@@ -278,7 +280,8 @@ class ControllerProcess:
             store=self.store_path, token_file=self.token_file, api_host="127.0.0.1", api_port=self.api_port,
             api_socket=self.api_socket_path, interval_s=self.interval_s,
             stats_interval_s=self.stats_interval_s, min_rate_bps=self.min_rate_bps,
-            hold_paused=self.hold_paused, metrics_host=self.metrics_host, metrics_port=self.metrics_port)
+            hold_paused=self.hold_paused, fixed_class=self.fixed_class,
+            metrics_host=self.metrics_host, metrics_port=self.metrics_port)
 
     def wait_ready(self, timeout_s: float) -> None:
         """Until the OpenFlow port listens and the API answers ``GET /v1/health`` (or the process died)."""

@@ -58,6 +58,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from controller.allocation_watch import AllocationWatch
 from controller.enforcement import FlowMatch, wait_acks
 from controller.registry import FlowRecord, Registry, RegistryError
 from echelonflow.errors import UserError
@@ -142,6 +143,8 @@ class SchedulingService:
         payload_fraction: float | None = None,
         lock: Any = None,
         hold_paused: bool = False,
+        fixed_class: bool = False,
+        event_factory: Callable[[], Any] = threading.Event,
     ) -> None:
         check_queues(queues)  # queue 0 plus at least one scheduled class
         if interval_s <= 0:
@@ -159,6 +162,13 @@ class SchedulingService:
         #: has packets queued in (they would be overtaken by its newer ones: docs/emulation.md).
         self.hold_paused = bool(hold_paused)
         self.idle_queue = 1 if self.hold_paused else self.queues - 1
+        #: A flow keeps the class of its first allocation until it ends: a class change moves its newer
+        #: packets into another queue than its older ones, and a raise lets them overtake those still
+        #: waiting, which TCP takes for loss (docs/emulation.md, "The allocation delivered", item 8).
+        self.fixed_class = bool(fixed_class)
+        self._first_class: dict[str, int] = {}  # with fixed_class: flow -> the class it keeps
+        #: agents' long-polls for their flows' changed allocations (``GET /v1/allocations``)
+        self.watch = AllocationWatch(event_factory)
         #: payload bytes per counted frame byte; by default the topology's (its MTU's) framing
         self.payload_fraction = float(payload_fraction or registry.topology.payload_fraction)
         name = registry.settings.get("scheduler", DEFAULT_SCHEDULER)
@@ -342,9 +352,27 @@ class SchedulingService:
         self.state = _State(decision=decision, queue=queue, decided_at_s=now_s)
         desired = self._desired(decision, queue) if self.scheduler.enforces else {}
         self._push(desired, report)
+        if self.watch.host_seq:
+            self._tell_watchers(decision, queue)
         report.enforce_s = time.perf_counter() - started
         self.last_round = report
         return report
+
+    def _tell_watchers(self, decision: Decision, queue: dict[str, int]) -> None:
+        """Wake the agents whose flows' class or meter this round changed (:class:`AllocationWatch`)."""
+        flows, watched = self.registry.flows, self.watch.host_seq
+        seen = {}
+        for key in decision.rate_bps:
+            flow = flows[key]
+            if flow.src in watched and flow.state == "active":
+                installed = self.installed.get(self.enforcement_key(key))
+                seen[key] = (flow.src, (queue.get(key), None if installed is None else installed.rate_bps))
+        self.watch.update(seen)
+
+    def allocations_of(self, src: str) -> list[dict[str, Any]]:
+        """The allocation of every active flow sent by host ``src``."""
+        flows = self.registry.flows
+        return [self.allocation(key) for key in self.registry.active_keys() if flows[key].src == src]
 
     def queues_for(self, decision: Decision) -> dict[str, int]:
         """Compress ranks into queues 1..queues-1 by group order (see the module docstring)."""
@@ -368,6 +396,12 @@ class SchedulingService:
                 out[fid] = self.idle_queue if have is None else have.queue
             else:
                 out[fid] = last
+        if self.fixed_class:
+            kept = {fid: self._first_class[fid] for fid in out if fid in self._first_class}
+            kept.update((fid, q) for fid, q in out.items()
+                        if fid not in kept and not self.paused(decision.rate_bps.get(fid, 0.0)))
+            self._first_class = kept  # flows that ended are forgotten
+            out.update(kept)
         return out
 
     def paused(self, rate_bps: float) -> bool:

@@ -175,6 +175,28 @@ def format_rate_after_raise(groups: Mapping[str, Sequence[tuple[float, float]]])
     return lines
 
 
+def allocation_lag(docs: Mapping[str, Mapping[str, Any]]) -> list[float]:
+    """Seconds from each decision to the moment the sending agent applied it, for every allocation change
+    its records carry a decision time for: the control loop's delay, which the fluid model does not have
+    (the first allocation of a flow comes with its start report; later ones by the poll or the push)."""
+    lags = []
+    for doc in docs.values():
+        for record in doc.get("sent", {}).values():
+            for allocation in (record.get("allocations") or [])[1:]:
+                if allocation.get("decided_s") is not None:
+                    lags.append(allocation["t_s"] - allocation["decided_s"])
+    return lags
+
+
+def format_lag(lags: Sequence[float]) -> str:
+    """One line on :func:`allocation_lag` (pooled as the caller likes)."""
+    if not lags:
+        return "  allocation changes heard: none with a decision time"
+    return (f"  allocation changes heard {len(lags)}: decision -> applied median "
+            f"{1e3 * _quantile(lags, 0.5):.1f} ms, p90 {1e3 * _quantile(lags, 0.9):.1f} ms, "
+            f"max {1e3 * max(lags):.1f} ms")
+
+
 def tcp_recovery(docs: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
     """How many flows TCP had to recover: ``{"flows", "retransmitting", "timed_out", "retransmits"}``.
 

@@ -16,11 +16,12 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 from controller.api import Api
-from controller.api_server import ApiServer, ServerError, run_in_thread
+from controller.api_server import ApiServer, GreenEvent, ServerError, run_in_thread
 from controller.auth import read_token, write_token
 from controller.client import ApiClientError, EchelonClient
 from controller.registry import Registry
@@ -53,7 +54,7 @@ class Served:
     def __init__(self, tmp_path, registry=None, max_body_bytes=64 * 1024, name="c.sock", **server_options):
         self.registry = registry or Registry(fattree(20e6, 4))
         self.port = Recorder()
-        self.service = SchedulingService(self.registry, self.port)
+        self.service = SchedulingService(self.registry, self.port, event_factory=GreenEvent)
         self.api = Api(self.service, TOKEN, max_body_bytes=max_body_bytes)
         self.server = ApiServer(self.api, port=0, socket_path=str(tmp_path / name), **server_options)
         self.thread = run_in_thread(self.server)
@@ -497,3 +498,48 @@ def test_restart_keeps_the_registry_and_reenforces(tmp_path):
     finally:
         second.stop()
         second.registry.store.close()
+
+
+def test_an_allocation_long_poll_answers_when_a_round_changes_its_hosts_flows(served):
+    """``GET /v1/allocations?src=h1&after=N&wait_s=S`` waits in the hub (other requests go on) and answers
+    as soon as a round changed one of h1's flows, with the number to wait after next; a host whose flows
+    did not change waits the whole ``wait_s``."""
+    served.unix.register_job("j")
+    served.unix.register_echelon("j", "e", flows(("f", "h1", "h5", 10**7), ("g", "h2", "h6", 10**7)))
+    first = served.unix.allocations("h1")  # starts the watch: answers at once (after=0), nothing active
+    assert first["allocations"] == []
+    answers, waited = [], []
+
+    def wait_for_change():
+        with EchelonClient(socket_path=served.server.socket_path, token=TOKEN) as client:
+            started = time.monotonic()
+            answers.append(client.allocations("h1", after=first["seq"], wait_s=10.0))
+            waited.append(time.monotonic() - started)
+
+    waiter = threading.Thread(target=wait_for_change)
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive() and served.tcp.health()["status"] == "ok"  # the hub serves others meanwhile
+    served.unix.flow_started("j", "f", 40000, 5201)
+    waiter.join(5.0)
+    assert not waiter.is_alive() and waited[0] < 2.0
+    answer = answers[0]
+    assert answer["seq"] > first["seq"]
+    assert [(a["job_id"], a["flow_id"], a["state"]) for a in answer["allocations"]] == [("j", "f", "active")]
+    assert answer["allocations"][0]["dscp"] == 8  # class 1: what the agent applies
+    # h2 watches too, but nothing of h2 changes: it waits its whole wait_s and gets the same seq back
+    h2 = served.unix.allocations("h2")
+    started = time.monotonic()
+    again = served.tcp.allocations("h2", after=h2["seq"], wait_s=0.4)
+    assert 0.35 <= time.monotonic() - started < 2.0 and again == {"seq": h2["seq"], "allocations": []}
+
+
+@pytest.mark.parametrize("query, field", [
+    ("src=h99", "src"), ("", "src"), ("src=h1&after=-1", "after"), ("src=h1&after=x", "after"),
+    ("src=h1&wait_s=61", "wait_s"), ("src=h1&wait_s=nan", "wait_s"), ("src=h1&src=h2", "src"),
+    ("src=h1&colour=red", "colour"),
+])
+def test_bad_allocation_long_polls_are_refused_naming_the_parameter(served, query, field):
+    with pytest.raises(ApiClientError) as err:
+        served.unix.request("GET", f"/allocations?{query}")
+    assert err.value.status == 400 and err.value.field == field

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from reports.flow_breakdown import (
+    allocation_lag,
     flow_parts,
     format_class_changes,
+    format_lag,
     format_rate_after_raise,
     rate_after_raise,
     rate_tracking,
@@ -90,3 +92,15 @@ def test_rate_after_raise_groups_intervals_by_time_since_the_allocation_rose():
     assert lines[0].split() == ["<", "0.1", "s", "2", "intervals,", "achieved/allocated", "1.00,", "50%",
                                 "under", "80", "%,", "50%", "with", "nothing", "acknowledged"]
     assert len(lines) == 3  # empty groups are not printed
+
+
+def test_allocation_lag_is_decision_to_applied_for_every_change_after_the_first():
+    allocations = [{"t_s": 1.003, "dscp": 8, "rate_bps": 1e7, "decided_s": 1.001},  # with the start answer
+                   {"t_s": 1.204, "dscp": 8, "rate_bps": 5e6, "decided_s": 1.2},
+                   {"t_s": 1.5, "dscp": 8, "rate_bps": 2e6, "decided_s": 1.45},
+                   {"t_s": 1.6, "dscp": 8, "rate_bps": 1e6, "decided_s": None}]  # no time: not counted
+    lags = allocation_lag(_docs([[1.1, 0, 0, 0]], allocations))
+    assert lags == pytest.approx([0.004, 0.05])
+    assert format_lag(lags) == ("  allocation changes heard 2: decision -> applied median 50.0 ms, "
+                                "p90 50.0 ms, max 50.0 ms")  # upper values (the module's quantile)
+    assert "none" in format_lag([])

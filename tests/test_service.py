@@ -406,3 +406,30 @@ def test_a_paused_flow_keeps_its_class_when_senders_hold_it(hold_paused, paused_
     assert changes["j/small"][0] == "install" and changes["j/small"][4] == 1
     big = changes["j/big"]  # its meter goes; its class changes only without hold_paused
     assert big[0] == "update" and big[2] == (3 if not hold_paused else None) and big[4] is True
+
+
+@pytest.mark.parametrize("fixed_class", [False, True])
+def test_with_fixed_class_a_flow_keeps_the_class_of_its_first_allocation(fixed_class):
+    """Two flows on disjoint paths (h1->h2 and h3->h4 share no link of the k=4 fat-tree).  ``a`` starts
+    alone (class 1); the smaller ``b`` starts and its group ranks first, so ``a``'s group is second; ``b``
+    ends and ``a``'s group is first again.  A raise back to class 1 would move ``a``'s newer packets ahead
+    of older ones still queued in class 2; with ``fixed_class`` it stays in class 1 (its rate alone says
+    what it may send) and ``b`` starts in the class its first allocation gives it."""
+    reg, port = Registry(fattree(B_BPS, k=4)), RecordingPort()
+    svc = SchedulingService(reg, port, now=Clock(0.0), queues=4, hold_paused=True, fixed_class=fixed_class)
+    reg.add_job("j")
+    for name, src, dst, size in (("a", "h1", "h2", 4 * MB), ("b", "h3", "h4", MB)):
+        reg.add_echelon("j", name, flows=[{"flow_id": name, "src": src, "dst": dst, "size_bytes": size}])
+    reg.flow_started("j", "a", 40000, 5201, 0.0)
+    svc.reschedule("test")
+    assert svc.state.queue == {"j/a": 1}
+    reg.flow_started("j", "b", 40001, 5201, 0.0)
+    svc.reschedule("test")
+    assert svc.state.queue == ({"j/a": 1, "j/b": 1} if fixed_class else {"j/a": 2, "j/b": 1})
+    assert svc.state.decision.rate_bps["j/a"] == pytest.approx(B_BPS)  # both run at the line rate
+    reg.flow_finished("j", "b", 1.0, MB)
+    svc.reschedule("test")
+    assert svc.state.queue == {"j/a": 1}
+    queues_of_a = [c[4] if c[0] == "install" else c[2] for c in port.take() if c[1] == "j/a"]
+    assert queues_of_a == ([1] if fixed_class else [1, 2, 1])
+    assert list(svc._first_class) == (["j/a"] if fixed_class else [])  # b forgotten once it ended

@@ -456,8 +456,9 @@ class Agent:
             job_id, flow_id = qid.split("/", 1)
             seen = self.registry.trace(job_id, flow_id)
             record["allocations"] = [
-                {"t_s": self.rel(t), "dscp": dscp, "rate_bps": rate, "pacing_bytes_per_s": pace}
-                for t, dscp, rate, pace in seen.get("allocations", [])]
+                {"t_s": self.rel(t), "dscp": dscp, "rate_bps": rate, "pacing_bytes_per_s": pace,
+                 "decided_s": None if decided is None else self.rel(decided)}
+                for t, dscp, rate, pace, decided in seen.get("allocations", [])]
             record["progress"] = [[self.rel(t), *counters] for t, *counters in seen.get("progress", [])]
         return {
             "host": self.me,
@@ -499,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         registry = build_registry(spec.registry,
-                                  lambda text: print(f"agent {spec.host}: {text}", file=sys.stderr))
+                                  lambda text: print(f"agent {spec.host}: {text}", file=sys.stderr),
+                                  spec.host)
     except Exception as exc:
         print(f"agent {spec.host}: error: registry unusable: {exc}", file=sys.stderr)
         write_json_atomic(spec.output_path, {

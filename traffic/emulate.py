@@ -39,7 +39,7 @@ from echelonflow.errors import UserError
 from echelonflow.fileio import read_json
 from echelonflow.model import ComputeTask, Job, qualified
 from echelonflow.results import RunResult, build_run
-from echelonflow.topology import DEFAULT_MTU_BYTES, ETHERNET_HEADER_BYTES, intf_name
+from echelonflow.topology import intf_name
 from traffic.agent import INTERRUPTED
 from traffic.capture import CaptureError, WireCapture
 from traffic.channels import channel_plan
@@ -416,17 +416,6 @@ def _record(documents: Mapping[str, Mapping[str, Any]], host: str, section: str,
 
 
 # ------------------------------------------------------------------------------------------ fabric
-def pacing_floor_bps(mtu_bytes: int, poll_interval_s: float) -> float:
-    """The slowest allocation an agent should pace: one frame per poll interval.
-
-    Linux paces by departure time: after a segment leaves, the next may leave ``segment / rate`` later, and
-    raising the rate does not move that time.  A flow paced at 130 kbit/s with 9000-byte frames therefore
-    sends nothing for 0.55 s after the scheduler raises it to the line rate (measured: the stalls of
-    parked flows in docs/emulation.md).  Below this floor the controller treats an allocation as a pause
-    (last class, no meter, unpaced: leftovers only), so a raise never waits longer than one poll."""
-    return (mtu_bytes + ETHERNET_HEADER_BYTES) * 8 / poll_interval_s
-
-
 @dataclass
 class EmulationSettings:
     """Knobs of :func:`emulate_scenario` (defaults suit this 2-core machine's userspace datapath)."""
@@ -442,6 +431,8 @@ class EmulationSettings:
     pace: bool = True  # agents pace flows at their allocated rate (schedulers that enforce only)
     #: agents hold paused flows and the controller keeps their class (controller setting hold_paused)
     hold_paused: bool = True
+    #: a flow keeps the class of its first allocation (controller setting fixed_class)
+    fixed_class: bool = True
     tcp_rto_min_ms: int | None = 1000  # hosts' TCP minimum RTO (parked flows wait behind urgent classes)
     tcp_congestion_control: str | None = None  # the agents' channels' TCP congestion control (None: host's)
     #: sysctls set in every host's namespace (topologies.fabric.Fabric ``host_sysctls``)
@@ -513,14 +504,14 @@ def emulate_scheduler(
     hosts_ip = {h: topology.graph.nodes[h]["ip"] for h in topology.hosts}
     ctl: Any = None
     say = _prefixed(progress, f"[{scheduler}] ")
-    min_rate_bps = pacing_floor_bps(topology.mtu_bytes or DEFAULT_MTU_BYTES, settings.poll_interval_s)
 
     def controller_process(controller_dir: str, api_port: int, metrics_port: int | None) -> Any:
         """This run's controller settings; a fresh round and a restart after a crash differ only in
         folder and ports."""
         return ControllerProcess(topology, ofp_port=port, queues=settings.queues,
-                                 interval_s=settings.controller_interval_s, min_rate_bps=min_rate_bps,
+                                 interval_s=settings.controller_interval_s,
                                  hold_paused=settings.pace and settings.hold_paused,
+                                 fixed_class=settings.pace and settings.fixed_class,
                                  workdir=controller_dir, api_port=api_port, metrics_port=metrics_port)
 
     def fresh_controller(label: str) -> Any:

@@ -37,6 +37,8 @@ from traffic.transfer import Channel
 #: on the same store comes back within this, and the agents go on as if nothing happened (the switches
 #: keep forwarding and the last allocation keeps being applied meanwhile).
 OUTAGE_TOLERANCE_S = 30.0
+#: Longest one allocation long-poll waits for a change before it is asked again (``GET /v1/allocations``).
+WATCH_WAIT_S = 0.5
 
 
 class RegistryError(Exception):
@@ -80,8 +82,9 @@ class RegistryPort:
 
     def trace(self, job_id: str, flow_id: str) -> dict[str, list]:
         """What the agent saw of a flow over time (epoch seconds): ``allocations`` [(t, dscp, rate_bps
-        decided, pacing bytes/s applied)] on every change and ``progress`` [(t, acked payload bytes,
-        segments retransmitted since the flow began, retransmission timeouts in a row)] every poll."""
+        decided, pacing bytes/s applied, the controller's decision time or None)] on every change and
+        ``progress`` [(t, acked payload bytes, segments retransmitted since the flow began, retransmission
+        timeouts in a row, payload bytes written)] every poll."""
         return {}
 
     def close(self) -> None:
@@ -91,10 +94,12 @@ class RegistryPort:
 class RegistryLink(RegistryPort):
     """The controller's registry (see the module docstring)."""
 
-    def __init__(self, settings: RegistrySettings, log: Callable[[str], None]) -> None:
+    def __init__(self, settings: RegistrySettings, log: Callable[[str], None],
+                 host: str | None = None) -> None:
         from controller.client import EchelonClient  # stdlib-only client; imported only when used
 
         self.settings = settings
+        self.host = host
         self.prefix = settings.job_prefix
         self.client = EchelonClient(socket_path=settings.socket_path, token_file=settings.token_file,
                                     timeout_s=10.0)
@@ -118,6 +123,8 @@ class RegistryLink(RegistryPort):
         self._channels: list[str] = []
         self._forgotten: set[str] = set()  # prefixed ids of failed jobs
         self._allocations: dict[str, list] = {}
+        self._decided_at: dict[str, float] = {}  # flow -> decision time of the allocation in force
+        self._remember_lock = threading.Lock()  # three threads bring allocations (see _remember)
         self._progress: dict[str, list] = {}
         self._errors: list[str] = []
         self._stop = threading.Event()
@@ -127,6 +134,11 @@ class RegistryLink(RegistryPort):
         self._poller = threading.Thread(target=self._poll_loop, name="registry-poll", daemon=True)
         self._worker.start()
         self._poller.start()
+        #: with the sending host known, one long-poll hears every change of its flows' allocations the
+        #: moment a round makes it (``controller.allocation_watch``), not at the flow's next poll
+        self._watcher = threading.Thread(target=self._watch_loop, name="registry-watch", daemon=True)
+        if host is not None and self.enforces:
+            self._watcher.start()
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
@@ -249,6 +261,27 @@ class RegistryLink(RegistryPort):
                         return
                     self.log(f"registry refused a poll for {name}: {exc}")
 
+    def _watch_loop(self) -> None:
+        from controller.client import ApiClientError, EchelonClient
+
+        client = EchelonClient(socket_path=self.settings.socket_path, token_file=self.settings.token_file,
+                               timeout_s=WATCH_WAIT_S + 10.0)
+        seq = 0
+        try:
+            while not self._stop.is_set():
+                try:
+                    answer = client.allocations(str(self.host), seq, WATCH_WAIT_S)
+                except ApiClientError:  # away (a restart) or refused: the poller reports outages
+                    self._stop.wait(self.settings.poll_interval_s)
+                    continue
+                seq = int(answer.get("seq", seq))
+                for allocation in answer.get("allocations") or []:
+                    name = f"{allocation.get('job_id')}/{allocation.get('flow_id')}"
+                    if name in self._active:
+                        self._remember(name, allocation)
+        finally:
+            client.close()
+
     def _aborted(self, job_id: str, flow_id: str) -> bool:
         """Whether the registry aborted the flow (its job failed), which explains a refusal."""
         from controller.client import ApiClientError
@@ -286,6 +319,16 @@ class RegistryLink(RegistryPort):
                 "progress": list(self._progress.get(name, ()))}
 
     def _remember(self, name: str, allocation: dict) -> None:
+        with self._remember_lock:
+            self._apply(name, allocation)
+
+    def _apply(self, name: str, allocation: dict) -> None:
+        # The long-poll, the poller and the start report each bring allocations: keep the newest decision
+        decided = allocation.get("decided_at_s")
+        if isinstance(decided, (int, float)):
+            if decided < self._decided_at.get(name, float("-inf")):
+                return
+            self._decided_at[name] = decided
         value = allocation.get("dscp")
         if isinstance(value, int) and 0 <= value <= 63:
             self._dscp[name] = value
@@ -304,8 +347,8 @@ class RegistryLink(RegistryPort):
         paced = self._rate_bps.get(name) if self.settings.pace and self.enforces else None
         entry = (self._dscp.get(name), allocation.get("rate_bps"), None if paced is None else int(paced / 8))
         log = self._allocations.setdefault(name, [])
-        if not log or log[-1][1:] != entry:
-            log.append((time.time(), *entry))
+        if not log or log[-1][1:4] != entry:  # with the decision's time: how late the agent heard of it
+            log.append((time.time(), *entry, decided if isinstance(decided, (int, float)) else None))
 
     def close(self) -> None:
         """Flush the reports, stop polling, and remove this agent's channels (best effort: the run is over
@@ -325,6 +368,8 @@ class RegistryLink(RegistryPort):
             self.client.close()
 
 
-def build_registry(settings: RegistrySettings | None, log: Callable[[str], None]) -> RegistryPort:
-    """The registry client a run-spec asks for (the bare :class:`RegistryPort` when none is configured)."""
-    return RegistryPort() if settings is None else RegistryLink(settings, log)
+def build_registry(settings: RegistrySettings | None, log: Callable[[str], None],
+                   host: str | None = None) -> RegistryPort:
+    """The registry client a run-spec asks for (the bare :class:`RegistryPort` when none is configured);
+    ``host`` is the agent's, whose flows' allocation changes it then hears at once."""
+    return RegistryPort() if settings is None else RegistryLink(settings, log, host)
