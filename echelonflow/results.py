@@ -228,11 +228,16 @@ class Results:
     # An emulation run on a time-dilated scenario (``echelonflow.dilation``): the factor, how it was chosen
     # and, when measured, the calibration; the runs' times are already in the undilated time scale.
     dilation: dict[str, Any] | None = None
+    # A simulation also run under timing noise (``simulator.noise``): the jitter, the sample count and,
+    # per scheduler, the spread of every job's completion and of the objective over the samples.
+    timing_noise: dict[str, Any] | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         out = {"scenario": self.scenario, "mode": self.mode, "runs": [r.to_json_dict() for r in self.runs]}
         if self.dilation is not None:
             out["dilation"] = self.dilation
+        if self.timing_noise is not None:
+            out["timing_noise"] = self.timing_noise
         return out
 
     @classmethod
@@ -247,8 +252,11 @@ class Results:
         dilation = data.get("dilation")
         if dilation is not None and not isinstance(dilation, dict):
             raise UserError("result field 'dilation' must be an object")
+        noise = data.get("timing_noise")
+        if noise is not None and not isinstance(noise, dict):
+            raise UserError("result field 'timing_noise' must be an object")
         runs = [RunResult.from_json_dict(r) for r in data["runs"]]
-        return cls(data["scenario"], data["mode"], runs, dilation)
+        return cls(data["scenario"], data["mode"], runs, dilation, noise)
 
 
 def format_table(results: Results) -> str:

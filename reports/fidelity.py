@@ -124,29 +124,49 @@ def _gain(ours: float | None, theirs: float | None) -> float | None:
 
 
 def fidelity(emulated: Results, simulated: Results) -> dict[str, Any]:
-    """Emulated (medians over the judged repeats) against simulated: jobs, objective, echelon's gains."""
+    """Emulated (medians over the judged repeats) against simulated: jobs, objective, echelon's gains.
+
+    When ``simulated`` carries a ``timing_noise`` section (``simulator.noise``), every row also has the
+    noisy simulation's median (``noisy_s``) and the gap to it, and every gain the noisy simulated gain
+    and the share of it kept: the same judgement against a reference that does not hang on exact ties."""
     summary = summarize(emulated)
     sim = {run.scheduler: run for run in simulated.runs}
+    noise = simulated.timing_noise or {}
+    noisy = noise.get("schedulers", {})
     jobs, objective = [], []
     for scheduler, entry in summary.items():
         sim_run = sim.get(scheduler)
         for job_id, job_stats in entry["jobs"].items():
             stats = job_stats["completion_s"]
             sim_s = sim_run.jobs[job_id].completion_s if sim_run and job_id in sim_run.jobs else None
+            noisy_s = noisy_median(noisy, scheduler, job_id)
             gap = _gap(stats["median"], sim_s)
             jobs.append({"scheduler": scheduler, "job": job_id, "simulated_s": sim_s, "emulated": stats,
                          "gap": gap, "within_target": gap is not None and abs(gap) <= GAP_TARGET,
+                         "noisy_s": noisy_s, "noisy_gap": _gap(stats["median"], noisy_s),
                          "spread_ok": stats["range_share"] is not None
                          and stats["range_share"] <= SPREAD_TARGET,
                          "trusted": entry["numbers_trusted"], "runs": runs_label(entry)})
         sim_obj = sim_run.objective_s if sim_run else None
+        noisy_obj = noisy_median(noisy, scheduler, None)
         objective.append({"scheduler": scheduler, "simulated_s": sim_obj, "emulated": entry["objective_s"],
-                          "gap": _gap(entry["objective_s"]["median"], sim_obj),
+                          "gap": _gap(entry["objective_s"]["median"], sim_obj), "noisy_s": noisy_obj,
+                          "noisy_gap": _gap(entry["objective_s"]["median"], noisy_obj),
                           "trusted": entry["numbers_trusted"], "runs": runs_label(entry)})
     return {"scenario": emulated.scenario, "targets": {"gap": GAP_TARGET, "gain_kept": GAIN_KEPT_TARGET,
                                                       "spread": SPREAD_TARGET},
-            "jobs": jobs, "objective": objective, "gains": _gains(summary, sim),
+            "timing_noise": {"jitter_s": noise["jitter_s"], "samples": noise["samples"]} if noise else None,
+            "jobs": jobs, "objective": objective, "gains": _gains(summary, sim, noisy),
             "runs": run_verdicts(emulated), "dilation": emulated.dilation}
+
+
+def noisy_median(noisy: dict[str, Any], scheduler: str, job_id: str | None) -> float | None:
+    """The noisy simulation's median completion of ``job_id`` (None: the objective), if it has one."""
+    entry = noisy.get(scheduler)
+    if entry is None:
+        return None
+    stats = entry["objective_s"] if job_id is None else entry["jobs"].get(job_id)
+    return None if stats is None else stats["median"]
 
 
 def run_verdicts(emulated: Results) -> list[dict[str, Any]]:
@@ -176,8 +196,10 @@ def run_verdicts(emulated: Results) -> list[dict[str, Any]]:
     return out
 
 
-def _gains(summary: dict[str, Any], sim: dict[str, RunResult]) -> list[dict[str, Any]]:
-    """echelon over each baseline, on the objective and on every job's completion, on both sides."""
+def _gains(summary: dict[str, Any], sim: dict[str, RunResult],
+           noisy: dict[str, Any]) -> list[dict[str, Any]]:
+    """echelon over each baseline, on the objective and on every job's completion, on both sides (and
+    against the noisy simulation's medians when there are any)."""
     if "echelon" not in summary or "echelon" not in sim:
         return []
     ours = summary["echelon"]
@@ -186,24 +208,35 @@ def _gains(summary: dict[str, Any], sim: dict[str, RunResult]) -> list[dict[str,
         if base not in summary or base not in sim:
             continue
         theirs = summary[base]
-        metrics = [("objective", ours["objective_s"], theirs["objective_s"], sim["echelon"].objective_s,
+        metrics = [("objective", None, ours["objective_s"], theirs["objective_s"], sim["echelon"].objective_s,
                     sim[base].objective_s)]
         sim_ours, sim_theirs = sim["echelon"].jobs, sim[base].jobs
         for job_id, job_stats in ours["jobs"].items():
             if job_id in theirs["jobs"] and job_id in sim_ours and job_id in sim_theirs:
-                metrics.append((f"{job_id} completion", job_stats["completion_s"],
+                metrics.append((f"{job_id} completion", job_id, job_stats["completion_s"],
                                 theirs["jobs"][job_id]["completion_s"], sim_ours[job_id].completion_s,
                                 sim_theirs[job_id].completion_s))
-        for metric, emu_ours, emu_theirs, sim_ours, sim_theirs in metrics:
+        for metric, job_id, emu_ours, emu_theirs, sim_ours_s, sim_theirs_s in metrics:
             emu_gain = _gain(emu_ours["median"], emu_theirs["median"])
-            sim_gain = _gain(sim_ours, sim_theirs)
-            kept = emu_gain / sim_gain if emu_gain is not None and sim_gain and sim_gain > 0 else None
+            sim_gain = _gain(sim_ours_s, sim_theirs_s)
+            noisy_gain = _gain(noisy_median(noisy, "echelon", job_id), noisy_median(noisy, base, job_id))
+            kept = _kept(emu_gain, sim_gain)
+            kept_noisy = _kept(emu_gain, noisy_gain)
             rows.append({"over": base, "metric": metric, "simulated_gain": sim_gain,
                          "emulated_gain": emu_gain, "kept": kept,
                          "kept_ok": kept is not None and kept >= GAIN_KEPT_TARGET,
+                         "noisy_gain": noisy_gain, "kept_noisy": kept_noisy,
+                         "kept_noisy_ok": kept_noisy is not None and kept_noisy >= GAIN_KEPT_TARGET,
                          "runs": [runs_label(ours), runs_label(theirs)],
                          "trusted": ours["numbers_trusted"] and theirs["numbers_trusted"]})
     return rows
+
+
+def _kept(emulated_gain: float | None, simulated_gain: float | None) -> float | None:
+    """The share of a positive simulated gain the emulation kept (None when there is none to keep)."""
+    if emulated_gain is None or not simulated_gain or simulated_gain <= 0:
+        return None
+    return emulated_gain / simulated_gain
 
 
 # ------------------------------------------------------------------------------------------ text
@@ -215,6 +248,10 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1%}"
 
 
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
 def _span(stats: dict[str, Any]) -> str:
     return f"{_s(stats['min'])}..{_s(stats['max'])}"
 
@@ -222,19 +259,27 @@ def _span(stats: dict[str, Any]) -> str:
 def format_fidelity(doc: dict[str, Any]) -> str:
     """The run folder's fidelity.md: three tables (jobs, objective, gains) and how to read them."""
     targets = doc["targets"]
+    noise = doc.get("timing_noise")
+
+    def noisy(*cells: str) -> list[str]:  # the noisy-simulation columns, when there is one
+        return list(cells) if noise else []
+
     job_rows = []
     for r in doc["jobs"]:
         emu = r["emulated"]
         job_rows.append([r["scheduler"], r["job"], _s(r["simulated_s"]), _s(emu["median"]), _span(emu),
                          r["runs"], _pct(r["gap"]), "yes" if r["within_target"] else "NO",
-                         "-" if emu["range_share"] is None else f"{emu['range_share']:.1%}"])
+                         "-" if emu["range_share"] is None else f"{emu['range_share']:.1%}",
+                         *noisy(_s(r.get("noisy_s")), _pct(r.get("noisy_gap")))])
     obj_rows = [[r["scheduler"], _s(r["simulated_s"]), _s(r["emulated"]["median"]), _span(r["emulated"]),
-                 r["runs"], _pct(r["gap"])] for r in doc["objective"]]
+                 r["runs"], _pct(r["gap"]), *noisy(_s(r.get("noisy_s")), _pct(r.get("noisy_gap")))]
+                for r in doc["objective"]]
     gain_rows = [[f"echelon over {r['over']}", r["metric"], _pct(r["simulated_gain"]),
-                  _pct(r["emulated_gain"]), "-" if r["kept"] is None else f"{r['kept']:.0%}",
-                  "yes" if r["kept_ok"] else "NO",
+                  _pct(r["emulated_gain"]), _share(r["kept"]), "yes" if r["kept_ok"] else "NO",
+                  *noisy(_pct(r.get("noisy_gain")), _share(r.get("kept_noisy"))),
                   f"{r['runs'][0]} vs {r['runs'][1]}"]
                  for r in doc["gains"]]
+    noisy_head = ["noisy_sim", "gap_noisy"]
     parts = [
         f"# Fidelity: {doc['scenario']}, emulated vs simulated",
         "",
@@ -242,17 +287,26 @@ def format_fidelity(doc: dict[str, Any]) -> str:
         "UNTRUSTED, when it trusted none); `runs` says how many. Targets: completion within "
         f"{targets['gap']:.0%} of simulated, spread (max - min over the median) at most "
         f"{targets['spread']:.0%}, at least {targets['gain_kept']:.0%} of the simulated gain kept.",
+    ]
+    if noise:
+        parts += ["", f"`noisy_sim`: median of {noise['samples']} simulations with every compute up to "
+                      f"{noise['jitter_s'] * 1e3:g} ms longer (seeded; docs/emulation.md, \"Simulation under "
+                      "timing noise\"): the reference that does not hang on flows starting at exactly the "
+                      "same instant; `gap_noisy` and `kept_noisy` judge the emulation against it."]
+    parts += [
         "",
         "```",
         render_table("job completion (s)", ["scheduler", "job", "sim", "emu_median", "emu_min..max", "runs",
-                                            "gap", "within", "spread"], job_rows),
+                                            "gap", "within", "spread", *noisy(*noisy_head)], job_rows),
         "",
         render_table("objective: sum of EchelonFlow tardiness (s)",
-                     ["scheduler", "sim", "emu_median", "emu_min..max", "runs", "gap"], obj_rows),
+                     ["scheduler", "sim", "emu_median", "emu_min..max", "runs", "gap",
+                      *noisy(*noisy_head)], obj_rows),
     ]
     if gain_rows:
         parts += ["", render_table("echelon's gain (1 - echelon / baseline; medians)",
-                                   ["comparison", "metric", "sim_gain", "emu_gain", "kept", "target", "runs"],
+                                   ["comparison", "metric", "sim_gain", "emu_gain", "kept", "target",
+                                    *noisy("noisy_gain", "kept_noisy"), "runs"],
                                    gain_rows)]
     parts.append("```")
     parts += _format_dilation(doc.get("dilation"))

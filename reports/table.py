@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from echelonflow.results import Results, RunResult, render_table
-from reports.fidelity import runs_label, summarize
+from reports.fidelity import noisy_median, runs_label, summarize
 
 
 def relative_gap(emulated: float, simulated: float) -> float | None:
@@ -25,8 +25,17 @@ def format_comparison(emulated: Results, simulated: Results) -> str:
     """One table: per scheduler and job the emulated median completion with its spread, the simulated
     value and the gap, slowdown and tardiness (emulated medians, simulated); one objective row each."""
     sim_runs = {run.scheduler: run for run in simulated.runs}
-    header = ["scheduler", "job", "runs", "emu_s", "min..max", "stdev", "sim_s", "gap", "emu_slowdown",
-              "sim_slowdown", "emu_tard_s", "sim_tard_s"]
+    noisy = (simulated.timing_noise or {}).get("schedulers")
+    header = ["scheduler", "job", "runs", "emu_s", "min..max", "stdev", "sim_s", "gap",
+              *(["noisy_sim_s"] if noisy else []), "emu_slowdown", "sim_slowdown", "emu_tard_s", "sim_tard_s"]
+
+    def noisy_cell(scheduler: str, job_id: str | None) -> list[str]:
+        """The noisy simulation's median (``simulator.noise``), when the document has one."""
+        if not noisy:
+            return []
+        median = noisy_median(noisy, scheduler, job_id)
+        return ["-" if median is None else f"{median:.3f}"]
+
     rows: list[list[str]] = []
     for scheduler, entry in summarize(emulated).items():
         sim = sim_runs.get(scheduler)
@@ -37,14 +46,15 @@ def format_comparison(emulated: Results, simulated: Results) -> str:
             rows.append([
                 scheduler, job_id, runs_label(entry), f"{completion['median']:.3f}", _range(completion),
                 f"{completion['stdev']:.3f}", f"{sjob.completion_s:.3f}" if sjob else "-",
-                f"{gap:+.1%}" if gap is not None else "-", f"{stats['slowdown']['median']:.3f}",
+                f"{gap:+.1%}" if gap is not None else "-", *noisy_cell(scheduler, job_id),
+                f"{stats['slowdown']['median']:.3f}",
                 f"{sjob.slowdown:.3f}" if sjob else "-", f"{stats['tardiness_s']['median']:.3f}",
                 f"{sum(sim.job_tardiness_s(job_id)):.3f}" if sim else "-",
             ])
         objective = entry["objective_s"]
         rows.append([scheduler, "(objective)", runs_label(entry), f"{objective['median']:.3f}",
                      _range(objective), f"{objective['stdev']:.3f}", _sim_objective(sim),
-                     _objective_gap(objective, sim),
+                     _objective_gap(objective, sim), *noisy_cell(scheduler, None),
                      "", "", "", ""])
     return render_table(f"scenario {emulated.scenario}: emulated vs simulated", header, rows)
 

@@ -12,6 +12,7 @@ import json
 import sys
 
 from echelonflow.errors import UserError
+from simulator.noise import jitter_ms_argument, samples_argument
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,6 +29,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="scheduler to run (repeatable; default: the scenario's list, normally fair, coflow, echelon)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON result document on stdout")
+    parser.add_argument("--timing-noise-ms", type=jitter_ms_argument, metavar="MS",
+                        help="also simulate with every compute up to MS ms longer (seeded samples) and show "
+                             "the spread: whether a result survives events that no longer coincide exactly")
+    parser.add_argument("--samples", type=samples_argument, default=None, metavar="N",
+                        help="samples under timing noise (default 20; needs --timing-noise-ms)")
     parser.set_defaults(run=run)
 
 
@@ -37,8 +43,11 @@ def run(args: argparse.Namespace) -> int:
     from echelonflow.scenario import load_scenario
     from echelonflow.schedulers import check_names, get_scheduler
     from simulator.engine import SimulationError, simulate
+    from simulator.noise import DEFAULT_SAMPLES, format_noise_table, timing_noise_section
 
     names = check_names(args.scheduler or [])
+    if args.samples is not None and args.timing_noise_ms is None:
+        raise UserError("--samples needs --timing-noise-ms")
     scenario = load_scenario(args.scenario)
     results = Results(scenario.name, "simulate")
     for name in names or scenario.schedulers:
@@ -48,9 +57,16 @@ def run(args: argparse.Namespace) -> int:
         except SimulationError as exc:
             raise UserError(f"scenario {scenario.name}: scheduler {name}: {exc}") from None
     attach_lower_bounds(results.runs, scenario.jobs, scenario.topology)
+    if args.timing_noise_ms:
+        results.timing_noise = timing_noise_section(
+            scenario.topology, scenario.jobs, [run.scheduler for run in results.runs],
+            args.timing_noise_ms / 1e3, args.samples or DEFAULT_SAMPLES, scenario.events)
     if args.json:
         json.dump(results.to_json_dict(), sys.stdout, indent=1, sort_keys=False)
         sys.stdout.write("\n")
     else:
         print(format_table(results))
+        if results.timing_noise is not None:
+            print()
+            print(format_noise_table(results.timing_noise, {run.scheduler: run for run in results.runs}))
     return 0

@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from echelonflow.errors import UserError
     from echelonflow.scenario import load_scenario
     from reports.runfolder import default_run_dir
+    from simulator.noise import DEFAULT_JITTER_S
     from traffic.emulate_command import emulate_and_report
 
     scenarios = [load_scenario("fig2")] + ([] if args.quick else [load_scenario(args.fattree)])
@@ -79,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     folders = []
     for scenario in scenarios:
         out = default_run_dir(scenario.name, base=args.out_base)
-        outcome = emulate_and_report(scenario, list(SCHEDULERS), out=out)
+        outcome = emulate_and_report(scenario, list(SCHEDULERS), out=out,
+                                     timing_noise_ms=DEFAULT_JITTER_S * 1e3)
         if outcome is None:
             return 1
         _emulated, folder, table = outcome

@@ -37,6 +37,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from simulator.noise import DEFAULT_JITTER_S, jitter_ms_argument
+
 
 def _positive_int(text: str) -> int:
     try:
@@ -131,6 +133,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host-sysctl", type=_host_sysctl, action="append", default=[], metavar="NAME=VALUE",
                         help="set a network sysctl in every host's namespace (repeatable), e.g. "
                              "net.ipv4.tcp_recovery=5; for transport experiments (docs/emulation.md)")
+    parser.add_argument("--timing-noise-ms", type=jitter_ms_argument, default=DEFAULT_JITTER_S * 1e3,
+                        metavar="MS",
+                        help="also simulate the scenario with every compute up to MS ms longer (20 seeded "
+                             f"samples, default {DEFAULT_JITTER_S * 1e3:g} ms; 0: not) and judge the "
+                             "emulation against that spread too: a real fabric never starts two flows at "
+                             "exactly the same instant (docs/emulation.md, timing noise)")
     parser.set_defaults(run=run)
 
 
@@ -146,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
                                  pace=not args.no_pacing, live=args.live, repeat=args.repeat,
                                  capture=args.capture, dilation=args.dilation,
                                  congestion_control=args.congestion_control,
-                                 host_sysctls=dict(args.host_sysctl))
+                                 host_sysctls=dict(args.host_sysctl), timing_noise_ms=args.timing_noise_ms)
     if outcome is None:
         return 1
     emulated, folder, table = outcome
@@ -185,12 +193,14 @@ def with_faults(scenario: Any, specs: list[str]) -> list:
 
 def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=True, progress=None, pace=True,
                        live=False, repeat=1, capture=False, dilation=None,
-                       congestion_control=None, host_sysctls=None):
+                       congestion_control=None, host_sysctls=None, timing_noise_ms=0.0):
     """Simulate, emulate every scheduler ``repeat`` times, write the run folder; returns (emulated, folder,
     table).
 
     ``dilation`` (a factor >= 1, or ``"auto"``: calibrated on the fabric first) emulates the scenario
     time-dilated and reports its times divided by the factor, i.e. next to the undilated simulation.
+    ``timing_noise_ms`` > 0 also simulates it under that much compute jitter (``simulator.noise``), which
+    the fidelity section judges the emulation against as well.
 
     Returns None after printing one error line when the emulation failed (an agent, the fabric or the
     controller); everything started has been stopped by then and the run folder holds the runs that
@@ -205,6 +215,7 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     from reports.runfolder import default_run_dir, write_run_folder
     from reports.table import format_comparison, format_failures, format_trust
     from simulator.engine import simulate
+    from simulator.noise import timing_noise_section
     from traffic.emulate import EmulationError, EmulationSettings, emulate_scheduler, fault_records
     from traffic.monitor import Thresholds
 
@@ -219,6 +230,9 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
         simulated.runs.append(simulate(scenario.topology, scenario.jobs, get_scheduler(name),
                                        events=scenario.events))
     attach_lower_bounds(simulated.runs, scenario.jobs, scenario.topology)
+    if timing_noise_ms:
+        simulated.timing_noise = timing_noise_section(scenario.topology, scenario.jobs, schedulers,
+                                                      timing_noise_ms / 1e3, events=scenario.events)
     emulated = Results(scenario.name, "emulate")
     if dilation == "auto":
         from traffic.calibrate import CalibrationError, calibrate
