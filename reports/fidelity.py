@@ -318,9 +318,16 @@ def dilation_line(dilation: dict[str, Any] | None) -> str:
     """One line saying a run was time-dilated, by how much and how the factor was chosen ('' if not)."""
     if not dilation:
         return ""
-    how = ("chosen by calibration: the smallest factor whose calibration traffic the fidelity monitor "
-           "trusted" if dilation.get("chosen_by") == "calibration" else "given by hand")
     factor = dilation["factor"]
+    if dilation.get("chosen_by") == "hand":
+        how = "given by hand"
+    else:
+        how = ("chosen by calibration: the smallest factor whose calibration traffic the fidelity monitor "
+               "trusted")
+        refused = [f"x{c['factor']:g}" for c in dilation.get("confirmation", []) if not c["trusted"]]
+        if refused:
+            how += (f", then doubled until the first real run was trusted (not trusted at "
+                    f"{', '.join(refused)})")
     return (f"Time dilation x{factor:g} ({how}): emulated with link rates / {factor:g} and compute "
             f"x{factor:g}; emulated times are wall clock / {factor:g}, in the scenario's own time scale.")
 

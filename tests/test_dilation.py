@@ -83,3 +83,29 @@ def test_results_record_the_dilation_and_read_it_back():
     assert doc["dilation"] == {"factor": 2.0, "chosen_by": "hand"}
     assert Results.from_json_dict(doc).dilation == {"factor": 2.0, "chosen_by": "hand"}
     assert "dilation" not in Results("s", "simulate").to_json_dict()
+
+
+def test_auto_dilation_doubles_the_factor_after_an_untrusted_first_run(tmp_path):
+    """The calibration's bulk traffic leaves out the controller's and the agents' CPU, so under
+    ``--dilation auto`` the first real run confirms the factor: untrusted, it is run again twice as slow,
+    its logs kept aside and its verdict recorded."""
+    from types import SimpleNamespace
+
+    from reports.fidelity import dilation_line
+    from traffic.emulate_command import escalate
+
+    logs = tmp_path / "logs" / "coflow-r1"
+    logs.mkdir(parents=True)
+    (logs / "agent.log").write_text("x")
+    dilation = {"factor": 1.0, "chosen_by": "calibration", "calibration": {}}
+    verdict = {"reasons": ["CPU-saturated 83% of the time"]}
+    run = SimpleNamespace(fidelity_monitor={"rounds": {"together": verdict}})
+    said = []
+    assert escalate(dilation, run, str(tmp_path), "coflow-r1", said.append) == 2.0
+    assert dilation["factor"] == 2.0 and dilation["chosen_by"] == "calibration, then the first run"
+    assert dilation["confirmation"] == [{"factor": 1.0, "trusted": False,
+                                         "reasons": ["CPU-saturated 83% of the time"]}]
+    assert (tmp_path / "logs" / "coflow-r1-x1-untrusted" / "agent.log").exists() and not logs.exists()
+    assert "NOT trusted (CPU-saturated 83% of the time); running it again at x2" in said[0]
+    dilation["confirmation"].append({"factor": 2.0, "trusted": True, "reasons": []})
+    assert "then doubled until the first real run was trusted (not trusted at x1)" in dilation_line(dilation)

@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -247,13 +249,20 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     elif dilation is not None:
         emulated.dilation = {"factor": float(dilation), "chosen_by": "hand"}
     factor = emulated.dilation["factor"] if emulated.dilation else 1.0
-    emu_topology, emu_jobs = dilate_topology(scenario.topology, factor), dilate_jobs(scenario.jobs, factor)
-    if factor != 1.0:
-        say(f"time dilation x{factor:g}: links at {emu_topology.rate_bps / 1e6:g} Mbit/s, compute and "
-            f"arrivals x{factor:g}; times below: the scenario's own time scale (wall clock / {factor:g})")
-    settings = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace, capture=capture,
-                                 monitor_thresholds=Thresholds().dilated(factor),
-                                 faults=[replace(e, at_s=e.at_s * factor) for e in scenario.events])
+    settings = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace, capture=capture)
+
+    def dilate(new_factor: float) -> tuple[Any, Any]:
+        """The emulated topology and jobs at ``new_factor``; the monitor's thresholds and the faults' times
+        in ``settings`` follow it."""
+        settings.monitor_thresholds = Thresholds().dilated(new_factor)
+        settings.faults = [replace(e, at_s=e.at_s * new_factor) for e in scenario.events]
+        if new_factor != 1.0:
+            say(f"time dilation x{new_factor:g}: links at {scenario.topology.rate_bps / new_factor / 1e6:g} "
+                f"Mbit/s, compute and arrivals x{new_factor:g}; times below: the scenario's own time scale "
+                f"(wall clock / {new_factor:g})")
+        return dilate_topology(scenario.topology, new_factor), dilate_jobs(scenario.jobs, new_factor)
+
+    emu_topology, emu_jobs = dilate(factor)
     settings.tcp_congestion_control = congestion_control
     settings.host_sysctls = dict(host_sysctls or {})
     if congestion_control or host_sysctls:
@@ -284,13 +293,13 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     try:
         for sim_run in simulated.runs:
             sim_s = {j: r.completion_s for j, r in sim_run.jobs.items()}
-            alone_fallback_s = None
+            alone_s = None
             if not alone_runs and len(scenario.jobs) > 1:  # slowdowns against the simulated alone times
                 scheduler = get_scheduler(sim_run.scheduler)
-                alone_fallback_s = {job.job_id: factor * simulate(scenario.topology, [job], scheduler,
-                                                                  events=scenario.events)
-                                    .jobs[job.job_id].completion_s for job in scenario.jobs}
-            for index in range(repeat):
+                alone_s = {job.job_id: simulate(scenario.topology, [job], scheduler, events=scenario.events)
+                           .jobs[job.job_id].completion_s for job in scenario.jobs}
+            index = 0
+            while index < repeat:
                 name = sim_run.scheduler if repeat == 1 else f"{sim_run.scheduler}-r{index + 1}"
                 which = "" if repeat == 1 else f" (repeat {index + 1} of {repeat})"
                 say(f"scheduler {sim_run.scheduler}{which}: emulating {scenario.name} "
@@ -298,9 +307,10 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
                 try:
                     # the channel plan needs only which flows overlap: the same at any dilation
                     result = emulate_scheduler(emu_topology, emu_jobs, sim_run.scheduler,
-                                               {j: factor * s for j, s in sim_s.items()},
-                                               settings, say, alone_fallback_s, run_name=name,
-                                               simulated_flows=sim_run.flows)
+                                               {j: factor * s for j, s in sim_s.items()}, settings, say,
+                                               None if alone_s is None else
+                                               {j: factor * s for j, s in alone_s.items()},
+                                               run_name=name, simulated_flows=sim_run.flows)
                 except EmulationError as exc:
                     reason = f"emulation of {scenario.name} under {sim_run.scheduler}{which} failed: {exc}"
                     folder = checkpoint(reason)
@@ -308,6 +318,15 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
                           f"{len(emulated.runs)} finished run(s) are in {folder.results}, marked partial)",
                           file=sys.stderr)
                     return None
+                if dilation == "auto" and not emulated.runs and result.trusted is False \
+                        and factor * 2 <= MAX_DILATION:
+                    factor = escalate(emulated.dilation, result, run_dir, name, say)
+                    emu_topology, emu_jobs = dilate(factor)
+                    continue  # the same run again, slower
+                if dilation == "auto" and not emulated.runs:
+                    emulated.dilation.setdefault("confirmation", []).append(
+                        {"factor": factor, "trusted": result.trusted is not False,
+                         "reasons": monitor_reasons(result)})
                 if factor != 1.0:
                     result = contract_run(result, factor)
                 if scenario.events:  # in the scenario's own time scale
@@ -321,6 +340,7 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
                 say(f"scheduler {sim_run.scheduler}{which}: emulated completion {_times(emu_s)}{trust}")
                 for job_id, why in (result.failed_jobs or {}).items():
                     say(f"scheduler {sim_run.scheduler}{which}: job {job_id} FAILED: {why}")
+                index += 1
     except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM/SIGHUP unwinding the same way
         signum = getattr(stop, "signum", None)
         if isinstance(stop, SystemExit):
@@ -332,6 +352,39 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     notes = "\n".join(line for line in (format_failures(emulated), format_trust(emulated),
                                          dilation_line(emulated.dilation)) if line)
     return emulated, folder, format_comparison(emulated, simulated) + (f"\n{notes}" if notes else "")
+
+
+#: Largest factor ``--dilation auto`` goes to (the calibration's last).
+MAX_DILATION = 16.0
+
+
+def escalate(dilation: dict[str, Any], run: Any, run_dir: str, run_name: str,
+             say: Callable[[str], None]) -> float:
+    """``--dilation auto`` after a first run the fidelity monitor did not trust: the factor doubles.
+
+    The calibration loads the fabric with plain bulk traffic, which leaves out what the real run costs
+    besides forwarding (the controller deciding on every start and finish, an agent per host writing and
+    pacing each flow's segments): at k=8 it trusted 10 Mbit/s while the first real round left the
+    machine 1 % idle.  So the first run confirms the factor, and until one is trusted (or
+    :data:`MAX_DILATION`) it is run again, twice as slow; the untrusted trial keeps its logs under
+    ``logs/<run>-x<F>-untrusted`` and its verdict in ``dilation.confirmation``."""
+    factor = float(dilation["factor"])
+    reasons = monitor_reasons(run)
+    dilation.setdefault("confirmation", []).append({"factor": factor, "trusted": False, "reasons": reasons})
+    dilation["factor"] = factor * 2
+    dilation["chosen_by"] = "calibration, then the first run"
+    logs = os.path.join(run_dir, "logs", run_name)
+    if os.path.isdir(logs):
+        os.replace(logs, f"{logs}-x{factor:g}-untrusted")
+    say(f"time dilation x{factor:g}: the first run was NOT trusted ({'; '.join(reasons) or 'no reason'}); "
+        f"running it again at x{factor * 2:g}")
+    return factor * 2
+
+
+def monitor_reasons(run: Any) -> list[str]:
+    """Why the fidelity monitor did not trust a run, over its rounds (empty when it did)."""
+    return [reason for doc in (run.fidelity_monitor or {}).get("rounds", {}).values()
+            for reason in doc.get("reasons", [])]
 
 
 def _times(completion_s: dict) -> str:
