@@ -109,3 +109,21 @@ def test_auto_dilation_doubles_the_factor_after_an_untrusted_first_run(tmp_path)
     assert "NOT trusted (CPU-saturated 83% of the time); running it again at x2" in said[0]
     dilation["confirmation"].append({"factor": 2.0, "trusted": True, "reasons": []})
     assert "then doubled until the first real run was trusted (not trusted at x1)" in dilation_line(dilation)
+
+
+def test_a_dilated_runs_control_loop_and_timeouts_stretch_with_it():
+    """What the machinery does per wall-clock second must fall with the factor (the agents' polls, the
+    controller's periodic round), or a dilated k=8 run stays CPU-bound; a stall timeout in wall clock
+    must grow as every wait does."""
+    from traffic.emulate import EmulationSettings
+
+    base = EmulationSettings()
+    slow = base.dilated(4)
+    assert slow.poll_interval_s == pytest.approx(4 * base.poll_interval_s)
+    assert slow.controller_interval_s == pytest.approx(4 * base.controller_interval_s)
+    assert slow.confirm_timeout_s == pytest.approx(4 * base.confirm_timeout_s)
+    assert slow.tcp_rto_min_ms == 4 * base.tcp_rto_min_ms
+    assert slow.time_scale == 4 and slow.dilated(2).time_scale == 8  # the monitor samples 4x less often
+    lag_s = base.monitor_thresholds.ingress_lag_max_s
+    assert slow.monitor_thresholds.ingress_lag_max_s == pytest.approx(4 * lag_s)
+    assert base.dilated(1) == base and base.poll_interval_s == 0.05  # the original is left alone

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from controller.topology_spec import spec_of
@@ -438,6 +438,26 @@ class EmulationSettings:
     #: sysctls set in every host's namespace (topologies.fabric.Fabric ``host_sysctls``)
     host_sysctls: dict = field(default_factory=dict)
     controller_interval_s: float = 0.2  # the scheduling service's periodic round (arrivals run at once)
+    stats_interval_s: float = 1.0  # the controller's switch-counter poll (dashboard, metrics)
+    confirm_timeout_s: float = 30.0  # a flow's bytes stop moving this long: the run fails
+    #: the time dilation this run runs at: the fidelity monitor samples that much less often, so it
+    #: judges intervals as long in the scenario's time scale as an undilated run's (at x16 a 9000-byte
+    #: frame takes 115 ms on a link, and 0.5 s intervals held too few frames to compare with the rate)
+    time_scale: float = 1.0
+
+    def dilated(self, factor: float) -> EmulationSettings:
+        """These settings for a run time-dilated by ``factor``: the control loop's periods, the stall
+        timeout and the hosts' minimum RTO stretched as the scenario's times are (queues drain F times
+        slower too), so they stay the same in its time scale and the
+        machinery's cost per wall-clock second falls with the factor instead of staying put (at k=8,
+        x4 left the machine 7 % idle: 32 agents polling every 50 ms whatever the link rate)."""
+        return replace(self, poll_interval_s=self.poll_interval_s * factor,
+                       controller_interval_s=self.controller_interval_s * factor,
+                       stats_interval_s=self.stats_interval_s * factor,
+                       tcp_rto_min_ms=None if self.tcp_rto_min_ms is None
+                       else int(round(self.tcp_rto_min_ms * factor)),
+                       confirm_timeout_s=self.confirm_timeout_s * factor, time_scale=self.time_scale * factor,
+                       monitor_thresholds=self.monitor_thresholds.dilated(factor))
     install_wait_s: float = 0.5  # a channel's registration waits up to this for its rules' barrier acks
     monitor_interval_s: float | None = None  # fidelity monitor's sampling period (None: by fabric size)
     monitor_thresholds: Thresholds = field(default_factory=Thresholds)  # .dilated(F) for dilated runs
@@ -510,6 +530,7 @@ def emulate_scheduler(
         folder and ports."""
         return ControllerProcess(topology, ofp_port=port, queues=settings.queues,
                                  interval_s=settings.controller_interval_s,
+                                 stats_interval_s=settings.stats_interval_s,
                                  hold_paused=settings.pace and settings.hold_paused,
                                  fixed_class=settings.pace and settings.fixed_class,
                                  workdir=controller_dir, api_port=api_port, metrics_port=metrics_port)
@@ -622,7 +643,7 @@ def emulate_scheduler(
             capture_dir = os.path.join(settings.logs_dir or workdir, "captures", run_name, label)
             wire = WireCapture(capture_dir, sorted(host_ports.values())) if settings.capture else None
             ports = fabric.switch_ports
-            interval_s = settings.monitor_interval_s or sample_interval_s(len(ports))
+            interval_s = settings.monitor_interval_s or sample_interval_s(len(ports)) * settings.time_scale
             monitor = FidelityMonitor(ports, interval_s, ctl.pid, settings.monitor_thresholds)
             network = NetworkFaults(fabric, settings.faults)  # links and switches: every round, as simulated
             with contextlib.ExitStack() as watchers:
@@ -646,6 +667,7 @@ def emulate_scheduler(
                     kill_agents={f.target[0]: f.at_s for f in faults if f.kind == "agent"},
                     actions=controller_actions(faults) + network.actions(),
                     congestion_control=settings.tcp_congestion_control,
+                    confirm_timeout_s=settings.confirm_timeout_s,
                 )
             monitor_docs[label] = monitor.report(window=(outcome.t0_s, time.time()))
             monitor.save_intervals(os.path.join(workdir, f"monitor-{label}.json"))
