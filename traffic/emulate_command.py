@@ -249,22 +249,22 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     elif dilation is not None:
         emulated.dilation = {"factor": float(dilation), "chosen_by": "hand"}
     factor = emulated.dilation["factor"] if emulated.dilation else 1.0
-    settings = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace, capture=capture)
+    base = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace, capture=capture,
+                             monitor_thresholds=Thresholds(), tcp_congestion_control=congestion_control,
+                             host_sysctls=dict(host_sysctls or {}))
 
-    def dilate(new_factor: float) -> tuple[Any, Any]:
-        """The emulated topology and jobs at ``new_factor``; the monitor's thresholds and the faults' times
-        in ``settings`` follow it."""
-        settings.monitor_thresholds = Thresholds().dilated(new_factor)
-        settings.faults = [replace(e, at_s=e.at_s * new_factor) for e in scenario.events]
+    def dilate(new_factor: float) -> tuple[Any, Any, EmulationSettings]:
+        """The emulated topology, jobs and settings at ``new_factor`` (control periods, timeouts, the
+        monitor's thresholds and the faults' times stretched with it)."""
         if new_factor != 1.0:
             say(f"time dilation x{new_factor:g}: links at {scenario.topology.rate_bps / new_factor / 1e6:g} "
-                f"Mbit/s, compute and arrivals x{new_factor:g}; times below: the scenario's own time scale "
-                f"(wall clock / {new_factor:g})")
-        return dilate_topology(scenario.topology, new_factor), dilate_jobs(scenario.jobs, new_factor)
+                f"Mbit/s, compute, arrivals and the control loop's periods x{new_factor:g}; times below: "
+                f"the scenario's own time scale (wall clock / {new_factor:g})")
+        dilated = replace(base.dilated(new_factor),
+                          faults=[replace(e, at_s=e.at_s * new_factor) for e in scenario.events])
+        return dilate_topology(scenario.topology, new_factor), dilate_jobs(scenario.jobs, new_factor), dilated
 
-    emu_topology, emu_jobs = dilate(factor)
-    settings.tcp_congestion_control = congestion_control
-    settings.host_sysctls = dict(host_sysctls or {})
+    emu_topology, emu_jobs, settings = dilate(factor)
     if congestion_control or host_sysctls:
         say("hosts' transport: " + ", ".join(
             ([f"congestion control {congestion_control}"] if congestion_control else [])
@@ -276,7 +276,8 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
         from controller.config import ControllerConfig
 
         defaults = ControllerConfig()
-        settings.api_port, settings.metrics_port = defaults.api_port, defaults.metrics_port
+        for chosen in (base, settings):  # base too: a re-dilated run (--dilation auto) keeps them
+            chosen.api_port, chosen.metrics_port = defaults.api_port, defaults.metrics_port
         say(f"live dashboard: http://127.0.0.1:{defaults.api_port}/ui/  metrics: "
             f"http://127.0.0.1:{defaults.metrics_port}/metrics")
     planned = len(simulated.runs) * repeat
@@ -321,7 +322,7 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
                 if dilation == "auto" and not emulated.runs and result.trusted is False \
                         and factor * 2 <= MAX_DILATION:
                     factor = escalate(emulated.dilation, result, run_dir, name, say)
-                    emu_topology, emu_jobs = dilate(factor)
+                    emu_topology, emu_jobs, settings = dilate(factor)
                     continue  # the same run again, slower
                 if dilation == "auto" and not emulated.runs:
                     emulated.dilation.setdefault("confirmation", []).append(
