@@ -12,9 +12,11 @@ own network namespaces and cannot reach the root namespace's 127.0.0.1, but they
 Slow clients cannot starve the others.  eventlet.wsgi serves each connection in a green thread from a
 pool (1,024 by default) and its socket timeout bounds only the wait for *each* read, so a client that
 sends one header byte every few seconds (slowloris) held its thread for ever: 1,100 such connections
-left normal TCP requests unanswered (benchmarks/bench_api_load.py).  So here every request must arrive
-whole -- request line, headers and body -- within ``request_timeout_s`` (10 s) of the server starting
-to wait for it, an idle keep-alive connection is closed after that long, and each listener takes up to
+left normal TCP requests unanswered (benchmarks/bench_api_load.py).  So here a request's head (request
+line and headers) must arrive within ``request_timeout_s`` (10 s) of the server starting to wait for it,
+so an idle keep-alive connection is closed after that long, and its body within ``request_timeout_s``
+of the head (counted from the head, not from the wait: a keep-alive client whose next request came
+just before the idle limit had its body refused), and each listener takes up to
 ``max_connections`` (4,096) at once, capped so the process cannot run out of file descriptors (an
 ``accept`` failing with EMFILE would end eventlet's listener).
 
@@ -126,13 +128,13 @@ class _DeadlineInput:
 
 
 class _DeadlineProtocol(eventlet.wsgi.HttpProtocol):
-    """eventlet's HTTP protocol with a deadline per request (``request_timeout_s``, set by
-    :func:`_protocol`): the head must be in by then, and body reads fail with a timeout after it."""
+    """eventlet's HTTP protocol with deadlines per request (``request_timeout_s``, set by
+    :func:`_protocol`): the head must be in that long after the wait for it began, and body reads fail
+    with a timeout once that long has passed since the head came in."""
 
     request_timeout_s = DEFAULT_REQUEST_TIMEOUT_S
 
     def handle_one_request(self) -> None:
-        self._deadline = time.monotonic() + self.request_timeout_s
         # socket.timeout is what eventlet's server expects from a slow client: it just closes the socket
         self._head_timer = eventlet.Timeout(self.request_timeout_s, socket.timeout("request head too slow"))
         try:
@@ -143,7 +145,8 @@ class _DeadlineProtocol(eventlet.wsgi.HttpProtocol):
     def get_environ(self) -> dict[str, Any]:
         self._head_timer.cancel()  # the head is in; the app runs without a deadline of its own
         environ = super().get_environ()
-        environ["wsgi.input"] = _DeadlineInput(environ["wsgi.input"], self._deadline, self)
+        deadline = time.monotonic() + self.request_timeout_s
+        environ["wsgi.input"] = _DeadlineInput(environ["wsgi.input"], deadline, self)
         return environ
 
 

@@ -416,6 +416,31 @@ def test_a_body_trickled_past_the_deadline_is_refused_and_changes_nothing(tmp_pa
         served.stop()
 
 
+def test_a_request_after_a_long_idle_keep_alive_has_its_own_deadline(tmp_path):
+    """The deadline of a request counts from its head's arrival, not from when the connection began
+    waiting: an agent's keep-alive connection idle for nearly ``request_timeout_s`` whose next request
+    arrived just in time had its body refused (HTTP 400 "could not be read whole", a k=8 emulation)."""
+    served = Served(tmp_path, request_timeout_s=1.0)
+    body = json.dumps({"job_id": "late"}).encode()
+    head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+            + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
+            + b"\r\n\r\n")
+    sock = socket.create_connection(("127.0.0.1", served.server.port), timeout=5)
+    try:
+        sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(0.8)  # idle, within the keep-alive limit
+        sock.sendall(head)
+        time.sleep(0.4)  # the body follows after the connection's first deadline, within the request's own
+        sock.sendall(body)
+        answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 201"), answer[:300]
+        assert "late" in served.registry.jobs
+    finally:
+        sock.close()
+        served.stop()
+
+
 def test_socket_and_token_file_are_root_only(tmp_path, served):
     mode = os.stat(served.server.socket_path).st_mode
     assert stat.S_ISSOCK(mode) and mode & 0o777 == 0o600
