@@ -722,6 +722,37 @@ def test_a_started_flow_gets_its_dscp_and_pacing_from_the_start_answer(tmp_path,
     assert pacing == pytest.approx(1e7 / 8, rel=0.01)  # alone on a 10 Mbit/s path: the line rate
 
 
+def test_until_its_first_allocation_a_started_flow_is_paced_at_its_path_rate(tmp_path, registry_server):
+    """Between its start and the start answer a flow goes as it would alone on its path, never unpaced:
+    unpaced, a new flow put its whole congestion window into the top class before the scheduler had
+    placed it (docs/emulation.md, "The allocation delivered", item 10)."""
+    from controller.client import EchelonClient
+    from traffic.registry_link import RegistryLink
+    sock_path, token = registry_server
+    with EchelonClient(socket_path=sock_path, token_file=token) as client:
+        client.set_scheduler("echelon")
+    job = Job("lone")
+    job.add(FlowTask("f", "h1", "h16", 1_000_000))
+    link = RegistryLink(RegistrySettings(sock_path, token, 600.0, "p-", True, 0.5), log=lambda text: None)
+    try:
+        link.declare_job(job)
+        channel = Channel("lone.1", "h1", "h16", None, "127.0.0.1", "127.0.0.2", 47000, path_rate_bps=4e6)
+        channel.src_port = 40002  # registered, never connected: no fabric here
+        link.register_channel(channel)
+        with link._lock:  # the background start report cannot reach the registry yet
+            link.flow_started(job, job.tasks["f"], channel, time.time())
+            time.sleep(0.1)
+            before = link.pacing_bytes_per_s("lone", "f")
+        deadline = time.monotonic() + 10
+        while link.pacing_bytes_per_s("lone", "f") == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        after = link.pacing_bytes_per_s("lone", "f")
+    finally:
+        link.close()
+    assert before == 4e6 / 8
+    assert after == pytest.approx(1e7 / 8, rel=0.01)  # the allocation: alone on a 10 Mbit/s path
+
+
 def test_a_job_the_trace_format_cannot_carry_fails_before_any_agent_starts(tmp_path):
     """Run-specs carry jobs in the trace format, which has no zero-byte flows: refuse up front."""
     job = Job("z")

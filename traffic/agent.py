@@ -97,6 +97,7 @@ class Agent:
         self.receiver: FlowReceiver | None = None
         self.control: ControlEndpoint | None = None
         self.topology = spec.topology()
+        self.capacity_bps = {} if self.topology is None else self.topology.capacity_bps()
         self.channels = ChannelPool(self._open_channel)
         self.tcp_before: dict[str, int] = {}  # this namespace's TCP counters when the agent started
         self._channel_numbers = iter(range(1, 1 << 30))
@@ -374,10 +375,11 @@ class Agent:
 
     def _open_channel(self, key: ChannelKey) -> Channel:
         dst, path = key
+        path_rate_bps = None if path is None else min(self.capacity_bps[link] for link in zip(path, path[1:]))
         channel = Channel(f"{self.me}.{dst}.{next(self._channel_numbers)}", self.me, dst, path,
                           self.spec.hosts_ip[self.me], self.spec.hosts_ip[dst], self.spec.data_port,
                           io_timeout_s=self.spec.confirm_timeout_s,
-                          congestion_control=self.spec.congestion_control)
+                          congestion_control=self.spec.congestion_control, path_rate_bps=path_rate_bps)
         channel.bind()
         self.registry.register_channel(channel)  # its rules are in the switches before its SYN leaves
         channel.connect(self.spec.connect_timeout_s)

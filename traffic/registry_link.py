@@ -69,7 +69,8 @@ class RegistryPort:
         return None
 
     def pacing_bytes_per_s(self, job_id: str, flow_id: str) -> int | None:
-        """The rate the flow should be paced at, or None for no limit (plain TCP)."""
+        """The rate the flow should be paced at (its allocation's, or its channel's path rate until the
+        first allocation arrives), or None for no limit (plain TCP)."""
         return None
 
     def held(self, job_id: str, flow_id: str) -> bool:
@@ -126,6 +127,8 @@ class RegistryLink(RegistryPort):
         self._decided_at: dict[str, float] = {}  # flow -> decision time of the allocation in force
         self._remember_lock = threading.Lock()  # three threads bring allocations (see _remember)
         self._progress: dict[str, list] = {}
+        #: started flows whose first allocation has not arrived yet -> their channel's path rate (bit/s)
+        self._awaiting: dict[str, float] = {}
         self._errors: list[str] = []
         self._stop = threading.Event()
         self._unreachable_since: float | None = None  # the registry stopped answering then
@@ -187,6 +190,8 @@ class RegistryLink(RegistryPort):
     # ------------------------------------------------------------------ during the run (in the background)
     def flow_started(self, job: Job, flow: FlowTask, channel: Channel, start_s: float) -> None:
         if flow.size_bytes > 0:
+            if channel.path_rate_bps:
+                self._awaiting[self._name(job.job_id, flow.task_id)] = channel.path_rate_bps
             self._reports.put(("start", self.prefix + job.job_id, flow.task_id, channel, start_s))
 
     def flow_finished(self, job: Job, flow: FlowTask, finish_s: float) -> None:
@@ -306,7 +311,11 @@ class RegistryLink(RegistryPort):
     def pacing_bytes_per_s(self, job_id: str, flow_id: str) -> int | None:
         if not (self.settings.pace and self.enforces):
             return None
-        rate = self._rate_bps.get(self._name(job_id, flow_id))
+        name = self._name(job_id, flow_id)
+        # Until its first allocation arrives (the start report's round trip: a few milliseconds), a flow
+        # goes at its path's rate, as it would alone: unpaced it would put a whole congestion window into
+        # the top class at once (docs/emulation.md, "The allocation delivered", item 10).
+        rate = self._rate_bps.get(name, self._awaiting.get(name))
         return None if rate is None else int(rate / 8)
 
     def held(self, job_id: str, flow_id: str) -> bool:
@@ -324,6 +333,7 @@ class RegistryLink(RegistryPort):
 
     def _apply(self, name: str, allocation: dict) -> None:
         # The long-poll, the poller and the start report each bring allocations: keep the newest decision
+        self._awaiting.pop(name, None)
         decided = allocation.get("decided_at_s")
         if isinstance(decided, (int, float)):
             if decided < self._decided_at.get(name, float("-inf")):

@@ -137,12 +137,14 @@ class Channel:
 
     def __init__(self, channel_id: str, src: str, dst: str, path: tuple[str, ...] | None, bind_ip: str,
                  dst_ip: str, dst_port: int, io_timeout_s: float = 30.0,
-                 congestion_control: str | None = None) -> None:
+                 congestion_control: str | None = None, path_rate_bps: float | None = None) -> None:
         self.channel_id = channel_id
         self.congestion_control = congestion_control
         self.src = src
         self.dst = dst
         self.path = path
+        #: the slowest link of the path (None: not known): what a flow alone on it would get
+        self.path_rate_bps = path_rate_bps
         self.bind_ip = bind_ip
         self.dst_ip = dst_ip
         self.dst_port = dst_port
