@@ -691,29 +691,43 @@ def test_agents_declare_start_and_finish_every_flow_in_the_registry(tmp_path, re
     client.close()
 
 
-def test_a_started_flow_gets_its_dscp_and_pacing_from_the_start_answer(tmp_path, registry_server):
-    """No poll needed: the allocation the arrival's round decided comes back with the (background)
-    start call."""
+def _one_flow_on_a_registered_channel(registry_server, job_id: str, src_port: int,
+                                      path_rate_bps: float | None = None):
+    """A RegistryLink to the real registry (scheduler echelon) with job ``job_id`` declared (one 1 MB flow
+    ``f`` h1 -> h16) and a channel for it registered, never connected (no fabric here).  The poll
+    interval is far beyond the tests: whatever the link learns comes from the start answer."""
     from controller.client import EchelonClient
     from traffic.registry_link import RegistryLink
     sock_path, token = registry_server
     with EchelonClient(socket_path=sock_path, token_file=token) as client:
         client.set_scheduler("echelon")
-    job = Job("solo")
+    job = Job(job_id)
     job.add(FlowTask("f", "h1", "h16", 1_000_000))
-    # a poll interval far beyond the test: whatever the link knows came from the start answer
-    link = RegistryLink(RegistrySettings(sock_path, token, 600.0, "s-", True, 0.5), log=lambda text: None)
+    link = RegistryLink(RegistrySettings(sock_path, token, 600.0, f"{job_id}-", True, 0.5),
+                        log=lambda text: None)
+    link.declare_job(job)
+    channel = Channel(f"{job_id}.1", "h1", "h16", None, "127.0.0.1", "127.0.0.2", 47000,
+                      path_rate_bps=path_rate_bps)
+    channel.src_port = src_port
+    link.register_channel(channel)
+    return link, job, channel
+
+
+def _wait_while(condition, limit_s: float = 10.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_started_flow_gets_its_dscp_and_pacing_from_the_start_answer(tmp_path, registry_server):
+    """No poll needed: the allocation the arrival's round decided comes back with the (background)
+    start call."""
+    link, job, channel = _one_flow_on_a_registered_channel(registry_server, "solo", 40001)
     try:
-        link.declare_job(job)
-        channel = Channel("solo.1", "h1", "h16", None, "127.0.0.1", "127.0.0.2", 47000)
-        channel.src_port = 40001  # registered, never connected: no fabric here
-        link.register_channel(channel)
         idle = link.dscp("solo", "f")
         assert link.pacing_bytes_per_s("solo", "f") is None
         link.flow_started(job, job.tasks["f"], channel, time.time())  # reported in the background
-        deadline = time.monotonic() + 10
-        while link.dscp("solo", "f") == idle and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_while(lambda: link.dscp("solo", "f") == idle)
         dscp, pacing = link.dscp("solo", "f"), link.pacing_bytes_per_s("solo", "f")
     finally:
         link.close()
@@ -726,26 +740,13 @@ def test_until_its_first_allocation_a_started_flow_is_paced_at_its_path_rate(tmp
     """Between its start and the start answer a flow goes as it would alone on its path, never unpaced:
     unpaced, a new flow put its whole congestion window into the top class before the scheduler had
     placed it (docs/emulation.md, "The allocation delivered", item 10)."""
-    from controller.client import EchelonClient
-    from traffic.registry_link import RegistryLink
-    sock_path, token = registry_server
-    with EchelonClient(socket_path=sock_path, token_file=token) as client:
-        client.set_scheduler("echelon")
-    job = Job("lone")
-    job.add(FlowTask("f", "h1", "h16", 1_000_000))
-    link = RegistryLink(RegistrySettings(sock_path, token, 600.0, "p-", True, 0.5), log=lambda text: None)
+    link, job, channel = _one_flow_on_a_registered_channel(registry_server, "lone", 40002, path_rate_bps=4e6)
     try:
-        link.declare_job(job)
-        channel = Channel("lone.1", "h1", "h16", None, "127.0.0.1", "127.0.0.2", 47000, path_rate_bps=4e6)
-        channel.src_port = 40002  # registered, never connected: no fabric here
-        link.register_channel(channel)
         with link._lock:  # the background start report cannot reach the registry yet
             link.flow_started(job, job.tasks["f"], channel, time.time())
             time.sleep(0.1)
             before = link.pacing_bytes_per_s("lone", "f")
-        deadline = time.monotonic() + 10
-        while link.pacing_bytes_per_s("lone", "f") == before and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_while(lambda: link.pacing_bytes_per_s("lone", "f") == before)
         after = link.pacing_bytes_per_s("lone", "f")
     finally:
         link.close()
