@@ -13,10 +13,10 @@ Slow clients cannot starve the others.  eventlet.wsgi serves each connection in 
 pool (1,024 by default) and its socket timeout bounds only the wait for *each* read, so a client that
 sends one header byte every few seconds (slowloris) held its thread for ever: 1,100 such connections
 left normal TCP requests unanswered (benchmarks/bench_api_load.py).  So here a request's head (request
-line and headers) must arrive within ``request_timeout_s`` (10 s) of the server starting to wait for it,
-so an idle keep-alive connection is closed after that long, and its body within ``request_timeout_s``
-of the head (counted from the head, not from the wait: a keep-alive client whose next request came
-just before the idle limit had its body refused), and each listener takes up to
+line and headers) must arrive within ``request_timeout_s`` (10 s) of the server starting to wait for it
+(an idle keep-alive connection is closed after that long) and its body within ``request_timeout_s`` of
+the head (counted from the head, not from the wait: a keep-alive client whose next request came just
+before the idle limit had its body refused); each listener takes up to
 ``max_connections`` (4,096) at once, capped so the process cannot run out of file descriptors (an
 ``accept`` failing with EMFILE would end eventlet's listener).
 
