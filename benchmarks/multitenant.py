@@ -15,6 +15,12 @@ seeds, whiskers the spread).
 
     .venv/bin/python benchmarks/multitenant.py [--k 8] [--rate-gbps 10] [--oversubscription 1 4]
         [--jobs 12] [--iterations 2] [--loads 0.1 0.3 1.0] [--seeds 1 2 3] [--scheduler NAME]...
+        [--workers N] [--resume]
+
+``--workers N`` simulates N cells (topology x load x seed x scheduler) at once, each in its own process
+(results are the same as one after another: every cell is deterministic); ``--resume`` keeps the runs
+already in ``--out/results.json`` and simulates only the cells missing there (a grid grown, or an
+interrupted one finished).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import argparse
 import json
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +47,14 @@ OUT_DIR = Path(__file__).resolve().parent / "results" / "multitenant"
 def p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+
+
+def run_cell(cell: tuple[int, float, float, float, int, int, int, str]) -> dict[str, Any]:
+    """One grid cell, from plain values (what a worker process receives)."""
+    k, rate_gbps, ratio, load, seed, jobs, iterations, scheduler = cell
+    topology = build("fattree", rate_gbps * 1e9, k=k, oversubscription=ratio)
+    spec = {"jobs": jobs, "load": load, "seed": seed, "iterations": iterations}
+    return run_one(topology, spec, scheduler)
 
 
 def run_one(topology: Any, spec: dict[str, Any], scheduler: str) -> dict[str, Any]:
@@ -166,6 +181,9 @@ def main() -> None:
     parser.add_argument("--scheduler", action="append", help="repeatable; default: " + " ".join(SCHEDULERS))
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     parser.add_argument("--replot", action="store_true", help="only re-render from --out/results.json")
+    parser.add_argument("--workers", type=int, default=1, help="cells simulated at once (processes)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep --out/results.json's runs and simulate only the missing cells")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     command = "benchmarks/multitenant.py " + " ".join(
@@ -178,20 +196,26 @@ def main() -> None:
         runs, command = document["runs"], document["command"]
     else:
         schedulers = check_names(args.scheduler or []) or list(SCHEDULERS)
-        runs = []
+        runs = json.loads(document_path.read_text())["runs"] if args.resume and document_path.exists() else []
+        done = {(r["topology"], r["load"], r["seed"], r["scheduler"]) for r in runs}
+        cells = []
         for ratio in args.oversubscription:
-            topology = build("fattree", args.rate_gbps * 1e9, k=args.k, oversubscription=ratio)
-            for load in args.loads:
-                for seed in args.seeds:
-                    spec = {"jobs": args.jobs, "load": load, "seed": seed, "iterations": args.iterations}
-                    for scheduler in schedulers:
-                        run = run_one(topology, spec, scheduler)
-                        runs.append(run)
-                        slowdowns = [j["slowdown"] for j in run["jobs"].values()]
-                        print(f"{topology.name} load {load:g} seed {seed} {scheduler:<10} "
-                              f"mean slowdown {statistics.fmean(slowdowns):.2f} p95 {p95(slowdowns):.2f} "
-                              f"objective {run['objective_s']:.1f} s ({run['run_s']:.1f} s)", flush=True)
-                        document_path.write_text(json.dumps({"command": command, "runs": runs}, indent=1))
+            name = build("fattree", args.rate_gbps * 1e9, k=args.k, oversubscription=ratio).name
+            cells += [(args.k, args.rate_gbps, ratio, load, seed, args.jobs, args.iterations, scheduler)
+                      for load in args.loads for seed in args.seeds for scheduler in schedulers
+                      if (name, load, seed, scheduler) not in done]
+        with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+            for future in as_completed([pool.submit(run_cell, cell) for cell in cells]):
+                run = future.result()
+                runs.append(run)
+                slowdowns = [j["slowdown"] for j in run["jobs"].values()]
+                print(f"{run['topology']} load {run['load']:g} seed {run['seed']} {run['scheduler']:<10} "
+                      f"mean slowdown {statistics.fmean(slowdowns):.2f} p95 {p95(slowdowns):.2f} "
+                      f"objective {run['objective_s']:.1f} s ({run['run_s']:.1f} s)", flush=True)
+                document_path.write_text(json.dumps({"command": command, "runs": runs}, indent=1))
+        order = {name: index for index, name in enumerate(SCHEDULERS)}
+        runs.sort(key=lambda r: (r["topology"], r["load"], r["seed"], order.get(r["scheduler"], len(order))))
+        document_path.write_text(json.dumps({"command": command, "runs": runs}, indent=1))
     rows = summarise(runs)
     (args.out / "results.md").write_text(markdown(rows, command))
     plot(runs, rows, args.out)
