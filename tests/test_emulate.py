@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -92,32 +93,39 @@ def test_emulate_fig2_reproduces_the_paper_within_10_percent(require_fabric, tmp
 
 # Also before the module fixture (its own fabric in a subprocess).
 def test_emulate_fattree_fsdp_ps_keeps_echelons_gain_over_coflow(require_fabric, tmp_path):
-    """The central claim on the k=4 fat-tree, one run per scheduler: echelon's objective (sum of
-    EchelonFlow tardiness) and FSDP job beat coflow's on the fabric as in the simulator (objective 18.07
-    against 24.26 s, FSDP 9.90 against 12.54 s), and every job lands within 12 % of its simulation.
-    Before new flows were paced at their path's rate until their first allocation, coflow ran a branch
-    the fluid model does not take (FSDP 10.8-10.9 s, -13 %) in 2 of 3 runs (docs/emulation.md, item 10)."""
+    """The central claim on the k=4 fat-tree, judged like every emulation number here on the median of
+    three runs per scheduler: echelon's objective (sum of EchelonFlow tardiness) and FSDP job beat
+    coflow's on the fabric as in the simulator (objective 18.07 against 24.26 s, FSDP 9.90 against
+    12.54 s), and every job's median lands within 12 % of its simulation.  One run is not enough:
+    coflow's FSDP is multimodal on the wire (12.5-13.0 s in most runs, 11.7 s or 10.6 s when a flow
+    of the ring finishes a few milliseconds earlier than in the fluid model; docs/emulation.md, item 10)."""
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     emu = subprocess.run([sys.executable, "-m", "cli", "emulate", "fattree-fsdp-ps", "--scheduler", "coflow",
-                          "--scheduler", "echelon", "--no-alone", "--no-plots", "--timing-noise-ms", "0",
-                          "--json", "--out", str(tmp_path / "run")],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+                          "--scheduler", "echelon", "--repeat", "3", "--no-alone", "--no-plots",
+                          "--timing-noise-ms", "0", "--json", "--out", str(tmp_path / "run")],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert emu.returncode == 0, emu.stderr[-2000:]
     sim = subprocess.run([sys.executable, "-m", "cli", "simulate", "fattree-fsdp-ps", "--scheduler", "coflow",
                           "--scheduler", "echelon", "--json"],
                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert sim.returncode == 0, sim.stderr[-2000:]
-    emulated = {r["scheduler"]: r for r in json.loads(emu.stdout)["runs"]}
     simulated = {r["scheduler"]: r for r in json.loads(sim.stdout)["runs"]}
-    for name, run in emulated.items():
-        for job, result in run["jobs"].items():
-            expected = simulated[name]["jobs"][job]["completion_s"]
-            got = result["completion_s"]
-            assert abs(got / expected - 1) <= 0.12, f"{name} {job}: emulated {got:.2f} s vs {expected:.2f} s"
-    echelon, coflow = emulated["echelon"], emulated["coflow"]
-    objectives = echelon["objective_s"], coflow["objective_s"]
-    assert objectives[0] <= 0.9 * objectives[1], objectives
-    assert echelon["jobs"]["fsdp"]["completion_s"] < coflow["jobs"]["fsdp"]["completion_s"]
+    repeats: dict[str, list[dict]] = {}
+    for run in json.loads(emu.stdout)["runs"]:
+        repeats.setdefault(run["scheduler"], []).append(run)
+    assert sorted(repeats) == ["coflow", "echelon"] and all(len(r) == 3 for r in repeats.values()), repeats
+    median_s: dict[str, dict[str, float]] = {}
+    for name, runs in repeats.items():
+        median_s[name] = {job: statistics.median(r["jobs"][job]["completion_s"] for r in runs)
+                          for job in runs[0]["jobs"]}
+        median_s[name]["objective"] = statistics.median(r["objective_s"] for r in runs)
+    for name, medians in median_s.items():
+        for job, sim_job in simulated[name]["jobs"].items():
+            got, expected = medians[job], sim_job["completion_s"]
+            assert abs(got / expected - 1) <= 0.12, f"{name} {job}: median {got:.2f} s vs simulated {expected:.2f} s"
+    echelon, coflow = median_s["echelon"], median_s["coflow"]
+    assert echelon["objective"] <= 0.9 * coflow["objective"], median_s
+    assert echelon["fsdp"] < coflow["fsdp"], median_s
 
 
 def test_agents_on_the_fabric_deliver_exact_bytes_and_respect_dependencies(fabric, tmp_path):

@@ -280,8 +280,14 @@ class Fabric:
                 if self.packet_in_limit is not None:
                     ovs.limit_packet_ins(self.bridges, *self.packet_in_limit)
                 self._wait_connected()
-        except BaseException:
-            self.stop()
+        except BaseException as exc:
+            try:
+                self.stop()
+            except Exception as cleanup_exc:  # noqa: BLE001 (report the start's own error, not the clean-up's)
+                if not isinstance(exc, Exception):
+                    raise exc from None  # Ctrl-C stays Ctrl-C
+                raise FabricError(f"{exc}; removing the half-started fabric failed too ({cleanup_exc}): "
+                                  "`echelon fabric clean` removes what is left") from exc
             raise
         self.timings_s["start"] = time.monotonic() - t0
         return self

@@ -46,20 +46,23 @@ def vsctl_transactions(commands: Iterable[list[str]], timeout_s: float = 120.0) 
     """Run ovs-vsctl commands (each a list of args) in as few transactions as fit; return stdout lines.
 
     Each element of ``commands`` is one vsctl command (e.g. ``["--if-exists", "del-br", "e1"]``).
-    Output lines (e.g. uuids printed by ``create``) are returned in order.
+    Output lines (e.g. uuids printed by ``create``) are returned in order.  ``timeout_s`` bounds each
+    transaction, including ovs-vswitchd applying it: ovs-vsctl's own alarm gets the whole of it (a busy
+    userspace datapath can take minutes to reconfigure many bridges), our wait a little more.
     """
+    argv0 = ["ovs-vsctl", f"--timeout={max(1, round(timeout_s))}"]
     out: list[str] = []
     batch: list[str] = []
     size = 0
     for cmd in commands:
         cost = sum(len(a) + 1 for a in cmd) + 4
         if batch and size + cost > MAX_ARGS_CHARS:
-            out.extend(run(["ovs-vsctl", "--timeout=60"] + batch, timeout_s=timeout_s).splitlines())
+            out.extend(run(argv0 + batch, timeout_s=timeout_s + 10).splitlines())
             batch, size = [], 0
         batch += ["--"] + list(cmd)
         size += cost
     if batch:
-        out.extend(run(["ovs-vsctl", "--timeout=60"] + batch, timeout_s=timeout_s).splitlines())
+        out.extend(run(argv0 + batch, timeout_s=timeout_s + 10).splitlines())
     return out
 
 
