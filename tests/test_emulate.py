@@ -122,7 +122,7 @@ def test_emulate_fattree_fsdp_ps_keeps_echelons_gain_over_coflow(require_fabric,
     for name, medians in median_s.items():
         for job, sim_job in simulated[name]["jobs"].items():
             got, expected = medians[job], sim_job["completion_s"]
-            assert abs(got / expected - 1) <= 0.12, f"{name} {job}: median {got:.2f} s vs simulated {expected:.2f} s"
+            assert abs(got / expected - 1) <= 0.12, f"{name} {job}: median {got:.2f} s vs {expected:.2f} s"
     echelon, coflow = median_s["echelon"], median_s["coflow"]
     assert echelon["objective"] <= 0.9 * coflow["objective"], median_s
     assert echelon["fsdp"] < coflow["fsdp"], median_s
