@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+
+# A suite started as a background job (``cmd &`` in a script) inherits SIGINT ignored, and so would
+# every process the tests start; the tests of what Ctrl-C does need it delivered, as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def fabric_missing_reason() -> str:

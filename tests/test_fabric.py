@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -275,8 +276,9 @@ time.sleep(600)
 """
 
 
-def _start_owner(tag: str) -> subprocess.Popen:
-    proc = subprocess.Popen([PY, "-c", OWNER_SCRIPT, tag], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+def _start_owner(tag: str, sigint: Any = signal.SIG_DFL) -> subprocess.Popen:
+    proc = subprocess.Popen([PY, "-c", OWNER_SCRIPT, tag], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     line = proc.stdout.readline() if proc.stdout else ""
     assert line.strip() == "READY", f"fabric owner did not start (exit {proc.poll()})"
     return proc
@@ -295,6 +297,21 @@ def test_sigterm_to_owner_removes_everything(require_fabric):
     proc = _start_owner(tag)
     owned = _owned_by(tag)
     assert ovs.bridges_owned(tag)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) != 0
+    assert_nothing_left(*owned)
+
+
+@pytest.mark.fabric
+def test_an_owner_that_ignores_sigint_keeps_its_fabric_through_one(require_fabric):
+    """A background job inherits SIGINT ignored: a Ctrl-C meant for the terminal's foreground must not
+    tear its fabric down under a still-running owner (CI's emulations then stalled for 30 s)."""
+    tag = f"sigign{os.getpid()}"
+    proc = _start_owner(tag, sigint=signal.SIG_IGN)
+    owned = _owned_by(tag)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(2.0)
+    assert proc.poll() is None and set(ovs.bridges_owned(tag)) == set(owned[1])
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) != 0
     assert_nothing_left(*owned)

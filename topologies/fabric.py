@@ -463,6 +463,8 @@ class Fabric:
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be set from the main thread
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) is signal.SIG_IGN:
+                continue  # ignored here (a background job's SIGINT, nohup's SIGHUP): it stops nothing
             self._old_handlers[signum] = signal.signal(signum, self._on_signal)
 
     def _remove_exit_hooks(self) -> None:
@@ -477,8 +479,6 @@ class Fabric:
         self.stop()
         if callable(previous):
             previous(signum, frame)
-        elif previous == signal.SIG_IGN:
-            return
         elif signum == signal.SIGINT:
             raise KeyboardInterrupt
         else:
