@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 
@@ -73,5 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("echelon: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (``echelon simulate fig2 | head -1``): stop quietly, as the shell tools do;
+        # stdout goes to /dev/null so the interpreter's final flush does not fail a second time
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 

@@ -231,6 +231,9 @@ class Results:
     # A simulation also run under timing noise (``simulator.noise``): the jitter, the sample count and,
     # per scheduler, the spread of every job's completion and of the objective over the samples.
     timing_noise: dict[str, Any] | None = None
+    # A simulation under another rescheduling rule than the exact one (``simulator.engine``: "coflow",
+    # Varys's); absent means every flow start and finish was a decision.
+    rescheduling: str | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         out = {"scenario": self.scenario, "mode": self.mode, "runs": [r.to_json_dict() for r in self.runs]}
@@ -238,6 +241,8 @@ class Results:
             out["dilation"] = self.dilation
         if self.timing_noise is not None:
             out["timing_noise"] = self.timing_noise
+        if self.rescheduling is not None:
+            out["rescheduling"] = self.rescheduling
         return out
 
     @classmethod
@@ -255,8 +260,11 @@ class Results:
         noise = data.get("timing_noise")
         if noise is not None and not isinstance(noise, dict):
             raise UserError("result field 'timing_noise' must be an object")
+        rescheduling = data.get("rescheduling")
+        if rescheduling is not None and not isinstance(rescheduling, str):
+            raise UserError("result field 'rescheduling' must be a string")
         runs = [RunResult.from_json_dict(r) for r in data["runs"]]
-        return cls(data["scenario"], data["mode"], runs, dilation, noise)
+        return cls(data["scenario"], data["mode"], runs, dilation, noise, rescheduling)
 
 
 def format_table(results: Results) -> str:
@@ -277,7 +285,8 @@ def format_table(results: Results) -> str:
                 ]
             )
         rows.append([run.scheduler, "(all)", "", "", f"{run.objective_s:.3f}", ""])
-    return render_table(f"scenario {results.scenario} ({results.mode})", header, rows)
+    rule = f", {results.rescheduling} rescheduling rule" if results.rescheduling else ""
+    return render_table(f"scenario {results.scenario} ({results.mode}{rule})", header, rows)
 
 
 def render_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

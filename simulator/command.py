@@ -29,6 +29,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="scheduler to run (repeatable; default: the scenario's list, normally fair, coflow, echelon)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON result document on stdout")
+    parser.add_argument("--rescheduling", choices=("every-flow", "coflow"), default="every-flow",
+                        help="when the scheduler decides again: at every flow start and finish (every-flow, "
+                             "exact, the default), or at flow starts and coflow/EchelonFlow completions only "
+                             "(coflow: Varys's and CoflowSim's rule, for coflow traces such as fb2010; it "
+                             "distorts staggered EchelonFlows, docs/performance.md)")
     parser.add_argument("--timing-noise-ms", type=jitter_ms_argument, metavar="MS",
                         help="also simulate with every compute up to MS ms longer (seeded samples) and show "
                              "the spread: whether a result survives events that no longer coincide exactly")
@@ -49,11 +54,12 @@ def run(args: argparse.Namespace) -> int:
     if args.samples is not None and args.timing_noise_ms is None:
         raise UserError("--samples needs --timing-noise-ms")
     scenario = load_scenario(args.scenario)
-    results = Results(scenario.name, "simulate")
+    results = Results(scenario.name, "simulate",
+                      rescheduling=None if args.rescheduling == "every-flow" else args.rescheduling)
     for name in names or scenario.schedulers:
         try:
             results.runs.append(simulate(scenario.topology, scenario.jobs, get_scheduler(name),
-                                        events=scenario.events))
+                                        events=scenario.events, rescheduling=args.rescheduling))
         except SimulationError as exc:
             raise UserError(f"scenario {scenario.name}: scheduler {name}: {exc}") from None
     attach_lower_bounds(results.runs, scenario.jobs, scenario.topology)

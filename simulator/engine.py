@@ -19,6 +19,15 @@ ideal finish is r + o_j (the paper's arrangement function anchored at the head f
 sees that running r; the result (tardiness, objective, ideal finish times) is built from the final task
 times by ``echelonflow.results.build_run``, the same builder the emulation uses.
 
+Rescheduling.  By default (``rescheduling="every-flow"``) the scheduler decides again at every flow
+start and finish: the exact fluid model, and what the bundled results are.  ``rescheduling="coflow"``
+is the rule of Varys and of its authors' simulator CoflowSim: rates are recomputed when a flow starts
+and when an EchelonFlow (a coflow) completes, not when one of its flows finishes early; what such a
+flow leaves free stays idle until the next such event (or until nothing else would move).  Under
+MADD with back-fill every flow of a coflow finishes at its own instant, so the exact model makes one
+decision per flow; on the FB2010 trace (700,000 flows, up to 160,000 active) that is hours, while the
+coflow rule makes about one per coflow arrival and completion (docs/performance.md).
+
 A job's completion time counts from its arrival.  Slowdown of a job = its completion time with all jobs
 together / its completion time when it runs alone on the same network with the same scheduler (one
 extra run per job when there are several).
@@ -70,6 +79,8 @@ TIME_RTOL = 1e-9
 BYTES_ATOL = 1e-6
 #: Allowed relative excess of a link's summed rates over its capacity.
 CAPACITY_RTOL = 1e-6
+#: When the scheduler decides again (module docstring, "Rescheduling").
+RESCHEDULING = ("every-flow", "coflow")
 
 
 class SimulationError(RuntimeError):
@@ -119,6 +130,7 @@ def simulate(
     alone_runs: bool = True,
     workers: int = 1,
     events: Sequence[FaultEvent] = (),
+    rescheduling: str = "every-flow",
 ) -> SimulationResult:
     """Run all ``jobs`` together (and each alone, for slowdowns); return the shared result shape.
 
@@ -127,7 +139,8 @@ def simulate(
     (slowdowns are then 1.0): for studies that only need completion times.  ``workers`` > 1 runs the
     alone runs in that many - 1 forked processes while this one runs the jobs together (the results
     are the same; only the wall time changes).  ``events``: faults replayed in every run (module
-    docstring); the runs alone see them at the same times.
+    docstring); the runs alone see them at the same times.  ``rescheduling``: ``"every-flow"`` (exact)
+    or ``"coflow"`` (Varys's rule; module docstring).
 
     Python's cyclic garbage collector is paused for the call (and restored after): the runs create
     no reference cycles worth collecting, but hundreds of thousands of live task, tuple and dict
@@ -136,7 +149,7 @@ def simulate(
     """
     with _collector_paused():
         return _simulate(topology, jobs, scheduler, placement_check, check_invariants, alone_runs, workers,
-                         events)
+                         events, rescheduling)
 
 
 @contextlib.contextmanager
@@ -153,20 +166,23 @@ def _collector_paused():
 
 def _simulate(
     topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, placement_check: bool,
-    check_invariants: bool, alone_runs: bool, workers: int, events: Sequence[FaultEvent],
+    check_invariants: bool, alone_runs: bool, workers: int, events: Sequence[FaultEvent], rescheduling: str,
 ) -> SimulationResult:
+    if rescheduling not in RESCHEDULING:
+        raise UserError(f"rescheduling must be one of {', '.join(RESCHEDULING)}, got {rescheduling!r}")
     if placement_check:
         check_placement(topology, jobs)
     pristine = copy.deepcopy(scheduler)
     specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
     prepared: dict[str, _JobIndex] = {}  # filled by the together run, read by the alone runs
-    together = _Run(topology, jobs, scheduler, check_invariants, specs, events, prepared)
+    every_flow = rescheduling == "every-flow"
+    together = _Run(topology, jobs, scheduler, check_invariants, specs, events, prepared, every_flow)
     alone_s: dict[str, float] = {}
     if len(jobs) == 1 or not alone_runs:
         together.run()
     elif workers > 1 and _can_fork():
         global _FORKED
-        _FORKED = (topology, jobs, pristine, check_invariants, specs, events, prepared)
+        _FORKED = (topology, jobs, pristine, check_invariants, specs, events, prepared, every_flow)
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(min(workers - 1, len(jobs)), mp_context=context) as pool:
             pending = [pool.submit(_alone_in_child, index) for index in range(len(jobs))]
@@ -175,17 +191,17 @@ def _simulate(
         _FORKED = None
     else:
         together.run()
-        alone_s = dict(_alone(topology, job, pristine, check_invariants, specs, events, prepared)
+        alone_s = dict(_alone(topology, job, pristine, check_invariants, specs, events, prepared, every_flow)
                        for job in jobs)
     return build_run(scheduler.name, jobs, together.start_s, together.finish_s, alone_s, specs)
 
 
 def _alone(
     topology: Topology, job: Job, pristine: Scheduler, check: bool, specs: Mapping,
-    events: Sequence[FaultEvent] = (), prepared: dict[str, _JobIndex] | None = None,
+    events: Sequence[FaultEvent] = (), prepared: dict[str, _JobIndex] | None = None, every_flow: bool = True,
 ) -> tuple[str, float]:
     """(job id, completion time) of ``job`` alone on the network, under a fresh copy of ``pristine``."""
-    run = _Run(topology, [job], copy.deepcopy(pristine), check, specs, events, prepared)
+    run = _Run(topology, [job], copy.deepcopy(pristine), check, specs, events, prepared, every_flow)
     run.run()
     return job.job_id, job_completion_s(job, run.finish_s)
 
@@ -196,8 +212,8 @@ _FORKED: tuple | None = None
 
 def _alone_in_child(index: int) -> tuple[str, float]:
     assert _FORKED is not None
-    topology, jobs, scheduler, check, specs, events, prepared = _FORKED
-    return _alone(topology, jobs[index], scheduler, check, specs, events, prepared)
+    topology, jobs, scheduler, check, specs, events, prepared, every_flow = _FORKED
+    return _alone(topology, jobs[index], scheduler, check, specs, events, prepared, every_flow)
 
 
 def _can_fork() -> bool:
@@ -253,9 +269,10 @@ class _Run:
     def __init__(
         self, topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, check: bool,
         specs: Mapping[str, Mapping[str, EchelonSpec]], events: Sequence[FaultEvent] = (),
-        prepared: dict[str, _JobIndex] | None = None,
+        prepared: dict[str, _JobIndex] | None = None, every_flow: bool = True,
     ) -> None:
         self.topology = topology
+        self.every_flow = every_flow
         self.links = LinkState()
         self.events = deque(sorted((e for e in events if e.network), key=lambda e: e.at_s))
         self.jobs = list(jobs)
@@ -367,6 +384,7 @@ class _Run:
         by_slot = sorted(self.echelons.values(), key=lambda state: state.slot)
         self.group_weight = np.array([state.weight for state in by_slot], dtype=np.float64)
         self.group_start_s = np.full(len(by_slot), math.inf)
+        self.group_active = [0] * len(by_slot)  # active flows per EchelonFlow (the coflow rule reads it)
         # Flows that finish in the same step complete in the order they started (and snapshots list
         # flows so): a policy that learns from observed finishes (echelon-online) sees them as it
         # would on the network, in arrival order, whatever the table's numbering.
@@ -406,7 +424,8 @@ class _Run:
         flows_changed = self._faults() | self._arrive()
         while True:
             self._dispatch_computes()
-            if flows_changed and (self.arrived or len(self.active)):
+            decided = flows_changed and bool(self.arrived or len(self.active))
+            if decided:
                 self._decide()
             flows_changed = False
             next_s = self.running[0][0] if self.running else math.inf
@@ -419,6 +438,9 @@ class _Run:
                 next_s = self.events[0].at_s
             next_s = min(next_s, fluid.next_finish(self.active, self.table.remaining, self.rate, self.now_s))
             if next_s == math.inf:
+                if len(self.active) and not self.every_flow and not decided:
+                    flows_changed = True  # the coflow rule left every active flow idle: decide now
+                    continue
                 if len(self.active):
                     starving = min(self.flow_qid[f] for f in self.active)
                     raise SimulationError(
@@ -479,7 +501,10 @@ class _Run:
                 self.flow_state[f].finished_bytes += self.wire[f]
                 if self.observing:
                     self._observe("finish", qid, task, float(task.size_bytes))
-                changed = True
+                slot = self.flow_slot[f]
+                self.group_active[slot] -= 1
+                # the coflow rule decides again only once the flow's whole EchelonFlow is done
+                changed = changed or self.every_flow or self.group_active[slot] == 0
         released = []
         waiting, dependants = self.waiting, self.dependants
         for qid in qids:
@@ -514,6 +539,7 @@ class _Run:
                         pending.append(dep)
                 continue
             self.arrived.append(f)
+            self.group_active[self.flow_slot[f]] += 1
             changed = True
         return changed
 

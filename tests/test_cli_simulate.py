@@ -71,6 +71,7 @@ def test_multi_job_fattree_scenario_json(capsys) -> None:
         (["simulate", "nope"], "no scenario named 'nope'"),
         (["simulate", "fig2", "--scheduler", "varys"], "unknown scheduler 'varys'"),
         (["simulate", "/no/such.json"], "does not exist"),
+        (["simulate", "fig2", "--rescheduling", "sometimes"], "--rescheduling: invalid choice: 'sometimes'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, message) -> None:
@@ -86,3 +87,13 @@ def test_bad_scenario_file_is_one_line_exit_2(tmp_path: Path) -> None:
     proc = run_cli("simulate", str(path))
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"echelon: error: scenario {path}: jobs[0].trace")
+
+
+def test_a_reader_that_goes_away_stops_it_quietly() -> None:
+    """``echelon simulate ... --json | head -c 10``: no traceback when the pipe closes early."""
+    proc = subprocess.Popen([ECHELON, "simulate", "fattree-fsdp-ps", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.read(10) == b'{\n "scenar'
+    proc.stdout.close()  # the reader is gone before the document is written out
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141 and b"Traceback" not in err, err.decode()
