@@ -370,6 +370,8 @@ class _Run:
         # each flow's wire size and EchelonFlow state, each group's reference time (mirrored into
         # ``table.reference``, which the kernels read, on every change).
         self.wire = [wire_bytes[i] for i in perm]
+        self.wire_array = np.array(self.wire, dtype=np.float64)
+        self.path_min_capacity: np.ndarray | None = None  # per flow: slowest link on its path (Aalo)
         self.flow_state = [self.echelons[eqid] for eqid in self.flow_eqid]
         self.flow_slot = self.table.ref_slot.tolist()
         self.reference = self.table.reference.tolist()
@@ -381,7 +383,7 @@ class _Run:
         self.load_buf = np.zeros(len(self.link_ids))
         self.active = np.zeros(0, dtype=np.int64)
         self.arrived: list[int] = []
-        by_slot = sorted(self.echelons.values(), key=lambda state: state.slot)
+        by_slot = self.state_by_slot = sorted(self.echelons.values(), key=lambda state: state.slot)
         self.group_weight = np.array([state.weight for state in by_slot], dtype=np.float64)
         self.group_start_s = np.full(len(by_slot), math.inf)
         self.group_active = [0] * len(by_slot)  # active flows per EchelonFlow (the coflow rule reads it)
@@ -416,6 +418,8 @@ class _Run:
             if links != table.path_links[start:stop].tolist():
                 table.path_links[start:stop] = links  # equal-cost paths have equal lengths
                 moved = True
+        if moved:
+            self.path_min_capacity = None
         return moved
 
     # ------------------------------------------------------------------ main loop
@@ -609,7 +613,16 @@ class _Run:
             path_links=table.path_links, capacity=table.capacity,
             start_s=self.group_start_s[heads].tolist(), weight=self.group_weight[heads].tolist(),
         )
+        if self.scheduler.needs_attained:  # what a snapshot's head flow would say of its group
+            sent = (self.wire_array[self.active] - table.remaining[self.active]).tolist()
+            groups.attained_bytes = [self.state_by_slot[slot].finished_bytes + sum(sent[lo:hi])
+                                     for slot, lo, hi in zip(heads.tolist(), group_ptr, group_ptr[1:])]
+            if self.path_min_capacity is None:  # per run, and again after a fault moved paths
+                self.path_min_capacity = np.minimum.reduceat(table.capacity[table.path_links],
+                                                             table.path_ptr[:-1])
+            groups.path_min_capacity = self.path_min_capacity
         serve_arrays(groups, self.scheduler.order_arrays(groups), self.rate)
+        self.valid_until_s = self.scheduler.valid_until_arrays(groups, self.rate, self.now_s)
 
     def _decide_snapshot(self) -> None:
         """Schedulers without the columnar interface: one Snapshot per decision, as the controller."""

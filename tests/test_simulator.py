@@ -8,7 +8,9 @@ import pytest
 
 from echelonflow.errors import UserError
 from echelonflow.model import ComputeTask, FlowTask, Job
+from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import SCHEDULERS, get_scheduler
+from echelonflow.schedulers.aalo import AaloScheduler
 from echelonflow.schedulers.base import Decision, Scheduler, Snapshot
 from echelonflow.topology import TopologyError, build
 from simulator.engine import SimulationError, check_decision, simulate
@@ -329,3 +331,24 @@ def test_every_run_starts_with_a_scheduler_that_has_learned_nothing() -> None:
         alone = simulate(topo, [job], get_scheduler("echelon-online")).jobs[job.job_id].completion_s
         result = together.jobs[job.job_id]
         assert result.slowdown == pytest.approx(result.completion_s / alone)
+
+
+class _SnapshotAalo(AaloScheduler):
+    """Aalo forced onto the controller's path: a snapshot per decision (``decide`` of its own)."""
+
+    def decide(self, snapshot):
+        return super().decide(snapshot)
+
+
+@pytest.mark.parametrize("scenario_name, first", [("fattree-gpipe-ring", None), ("fattree-fsdp-ps", None),
+                                                  ("fb2010", 12)])
+def test_aalo_on_the_flow_tables_arrays_decides_as_on_snapshots(scenario_name: str, first) -> None:
+    """The simulator gives Aalo its flow table's arrays (attained bytes per group, slowest link per
+    flow) instead of a snapshot per decision; queues, order and queue-change expiries stay the same."""
+    assert AaloScheduler().orders_by_arrays() and not _SnapshotAalo().orders_by_arrays()
+    scenario = load_scenario(scenario_name)
+    jobs = scenario.jobs[:first] if first else scenario.jobs
+    fast = simulate(scenario.topology, jobs, AaloScheduler(), alone_runs=False)
+    slow = simulate(scenario.topology, jobs, _SnapshotAalo(), alone_runs=False)
+    for qid, task in slow.tasks.items():
+        assert fast.tasks[qid].finish_s == pytest.approx(task.finish_s, rel=1e-9, abs=1e-9), qid

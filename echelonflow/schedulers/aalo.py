@@ -19,9 +19,10 @@ cross its threshold (``Decision.valid_until_s``) and the simulator asks again th
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from echelonflow.schedulers.base import Decision, Snapshot
-from echelonflow.schedulers.priority import GroupOrderScheduler, GroupTable
+from echelonflow.schedulers.base import Snapshot
+from echelonflow.schedulers.priority import GroupArrays, GroupOrderScheduler
 
 #: The paper's constants at its 1 Gbit/s ports: Q_0's threshold, the growth factor, the number of queues.
 FIRST_BYTES_AT_1G = 10 * 2**20
@@ -39,6 +40,7 @@ class AaloScheduler(GroupOrderScheduler):
     name = "aalo"
     enforces = True
     clairvoyant = False
+    needs_attained = True
 
     def __init__(self, first_bytes_at_1g: float = FIRST_BYTES_AT_1G, factor: float = FACTOR,
                  queues: int = QUEUES) -> None:
@@ -46,12 +48,20 @@ class AaloScheduler(GroupOrderScheduler):
         self.factor = float(factor)
         self.queues = int(queues)
 
-    def thresholds(self, snapshot: Snapshot) -> list[float]:
-        """Upper attained-bytes threshold of queues 0 .. K-2 (the last queue has none)."""
-        capacity = snapshot.capacity_bps
-        slowest = min((capacity[link] for f in snapshot.flows for link in f.path), default=GBIT_BPS)
-        first = self.first_bytes_at_1g * slowest / GBIT_BPS
+    def thresholds(self, slowest_bps: float) -> list[float]:
+        """Upper attained-bytes threshold of queues 0 .. K-2 (the last queue has none), for a network
+        whose slowest link on any active flow's path runs at ``slowest_bps``."""
+        first = self.first_bytes_at_1g * slowest_bps / GBIT_BPS
         return [first * self.factor**q for q in range(self.queues - 1)]
+
+    def thresholds_of(self, groups: GroupArrays) -> list[float]:
+        """:meth:`thresholds` for the slowest link on the paths of ``groups``' active flows."""
+        per_flow, active = groups.path_min_capacity, groups.active
+        if not len(active):
+            return self.thresholds(GBIT_BPS)
+        if hasattr(per_flow, "dtype"):  # the simulator's numpy array: one gather
+            return self.thresholds(float(per_flow[active].min()))
+        return self.thresholds(min(per_flow[f] for f in active))
 
     def queue_of(self, attained_bytes: float, thresholds: list[float]) -> int:
         for q, upper in enumerate(thresholds):
@@ -59,31 +69,38 @@ class AaloScheduler(GroupOrderScheduler):
                 return q
         return len(thresholds)
 
-    def queue_per_group(self, table: GroupTable, thresholds: list[float]) -> list[int]:
-        """Each group's queue, by its head flow's view of the group's attained bytes per weight."""
-        heads = [table.flows[start] for start in table.group_ptr[:-1]]
-        return [self.queue_of(head.group_sent_bytes / head.weight, thresholds) for head in heads]
+    def queue_per_group(self, groups: GroupArrays, thresholds: list[float]) -> list[int]:
+        """Each group's queue, by its attained bytes per weight."""
+        assert groups.attained_bytes is not None
+        return [self.queue_of(sent / weight, thresholds)
+                for sent, weight in zip(groups.attained_bytes, groups.weight)]
 
-    def group_order(self, table: GroupTable) -> list[int]:
-        queue = self.queue_per_group(table, self.thresholds(table.snapshot))
-        start_s = [min(f.group_start_s for f in table.members(g)) for g in range(len(table.gids))]
-        return sorted(range(len(table.gids)), key=lambda g: (queue[g], start_s[g], table.gids[g]))
+    def order_arrays(self, groups: GroupArrays) -> list[int]:
+        """Lower queue first, then the earlier-started group; groups come in id order, so the index
+        breaks the remaining ties by group id."""
+        queue = self.queue_per_group(groups, self.thresholds_of(groups))
+        return sorted(range(len(queue)), key=lambda g: (queue[g], groups.start_s[g], g))
 
-    def finish(self, table: GroupTable, decision: Decision) -> Decision:
-        """The decision says when the first group will cross its queue's threshold."""
-        thresholds = self.thresholds(table.snapshot)
-        queue = self.queue_per_group(table, thresholds)
+    def valid_until_arrays(self, groups: GroupArrays, rate: Any, now_s: float) -> float:
+        """When the first group will cross its queue's threshold at the served rates."""
+        assert groups.attained_bytes is not None
+        thresholds = self.thresholds_of(groups)
+        queue = self.queue_per_group(groups, thresholds)
+        active, ptr = groups.active, groups.group_ptr
+        per_flow = rate[active].tolist() if hasattr(rate, "dtype") else [rate[f] for f in active]
         soonest = math.inf
-        for g in range(len(table.gids)):
-            q = queue[g]
+        for g, q in enumerate(queue):
             if q >= len(thresholds):
                 continue
-            flows = table.members(g)
-            rate_bps = sum(decision.rate_bps[f.flow_id] for f in flows)
+            rate_bps = sum(per_flow[ptr[g]:ptr[g + 1]])
             if rate_bps <= 0.0:
                 continue
-            head = flows[0]
-            to_go_bytes = thresholds[q] * head.weight - head.group_sent_bytes
-            soonest = min(soonest, table.snapshot.now_s + max(0.0, 8.0 * to_go_bytes / rate_bps))
-        decision.valid_until_s = soonest
-        return decision
+            to_go_bytes = thresholds[q] * groups.weight[g] - groups.attained_bytes[g]
+            soonest = min(soonest, now_s + max(0.0, 8.0 * to_go_bytes / rate_bps))
+        return soonest
+
+
+def slowest_on_paths(snapshot: Snapshot) -> float:
+    """The slowest link capacity on any of ``snapshot``'s flow paths (2^30 bit/s with no flows)."""
+    capacity = snapshot.capacity_bps
+    return min((capacity[link] for f in snapshot.flows for link in f.path), default=GBIT_BPS)

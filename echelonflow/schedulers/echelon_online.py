@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from echelonflow.schedulers.aalo import AaloScheduler
+from echelonflow.schedulers.aalo import AaloScheduler, slowest_on_paths
 from echelonflow.schedulers.base import EPS_BYTES, Decision, FlowEvent, Snapshot
 from echelonflow.schedulers.echelon import EchelonScheduler
 
@@ -76,7 +76,7 @@ class EchelonOnlineScheduler(EchelonScheduler):
         return None if known is None else _left(known[0], sent_bytes)
 
     def decide(self, snapshot: Snapshot) -> Decision:
-        thresholds = self.aalo.thresholds(snapshot)
+        thresholds = self.aalo.thresholds(slowest_on_paths(snapshot))
         active: dict[str, int] = {}
         for flow in snapshot.flows:
             active[flow.echelon_id] = active.get(flow.echelon_id, 0) + 1

@@ -40,6 +40,11 @@ class GroupArrays:
     capacity: Any  # per link number, bits/s
     start_s: list[float]  # per group: when its first flow started
     weight: list[float]  # per group: its job's weight
+    #: Only for policies with :attr:`GroupOrderScheduler.needs_attained` (Aalo): per group, the wire
+    #: bytes it has sent so far, finished flows included; per flow number, the slowest link capacity
+    #: on its path (bits/s).
+    attained_bytes: list[float] | None = None
+    path_min_capacity: Any = None
 
 
 def serve_arrays(groups: GroupArrays, order: Sequence[int], rate: Any) -> list[int]:
@@ -92,61 +97,71 @@ class GroupTable:
     def members(self, g: int) -> list[ActiveFlow]:
         return self.flows[self.group_ptr[g]:self.group_ptr[g + 1]]
 
-    def arrays(self) -> GroupArrays:
+    def arrays(self, attained: bool = False) -> GroupArrays:
+        """The groups as kernel arrays; ``attained`` adds what Aalo reads (attained bytes, slowest links)."""
         count = len(self.flows)
         heads = [self.flows[start] for start in self.group_ptr[:-1]]
-        return GroupArrays(
+        groups = GroupArrays(
             active=kernels.int_array(range(count)), group_ptr=self.group_ptr, remaining=self.remaining,
             path_ptr=self.path_ptr, path_links=self.path_links, capacity=self.capacity,
             start_s=[min(f.group_start_s for f in self.members(g)) for g in range(len(self.gids))],
             weight=[head.weight for head in heads],
         )
+        if attained:
+            capacity = self.snapshot.capacity_bps
+            groups.attained_bytes = [head.group_sent_bytes for head in heads]
+            groups.path_min_capacity = [min(capacity[link] for link in f.path) for f in self.flows]
+        return groups
 
-    def serve(self, order: Sequence[int]) -> Decision:
-        """Rates and ranks for the groups served in ``order`` (group indices, each exactly once).
+    def serve(self, order: Sequence[int], groups: GroupArrays) -> tuple[Decision, Any]:
+        """Rates and ranks for the groups served in ``order`` (group indices, each exactly once), and
+        the rates by flow number.
 
         A flow's rank is its position in the global order (group order, then flow id), so the
         controller compresses it into one priority class per group, most urgent first.
         """
         rate = kernels.floats(len(self.flows))
-        served = serve_arrays(self.arrays(), order, rate)
+        served = serve_arrays(groups, order, rate)
         active = kernels.to_list(served, len(served))
         rates = kernels.to_list(rate, len(self.flows))
         ids = [self.flows[k].flow_id for k in active]
         return Decision(rate_bps={fid: rates[k] for fid, k in zip(ids, active)},
-                        rank={fid: position for position, fid in enumerate(ids)})
+                        rank={fid: position for position, fid in enumerate(ids)}), rate
 
 
 class GroupOrderScheduler(Scheduler):
-    """A policy that only orders groups (:meth:`group_order`); :class:`GroupTable` serves the order."""
+    """A policy that only orders groups (:meth:`order_arrays`); :func:`serve_arrays` serves the order.
+
+    The controller's path (:meth:`decide`) and the simulator's (its flow table's arrays, no snapshot)
+    call the same two methods, so both decide alike.
+    """
 
     _links: LinkNumbering | None = None
+    #: Does the policy read ``GroupArrays.attained_bytes`` and ``path_min_capacity`` (Aalo)?
+    needs_attained = False
 
     def decide(self, snapshot: Snapshot) -> Decision:
         if self._links is None:
             self._links = LinkNumbering()
         table = GroupTable(snapshot, self._links)
-        return self.finish(table, table.serve(self.group_order(table)))
-
-    def group_order(self, table: GroupTable) -> list[int]:
-        """Indices of ``table``'s groups, most urgent first (each exactly once)."""
-        return self.order_arrays(table.arrays())
+        groups = table.arrays(self.needs_attained)
+        decision, rate = table.serve(self.order_arrays(groups), groups)
+        decision.valid_until_s = self.valid_until_arrays(groups, rate, snapshot.now_s)
+        return decision
 
     def order_arrays(self, groups: GroupArrays) -> list[int]:
-        """:meth:`group_order` from the arrays alone, for policies that need nothing else (the
-        simulator then skips the snapshot: :meth:`orders_by_arrays`)."""
+        """Indices of the groups, most urgent first (each exactly once)."""
         raise NotImplementedError
 
+    def valid_until_arrays(self, groups: GroupArrays, rate: Any, now_s: float) -> float:
+        """When the decision served at ``rate`` (by flow number) stops holding (Aalo: a queue change)."""
+        return float("inf")
+
     def orders_by_arrays(self) -> bool:
-        """True when a decision is exactly :meth:`order_arrays` served by priority (no ``decide``,
-        ``group_order`` or ``finish`` of a subclass or instance in between)."""
+        """True when a decision is exactly :meth:`order_arrays` served by priority (no ``decide`` of a
+        subclass or instance in between), so the simulator may call the arrays methods directly."""
         mro = type(self).__mro__
         owner = {name: next(c for c in mro if name in vars(c))
-                 for name in ("decide", "group_order", "finish", "order_arrays")}
-        return (owner["order_arrays"] is not GroupOrderScheduler
-                and all(owner[name] is GroupOrderScheduler for name in ("decide", "group_order", "finish"))
+                 for name in ("decide", "order_arrays", "valid_until_arrays")}
+        return (owner["order_arrays"] is not GroupOrderScheduler and owner["decide"] is GroupOrderScheduler
                 and not any(name in vars(self) for name in owner))
-
-    def finish(self, table: GroupTable, decision: Decision) -> Decision:
-        """The decision as served, for a policy to annotate (Aalo's ``valid_until_s``)."""
-        return decision
