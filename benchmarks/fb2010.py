@@ -36,7 +36,7 @@ from pathlib import Path
 from echelonflow.importers.coflow_benchmark import BYTES_PER_MB
 from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import get_scheduler
-from simulator.engine import simulate
+from simulator.engine import RESCHEDULING, simulate
 
 SHORT_BYTES = 5 * BYTES_PER_MB
 NARROW_FLOWS = 50
@@ -80,7 +80,7 @@ def main() -> None:
     parser.add_argument("--max-coflows", type=int, default=None, help="only the first N coflows")
     parser.add_argument("--scheduler", action="append",
                         help="scheduler (repeatable; default: the scenario's)")
-    parser.add_argument("--rescheduling", choices=("every-flow", "coflow"), default="every-flow",
+    parser.add_argument("--rescheduling", choices=RESCHEDULING, default="every-flow",
                         help="the simulator's rescheduling rule (coflow: Varys's, at coflow arrivals and "
                              "completions; recorded with each scheduler's numbers)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/fb2010"),

@@ -620,7 +620,7 @@ class _Run:
             if self.path_min_capacity is None:  # per run, and again after a fault moved paths
                 self.path_min_capacity = np.minimum.reduceat(table.capacity[table.path_links],
                                                              table.path_ptr[:-1])
-            groups.path_min_capacity = self.path_min_capacity
+            groups.slowest_bps = float(self.path_min_capacity[self.active].min())
         serve_arrays(groups, self.scheduler.order_arrays(groups), self.rate)
         self.valid_until_s = self.scheduler.valid_until_arrays(groups, self.rate, self.now_s)
 

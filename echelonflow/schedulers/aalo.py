@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from echelonflow.schedulers.base import Snapshot
 from echelonflow.schedulers.priority import GroupArrays, GroupOrderScheduler
 
 #: The paper's constants at its 1 Gbit/s ports: Q_0's threshold, the growth factor, the number of queues.
@@ -50,18 +49,10 @@ class AaloScheduler(GroupOrderScheduler):
 
     def thresholds(self, slowest_bps: float) -> list[float]:
         """Upper attained-bytes threshold of queues 0 .. K-2 (the last queue has none), for a network
-        whose slowest link on any active flow's path runs at ``slowest_bps``."""
-        first = self.first_bytes_at_1g * slowest_bps / GBIT_BPS
+        whose slowest link on any active flow's path runs at ``slowest_bps`` (none: 2^30 bit/s)."""
+        slowest = GBIT_BPS if math.isinf(slowest_bps) else slowest_bps
+        first = self.first_bytes_at_1g * slowest / GBIT_BPS
         return [first * self.factor**q for q in range(self.queues - 1)]
-
-    def thresholds_of(self, groups: GroupArrays) -> list[float]:
-        """:meth:`thresholds` for the slowest link on the paths of ``groups``' active flows."""
-        per_flow, active = groups.path_min_capacity, groups.active
-        if not len(active):
-            return self.thresholds(GBIT_BPS)
-        if hasattr(per_flow, "dtype"):  # the simulator's numpy array: one gather
-            return self.thresholds(float(per_flow[active].min()))
-        return self.thresholds(min(per_flow[f] for f in active))
 
     def queue_of(self, attained_bytes: float, thresholds: list[float]) -> int:
         for q, upper in enumerate(thresholds):
@@ -78,13 +69,13 @@ class AaloScheduler(GroupOrderScheduler):
     def order_arrays(self, groups: GroupArrays) -> list[int]:
         """Lower queue first, then the earlier-started group; groups come in id order, so the index
         breaks the remaining ties by group id."""
-        queue = self.queue_per_group(groups, self.thresholds_of(groups))
+        queue = self.queue_per_group(groups, self.thresholds(groups.slowest_bps))
         return sorted(range(len(queue)), key=lambda g: (queue[g], groups.start_s[g], g))
 
     def valid_until_arrays(self, groups: GroupArrays, rate: Any, now_s: float) -> float:
         """When the first group will cross its queue's threshold at the served rates."""
         assert groups.attained_bytes is not None
-        thresholds = self.thresholds_of(groups)
+        thresholds = self.thresholds(groups.slowest_bps)
         queue = self.queue_per_group(groups, thresholds)
         active, ptr = groups.active, groups.group_ptr
         per_flow = rate[active].tolist() if hasattr(rate, "dtype") else [rate[f] for f in active]
@@ -99,8 +90,3 @@ class AaloScheduler(GroupOrderScheduler):
             soonest = min(soonest, now_s + max(0.0, 8.0 * to_go_bytes / rate_bps))
         return soonest
 
-
-def slowest_on_paths(snapshot: Snapshot) -> float:
-    """The slowest link capacity on any of ``snapshot``'s flow paths (2^30 bit/s with no flows)."""
-    capacity = snapshot.capacity_bps
-    return min((capacity[link] for f in snapshot.flows for link in f.path), default=GBIT_BPS)

@@ -27,9 +27,10 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from echelonflow.schedulers.aalo import AaloScheduler, slowest_on_paths
+from echelonflow.schedulers.aalo import AaloScheduler
 from echelonflow.schedulers.base import EPS_BYTES, Decision, FlowEvent, Snapshot
 from echelonflow.schedulers.echelon import EchelonScheduler
+from echelonflow.schedulers.priority import slowest_on_paths
 
 _ITERATION = re.compile(r"^i(\d+)\.(.+)$")
 #: A known flow that has sent more than its learned size still counts this much (of that size) unsent.

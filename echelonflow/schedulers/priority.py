@@ -41,10 +41,16 @@ class GroupArrays:
     start_s: list[float]  # per group: when its first flow started
     weight: list[float]  # per group: its job's weight
     #: Only for policies with :attr:`GroupOrderScheduler.needs_attained` (Aalo): per group, the wire
-    #: bytes it has sent so far, finished flows included; per flow number, the slowest link capacity
-    #: on its path (bits/s).
+    #: bytes it has sent so far, finished flows included; the slowest link capacity on any active
+    #: flow's path (bits/s).
     attained_bytes: list[float] | None = None
-    path_min_capacity: Any = None
+    slowest_bps: float | None = None
+
+
+def slowest_on_paths(snapshot: Snapshot) -> float:
+    """The slowest link capacity on any of ``snapshot``'s flow paths, bits/s (inf with no flows)."""
+    capacity = snapshot.capacity_bps
+    return min((capacity[link] for f in snapshot.flows for link in f.path), default=float("inf"))
 
 
 def serve_arrays(groups: GroupArrays, order: Sequence[int], rate: Any) -> list[int]:
@@ -108,9 +114,8 @@ class GroupTable:
             weight=[head.weight for head in heads],
         )
         if attained:
-            capacity = self.snapshot.capacity_bps
             groups.attained_bytes = [head.group_sent_bytes for head in heads]
-            groups.path_min_capacity = [min(capacity[link] for link in f.path) for f in self.flows]
+            groups.slowest_bps = slowest_on_paths(self.snapshot)
         return groups
 
     def serve(self, order: Sequence[int], groups: GroupArrays) -> tuple[Decision, Any]:
@@ -137,7 +142,7 @@ class GroupOrderScheduler(Scheduler):
     """
 
     _links: LinkNumbering | None = None
-    #: Does the policy read ``GroupArrays.attained_bytes`` and ``path_min_capacity`` (Aalo)?
+    #: Does the policy read ``GroupArrays.attained_bytes`` and ``slowest_bps`` (Aalo)?
     needs_attained = False
 
     def decide(self, snapshot: Snapshot) -> Decision:
