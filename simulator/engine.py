@@ -52,7 +52,7 @@ import multiprocessing
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,7 @@ from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.results import RunResult, build_run, job_completion_s
 from echelonflow.schedulers.base import ActiveFlow, Decision, FlowEvent, Scheduler, Snapshot
 from echelonflow.schedulers.columns import ColumnarScheduler, FlowTable
+from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler, Observed, template
 from echelonflow.schedulers.priority import GroupArrays, GroupOrderScheduler, serve_arrays
 from echelonflow.topology import Topology
 from simulator import fluid
@@ -352,11 +353,16 @@ class _Run:
             remaining=np.array(wire_bytes, dtype=np.float64),
         )
         self.columnar = isinstance(self.scheduler, ColumnarScheduler) and self.scheduler.decides_by_table()
-        # Order-only policies (fifo, sincronia) read groups of flows in (group, flow id) order.
+        # Order-only policies (fifo, sincronia, aalo) read groups of flows in (group, flow id) order, and
+        # so does echelon-online (it knows no offsets to order by: the kernel sorts its estimates).
         self.by_groups = isinstance(self.scheduler, GroupOrderScheduler) and self.scheduler.orders_by_arrays()
+        self.estimating = (isinstance(self.scheduler, EchelonOnlineScheduler)
+                           and self.scheduler.estimates_by_arrays())
+        self.estimates: FlowTable | None = None  # echelon-online's view of the table (its estimates)
+        self.flow_key: list[str] = []  # echelon-online: per flow number, the part it plays
         if self.columnar:
             order = self.scheduler.flow_order(table)
-        elif self.by_groups:
+        elif self.by_groups or self.estimating:
             order = np.lexsort((table.idrank, table.group)).tolist()
         else:
             order = range(len(flows))
@@ -391,6 +397,7 @@ class _Run:
         # flows so): a policy that learns from observed finishes (echelon-online) sees them as it
         # would on the network, in arrival order, whatever the table's numbering.
         self.start_seq = [0] * count
+        self.start_seq_array = np.zeros(count, dtype=np.int64)  # the same, for the arrays' decisions
         self.started = 0
 
     def _path(self, qid: str, task: FlowTask) -> tuple[str, ...]:
@@ -533,6 +540,7 @@ class _Run:
             self.start_s[qid] = now_s
             f = flow_of[qid]
             start_seq[f] = self.started
+            self.start_seq_array[f] = self.started
             self.started += 1
             self._note_start(f, qid, task)
             if task.size_bytes <= 0:  # nothing to move: done the instant it starts
@@ -584,6 +592,8 @@ class _Run:
         table = self.table
         if self.by_groups:
             self._decide_groups()
+        elif self.estimating:
+            self._decide_estimated()
         elif not self.columnar:
             self._decide_snapshot()
             return
@@ -601,28 +611,63 @@ class _Run:
                     f"link {self.link_ids[li]}: {used} bps allocated over capacity {table.capacity[li]} bps"
                 )
 
-    def _decide_groups(self) -> None:
-        """Order-only policies on the flow table: the same arrays a snapshot's GroupTable would give
-        them (flows numbered in (group, flow id) order, so ``active`` is grouped already)."""
-        table = self.table
-        slots = table.group[self.active]
+    def _active_groups(self) -> tuple[list[int], np.ndarray]:
+        """Cuts of ``active`` into groups and each group's slot (flows numbered in (group, flow id)
+        order, so ``active`` is grouped already)."""
+        slots = self.table.group[self.active]
         group_ptr = [0, *(np.flatnonzero(np.diff(slots)) + 1).tolist(), len(self.active)]
-        heads = slots[group_ptr[:-1]]
+        return group_ptr, slots[group_ptr[:-1]]
+
+    def _seen(self, group_ptr: list[int], heads: np.ndarray) -> tuple[np.ndarray, list[float], float]:
+        """What the network sees of the active flows, as a snapshot's flows would say it: the wire bytes
+        each has sent, each group's (finished flows included), the slowest link on any active path."""
+        table = self.table
+        sent = self.wire_array[self.active] - table.remaining[self.active]
+        # each group's bytes summed in the order its flows started, as a snapshot lists them: the
+        # controller's path's floating-point sums to the last bit (a chaotic run amplifies the last bit)
+        by_start = np.lexsort((self.start_seq_array[self.active], table.group[self.active]))
+        sent_list = sent[by_start].tolist()
+        group_sent = [self.state_by_slot[slot].finished_bytes + sum(sent_list[lo:hi])
+                      for slot, lo, hi in zip(heads.tolist(), group_ptr, group_ptr[1:])]
+        if self.path_min_capacity is None:  # per run, and again after a fault moved paths
+            self.path_min_capacity = np.minimum.reduceat(table.capacity[table.path_links],
+                                                         table.path_ptr[:-1])
+        return sent, group_sent, float(self.path_min_capacity[self.active].min())
+
+    def _decide_groups(self) -> None:
+        """Order-only policies on the flow table: the same arrays a snapshot's GroupTable would give them."""
+        table = self.table
+        group_ptr, heads = self._active_groups()
         groups = GroupArrays(
             active=self.active, group_ptr=group_ptr, remaining=table.remaining, path_ptr=table.path_ptr,
             path_links=table.path_links, capacity=table.capacity,
             start_s=self.group_start_s[heads].tolist(), weight=self.group_weight[heads].tolist(),
         )
-        if self.scheduler.needs_attained:  # what a snapshot's head flow would say of its group
-            sent = (self.wire_array[self.active] - table.remaining[self.active]).tolist()
-            groups.attained_bytes = [self.state_by_slot[slot].finished_bytes + sum(sent[lo:hi])
-                                     for slot, lo, hi in zip(heads.tolist(), group_ptr, group_ptr[1:])]
-            if self.path_min_capacity is None:  # per run, and again after a fault moved paths
-                self.path_min_capacity = np.minimum.reduceat(table.capacity[table.path_links],
-                                                             table.path_ptr[:-1])
-            groups.slowest_bps = float(self.path_min_capacity[self.active].min())
+        if self.scheduler.needs_attained:
+            _, groups.attained_bytes, groups.slowest_bps = self._seen(group_ptr, heads)
         serve_arrays(groups, self.scheduler.order_arrays(groups), self.rate)
         self.valid_until_s = self.scheduler.valid_until_arrays(groups, self.rate, self.now_s)
+
+    def _decide_estimated(self) -> None:
+        """echelon-online on the flow table: what a snapshot would tell it, as :class:`Observed`; its
+        estimates go into a view of the table (own ``remaining`` and ``offset``; due times from each
+        group's first start) that the echelon kernel then decides on."""
+        table = self.table
+        if self.estimates is None:
+            count = len(self.flow_qid)
+            self.estimates = replace(table, remaining=np.zeros(count), offset=np.zeros(count),
+                                     reference=self.group_start_s)
+            self.flow_key = [template(qid)[0] for qid in self.flow_qid]
+        group_ptr, heads = self._active_groups()
+        sent, group_sent, slowest_bps = self._seen(group_ptr, heads)
+        observed = Observed(
+            active=self.active, group_ptr=group_ptr, heads=heads.tolist(),
+            group_count=len(self.state_by_slot), keys=self.flow_key, sent_bytes=sent,
+            group_sent_bytes=group_sent, group_weight=self.group_weight[heads].tolist(),
+            slowest_bps=slowest_bps,
+        )
+        self.scheduler.estimate(observed, table.remaining, self.estimates)
+        self.scheduler.decide_table(self.estimates, self.active, self.now_s, self.rate, self.order_buf)
 
     def _decide_snapshot(self) -> None:
         """Schedulers without the columnar interface: one Snapshot per decision, as the controller."""

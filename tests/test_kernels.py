@@ -19,6 +19,7 @@ import pytest
 from echelonflow.schedulers import kernels
 from echelonflow.schedulers.aalo import AaloScheduler
 from echelonflow.schedulers.echelon import ORDERINGS, CoflowScheduler, EchelonScheduler
+from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
 from echelonflow.schedulers.fair import FairScheduler
 from echelonflow.schedulers.fifo import FifoScheduler
 from echelonflow.schedulers.sincronia import SincroniaScheduler
@@ -81,6 +82,10 @@ def schedulers() -> list[tuple[str, object]]:
     out += [(f"echelon-{o}", EchelonScheduler(order_by=o)) for o in ORDERINGS]
     # group-by-group policies: kernels.priority_decide (all three), kernels.bssi_order (sincronia)
     out += [("fifo", FifoScheduler()), ("sincronia", SincroniaScheduler()), ("aalo", AaloScheduler())]
+    # kernels.online_estimate, both branches: some parts learned (sizes below and above what was sent)
+    learning = EchelonOnlineScheduler()
+    learning.learned = {f"f{i}": (2e4 * (i + 1), 0.1 * i) for i in range(0, 25, 3)}
+    out += [("echelon-online", EchelonOnlineScheduler()), ("echelon-online-learned", learning)]
     return out
 
 

@@ -58,14 +58,19 @@ class EchelonScheduler(ColumnarScheduler):
 
     def decide(self, snapshot: Snapshot) -> Decision:
         table, ids = self.table_of(snapshot)
+        return self.decide_whole_table(table, ids, snapshot.now_s)
+
+    def decide_whole_table(self, table: FlowTable, ids: list[str], now_s: float) -> Decision:
+        """The decision over every flow of a snapshot's ``table`` (flows ``ids``, in id order)."""
         # EDF inside each group: by due time (the kernel puts equal due times in flow-id order)
         n = len(ids)
-        ref, off, group = (kernels.to_list(a, n) for a in (table.reference, table.offset, table.group))
+        ref = kernels.to_list(table.reference, len(table.reference))
+        off, group, slot = (kernels.to_list(a, n) for a in (table.offset, table.group, table.ref_slot))
         use = self.use_offsets
-        active = sorted(range(n), key=lambda f: (group[f], ref[f] + (off[f] if use else 0.0), f))
+        active = sorted(range(n), key=lambda f: (group[f], ref[slot[f]] + (off[f] if use else 0.0), f))
         rate = kernels.floats(n)
         order = kernels.ints(n)
-        ranked = self.decide_table(table, kernels.int_array(active), snapshot.now_s, rate, order)
+        ranked = self.decide_table(table, kernels.int_array(active), now_s, rate, order)
         ranked_ids = [ids[f] for f in kernels.to_list(order, ranked)]
         return self.table_decision(ids, kernels.to_list(rate, n), ranked_ids)
 

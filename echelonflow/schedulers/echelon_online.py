@@ -25,10 +25,15 @@ so its offsets are 0).  Then every decision is the clairvoyant ``echelon`` algor
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
 
+from echelonflow.schedulers import kernels
 from echelonflow.schedulers.aalo import AaloScheduler
-from echelonflow.schedulers.base import EPS_BYTES, Decision, FlowEvent, Snapshot
+from echelonflow.schedulers.base import Decision, FlowEvent, Snapshot
+from echelonflow.schedulers.columns import FlowTable
 from echelonflow.schedulers.echelon import EchelonScheduler
 from echelonflow.schedulers.priority import slowest_on_paths
 
@@ -45,6 +50,28 @@ def template(qualified_id: str) -> tuple[str, int | None]:
         return qualified_id, None
     rest = match.group(2)
     return (f"{job}/{rest}" if sep else rest), int(match.group(1))
+
+
+@dataclass
+class Observed:
+    """What the network sees of a decision's active flows: echelon-online's whole input beside the
+    flow table's paths, as arrays.  Two callers build one: :meth:`EchelonOnlineScheduler.decide` from
+    a snapshot, the simulator from its run-wide flow table (no snapshot per decision).
+
+    Flows are numbered as in the flow table; groups as in its ``group`` array.  ``active`` lists each
+    group's flows contiguously, and ``group_ptr`` cuts it into groups: group ``heads[g]`` has the
+    flows ``active[group_ptr[g]:group_ptr[g + 1]]``.
+    """
+
+    active: Any
+    group_ptr: Sequence[int]
+    heads: Sequence[int]  # per group of active flows: its number in the table's ``group``
+    group_count: int  # how many group numbers the table has
+    keys: Sequence[str]  # per flow number: the part it plays (:func:`template`), what is learned by
+    sent_bytes: Any  # per active position: wire bytes the flow has sent
+    group_sent_bytes: Sequence[float]  # per group of active flows: wire bytes sent, finished flows too
+    group_weight: Sequence[float]  # per group of active flows: its job's weight
+    slowest_bps: float  # slowest link capacity on any active flow's path
 
 
 class EchelonOnlineScheduler(EchelonScheduler):
@@ -77,27 +104,56 @@ class EchelonOnlineScheduler(EchelonScheduler):
         return None if known is None else _left(known[0], sent_bytes)
 
     def decide(self, snapshot: Snapshot) -> Decision:
-        thresholds = self.aalo.thresholds(slowest_on_paths(snapshot))
-        active: dict[str, int] = {}
-        for flow in snapshot.flows:
-            active[flow.echelon_id] = active.get(flow.echelon_id, 0) + 1
-        estimated = []
-        for flow in snapshot.flows:
-            start_s = flow.group_start_s
-            known = self.learned.get(template(flow.flow_id)[0])
-            if flow.remaining_bytes <= EPS_BYTES:  # finished dust (known to the network): keep it so
-                left, offset_s = 0.0, 0.0
-            elif known is not None:
-                size, offset_s = known
-                left = _left(size, flow.sent_bytes)
-            else:
-                queue = self.aalo.queue_of(flow.group_sent_bytes / flow.weight, thresholds)
-                upper = thresholds[min(queue, len(thresholds) - 1)] * flow.weight
-                left = max(upper - flow.group_sent_bytes, thresholds[0]) / active[flow.echelon_id]
-                offset_s = 0.0
-            estimated.append(replace(flow, remaining_bytes=left, offset_s=offset_s, reference_s=start_s,
-                                     ideal_finish_s=start_s + offset_s))
-        return super().decide(Snapshot(snapshot.now_s, snapshot.capacity_bps, estimated))
+        """The controller's path: the snapshot as a flow table and :class:`Observed`, then
+        :meth:`estimate` and the clairvoyant decision on the estimates (the simulator calls the same
+        two on its own table)."""
+        flows = sorted(snapshot.flows, key=attrgetter("flow_id"))
+        table, ids = self.table_of(Snapshot(snapshot.now_s, snapshot.capacity_bps, flows))
+        group = kernels.to_list(table.group, len(flows))
+        group_ptr = [k for k in range(len(flows)) if k == 0 or group[k] != group[k - 1]] + [len(flows)]
+        head_flows = [flows[k] for k in group_ptr[:-1]]
+        observed = Observed(
+            active=kernels.int_array(range(len(flows))), group_ptr=group_ptr,
+            heads=[group[k] for k in group_ptr[:-1]], group_count=len(head_flows),
+            keys=[template(f.flow_id)[0] for f in flows],
+            sent_bytes=kernels.float_array([f.sent_bytes for f in flows]),
+            group_sent_bytes=[f.group_sent_bytes for f in head_flows],
+            group_weight=[f.weight for f in head_flows],
+            slowest_bps=slowest_on_paths(snapshot),
+        )
+        # Every flow's due time is its group's first start plus its estimated offset.
+        table.reference = kernels.float_array([f.group_start_s for f in flows])
+        self.estimate(observed, table.remaining, table)
+        return self.decide_whole_table(table, ids, snapshot.now_s)
+
+    def estimate(self, observed: Observed, remaining_bytes: Any, table: FlowTable) -> None:
+        """Write the active flows' estimated bytes left and offsets (module docstring) into ``table``'s
+        ``remaining`` and ``offset``; ``remaining_bytes`` (by flow number; may be ``table.remaining``
+        itself) is read only to tell finished dust, which the network knows."""
+        thresholds = self.aalo.thresholds(observed.slowest_bps)
+        group_left = kernels.floats(observed.group_count)
+        ptr = observed.group_ptr
+        for g, head in enumerate(observed.heads):
+            sent, weight = observed.group_sent_bytes[g], observed.group_weight[g]
+            queue = self.aalo.queue_of(sent / weight, thresholds)
+            upper = thresholds[min(queue, len(thresholds) - 1)] * weight
+            group_left[head] = max(upper - sent, thresholds[0]) / (ptr[g + 1] - ptr[g])
+        learned = self.learned
+        keys = observed.keys
+        known = [learned.get(keys[f]) for f in kernels.to_list(observed.active, len(observed.active))]
+        known_size = kernels.float_array([-1.0 if k is None else k[0] for k in known])
+        known_offset = kernels.float_array([0.0 if k is None else k[1] for k in known])
+        kernels.online_estimate(observed.active, remaining_bytes, observed.sent_bytes, known_size,
+                                known_offset, table.group, group_left, MIN_LEFT_FRACTION,
+                                table.remaining, table.offset)
+
+    def estimates_by_arrays(self) -> bool:
+        """True when a decision is exactly :meth:`estimate` then the table decision (no ``decide`` of
+        a subclass or instance in between), so the simulator may call them on its own table."""
+        mro = type(self).__mro__
+        owner = {name: next(c for c in mro if name in vars(c)) for name in ("decide", "estimate")}
+        return (owner["decide"] is EchelonOnlineScheduler and owner["estimate"] is EchelonOnlineScheduler
+                and not any(name in vars(self) for name in owner))
 
 
 def _left(size_bytes: float, sent_bytes: float) -> float:

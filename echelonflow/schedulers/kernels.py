@@ -572,6 +572,33 @@ def bssi_order(active, group_ptr, remaining, path_ptr, path_links, capacity, wei
     return out[:n_out]
 
 
+# --------------------------------------------------------------------------- echelon-online
+@jit
+def online_estimate(active, remaining, sent, known_size, known_offset, group, group_left, min_left_fraction,
+                    est_remaining, est_offset):
+    """echelon-online's estimate of each active flow's bytes left and offset (``echelon_online.py``).
+
+    ``sent``, ``known_size`` and ``known_offset`` are aligned with ``active`` (``known_size < 0``: the
+    flow's part has not been learned yet); ``remaining`` (read only to tell finished dust, which the
+    network knows), ``group``, ``est_remaining`` and ``est_offset`` are indexed by flow number;
+    ``group_left`` by group number (what an unlearned flow of that group is assumed to have left).
+    """
+    for k in range(len(active)):
+        f = active[k]
+        left = 0.0
+        off = 0.0
+        if remaining[f] <= EPS_BYTES:
+            pass
+        elif known_size[k] >= 0.0:
+            size = known_size[k]
+            left = max(size - sent[k], min_left_fraction * size, 1.0)
+            off = known_offset[k]
+        else:
+            left = group_left[group[f]]
+        est_remaining[f] = left
+        est_offset[f] = off
+
+
 # --------------------------------------------------------------------------- array helpers
 def float_array(values):
     """``values`` as the kernels' float array: numpy float64 with numba, a list without."""

@@ -27,9 +27,6 @@ HERE = Path(__file__).resolve().parent
 TOO_BIG = {"fb2010": "706,397 flows: benchmarks/fb2010.py runs it"}
 #: Too-big scenarios pinned on their first N jobs instead (``<name>-first<N>.json.gz``).
 PREFIX_JOBS = {"fb2010": 10}
-#: Recorded on those prefixes but not re-simulated in every test run: echelon-online still decides on
-#: a snapshot per decision (78 s on fb2010's first 10 coflows; its other references cover it).
-PREFIX_NOT_RERUN = {"echelon-online"}
 
 
 def reference_names() -> list[str]:
