@@ -134,6 +134,25 @@ def test_emulate_fattree_fsdp_ps_keeps_echelons_gain_over_coflow(require_fabric,
     assert echelon["fsdp"] < coflow["fsdp"], median_s
 
 
+# Also before the module fixture (its own fabric in a subprocess).
+def test_emulate_fig2_through_mininets_cluster_mode_on_localhost(require_fabric, tmp_path):
+    """The whole system (controller, agents, real TCP) on a fabric built by Mininet's cluster mode on a
+    cluster of localhost lands where the plain fabric does: echelon's fig2 within 10 % of its 8.0 s."""
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+    emu = subprocess.run([sys.executable, "-m", "cli", "emulate", "fig2", "--scheduler", "echelon",
+                          "--cluster", "localhost", "--no-plots", "--timing-noise-ms", "0", "--json",
+                          "--out", str(tmp_path / "run")],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert emu.returncode == 0, emu.stderr[-2000:]
+    (run,) = json.loads(emu.stdout)["runs"]
+    completion_s = run["jobs"]["fig2"]["completion_s"]
+    assert abs(completion_s / 8.0 - 1) <= 0.10, completion_s
+    bad = subprocess.run([sys.executable, "-m", "cli", "emulate", "fig2", "--cluster", "localhost,server2"],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "only localhost is supported, not server2" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
 def test_agents_on_the_fabric_deliver_exact_bytes_and_respect_dependencies(fabric, tmp_path):
     fab, hosts_ip = fabric
     jobs = cross_jobs()

@@ -233,6 +233,40 @@ def test_fattree_k4_pingall_with_static_flows_and_clean_stop(require_fabric):
 
 
 @pytest.mark.fabric
+def test_fattree_through_mininets_cluster_mode_on_localhost(require_fabric):
+    """The fabric built by Mininet's cluster mode (``MininetCluster``, its remote-capable node and link
+    classes, ``SwitchBinPlacer``) on a cluster of one server, localhost: every node placed, all pairs
+    reachable, the shaped rate held, and nothing left afterwards, not even the ssh control folder
+    cluster mode makes (docs/emulation.md, "Beyond one machine")."""
+    from mininet.examples.cluster import MininetCluster, RemoteLink, RemoteMixin
+
+    ssh_dir = os.path.expanduser("~/.ssh")
+    had_ssh_dir = os.path.isdir(ssh_dir)
+    topo = fattree(RATE_BPS, k=4)
+    fab = Fabric(topo, controller_port=None, cluster=["localhost"])
+    with fab:
+        owned = snapshot(fab)
+        assert isinstance(fab.net, MininetCluster)
+        assert all(isinstance(node, RemoteMixin) for node in fab.net.hosts + fab.net.switches)
+        assert all(isinstance(link, RemoteLink) for link in fab.net.links)
+        assert fab.placement == {node: "localhost" for node in topo.hosts + topo.switches}
+        assert ovs.bridges_owned(fab.tag) == {name: fab.tag for name in topo.switches}  # tagged bridges
+        install_static_flows(topo)
+        assert fab.net.pingAll(timeout=1) == 0.0
+        # across the core, through QoS on every switch port
+        assert_within(iperf3_bps(fab, "h1", "h16", seconds=4), RATE_BPS, 0.90, 1.05, "h1 -> h16")
+    assert_nothing_left(*owned)
+    assert os.path.isdir(ssh_dir) == had_ssh_dir
+
+
+def test_cluster_servers_other_than_localhost_are_refused():
+    with pytest.raises(FabricError, match="only localhost is supported, not server2"):
+        Fabric(two_hosts(RATE_BPS), cluster=["localhost", "server2"])
+    with pytest.raises(FabricError, match="name at least one server"):
+        Fabric(two_hosts(RATE_BPS), cluster=[])
+
+
+@pytest.mark.fabric
 def test_bigswitch_is_one_ovs_switch_at_full_rate_per_port(require_fabric):
     """The Coflow-Benchmark model: N hosts on one switch; two disjoint pairs each get the port rate."""
     topo = bigswitch(RATE_BPS, hosts=6)

@@ -14,6 +14,7 @@ import time
 
 from echelonflow.errors import UserError
 from echelonflow.topology import add_topology_arguments
+from topologies.fabric import cluster_argument
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--controller-port", type=int, default=6653, help="OpenFlow controller port (6653)")
     up.add_argument("--no-controller", action="store_true", help="no controller: switches act as learning "
                     "switches (fail_mode standalone; loop-free topologies only)")
+    up.add_argument("--cluster", type=cluster_argument, default=None, metavar="SERVERS",
+                    help="build it through Mininet's cluster mode on these comma-separated servers "
+                         "(localhost only; docs/emulation.md)")
     up.set_defaults(run=run_up)
 
 
@@ -58,6 +62,7 @@ def run_up(args: argparse.Namespace) -> int:
         controller_port=None if args.no_controller else args.controller_port,
         queues=args.queues,
         fail_mode="standalone" if args.no_controller else "secure",
+        cluster=args.cluster,
     )
     with fabric:
         print(f"fabric {fabric.tag} up: {topology.name}, {len(topology.switches)} switches, "

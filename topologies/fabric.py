@@ -34,7 +34,8 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from echelonflow import ownership
@@ -125,6 +126,7 @@ class Fabric:
         packet_in_limit: tuple[int, int] | None = PACKET_IN_LIMIT,
         tcp_rto_min_ms: int | None = None,
         host_sysctls: Mapping[str, str | int] | None = None,
+        cluster: Sequence[str] | None = None,
     ) -> None:
         """``controller_port=None`` starts the switches without a controller (for static flows or
         ``fail_mode="standalone"`` learning-switch tests); otherwise start() waits for every switch to
@@ -133,7 +135,9 @@ class Fabric:
         minimum retransmission timeout on every host's route (None: the kernel's 200 ms); emulations raise
         it because a flow the schedule parks behind more urgent classes would otherwise time out, see
         docs/emulation.md.  ``host_sysctls`` (name -> value, e.g. ``net.ipv4.tcp_reordering``) are set in
-        every host's namespace on top of the fabric's own."""
+        every host's namespace on top of the fabric's own.  ``cluster`` builds the network through
+        Mininet's cluster mode (``mininet.examples.cluster.MininetCluster``) on these servers; only
+        ``localhost`` is supported (see :func:`cluster_problem`)."""
         if not isinstance(topology, Topology):
             raise FabricError(f"Fabric needs an echelonflow.topology.Topology, got {type(topology).__name__}")
         if controller_port is not None and (
@@ -150,6 +154,10 @@ class Fabric:
             problem = host_sysctl_problem(str(name), str(value))
             if problem:
                 raise FabricError(f"host_sysctls: {problem}")
+        if cluster is not None:
+            problem = cluster_problem(cluster)
+            if problem:
+                raise FabricError(f"cluster: {problem}")
         if fail_mode not in ("secure", "standalone"):
             raise FabricError(f"fail_mode must be 'secure' or 'standalone', got {fail_mode!r}")
         try:
@@ -172,6 +180,8 @@ class Fabric:
         self.connect_timeout_s = connect_timeout_s
         self.lock_timeout_s = lock_timeout_s
         self.packet_in_limit = packet_in_limit
+        self.cluster = list(cluster) if cluster is not None else None
+        self._made_dirs: list[str] = []  # folders Mininet's cluster mode made (its ssh control folder)
         self.net: Any = None
         self.watchdog: qos.FilterWatchdog | None = None
         self.state: cleanup.FabricState | None = None
@@ -314,6 +324,10 @@ class Fabric:
                 if self.state is not None:
                     cleanup.remove_state(self.state)  # whatever Mininet missed, incl. QoS/Queue rows
                     self.state = None
+                for folder in reversed(self._made_dirs):
+                    with contextlib.suppress(OSError):  # only if still empty: then it is ours alone
+                        os.rmdir(folder)
+                self._made_dirs = []
             finally:
                 self._remove_exit_hooks()
                 self._started = False
@@ -348,8 +362,6 @@ class Fabric:
             )
 
     def _build(self, datapath: str) -> None:
-        from functools import partial
-
         from mininet.link import Link
         from mininet.log import setLogLevel
         from mininet.net import Mininet
@@ -358,13 +370,17 @@ class Fabric:
         from topologies.mininet_topo import GraphTopo
 
         setLogLevel(os.environ.get("ECHELON_MININET_LOG", "error"))
+        network: Any = Mininet
+        classes: dict[str, Any] = {"switch": _switch_class(), "host": Host, "link": Link}
+        if self.cluster is not None:
+            network, classes = self._cluster_network()
         switch = partial(
-            _switch_class(), owner_tag=self.tag, datapath=datapath, protocols="OpenFlow13",
+            classes["switch"], owner_tag=self.tag, datapath=datapath, protocols="OpenFlow13",
             failMode=self.fail_mode,
         )
-        self.net = Mininet(
-            topo=GraphTopo(self.topology), switch=switch, host=Host, controller=None, link=Link,
-            build=False, autoSetMacs=False, autoStaticArp=False, waitConnected=False,
+        self.net = network(
+            topo=GraphTopo(self.topology), switch=switch, host=classes["host"], controller=None,
+            link=classes["link"], build=False, autoSetMacs=False, autoStaticArp=False, waitConnected=False,
         )
         if self.controller_port is not None:
             self.net.addController(
@@ -375,6 +391,31 @@ class Fabric:
         nodes = list(self.net.hosts) + list(self.net.switches) + list(self.net.controllers)
         self.state.pids = [ownership.proc_record(n.pid) for n in nodes if n.pid]
         self.state.save()
+
+    def _cluster_network(self) -> tuple[Any, dict[str, Any]]:
+        """Mininet's cluster mode: ``MininetCluster`` places the nodes on ``self.cluster`` (switches in
+        even bins, each host beside its switch: ``SwitchBinPlacer``, ``mn --cluster``'s default) and
+        builds them as its remote-capable classes (:func:`_cluster_classes`), which run commands
+        locally for ``localhost``."""
+        from mininet.examples.cluster import MininetCluster, RemoteLink, SwitchBinPlacer, findUser
+
+        # MininetCluster makes ~/.ssh/mn for its ssh control sockets whether it needs them or not.
+        home = os.path.expanduser("~")
+        self._made_dirs = [d for d in (os.path.join(home, ".ssh"), os.path.join(home, ".ssh", "mn"))
+                           if not os.path.isdir(d)]
+        user = findUser()  # once, not per node (it runs `who am i`)
+        network = partial(MininetCluster, servers=self.cluster, placement=SwitchBinPlacer, user=user)
+        host, switch = _cluster_classes()
+        return network, {"switch": partial(switch, user=user), "host": partial(host, user=user),
+                         "link": RemoteLink}
+
+    @property
+    def placement(self) -> dict[str, str]:
+        """Node name -> the server it runs on (``localhost`` for every node without cluster mode)."""
+        if self.net is None:
+            raise FabricError("the fabric is not started")
+        nodes = list(self.net.hosts) + list(self.net.switches)
+        return {node.name: getattr(node, "server", "localhost") for node in nodes}
 
     def _configure_hosts(self) -> None:
         """The topology's MTU on every link, offload off (TCP needs it through the userspace datapath),
@@ -518,6 +559,76 @@ def _switch_class() -> Any:
 
         _SWITCH_CLASS = TaggedOVSSwitch
     return _SWITCH_CLASS
+
+
+_CLUSTER_CLASSES: tuple[Any, Any] | None = None
+
+
+def _cluster_classes() -> tuple[Any, Any]:
+    """Cluster mode's host class, and our tagged switch as a cluster node (defined lazily).
+
+    Nodes on this machine start processes as plain Mininet nodes do.  RemoteMixin makes every process
+    lead its own process group first (so an ssh session ignores the terminal's Ctrl-C), and ``mnexec
+    -d`` then forks because its caller leads a group: the Popen's pid is not the command's, and it
+    "exits" at once while the command runs on (agents looked finished at t0 with no result).
+
+    The switch is :func:`_switch_class`'s with RemoteMixin, not RemoteOVSSwitch: that one sends the
+    batch that creates every bridge and port to the first switch's shell, whose pty cuts a line at
+    4,095 characters (a k=4 fat-tree came up without its ports).
+    """
+    global _CLUSTER_CLASSES
+    if _CLUSTER_CLASSES is None:
+        from mininet.examples.cluster import RemoteHost, RemoteMixin
+        from mininet.node import Node
+
+        class LocalPopen:
+            """RemoteMixin's process start for remote nodes only (see _cluster_classes)."""
+
+            isRemote: bool  # noqa: N815 (Mininet's name)
+
+            def _popen(self, cmd: Any, sudo: bool = True, tt: bool = True, **params: Any) -> Any:
+                if self.isRemote:
+                    return super()._popen(cmd, sudo=sudo, tt=tt, **params)
+                return Node._popen(self, cmd.split() if isinstance(cmd, str) else cmd, **params)
+
+        class ClusterHost(LocalPopen, RemoteHost):
+            """RemoteHost that starts local processes as Mininet's Host does."""
+
+        class ClusterOVSSwitch(LocalPopen, RemoteMixin, _switch_class()):
+            """Our tagged OVSSwitch placed by cluster mode (RemoteMixin), started as the plain fabric's."""
+
+        _CLUSTER_CLASSES = (ClusterHost, ClusterOVSSwitch)
+    return _CLUSTER_CLASSES
+
+
+def cluster_problem(servers: Sequence[str]) -> str | None:
+    """Why the fabric cannot run on ``servers`` in Mininet's cluster mode, or None.
+
+    Only ``localhost``: Mininet's cluster mode would place switches and hosts on other servers, but
+    everything this fabric does around Mininet runs on the local machine (OVS QoS rows and their tc
+    filter watchdog, the switch ports' MTU, the clean-up of tagged bridges, agents and controller
+    talking over Unix sockets), and its cross-server links need GRE (absent from this kernel) or
+    ssh tunnels (no sshd here): docs/emulation.md, "Beyond one machine".
+    """
+    names = [str(server) for server in servers]
+    if not names:
+        return "name at least one server (localhost)"
+    others = sorted({name for name in names if name != "localhost"})
+    if others:
+        return (f"only localhost is supported, not {', '.join(others)}: the fabric's QoS, tc filters and "
+                "clean-up run on this machine (docs/emulation.md, 'Beyond one machine')")
+    return None
+
+
+def cluster_argument(text: str) -> list[str]:
+    """The ``--cluster SERVER[,SERVER...]`` option's type (argparse): the servers, or a clear error."""
+    import argparse
+
+    servers = [name.strip() for name in text.split(",") if name.strip()]
+    problem = cluster_problem(servers)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return servers
 
 
 def host_sysctl_problem(name: str, value: str) -> str | None:

@@ -471,6 +471,9 @@ class EmulationSettings:
     #: on the same registry store); ``link`` and ``switch`` go down (and up) in every round, as the
     #: simulator replays them in every run (traffic.fault_injector)
     faults: list = field(default_factory=list)
+    #: build the fabric through Mininet's cluster mode on these servers (``localhost`` only; None: plain
+    #: Mininet), topologies.fabric.Fabric ``cluster``
+    cluster: list | None = None
 
 
 def fabric_popen(fabric: Any) -> PopenFn:
@@ -520,7 +523,8 @@ def emulate_scheduler(
     tag = f"emu{os.getpid()}-{scheduler}"[:40]
     fabric = Fabric(topology, controller_port=port, queues=settings.queues, tag=tag,
                     connect_timeout_s=settings.fabric_connect_timeout_s,
-                    tcp_rto_min_ms=settings.tcp_rto_min_ms, host_sysctls=settings.host_sysctls)
+                    tcp_rto_min_ms=settings.tcp_rto_min_ms, host_sysctls=settings.host_sysctls,
+                    cluster=settings.cluster)
     hosts_ip = {h: topology.graph.nodes[h]["ip"] for h in topology.hosts}
     ctl: Any = None
     say = _prefixed(progress, f"[{scheduler}] ")

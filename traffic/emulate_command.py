@@ -40,6 +40,7 @@ from dataclasses import replace
 from typing import Any
 
 from simulator.noise import DEFAULT_JITTER_S, jitter_ms_argument
+from topologies.fabric import cluster_argument
 
 
 def _positive_int(text: str) -> int:
@@ -135,6 +136,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host-sysctl", type=_host_sysctl, action="append", default=[], metavar="NAME=VALUE",
                         help="set a network sysctl in every host's namespace (repeatable), e.g. "
                              "net.ipv4.tcp_recovery=5; for transport experiments (docs/emulation.md)")
+    parser.add_argument("--cluster", type=cluster_argument, default=None, metavar="SERVERS",
+                        help="build the fabric through Mininet's cluster mode (MininetCluster, remote-"
+                             "capable nodes, SwitchBinPlacer) on these comma-separated servers; only "
+                             "localhost is supported (docs/emulation.md, 'Beyond one machine')")
     parser.add_argument("--timing-noise-ms", type=jitter_ms_argument, default=DEFAULT_JITTER_S * 1e3,
                         metavar="MS",
                         help="also simulate the scenario with every compute up to MS ms longer (20 seeded "
@@ -156,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
                                  pace=not args.no_pacing, live=args.live, repeat=args.repeat,
                                  capture=args.capture, dilation=args.dilation,
                                  congestion_control=args.congestion_control,
-                                 host_sysctls=dict(args.host_sysctl), timing_noise_ms=args.timing_noise_ms)
+                                 host_sysctls=dict(args.host_sysctl), timing_noise_ms=args.timing_noise_ms,
+                                 cluster=args.cluster)
     if outcome is None:
         return 1
     emulated, folder, table = outcome
@@ -195,14 +201,16 @@ def with_faults(scenario: Any, specs: list[str]) -> list:
 
 def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=True, progress=None, pace=True,
                        live=False, repeat=1, capture=False, dilation=None,
-                       congestion_control=None, host_sysctls=None, timing_noise_ms=0.0):
+                       congestion_control=None, host_sysctls=None, timing_noise_ms=0.0, cluster=None):
     """Simulate, emulate every scheduler ``repeat`` times, write the run folder; returns (emulated, folder,
     table).
 
     ``dilation`` (a factor >= 1, or ``"auto"``: calibrated on the fabric first) emulates the scenario
     time-dilated and reports its times divided by the factor, i.e. next to the undilated simulation.
     ``timing_noise_ms`` > 0 also simulates it under that much compute jitter (``simulator.noise``), which
-    the fidelity section judges the emulation against as well.
+    the fidelity section judges the emulation against as well.  ``cluster`` (servers) builds every
+    fabric through Mininet's cluster mode (``localhost`` only; a ``"auto"`` dilation is calibrated on a
+    plain fabric).
 
     Returns None after printing one error line when the emulation failed (an agent, the fabric or the
     controller); everything started has been stopped by then and the run folder holds the runs that
@@ -251,7 +259,7 @@ def emulate_and_report(scenario, schedulers, out=None, plots=True, alone_runs=Tr
     factor = emulated.dilation["factor"] if emulated.dilation else 1.0
     base = EmulationSettings(alone_runs=alone_runs, logs_dir=run_dir, pace=pace, capture=capture,
                              monitor_thresholds=Thresholds(), tcp_congestion_control=congestion_control,
-                             host_sysctls=dict(host_sysctls or {}))
+                             host_sysctls=dict(host_sysctls or {}), cluster=cluster)
 
     def dilate(new_factor: float) -> tuple[Any, Any, EmulationSettings]:
         """The emulated topology, jobs and settings at ``new_factor`` (control periods, timeouts, the
