@@ -396,8 +396,7 @@ class _Run:
         # Flows that finish in the same step complete in the order they started (and snapshots list
         # flows so): a policy that learns from observed finishes (echelon-online) sees them as it
         # would on the network, in arrival order, whatever the table's numbering.
-        self.start_seq = [0] * count
-        self.start_seq_array = np.zeros(count, dtype=np.int64)  # the same, for the arrays' decisions
+        self.start_seq = np.zeros(count, dtype=np.int64)
         self.started = 0
 
     def _path(self, qid: str, task: FlowTask) -> tuple[str, ...]:
@@ -488,9 +487,10 @@ class _Run:
             self.finished_buf,
         )
         self.active = self.active[:kept]
-        numbers = self.finished_buf[:done].tolist()
+        numbers = self.finished_buf[:done]
         if done > 1:
-            numbers.sort(key=self.start_seq.__getitem__)
+            numbers = numbers[np.argsort(self.start_seq[numbers])]
+        numbers = numbers.tolist()
         finished = [self.flow_qid[f] for f in numbers]
         self.now_s = next_s
         while self.running and self.running[0][0] <= next_s + tol:
@@ -540,7 +540,6 @@ class _Run:
             self.start_s[qid] = now_s
             f = flow_of[qid]
             start_seq[f] = self.started
-            self.start_seq_array[f] = self.started
             self.started += 1
             self._note_start(f, qid, task)
             if task.size_bytes <= 0:  # nothing to move: done the instant it starts
@@ -625,7 +624,7 @@ class _Run:
         sent = self.wire_array[self.active] - table.remaining[self.active]
         # each group's bytes summed in the order its flows started, as a snapshot lists them: the
         # controller's path's floating-point sums to the last bit (a chaotic run amplifies the last bit)
-        by_start = np.lexsort((self.start_seq_array[self.active], table.group[self.active]))
+        by_start = np.lexsort((self.start_seq[self.active], table.group[self.active]))
         sent_list = sent[by_start].tolist()
         group_sent = [self.state_by_slot[slot].finished_bytes + sum(sent_list[lo:hi])
                       for slot, lo, hi in zip(heads.tolist(), group_ptr, group_ptr[1:])]
@@ -672,7 +671,7 @@ class _Run:
     def _decide_snapshot(self) -> None:
         """Schedulers without the columnar interface: one Snapshot per decision, as the controller."""
         table = self.table
-        active = sorted(self.active.tolist(), key=self.start_seq.__getitem__)
+        active = self.active[np.argsort(self.start_seq[self.active])].tolist()
         wire = self.topology.wire_bytes
         sent = {f: wire(self.task_of[self.flow_qid[f]][2].size_bytes) - float(table.remaining[f])
                 for f in active}

@@ -103,6 +103,12 @@ class Scheduler:
     def observe(self, event: FlowEvent) -> None:
         """A flow started, progressed or finished (default: ignored; learning policies override it)."""
 
+    def method_owners(self, *names: str) -> dict[str, type]:
+        """The class that defines each of the methods ``names`` for this object (instance attributes
+        aside): what the fast paths check before they bypass :meth:`decide`."""
+        mro = type(self).__mro__
+        return {name: next(c for c in mro if name in vars(c)) for name in names}
+
     def estimate_remaining_bytes(self, flow_id: str, sent_bytes: float) -> float | None:
         """Payload bytes a flow registered without a size has left after ``sent_bytes``, as this policy
         expects it (None: no idea; the controller's registry then guesses)."""

@@ -131,10 +131,8 @@ class ColumnarScheduler(Scheduler):
         False for a subclass that overrides ``decide`` (``echelon-online`` feeds learned sizes in) and
         for an instance whose ``decide`` was replaced (a test recording snapshots).
         """
-        mro = type(self).__mro__
-        owner_decide = next(c for c in mro if "decide" in vars(c))
-        owner_table = next(c for c in mro if "decide_table" in vars(c))
-        return owner_decide is owner_table and "decide" not in vars(self)
+        owner = self.method_owners("decide", "decide_table")
+        return owner["decide"] is owner["decide_table"] and "decide" not in vars(self)
 
     def table_of(self, snapshot: Snapshot) -> tuple[FlowTable, list[str]]:
         if self._links is None:

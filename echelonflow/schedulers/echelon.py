@@ -61,13 +61,13 @@ class EchelonScheduler(ColumnarScheduler):
         return self.decide_whole_table(table, ids, snapshot.now_s)
 
     def decide_whole_table(self, table: FlowTable, ids: list[str], now_s: float) -> Decision:
-        """The decision over every flow of a snapshot's ``table`` (flows ``ids``, in id order)."""
+        """The decision over every flow of a snapshot's ``table`` (flows ``ids``, in id order; one
+        reference per flow, as :meth:`FlowTable.from_snapshot` makes it)."""
         # EDF inside each group: by due time (the kernel puts equal due times in flow-id order)
         n = len(ids)
-        ref = kernels.to_list(table.reference, len(table.reference))
-        off, group, slot = (kernels.to_list(a, n) for a in (table.offset, table.group, table.ref_slot))
+        ref, off, group = (kernels.to_list(a, n) for a in (table.reference, table.offset, table.group))
         use = self.use_offsets
-        active = sorted(range(n), key=lambda f: (group[f], ref[slot[f]] + (off[f] if use else 0.0), f))
+        active = sorted(range(n), key=lambda f: (group[f], ref[f] + (off[f] if use else 0.0), f))
         rate = kernels.floats(n)
         order = kernels.ints(n)
         ranked = self.decide_table(table, kernels.int_array(active), now_s, rate, order)

@@ -150,8 +150,7 @@ class EchelonOnlineScheduler(EchelonScheduler):
     def estimates_by_arrays(self) -> bool:
         """True when a decision is exactly :meth:`estimate` then the table decision (no ``decide`` of
         a subclass or instance in between), so the simulator may call them on its own table."""
-        mro = type(self).__mro__
-        owner = {name: next(c for c in mro if name in vars(c)) for name in ("decide", "estimate")}
+        owner = self.method_owners("decide", "estimate")
         return (owner["decide"] is EchelonOnlineScheduler and owner["estimate"] is EchelonOnlineScheduler
                 and not any(name in vars(self) for name in owner))
 

@@ -165,8 +165,6 @@ class GroupOrderScheduler(Scheduler):
     def orders_by_arrays(self) -> bool:
         """True when a decision is exactly :meth:`order_arrays` served by priority (no ``decide`` of a
         subclass or instance in between), so the simulator may call the arrays methods directly."""
-        mro = type(self).__mro__
-        owner = {name: next(c for c in mro if name in vars(c))
-                 for name in ("decide", "order_arrays", "valid_until_arrays")}
+        owner = self.method_owners("decide", "order_arrays", "valid_until_arrays")
         return (owner["order_arrays"] is not GroupOrderScheduler and owner["decide"] is GroupOrderScheduler
                 and not any(name in vars(self) for name in owner))
