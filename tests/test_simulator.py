@@ -346,8 +346,8 @@ class _SnapshotOnline(EchelonOnlineScheduler):
 def test_echelon_online_on_the_flow_table_decides_as_on_snapshots(scenario_name: str, first) -> None:
     """The simulator gives echelon-online what a snapshot would tell it as arrays (Observed) and lets
     it write its estimates into a view of the flow table; every flow must finish at the same time to
-    the last bit (bench-k8 is chaotic: summing a group's sent bytes in another order moved a flow by
-    2.4 s), and with learned parts (gpipe-ring and bench-k8 repeat iterations)."""
+    the last bit (bench-k8 is chaotic: summing a group's sent bytes in another order moved flows'
+    finishes by seconds), and with learned parts (gpipe-ring and bench-k8 repeat iterations)."""
     assert EchelonOnlineScheduler().estimates_by_arrays() and not _SnapshotOnline().estimates_by_arrays()
     scenario = load_scenario(scenario_name)
     jobs = scenario.jobs[:first] if first else scenario.jobs
