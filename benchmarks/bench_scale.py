@@ -2,7 +2,7 @@
 
 For each fat-tree size k, the same load as ``echelon emulate --dilation auto`` calibrates with: a
 fresh controller and fabric per time-dilation factor (1, 2, 4, 8, 16; links at 10 Mbit/s / F), every
-host pair of the traffic sending at once, judged by the fidelity monitor (``traffic.calibrate``).  The
+host pair of the traffic sending at once, judged by the fidelity monitor (``emulation.calibrate``).  The
 traffic is one data-parallel ring all-reduce over one host per edge switch (k^2/2 workers, each ring
 step crossing pods: the pattern the bundled k=8 scenario's largest job has), so it grows with the
 fabric.  The smallest trusted factor is the answer for that k: below it, this machine does not forward
@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from echelonflow.errors import UserError  # noqa: E402
 from echelonflow.topology import fattree  # noqa: E402
 from echelonflow.workloads import generate  # noqa: E402
-from traffic.calibrate import CalibrationError, CalibrationSettings, calibrate  # noqa: E402
+from emulation.calibrate import CalibrationError, CalibrationSettings, calibrate  # noqa: E402
 
 
 def ring_over_edges(k: int, rate_bps: float):

@@ -23,9 +23,9 @@ from echelonflow.errors import UserError
 COMMAND_MODULES = (
     "simulator.command",
     "cli.sweep_command",
-    "traffic.emulate_command",
+    "emulation.command",
     "reports.command",
-    "traffic.demo_command",
+    "emulation.demo_command",
     "controller.command",
     "topologies.command",
 )

@@ -133,7 +133,8 @@ register_kind(FaultKind("switch", "switch:c1@3s..5s", _switch_from_text,
 
 
 # ----------------------------------------------------------------------------- the process kinds
-# Acted on by the emulator alone (traffic/emulate.py): the simulator has no processes to kill.
+# Acted on by the emulator alone (emulation/fault_injector.py, emulation/agents.py): the simulator has no
+# processes to kill.
 def _host_from_text(value: str) -> tuple[str, ...]:
     if not value or "-" in value:
         raise ValueError(f"an agent is named by its host, e.g. h5, got {value!r}")

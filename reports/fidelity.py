@@ -11,7 +11,7 @@ times.  This module turns those runs into
   numbers issue 9's targets are about; :func:`format_fidelity` renders them as the run folder's
   ``fidelity.md``.
 
-Runs the fidelity monitor did not trust (``trusted`` false, see :mod:`traffic.monitor`) are left out
+Runs the fidelity monitor did not trust (``trusted`` false, see :mod:`emulation.monitor`) are left out
 whenever at least one trusted run exists; when none does, every number is computed from all runs and
 marked untrusted, so nothing is reported as a plain result that the machine did not forward faithfully.
 """

@@ -43,7 +43,7 @@ class FlowParts:
 
 
 def run_folder_name(scheduler: str, repeat_index: int, repeats: int) -> str:
-    """The run folder's ``logs/`` sub-folder of one emulated run (``traffic.emulate_command``'s rule)."""
+    """The run folder's ``logs/`` sub-folder of one emulated run (``emulation.experiment``'s rule)."""
     return scheduler if repeats == 1 else f"{scheduler}-r{repeat_index + 1}"
 
 

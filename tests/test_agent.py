@@ -25,9 +25,11 @@ from echelonflow.echelon import ideal_schedule
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.topology import BUILDERS
 from echelonflow.workloads import generate
+from emulation.agents import REPO_ROOT, local_popen, run_agents
+from emulation.assemble import assemble_run
+from emulation.errors import EmulationError
 from tests.conftest import need, need_tool
 from traffic.agent import Agent
-from traffic.emulate import REPO_ROOT, EmulationError, assemble_run, local_popen, run_agents
 from traffic.runspec import (
     RegistrySettings,
     RunSpec,

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from echelonflow.scenario import load_scenario
-from traffic.calibrate import CalibrationError, CalibrationSettings, calibrate, host_pairs
-from traffic.monitor import IntervalStats, evaluate
+from emulation.calibrate import CalibrationError, CalibrationSettings, calibrate, host_pairs
+from emulation.monitor import IntervalStats, evaluate
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

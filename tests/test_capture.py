@@ -14,7 +14,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 from scapy.utils import RawPcapWriter
 
-from traffic.capture import (
+from emulation.capture import (
     MARK_TOLERANCE_S,
     TIME_TOLERANCE_S,
     FlowWindow,
@@ -200,15 +200,15 @@ def test_enforced_flow_carries_its_queue_mark_on_the_wire(require_fabric, tmp_pa
     from controller.launcher import ControllerProcess, free_tcp_port
     from echelonflow.queues import dscp_for_queue
     from echelonflow.topology import two_hosts
+    from emulation.capture import WireCapture
+    from emulation.round import first_hop_port
     from tests.fabric_helpers import controller_and_fabric, iperf3_flows
-    from traffic.capture import WireCapture
-    from traffic.emulate import _first_hop_port
 
     topo = two_hosts(10e6)
     port = free_tcp_port()
     state = SimpleNamespace(topo=topo, port=port, ctl=ControllerProcess(topo, ofp_port=port))
     ips = {h: topo.graph.nodes[h]["ip"] for h in ("h1", "h2")}
-    ports = {h: _first_hop_port(topo, h) for h in ("h1", "h2")}
+    ports = {h: first_hop_port(topo, h) for h in ("h1", "h2")}
     enforced = {"src_ip": ips["h1"], "dst_ip": ips["h2"], "src_port": 43101, "dst_port": 5311}
     changed_s: list[float] = []
     with controller_and_fabric(state):

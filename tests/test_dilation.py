@@ -91,8 +91,8 @@ def test_auto_dilation_doubles_the_factor_after_an_untrusted_first_run(tmp_path)
     its logs kept aside and its verdict recorded."""
     from types import SimpleNamespace
 
+    from emulation.dilation import escalate
     from reports.fidelity import dilation_line
-    from traffic.emulate_command import escalate
 
     logs = tmp_path / "logs" / "coflow-r1"
     logs.mkdir(parents=True)
@@ -115,7 +115,7 @@ def test_a_dilated_runs_control_loop_and_timeouts_stretch_with_it():
     """What the machinery does per wall-clock second must fall with the factor (the agents' polls, the
     controller's periodic round), or a dilated k=8 run stays CPU-bound; a stall timeout in wall clock
     must grow as every wait does."""
-    from traffic.emulate import EmulationSettings
+    from emulation.settings import EmulationSettings
 
     base = EmulationSettings()
     slow = base.dilated(4)

@@ -19,15 +19,11 @@ import pytest
 
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.results import EMULATION_RUN_KEYS
+from emulation.agents import REPO_ROOT, fabric_popen, run_agents
+from emulation.assemble import assemble_run
+from emulation.errors import EmulationError
 from reports.runfolder import EXTRA_KEYS
 from tests.fabric_helpers import dumbbell_with_controller
-from traffic.emulate import (
-    REPO_ROOT,
-    EmulationError,
-    assemble_run,
-    fabric_popen,
-    run_agents,
-)
 
 pytestmark = pytest.mark.fabric
 RATE_BPS = 20e6

@@ -3,6 +3,7 @@ when it dies or is interrupted, and the controller-reachability check cannot cra
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -80,6 +81,21 @@ def _nothing_left_of(tag: str) -> None:
     assert not ovs.bridges_owned(tag) and not ovs.rows_owned("QoS", tag) and not ovs.rows_owned("Queue", tag)
 
 
+def _fingerprint(scenario) -> str:
+    """Everything a scenario says, as text: its topology (links with their rates and ports), its jobs
+    (as traces), its events and schedulers."""
+    from echelonflow.trace import job_to_trace
+
+    topology = scenario.topology
+    return json.dumps({
+        "topology": [topology.name, topology.kind, topology.params, topology.rate_bps, topology.mtu_bytes,
+                     sorted((a, b, data["rate_bps"], sorted(data["ports"].items()))
+                            for a, b, data in topology.graph.edges(data=True))],
+        "jobs": [job_to_trace(job) for job in scenario.jobs], "schedulers": scenario.schedulers,
+        "events": [event.to_json() for event in scenario.events], "name": scenario.name,
+    }, sort_keys=True)
+
+
 def _pids_in(text: str) -> list[int]:
     return [int(p) for p in re.findall(r"\d+", text.split("pids", 1)[1])]
 
@@ -89,7 +105,8 @@ def test_a_fabric_start_that_fails_is_retried_once(require_fabric, tmp_path):
     """The controller dies while the fabric comes up (killed by pid here): the switches never connect,
     the start fails with one line, everything is torn down, and the second attempt runs the job."""
     from echelonflow.scenario import load_scenario
-    from traffic.emulate import EmulationSettings, emulate_scheduler
+    from emulation.run import emulate_scheduler
+    from emulation.settings import EmulationSettings
 
     scenario = load_scenario("fig2")
     lines: list[str] = []
@@ -118,8 +135,8 @@ def test_a_run_that_dies_leaves_its_finished_runs_marked_partial(require_fabric,
     """fair finishes; under echelon an agent is killed mid-run: one error line, no traceback, and the run
     folder holds fair's run with a status saying the folder is partial and why."""
     from echelonflow.scenario import load_scenario
+    from emulation.experiment import EmulationRequest, emulate_and_report
     from reports.runfolder import load_run_folder, read_status
-    from traffic.emulate_command import emulate_and_report
 
     killed: list[int] = []
 
@@ -131,9 +148,14 @@ def test_a_run_that_dies_leaves_its_finished_runs_marked_partial(require_fabric,
             os.kill(killed[0], signal.SIGKILL)
 
     run_dir = tmp_path / "run"
-    outcome = emulate_and_report(load_scenario("fig2"), ["fair", "echelon"], out=str(run_dir), plots=False,
-                                 progress=progress)
+    scenario = load_scenario("fig2")
+    before = _fingerprint(scenario)
+    request = EmulationRequest(["fair", "echelon"], out=str(run_dir), plots=False)
+    outcome = emulate_and_report(scenario, request, progress=progress)
     assert outcome is None
+    # the caller's scenario is never changed: fig2's idealised links (no MTU) are given real frames in
+    # the emulation's own copy, not in this one
+    assert scenario.topology.mtu_bytes is None and _fingerprint(scenario) == before
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert "under echelon failed" in err and "marked partial" in err

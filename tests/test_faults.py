@@ -135,7 +135,8 @@ def test_a_dead_agent_fails_its_job_in_one_line_and_the_other_job_completes(env,
     death, the other job (other hosts) completes with every byte, and the registry keeps nothing of the
     failed job active: its flows are aborted, its enforcement and the dead agent's channels are gone."""
     from controller.topology_spec import spec_of
-    from traffic.emulate import assemble_run, fabric_popen, run_agents
+    from emulation.agents import fabric_popen, run_agents
+    from emulation.assemble import assemble_run
     from traffic.runspec import RegistrySettings
 
     client = env.ctl.client()

@@ -12,8 +12,7 @@ import time
 
 import pytest
 
-from topologies.ovs import socket_fds, vswitchd_pid
-from traffic.monitor import (
+from emulation.monitor import (
     FidelityMonitor,
     IntervalStats,
     PortCounters,
@@ -30,6 +29,7 @@ from traffic.monitor import (
     read_thread_jiffies,
     sample_interval_s,
 )
+from topologies.ovs import socket_fds, vswitchd_pid
 
 RATE = 10e6
 

@@ -13,8 +13,9 @@ import pytest
 from controller.launcher import free_tcp_port
 from echelonflow.model import qualified
 from echelonflow.workloads import generate
+from emulation.agents import fabric_popen, run_agents
+from emulation.assemble import assemble_run
 from tests.fabric_helpers import dumbbell_with_controller
-from traffic.emulate import assemble_run, fabric_popen, run_agents
 
 pytestmark = pytest.mark.fabric
 RATE_BPS = 20e6

@@ -33,6 +33,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from controller.topology_spec import SpecError as TopologySpecError
+from controller.topology_spec import topology_from_spec
 from echelonflow.errors import TraceError, UserError
 from echelonflow.fields import (
     Field,
@@ -96,8 +98,6 @@ class RunSpec:
         """The :class:`~echelonflow.topology.Topology` of ``topology_spec``, or None."""
         if self.topology_spec is None:
             return None
-        from controller.topology_spec import topology_from_spec
-
         return topology_from_spec(self.topology_spec, "run-spec topology")
 
     def control_socket(self, host: str) -> str:
@@ -238,9 +238,6 @@ def _check_topology(spec: Any, hosts_ip: dict[str, str], source: str) -> None:
     """The fabric's topology, if given, builds and has every host of the run."""
     if spec is None:
         return
-    from controller.topology_spec import SpecError as TopologySpecError
-    from controller.topology_spec import topology_from_spec
-
     try:
         topology = topology_from_spec(spec, f"{source}: topology")
     except TopologySpecError as exc:

@@ -1,12 +1,17 @@
-"""Network faults acted out on a running fabric (``echelon emulate --fault link:a1-e1@3s``, scenario events).
+"""Faults acted out during a round (``echelon emulate --fault link:a1-e1@3s``, scenario events).
 
-The events are :class:`echelonflow.faults.FaultEvent` of the kinds that change the network (``link``,
-``switch``), the very list the simulator replays.  :meth:`NetworkFaults.actions` turns them into
-(seconds after t0, action) pairs for ``traffic.emulate.run_agents``'s timers; an action takes a link
-down or brings it back (both interfaces administratively down or up, so each switch sees its port go,
-as when a cable is pulled; a switch: all its links) and returns the line to say.  Whatever is still
-down when the round ends is brought back by :meth:`NetworkFaults.restore`, so the next round starts on a
-whole fabric.
+Network faults: the events are :class:`echelonflow.faults.FaultEvent` of the kinds that change the
+network (``link``, ``switch``), the very list the simulator replays.  :meth:`NetworkFaults.actions`
+turns them into (seconds after t0, action) pairs for :func:`emulation.agents.run_agents`'s timers; an
+action takes a link down or brings it back (both interfaces administratively down or up, so each switch
+sees its port go, as when a cable is pulled; a switch: all its links) and returns the line to say.
+Whatever is still down when the round ends is brought back by :meth:`NetworkFaults.restore`, so the
+next round starts on a whole fabric.
+
+The controller fault (``controller@4s``, ``controller@4s..6s``) is timed the same way by
+:func:`controller_actions`, with the kill and the restart the rig provides
+(:meth:`emulation.rig.Rig.crash_controller`, :meth:`~emulation.rig.Rig.restart_controller`).  An agent
+fault (``agent:h5@3s``) is a SIGKILL that :func:`emulation.agents.run_agents` sends itself.
 """
 
 from __future__ import annotations
@@ -63,3 +68,18 @@ class NetworkFaults:
                     problems.append(f"bringing {event.kind} {'-'.join(event.target)} back failed: {exc}")
             self._down.clear()
         return problems
+
+
+def controller_actions(events: Sequence[FaultEvent], crash: Callable[[], str],
+                       restart: Callable[[], str]) -> list[tuple[float, Callable[[], str]]]:
+    """``controller@T``: kill and restart at once; ``controller@T..U``: kill at T, restart at U."""
+    mine = [e for e in events if e.kind == "controller"]
+    actions: list[tuple[float, Callable[[], str]]] = []
+    for event in mine:
+        if event.up:
+            actions.append((event.at_s, restart))
+        elif any(e.up and e.at_s > event.at_s for e in mine):
+            actions.append((event.at_s, crash))
+        else:
+            actions.append((event.at_s, lambda: f"{crash()}; {restart()}"))
+    return actions

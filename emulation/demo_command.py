@@ -2,8 +2,8 @@
 
 The set-up check is idempotent: it starts Open vSwitch if it is not running (nothing else is changed)
 and names what is missing and how to get it otherwise.  Then each scenario runs under fair, coflow and
-echelon exactly as ``echelon emulate`` would, and the demo prints the side-by-side tables and where the
-run folders (CSV, plots, logs) are.
+echelon exactly as ``echelon emulate`` would (:func:`emulation.experiment.emulate_and_report`), and the
+demo prints the side-by-side tables and where the run folders (CSV, plots, logs) are.
 """
 
 from __future__ import annotations
@@ -13,6 +13,13 @@ import importlib.util
 import os
 import shutil
 import sys
+
+from echelonflow.errors import UserError
+from echelonflow.scenario import load_scenario
+from emulation.experiment import EmulationRequest, emulate_and_report
+from reports.runfolder import default_run_dir
+from simulator.noise import DEFAULT_JITTER_S
+from topologies.ovs import ensure_ovs_running, ovs_running
 
 DEFAULT_FATTREE = "fattree-gpipe-ring"
 SCHEDULERS = ("fair", "coflow", "echelon")
@@ -49,8 +56,6 @@ def setup_problems() -> list[str]:
     if importlib.util.find_spec("os_ken") is None and importlib.util.find_spec("ryu") is None:
         problems.append("neither os-ken nor ryu is installed: run bash bootstrap.sh")
     if not problems:
-        from topologies.ovs import ensure_ovs_running, ovs_running
-
         was_running = ovs_running()
         try:
             ensure_ovs_running()
@@ -62,12 +67,6 @@ def setup_problems() -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from echelonflow.errors import UserError
-    from echelonflow.scenario import load_scenario
-    from reports.runfolder import default_run_dir
-    from simulator.noise import DEFAULT_JITTER_S
-    from traffic.emulate_command import emulate_and_report
-
     scenarios = [load_scenario("fig2")] + ([] if args.quick else [load_scenario(args.fattree)])
     problems = setup_problems()
     if problems:
@@ -80,14 +79,13 @@ def run(args: argparse.Namespace) -> int:
     folders = []
     for scenario in scenarios:
         out = default_run_dir(scenario.name, base=args.out_base)
-        outcome = emulate_and_report(scenario, list(SCHEDULERS), out=out,
-                                     timing_noise_ms=DEFAULT_JITTER_S * 1e3)
+        request = EmulationRequest(list(SCHEDULERS), out=out, timing_noise_ms=DEFAULT_JITTER_S * 1e3)
+        outcome = emulate_and_report(scenario, request)
         if outcome is None:
             return 1
-        _emulated, folder, table = outcome
-        print(table)
-        print(f"run folder: {folder.path}\n", flush=True)
-        folders.append(folder)
+        print(outcome.table)
+        print(f"run folder: {outcome.folder.path}\n", flush=True)
+        folders.append(outcome.folder)
     print("demo done. Tables: results.csv; plots: timeline-*.png (per host, like the paper's Fig. 2) and "
           "jct.png (completion and slowdown, emulated vs simulated):")
     for folder in folders:

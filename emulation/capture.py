@@ -4,7 +4,7 @@ Why: every number the emulation reports comes from the agents' own clocks and fr
 says it allocated.  A capture shows what the network actually carried: which DSCP mark (so which queue)
 each packet of a flow had, and when its first and last packets passed.
 
-Capturing (``python -m traffic.capture OUT_DIR IFACE...``, started and stopped by pid by the runner):
+Capturing (``python -m emulation.capture OUT_DIR IFACE...``, started and stopped by pid by the round):
 one AF_PACKET socket per interface in the root namespace (the switch side of each host's link), a
 classic BPF filter that keeps IPv4 TCP only and cuts every packet to :data:`SNAP_BYTES` in the kernel
 (headers are all the check needs, and copying less costs less), kernel receive timestamps
@@ -41,6 +41,7 @@ import select
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -48,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from echelonflow import ownership
-from echelonflow.fileio import read_json
+from echelonflow.fileio import read_json, write_json_atomic
 
 #: Bytes kept per packet: Ethernet (14) + IPv4 (20, more with options) + TCP with timestamps (32) fit.
 SNAP_BYTES = 96
@@ -98,7 +99,7 @@ def _open(iface: str) -> socket.socket:
 
 def capture(out_dir: str, ifaces: Sequence[str], stop: Any = None) -> dict[str, Any]:
     """Capture ``ifaces`` into ``out_dir/<iface>.pcap`` until SIGTERM/SIGINT (or ``stop()`` is true)."""
-    from scapy.utils import RawPcapWriter
+    from scapy.utils import RawPcapWriter  # scapy (the experiments extra) takes ~1 s to import: only here
 
     os.makedirs(out_dir, exist_ok=True)
     socks = {iface: _open(iface) for iface in ifaces}
@@ -146,8 +147,6 @@ def capture(out_dir: str, ifaces: Sequence[str], stop: Any = None) -> dict[str, 
     summary = {"ifaces": list(ifaces), "snap_bytes": SNAP_BYTES, "started_s": started_s,
                "stopped_s": time.time(),
                "packets": counts, "kernel_drops": drops, "cpu_s": usage.ru_utime + usage.ru_stime}
-    from echelonflow.fileio import write_json_atomic
-
     write_json_atomic(os.path.join(out_dir, CAPTURE_FILE), summary)
     return summary
 
@@ -198,7 +197,7 @@ def decode(frame: bytes, time_s: float) -> WirePacket | None:
 
 def read_pcap(path: str) -> list[WirePacket]:
     """Every TCP/IPv4 packet of a capture file (scapy reads the pcap framing, nanosecond or not)."""
-    from scapy.utils import RawPcapReader
+    from scapy.utils import RawPcapReader  # deferred like RawPcapWriter in capture()
 
     out = []
     reader = RawPcapReader(path)
@@ -427,13 +426,11 @@ class WireCapture:
         self.proc: Any = None
 
     def start(self) -> WireCapture:
-        import subprocess
-
         os.makedirs(self.out_dir, exist_ok=True)
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         with open(os.path.join(self.out_dir, "capture.log"), "w", encoding="utf-8") as log:
-            argv = ownership.PDEATHSIG + [self.python, "-m", "traffic.capture", self.out_dir, *self.ifaces]
+            argv = ownership.PDEATHSIG + [self.python, "-m", "emulation.capture", self.out_dir, *self.ifaces]
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=root, env=env)
         deadline = time.monotonic() + self.ready_timeout_s
         while not os.path.exists(os.path.join(self.out_dir, READY_FILE)):
@@ -457,8 +454,6 @@ class WireCapture:
 
     def check(self, documents: Mapping[str, Mapping[str, Any]], hosts_ip: Mapping[str, str],
               host_ports: Mapping[str, str], t0_s: float, enforces: bool) -> dict[str, Any]:
-        from echelonflow.fileio import write_json_atomic
-
         doc = check_round(self.out_dir, documents, hosts_ip, host_ports, t0_s, enforces)
         write_json_atomic(os.path.join(self.out_dir, "check.json"), doc)
         summary = {k: v for k, v in doc.items() if k != "per_flow"}
@@ -478,7 +473,7 @@ def _last_line(path: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2:
-        print("usage: python -m traffic.capture OUT_DIR IFACE...", file=sys.stderr)
+        print("usage: python -m emulation.capture OUT_DIR IFACE...", file=sys.stderr)
         return 2
     try:
         capture(args[0], args[1:])

@@ -6,7 +6,7 @@ because every doubling doubles the emulation's wall-clock time), a fresh control
 of the dilated topology, then every host pair the scenario's flows use sends at once (one TCP stream
 per pair, :mod:`traffic.loadgen`; hosts shaped at the link rate as in a run, so switch ports are
 backlogged where streams share a link) for a few seconds while the fidelity monitor
-(:mod:`traffic.monitor`) samples.  The first factor whose window the monitor trusts (busy ports at
+(:mod:`emulation.monitor`) samples.  The first factor whose window the monitor trusts (busy ports at
 >= 90 % of their rate, the machine not pegged, no switch ingress lag) is chosen.  All pairs at once is
 more load than most moments of a training schedule, so the choice errs on the safe side; the
 emulation's own monitor still judges every round.
@@ -30,13 +30,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from controller.launcher import ControllerProcess, free_tcp_port
 from echelonflow import ownership
 from echelonflow.dilation import CALIBRATION_FACTORS, check_factor, dilate_topology
 from echelonflow.errors import UserError
 from echelonflow.fileio import write_json_atomic
 from echelonflow.model import Job
 from echelonflow.topology import Topology
-from traffic.monitor import FidelityMonitor, Thresholds, sample_interval_s
+from emulation.agents import REPO_ROOT, agent_env
+from emulation.monitor import FidelityMonitor, Thresholds, sample_interval_s
+from topologies import ovs
+from topologies.fabric import Fabric
 
 HostPair = tuple[str, str]
 
@@ -127,10 +131,6 @@ def measure_factor(topology: Topology, pairs: Sequence[HostPair], settings: Cali
     Everything started here (controller, fabric, traffic processes) is stopped before returning, also on
     errors and Ctrl-C; fabric or controller failures become :class:`CalibrationError`.
     """
-    from controller.launcher import ControllerProcess, free_tcp_port
-    from topologies import ovs
-    from topologies.fabric import Fabric
-
     workdir = ownership.make_run_folder("cal")
     port = free_tcp_port()
     ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
@@ -177,8 +177,6 @@ def run_pairs(fabric: Any, pairs: Sequence[HostPair], settings: CalibrationSetti
     """One TCP stream per pair, all at once for ``settings.traffic_s`` (one :mod:`traffic.loadgen`
     process per host, pid recorded and stopped by it): each pair's received bits/s (None when it
     delivered nothing) and the streams' common start (epoch s)."""
-    from traffic.emulate import REPO_ROOT
-
     hosts = sorted({h for pair in pairs for h in pair})
     start_s = time.time() + 2.0 + 0.05 * len(hosts)  # every process up and listening before it
     specs: dict[str, dict[str, Any]] = {h: {"listen": [], "send": [], "seconds": settings.traffic_s,
@@ -187,7 +185,7 @@ def run_pairs(fabric: Any, pairs: Sequence[HostPair], settings: CalibrationSetti
         port = settings.base_port + index
         specs[dst]["listen"].append(port)
         specs[src]["send"].append([fabric.host(dst).IP(), port])
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = agent_env()
     procs: dict[str, Any] = {}
     try:
         for host, spec in specs.items():

@@ -20,8 +20,8 @@ the monitor samples during every round:
 Layers: :class:`Sample` is one reading (``take_sample`` reads it from the machine);
 :func:`interval_stats` and :func:`evaluate` are pure functions from samples to per-interval numbers and
 a verdict against :class:`Thresholds` (unit-tested without a fabric); :class:`FidelityMonitor` is the
-sampling thread the emulation runner starts around each round.  How the thresholds were chosen is in
-``docs/emulation.md`` ("Fidelity monitor").
+sampling thread each round starts around its agents (:mod:`emulation.round`).  How the thresholds were
+chosen is in ``docs/emulation.md`` ("Fidelity monitor").
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from echelonflow.fileio import write_json_atomic
 from topologies.ovs import socket_fds, vswitchd_pid
 
 
@@ -459,8 +460,6 @@ class FidelityMonitor:
 
     def save_intervals(self, path: str) -> None:
         """Every interval's numbers as JSON (the raw material thresholds are chosen from)."""
-        from echelonflow.fileio import write_json_atomic
-
         write_json_atomic(path, {"interval_s": self.interval_s, "port_rates_bps": self.port_rates_bps,
                                  "intervals": [asdict(i) for i in self.intervals()]})
 

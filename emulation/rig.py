@@ -1,0 +1,218 @@
+"""The rig: one Mininet/OVS fabric and its controller, for one scheduler's rounds.
+
+A scheduler's run brings the fabric up once and gives every round a controller of its own (so a new,
+empty registry): job and flow ids then stay exactly the simulator's ("job/flow"), which is the key
+``Topology.path_for`` pins a flow's path with, so each round's flows take the paths the simulator gives
+them; reusing one registry would need renamed jobs and so other paths.  The rig owns what it starts:
+leaving its ``with`` block (normally, on an error or on Ctrl-C) stops the fabric and the controller,
+copies the logs into the run folder and removes its temporary folder.
+
+A start that fails (Mininet and OVS fail in assorted ways on a loaded machine) is undone and retried
+once.  The controller fault is the rig's too: :meth:`Rig.crash_controller` kills it (the switches keep
+forwarding on the rules they hold) and :meth:`Rig.restart_controller` starts its successor on the same
+folder, store, ports and API socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Callable
+
+from controller.client import ApiClientError, EchelonClient
+from controller.launcher import ControllerProcess, free_tcp_port
+from controller.topology_spec import spec_of
+from echelonflow import ownership
+from echelonflow.model import Job
+from echelonflow.schedulers import get_scheduler
+from echelonflow.topology import Topology
+from emulation.errors import EmulationError, one_line
+from emulation.progress import Say, prefixed
+from emulation.settings import EmulationSettings
+from topologies import ovs
+from topologies.fabric import Fabric
+from traffic.runspec import RegistrySettings
+
+
+class Rig:
+    """The fabric of ``topology`` and a controller running ``scheduler``, for the rounds of one run.
+
+    ``jobs`` (all of the run's) give the host pairs warmed up before the clock starts; ``run_name``
+    names the run's log folder under ``settings.logs_dir``.  Use it as a context manager.
+    """
+
+    def __init__(self, topology: Topology, jobs: Sequence[Job], scheduler: str, settings: EmulationSettings,
+                 progress: Say, run_name: str) -> None:
+        self.topology, self.scheduler, self.settings, self.run_name = topology, scheduler, settings, run_name
+        self.say = prefixed(progress, f"[{scheduler}] ")
+        self.enforces = get_scheduler(scheduler).enforces
+        self.topology_spec = spec_of(topology)
+        self.hosts_ip = {h: topology.graph.nodes[h]["ip"] for h in topology.hosts}
+        self.port = free_tcp_port()
+        self.fabric = Fabric(topology, controller_port=self.port, queues=settings.queues,
+                             tag=f"emu{os.getpid()}-{scheduler}"[:40],
+                             connect_timeout_s=settings.fabric_connect_timeout_s,
+                             tcp_rto_min_ms=settings.tcp_rto_min_ms, host_sysctls=settings.host_sysctls,
+                             cluster=settings.cluster)
+        self.controller: ControllerProcess | None = None
+        self.problems: list[str] = []  # the controllers' log lines that look wrong, over every round
+        self._pairs = sorted({(f.src, f.dst) for job in jobs for f in job.flows})
+        self._crashed: list[tuple[ControllerProcess, float]] = []  # killed, not yet succeeded
+        self.workdir = ownership.make_run_folder("emu")
+
+    def __enter__(self) -> Rig:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.say("tearing down")
+        try:
+            self.fabric.stop()
+        finally:
+            if self.controller is not None:
+                self.controller.stop()
+            if self.settings.logs_dir:
+                keep_logs(self.workdir, os.path.join(self.settings.logs_dir, "logs", self.run_name))
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # ------------------------------------------------------------------------------ bring-up
+    def bring_up(self, label: str) -> None:
+        """A fresh controller for the round ``label`` (the fabric too, on the first round), retried once."""
+        what = f"{'fabric' if self.fabric.net is None else 'controller'} start"
+        retry_once(lambda: self._bring_up(label), self._undo_start, what, self.say)
+
+    def _bring_up(self, label: str) -> None:
+        """Controller, then the fabric connected to it (first round only), ARP warm-up and tuning."""
+        self._fresh_controller(label)
+        if self.fabric.net is None:
+            self.say(f"starting fabric {self.topology.name}")
+            self.fabric.start()
+            self.say(f"fabric up in {self.fabric.timings_s.get('start', 0.0):.1f} s")
+            if self.settings.warmup:
+                self._warm_up()
+            self._tune_datapath()
+
+    def _fresh_controller(self, label: str) -> None:
+        """A new controller process (so a new, empty registry) on the fabric's OpenFlow port, running
+        the rig's scheduler; once the fabric is up, connected to every switch and warmed up."""
+        if self.controller is not None:
+            self.controller.stop()
+        folder = tempfile.mkdtemp(prefix=f"ctl-{label}-", dir=self.workdir)
+        self.controller = self._controller_process(folder, self.settings.api_port, self.settings.metrics_port)
+        self.say(f"{label}: starting controller (OpenFlow port {self.port})")
+        self.controller.start()
+        ownership.record_processes(self.workdir, self.controller.pid)
+        self.say(f"{label}: controller up (pid {self.controller.pid})")
+        if self.fabric.net is not None:
+            self.controller.wait_switches(timeout_s=30)
+        with EchelonClient(socket_path=self.controller.api_socket_path,
+                           token_file=self.controller.token_file) as client:
+            try:
+                client.set_scheduler(self.scheduler)
+            except ApiClientError as exc:
+                raise EmulationError(f"controller refused scheduler {self.scheduler!r}: {exc}") from None
+        if self.fabric.net is not None and self.settings.warmup:
+            self._warm_up()  # ARP and first-packet routes off the clock
+
+    def _controller_process(self, folder: str, api_port: int, metrics_port: int | None) -> ControllerProcess:
+        """This run's controller settings; a fresh round and a restart after a crash differ only in
+        folder and ports."""
+        s = self.settings
+        return ControllerProcess(self.topology, ofp_port=self.port, queues=s.queues,
+                                 interval_s=s.controller_interval_s, stats_interval_s=s.stats_interval_s,
+                                 hold_paused=s.pace and s.hold_paused, fixed_class=s.pace and s.fixed_class,
+                                 workdir=folder, api_port=api_port, metrics_port=metrics_port)
+
+    def _undo_start(self) -> None:
+        with contextlib.suppress(Exception):
+            self.fabric.stop()
+        if self.controller is not None:
+            self.controller.stop()
+            self.controller = None
+
+    def _warm_up(self) -> None:
+        """One ping per communicating pair, so ARP and reactive routing happen before the clock starts."""
+        for src, dst in self._pairs:
+            self.fabric.host(src).cmd(f"ping -c 1 -W 2 {self.hosts_ip[dst]}")
+            self.fabric.host(dst).cmd(f"ping -c 1 -W 2 {self.hosts_ip[src]}")
+
+    def _tune_datapath(self) -> None:
+        """Give the userspace datapath's shared transmit socket a large send buffer (see
+        ``topologies.ovs.ensure_tx_buffer``): without it ovs-vswitchd drops packets on every port as soon
+        as a few htb queues back up.  The socket exists once packets flowed, i.e. after the warm-up."""
+        try:
+            size = ovs.ensure_tx_buffer()
+        except (ovs.OvsError, OSError) as exc:
+            self.say(f"warning: could not enlarge ovs-vswitchd's send buffer ({exc}); expect drops")
+            return
+        if size is None:
+            self.say("note: ovs-vswitchd has no packet transmit socket (kernel datapath?)")
+
+    # ------------------------------------------------------------------------------ during a round
+    def registry_settings(self) -> RegistrySettings:
+        """How this round's agents reach the controller's registry."""
+        s = self.settings
+        return RegistrySettings(self.controller.api_socket_path, self.controller.token_file,
+                                s.poll_interval_s, "", s.pace, s.install_wait_s)
+
+    def collect_problems(self) -> None:
+        """Keep the problem lines of the current controller's log (said once the run is over)."""
+        self.problems += self.controller.log_problems()
+
+    def crash_controller(self) -> str:
+        """The controller fault: kill -9 (the switches keep forwarding on the rules they hold)."""
+        ctl, pid = self.controller, self.controller.pid
+        os.kill(pid, signal.SIGKILL)
+        self._crashed.append((ctl, time.monotonic()))
+        ctl.stop()  # reaps it; its folder keeps the store
+        self.problems.extend(ctl.log_problems())
+        return f"fault: controller pid {pid} killed with SIGKILL"
+
+    def restart_controller(self) -> str:
+        """A new controller on the killed one's folder, store, ports and API socket: it loads the
+        registry and re-enforces every live flow; the agents never see a new address."""
+        old, killed_at = self._crashed.pop()
+        self.controller = self._controller_process(old.workdir, old.api_port, old.metrics_port)
+        self.controller.start()
+        ownership.record_processes(self.workdir, self.controller.pid)
+        self.controller.wait_switches(timeout_s=30)
+        return (f"fault: controller restarted on the same store (pid {self.controller.pid}), serving again "
+                f"{time.monotonic() - killed_at:.1f} s after the kill")
+
+
+def retry_once(action: Callable[[], None], undo: Callable[[], None], what: str, say: Say,
+               pause_s: float = 1.0) -> None:
+    """Run ``action``; if it fails, ``undo`` what it left, say so in one line and try once more.
+
+    A second failure raises :class:`EmulationError` with one line naming both (Mininet and OVS raise
+    assorted exception types during a bring-up, so any ``Exception`` counts; Ctrl-C does not).
+    """
+    try:
+        action()
+        return
+    except Exception as exc:  # noqa: BLE001 (see docstring)
+        first = one_line(exc)
+    undo()
+    say(f"{what} failed ({first}); retrying once")
+    time.sleep(pause_s)
+    try:
+        action()
+    except Exception as exc:  # noqa: BLE001
+        undo()
+        raise EmulationError(f"{what} failed twice: {one_line(exc)} (first: {first})") from None
+
+
+def keep_logs(workdir: str, target: str) -> None:
+    """Copy agent logs, agent result documents, monitor samples and the controller logs into the run
+    folder (flattened: ``together/agent-h1.log`` becomes ``together_agent-h1.log``)."""
+    os.makedirs(target, exist_ok=True)
+    for root, _dirs, files in os.walk(workdir):
+        for name in files:
+            if name.endswith(".log") or name.startswith(("out-", "monitor-")):
+                rel = os.path.relpath(os.path.join(root, name), workdir).replace(os.sep, "_")
+                shutil.copyfile(os.path.join(root, name), os.path.join(target, rel))
+

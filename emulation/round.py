@@ -1,0 +1,153 @@
+"""One round: the agents of some jobs on a rig that is up, watched while they run.
+
+A scheduler's run is a round with all jobs together and, with several jobs, one round per job alone
+(the simulator's slowdown is a job's completion together over its completion alone).  Around the agents
+(:func:`emulation.agents.run_agents`) a round starts the fidelity monitor (:mod:`emulation.monitor`:
+did the machine forward faithfully?), with ``--capture`` the wire capture of the hosts' first-hop ports
+(:mod:`emulation.capture`), and acts out the faults at their times (:mod:`emulation.fault_injector`):
+links and switches in every round, as the simulator replays them in every run; an agent or the
+controller killed only in the round with all jobs together.  Whatever a round starts is stopped when it
+ends, also on errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from echelonflow import ownership
+from echelonflow.model import Job
+from echelonflow.topology import Topology, intf_name
+from emulation.agents import AgentsOutcome, agent_hosts, fabric_popen, run_agents
+from emulation.capture import CaptureError, WireCapture
+from emulation.errors import EmulationError
+from emulation.fault_injector import NetworkFaults, controller_actions
+from emulation.monitor import FidelityMonitor, sample_interval_s
+from emulation.progress import prefixed, say_all, say_monitor, say_wire
+from emulation.rig import Rig
+from traffic.channels import channel_plan
+
+TOGETHER = "together"
+
+
+@dataclass
+class Round:
+    """The jobs of one round, its label (``together`` or ``alone-<job>``) and the process faults it
+    acts out (agents and the controller: the round with all jobs only)."""
+
+    label: str
+    jobs: list[Job]
+    process_faults: list = field(default_factory=list)
+
+    @property
+    def alone(self) -> bool:
+        return self.label != TOGETHER
+
+
+@dataclass
+class RoundRecord:
+    """What a round leaves: the agents' documents, the fidelity monitor's verdict, the wire check."""
+
+    outcome: AgentsOutcome
+    monitor: dict[str, Any]
+    wire: dict[str, Any] | None = None
+
+
+def plan_rounds(jobs: Sequence[Job], alone_runs: bool, faults: Sequence[Any]) -> list[Round]:
+    """All jobs together (with the process faults), then each job alone when there are several."""
+    rounds = [Round(TOGETHER, list(jobs), list(faults))]
+    if alone_runs and len(jobs) > 1:
+        rounds += [Round(f"alone-{job.job_id}", [job]) for job in jobs]
+    return rounds
+
+
+def run_round(rig: Rig, round_: Round, simulated_s: Mapping[str, float],
+              simulated_flows: Mapping[str, Any] | None) -> RoundRecord:
+    """Run ``round_``'s agents on ``rig`` (controller up), watched by the monitor (and the capture).
+
+    ``simulated_s`` (job -> simulated completion, at the rig's time scale) sizes the run timeout;
+    ``simulated_flows`` (the simulated run's flows) size each agent's channel pool.
+    """
+    label = round_.label
+    host_ports = {h: first_hop_port(rig.topology, h) for h in agent_hosts(round_.jobs)}
+    rig.say(f"{label}: {len(round_.jobs)} job(s), {len(host_ports)} agents")
+    wire = _wire_capture(rig, label, host_ports) if rig.settings.capture else None
+    monitor = _monitor(rig)
+    network = NetworkFaults(rig.fabric, rig.settings.faults)  # links and switches: every round
+    with contextlib.ExitStack() as watchers:
+        watchers.callback(say_all, rig.say, network.restore)
+        if wire is not None:
+            try:
+                watchers.enter_context(wire)
+            except CaptureError as exc:
+                raise EmulationError(str(exc)) from None
+            ownership.record_processes(rig.workdir, wire.proc.pid)
+        watchers.enter_context(monitor)
+        outcome = _run_agents(rig, round_, simulated_s, simulated_flows, network.actions())
+    record = RoundRecord(outcome, monitor.report(window=(outcome.t0_s, time.time())))
+    monitor.save_intervals(os.path.join(rig.workdir, f"monitor-{label}.json"))
+    say_monitor(rig.say, label, record.monitor)
+    if wire is not None:
+        record.wire = wire.check(outcome.documents, rig.hosts_ip, host_ports, outcome.t0_s, rig.enforces)
+        say_wire(rig.say, label, record.wire)
+    rig.collect_problems()
+    return record
+
+
+def _run_agents(rig: Rig, round_: Round, simulated_s: Mapping[str, float],
+                simulated_flows: Mapping[str, Any] | None, network_actions: list) -> AgentsOutcome:
+    """The agents of ``round_``, with the run deadline, channel plan and timed faults they need."""
+    settings = rig.settings
+    agents_dir = os.path.join(rig.workdir, round_.label)
+    os.makedirs(agents_dir)
+    budget_s = max(j.arrival_s + simulated_s.get(j.job_id, 0.0) for j in round_.jobs)
+    faults = round_.process_faults
+    return run_agents(
+        round_.jobs, rig.hosts_ip, agents_dir, fabric_popen(rig.fabric), data_port=settings.data_port,
+        registry=rig.registry_settings(), scheduler=rig.scheduler,
+        run_timeout_s=settings.run_timeout_factor * budget_s + settings.run_timeout_extra_s,
+        progress=prefixed(rig.say, f"{round_.label}: "), topology_spec=rig.topology_spec,
+        channel_plan=_channel_plan(rig, round_, simulated_flows),
+        kill_agents={f.target[0]: f.at_s for f in faults if f.kind == "agent"},
+        actions=controller_actions(faults, rig.crash_controller, rig.restart_controller) + network_actions,
+        congestion_control=settings.tcp_congestion_control, confirm_timeout_s=settings.confirm_timeout_s,
+    )
+
+
+def _channel_plan(rig: Rig, round_: Round,
+                  simulated_flows: Mapping[str, Any] | None) -> dict[str, list[dict[str, Any]]] | None:
+    """How many channels each agent opens before t0: the most flows of one (source, destination, path)
+    in flight at once in the simulated run (the same at any dilation: only which flows overlap counts).
+    A scheduler that enforces pins each flow's path; plain TCP's flows follow their host pair's route."""
+    if simulated_flows is None:
+        return None
+    topology = rig.topology
+    path_of = topology.path_for if rig.enforces else (lambda src, dst, key: topology.pair_path(src, dst))
+    round_ids = {j.job_id for j in round_.jobs}
+    mine = {key: flow for key, flow in simulated_flows.items() if key.split("/", 1)[0] in round_ids}
+    return channel_plan(mine, path_of)
+
+
+def _wire_capture(rig: Rig, label: str, host_ports: Mapping[str, str]) -> WireCapture:
+    """The capture of the round's first-hop switch ports, into the run folder's ``captures/``."""
+    capture_dir = os.path.join(rig.settings.logs_dir or rig.workdir, "captures", rig.run_name, label)
+    return WireCapture(capture_dir, sorted(host_ports.values()))
+
+
+def _monitor(rig: Rig) -> FidelityMonitor:
+    """The fidelity monitor of every switch port, sampling as often as the fabric's size allows (less
+    often under dilation, so its intervals stay as long in the scenario's time scale)."""
+    settings = rig.settings
+    ports = rig.fabric.switch_ports
+    interval_s = settings.monitor_interval_s or sample_interval_s(len(ports)) * settings.time_scale
+    return FidelityMonitor(ports, interval_s, rig.controller.pid, settings.monitor_thresholds)
+
+
+def first_hop_port(topology: Topology, host: str) -> str:
+    """The switch-side interface of ``host``'s link (root namespace): where its traffic is captured."""
+    switch = topology.host_switch(host)
+    return intf_name(switch, topology.port(switch, host))

@@ -1,0 +1,70 @@
+"""One run: one scheduler on a fresh rig, all jobs together and then (several jobs) each alone.
+
+This is the unit the experiment repeats (:mod:`emulation.experiment`): a rig (:mod:`emulation.rig`)
+brought up for the run, a round per job set on it (:mod:`emulation.round`), and the rounds' documents
+assembled into one result (:mod:`emulation.assemble`) that carries the fidelity monitor's verdict, the
+wire check and the faults injected.  Times here are the rig's (wall clock, dilated if the experiment
+dilates); the experiment brings them back to the scenario's time scale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from echelonflow.model import Job
+from echelonflow.results import RunResult
+from echelonflow.topology import Topology
+from emulation.assemble import assemble_run, fault_records
+from emulation.monitor import combine
+from emulation.progress import Say
+from emulation.rig import Rig
+from emulation.round import TOGETHER, RoundRecord, plan_rounds, run_round
+from emulation.settings import EmulationSettings
+
+
+def emulate_scheduler(
+    topology: Topology,
+    jobs: Sequence[Job],
+    scheduler: str,
+    simulated_s: Mapping[str, float],
+    settings: EmulationSettings,
+    progress: Say,
+    alone_fallback_s: Mapping[str, float] | None = None,
+    run_name: str = "",
+    simulated_flows: Mapping[str, Any] | None = None,
+) -> RunResult:
+    """One scheduler on a fresh fabric and controller: all jobs together, then (several jobs) each alone.
+
+    ``simulated_s`` (job -> simulated completion) only sizes the run timeout.  Without the alone
+    rounds (``settings.alone_runs`` false) slowdowns are taken against ``alone_fallback_s``.  Every round
+    is watched by the fidelity monitor (and, with ``settings.capture``, captured on the wire); the result
+    carries their verdicts.  ``run_name`` (default: the scheduler) names this run's folders under
+    ``settings.logs_dir``.  ``simulated_flows`` (the simulated run's flows) size each agent's channel
+    pool (:func:`traffic.channels.channel_plan`).  A fabric or controller start that fails is retried once.
+    Everything started here (controller, fabric, agents, capture) is stopped on the way out, also on
+    Ctrl-C.
+    """
+    records: dict[str, RoundRecord] = {}
+    alone_s: dict[str, float] = {}
+    with Rig(topology, jobs, scheduler, settings, progress, run_name or scheduler) as rig:
+        for round_ in plan_rounds(jobs, settings.alone_runs, settings.faults):
+            rig.bring_up(round_.label)
+            records[round_.label] = record = run_round(rig, round_, simulated_s, simulated_flows)
+            if round_.alone:
+                solo = assemble_run(round_.jobs, record.outcome.documents, scheduler)
+                alone_s.update({j: r.completion_s for j, r in solo.jobs.items()})
+        if rig.problems:
+            rig.say(f"warning: controller log shows {len(rig.problems)} problem line(s), e.g. "
+                    f"{rig.problems[0][:160]}")
+        together = records[TOGETHER].outcome
+        result = assemble_run(jobs, together.documents, scheduler, alone_s or alone_fallback_s,
+                              together.failed_jobs)
+    if settings.faults:
+        result.faults = fault_records(settings.faults)
+    result.fidelity_monitor = combine({label: record.monitor for label, record in records.items()})
+    result.trusted = result.fidelity_monitor["trusted"]
+    wire = {label: record.wire for label, record in records.items() if record.wire is not None}
+    if wire:
+        result.wire_check = {"rounds": wire}
+    return result

@@ -1,0 +1,89 @@
+"""An experiment's parts that need no fabric: the scenario an emulation runs (a copy, never the caller's),
+the simulated side, the settings a request gives every run, and ``--dilation auto``'s confirmation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from controller.config import ControllerConfig
+from echelonflow.scenario import load_scenario
+from echelonflow.topology import DEFAULT_MTU_BYTES
+from emulation.command import with_faults
+from emulation.dilation import Dilation, dilated
+from emulation.experiment import EmulationRequest, base_settings, simulate_side, with_real_frames
+
+
+def test_idealised_links_get_real_frames_in_a_copy_and_the_scenario_is_left_as_it_was():
+    scenario = load_scenario("fig2")
+    assert scenario.topology.mtu_bytes is None  # the paper's fluid model: payload only
+    framed = with_real_frames(scenario)
+    assert framed.topology.mtu_bytes == DEFAULT_MTU_BYTES and framed.topology is not scenario.topology
+    assert scenario.topology.mtu_bytes is None and framed.jobs == scenario.jobs
+    real = load_scenario("fattree-gpipe-ring")
+    assert with_real_frames(real) is real  # already framed: nothing to copy
+
+
+def test_the_simulated_side_counts_wire_bytes_as_the_emulation_does():
+    """fig2 with 9000-byte frames takes longer than the paper's 8.5 / 8.0 s by the headers' share."""
+    scenario = with_real_frames(load_scenario("fig2"))
+    simulated = simulate_side(scenario, EmulationRequest(["fair", "echelon"]))
+    assert simulated.mode == "simulate" and [run.scheduler for run in simulated.runs] == ["fair", "echelon"]
+    fair, echelon = (run.jobs["fig2"] for run in simulated.runs)
+    assert fair.completion_s == pytest.approx(8.544, abs=1e-3) and echelon.completion_s == pytest.approx(
+        8.044, abs=1e-3)
+    assert fair.lower_bound_s is not None and simulated.timing_noise is None
+    noisy = simulate_side(scenario, EmulationRequest(["echelon"], timing_noise_ms=5.0))
+    assert noisy.timing_noise["jitter_s"] == 0.005 and list(noisy.timing_noise["schedulers"]) == ["echelon"]
+
+
+def test_a_live_request_keeps_every_controller_on_the_default_ports_also_when_dilated():
+    defaults = ControllerConfig()
+    live = base_settings(EmulationRequest(["echelon"], live=True), "runs/x")
+    assert (live.api_port, live.metrics_port) == (defaults.api_port, defaults.metrics_port)
+    assert live.logs_dir == "runs/x"
+    _topology, _jobs, slow = dilated(load_scenario("fig2"), live, 4.0, lambda text: None)
+    assert (slow.api_port, slow.metrics_port) == (defaults.api_port, defaults.metrics_port)
+    plain = base_settings(EmulationRequest(["echelon"]), "runs/x")
+    assert (plain.api_port, plain.metrics_port) == (0, 0)  # a free port per controller
+
+
+def test_faults_from_the_command_line_are_added_to_a_new_list_in_time_order():
+    scenario = load_scenario("fattree-gpipe-ring")
+    events = with_faults(scenario, ["link:a1-e1@3s..6s", "controller@1s"])
+    assert [(e.kind, e.at_s, e.up) for e in events] == [("controller", 1.0, False), ("link", 3.0, False),
+                                                        ("link", 6.0, True)]
+    assert scenario.events == []
+    _topology, _jobs, settings = dilated(replace(scenario, events=events),
+                                         base_settings(EmulationRequest(["echelon"]), "d"), 2.0,
+                                         lambda text: None)
+    assert [e.at_s for e in settings.faults] == [2.0, 6.0, 12.0] and [e.at_s for e in events] == [1, 3, 6]
+
+
+def _run(trusted: bool | None) -> SimpleNamespace:
+    reasons = [] if trusted else ["CPU-saturated 83% of the time"]
+    return SimpleNamespace(trusted=trusted, fidelity_monitor={"rounds": {"together": {"reasons": reasons}}})
+
+
+def test_auto_dilation_is_confirmed_by_the_first_trusted_run_and_never_judged_again(tmp_path):
+    said: list[str] = []
+    dilation = Dilation({"factor": 2.0, "chosen_by": "calibration"}, auto=True)
+    assert dilation.confirm_first_run(_run(False), str(tmp_path), "coflow", said.append)  # run it again
+    assert dilation.factor == 4.0 and "running it again at x4" in said[-1]
+    assert not dilation.confirm_first_run(_run(True), str(tmp_path), "coflow", said.append)
+    assert dilation.record["confirmation"] == [
+        {"factor": 2.0, "trusted": False, "reasons": ["CPU-saturated 83% of the time"]},
+        {"factor": 4.0, "trusted": True, "reasons": []}]
+    assert not dilation.confirm_first_run(_run(False), str(tmp_path), "coflow", said.append)  # later runs
+    assert dilation.factor == 4.0 and len(dilation.record["confirmation"]) == 2
+    by_hand = Dilation({"factor": 2.0, "chosen_by": "hand"})
+    assert not by_hand.confirm_first_run(_run(False), str(tmp_path), "coflow", said.append)
+    assert "confirmation" not in by_hand.record and Dilation().factor == 1.0
+
+
+def test_auto_dilation_stops_doubling_at_its_largest_factor(tmp_path):
+    dilation = Dilation({"factor": 16.0, "chosen_by": "calibration"}, auto=True)
+    assert not dilation.confirm_first_run(_run(False), str(tmp_path), "fair", lambda text: None)
+    assert dilation.factor == 16.0 and dilation.record["confirmation"][-1]["trusted"] is False
