@@ -2,7 +2,7 @@
 
 Run as root from the repository root:
     .venv/bin/python benchmarks/bench_fabric.py [--ks 4 8] [--rates 5 10 20]
-Prints one JSON object (also the numbers quoted in the README).
+Prints one JSON object (also the numbers quoted in docs/results.md).
 """
 
 from __future__ import annotations

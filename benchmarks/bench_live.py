@@ -1,4 +1,4 @@
-"""What the live view costs the controller (numbers go to the README).
+"""What the live view costs the controller (numbers go to docs/results.md).
 
 1. Building what a scrape and a dashboard poll read, on a k=4 fat-tree with 100 active flows and on a
    k=8 fat-tree (80 switches, 640 switch ports) with ``--flows`` (1,000) active flows, in EchelonFlows

@@ -1,4 +1,4 @@
-"""Speed of the controller's registry API and scheduling service (numbers go to the README).
+"""Speed of the controller's registry API and scheduling service (numbers go to docs/results.md).
 
 Measures, on this machine, loopback only:
 

@@ -38,7 +38,7 @@ from controller.switch_stats import METER_FIELDS, PORT_FIELDS
 
 DEFAULT_METRICS_PORT = 9302
 DP_LABELS = ["dp_id", "dp_name"]
-#: Round phases take from ~0.1 ms (a few flows) to ~1 s (a thousand installs on k=8, README).
+#: Round phases take from ~0.1 ms (a few flows) to ~1 s (a thousand installs on k=8, docs/results.md).
 LATENCY_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 MESSAGE_TYPES = {fm.FlowRule: "flow_mod", fm.FlowDelete: "flow_mod", fm.MeterSet: "meter_mod",
                  fm.MeterDelete: "meter_mod", fm.PacketOut: "packet_out"}
