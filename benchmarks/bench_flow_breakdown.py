@@ -1,4 +1,4 @@
-"""Where each emulated flow's time goes, per scheduler and repeat (issue 9, item 1).
+"""Where each emulated flow's time goes, per scheduler and repeat.
 
 Runs ``echelon emulate`` (or reads a finished run folder) and prints, per emulated run, each part of a
 flow's life (``reports.flow_breakdown``), each flow's emulated/simulated duration ratio, the achieved

@@ -1,4 +1,4 @@
-"""How large a fabric this machine emulates faithfully (issue 13, item 3): k, link rate, traffic.
+"""How large a fabric this machine emulates faithfully: k, link rate, traffic.
 
 For each fat-tree size k, the same load as ``echelon emulate --dilation auto`` calibrates with: a
 fresh controller and fabric per time-dilation factor (1, 2, 4, 8, 16; links at 10 Mbit/s / F), every

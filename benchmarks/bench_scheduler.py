@@ -1,4 +1,5 @@
-"""One scheduling decision with 10,000 active flows on a k=16 fat-tree (target: < 200 ms; issue 13: < 10 ms).
+"""One scheduling decision with 10,000 active flows on a k=16 fat-tree (target: < 200 ms;
+the performance target: < 10 ms).
 
 Run: ``.venv/bin/python benchmarks/bench_scheduler.py [--flows N] [--k K] [--repeat R]``.
 Flows: random host pairs (seeded), sizes 1 KB..100 MB, 500 EchelonFlows with staggered offsets, each

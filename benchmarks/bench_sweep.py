@@ -1,4 +1,4 @@
-"""A sweep of many cells on one worker and on every core: is the wall time at most 0.6x (issue 13)?
+"""A sweep of many cells on one worker and on every core: is the wall time at most 0.6x?
 
 Writes a grid of ``multitenant-k8`` (six jobs on a k=8 fat-tree) x 4 schedulers x seeds (``--cells`` in
 all) into a temporary folder and runs it twice with ``simulator.sweep.run_sweep``: ``workers=1`` (one

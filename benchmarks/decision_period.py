@@ -1,4 +1,4 @@
-"""Does deciding more often change a schedule?  The simulator with a periodic re-decision (issue 9).
+"""Does deciding more often change a schedule?  The simulator with a periodic re-decision.
 
 The controller re-decides on every flow start and finish and every ``interval_s`` (0.2 s in emulation);
 the simulator only on starts and finishes.  This runs each scenario's coflow and echelon schedules with

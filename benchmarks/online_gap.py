@@ -1,4 +1,4 @@
-"""echelon-online against clairvoyant echelon, iteration by iteration (issue 12's "gap to clairvoyant").
+"""echelon-online against clairvoyant echelon, iteration by iteration (the "gap to clairvoyant").
 
 A k=4 fat-tree at 10 Mbit/s shared by a 4-stage GPipe job and a 4-worker ring all-reduce job, each
 running ITERATIONS iterations.  Per iteration k: the sum of tardiness of the iteration's EchelonFlows

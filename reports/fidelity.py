@@ -8,7 +8,7 @@ times.  This module turns those runs into
   completion time and of the objective, with the number of runs behind them;
 * :func:`fidelity`: per job and scheduler the emulated median against the simulated value, the same for
   the objective, and echelon's gain over coflow and over fair on both sides (from medians), i.e. the
-  numbers issue 9's targets are about; :func:`format_fidelity` renders them as the run folder's
+  numbers the fidelity targets are about; :func:`format_fidelity` renders them as the run folder's
   ``fidelity.md``.
 
 Runs the fidelity monitor did not trust (``trusted`` false, see :mod:`emulation.monitor`) are left out
@@ -24,7 +24,7 @@ from typing import Any
 
 from echelonflow.results import Results, RunResult, render_table
 
-#: Targets of issue 9 (docs/emulation.md): completion within 10 % of simulated, >= 75 % of the
+#: The fidelity targets (docs/emulation.md): completion within 10 % of simulated, >= 75 % of the
 #: simulated gain kept, run-to-run spread (max - min over the median) at most 5 %.
 GAP_TARGET = 0.10
 GAIN_KEPT_TARGET = 0.75

@@ -199,7 +199,7 @@ BAD = [
     ("GET", "/nothing-here", None, {}, 404, "path"),
     ("DELETE", "/jobs", None, {}, 405, "method"),
     ("GET", "/jobs/j1/flows/f1/start", None, {}, 405, "method"),
-    # hardening (issue 11): nesting, huge integers, ids with a final newline
+    # hostile input: nesting, huge integers, ids with a final newline
     ("POST", "/jobs", b"[" * 10000 + b"]" * 10000, {}, 400, "body"),
     ("POST", "/jobs", b'{"job_id": ' + b"[" * 40 + b"]" * 40 + b"}", {}, 400, "body"),
     ("POST", "/jobs", b'{"a":' * 10000 + b"1" + b"}" * 10000, {}, 400, "body"),

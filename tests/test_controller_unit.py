@@ -641,9 +641,9 @@ def test_live_reply_is_json_serialisable():
     json.dumps({k: list(v.path) for k, v in enf.live_flows().items()})
 
 
-# ----------------------------------------------------------------------------- hardening (issue 11)
+# ----------------------------------------------------------------------------- hostile input
 def test_primitive_cannot_take_a_scheduled_flows_5_tuple():
-    """Finding 5: an install on a service flow's 5-tuple (either direction) is a 409 that changes nothing."""
+    """An install on a service flow's 5-tuple (either direction) is a 409 that changes nothing."""
     served = make_api()
     served.enforcer.install("kt/a", MATCH, PATH, queue=1, rate_bps=2e6)
     before, sent = served.enforcer.live_flows(), len(served.switches.sent)
@@ -670,7 +670,7 @@ def test_batch_may_reuse_a_5_tuple_it_frees_first():
 
 
 def test_service_never_takes_a_primitives_5_tuple(caplog):
-    """The reverse of finding 5: the service leaves a primitive's 5-tuple alone and retries later."""
+    """The reverse: the service leaves a primitive's 5-tuple alone and retries later."""
     from controller.registry import Registry
     from controller.service import SchedulingService
 
@@ -703,7 +703,7 @@ def test_huge_rates_are_a_400(rate):
 
 
 def test_a_full_10000_operation_batch_fits_the_body_limit():
-    """Finding 10: the documented batch maximum must not be refused by the body size limit."""
+    """The documented batch maximum must not be refused by the body size limit."""
     from controller.enforcement_api import MAX_BATCH
 
     served = make_api()

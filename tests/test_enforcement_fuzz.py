@@ -1,4 +1,4 @@
-"""Fuzzing ``POST /v1/enforcement`` inside the running controller, on the real fabric (issue 11).
+"""Fuzzing ``POST /v1/enforcement`` inside the running controller, on the real fabric.
 
 tests/test_api_fuzz.py fuzzes the registry API served standalone; this fuzzes the low-level enforcement
 primitives where they act: the controller connected to a k=4 fat-tree of real OVS switches.  Hypothesis

@@ -1,7 +1,7 @@
-"""Faults the real fabric survives (issue 11): floods, links and switches going down, agents and the
+"""Faults the real fabric survives: floods, links and switches going down, agents and the
 controller dying.  Real Mininet hosts, real OVS switches, the real controller, real TCP.
 
-What each test measures is printed (``pytest -s``) and asserted against the issue's targets: time to
+What each test measures is printed (``pytest -s``) and asserted against the targets set for them: time to
 reroute within 1 s, no byte lost (the receiver counts exactly the flow's size), the job completes.
 """
 
@@ -41,7 +41,7 @@ def env(require_fabric):
 
 
 def test_arp_storm_is_rate_limited_and_routing_still_works(env):
-    """Finding 11: a 10,000 frames/s ARP storm from one host drove the controller to 89-98 % CPU.
+    """A 10,000 frames/s ARP storm from one host drove the controller to 89-98 % CPU.
 
     With the per-switch packet-in limit the controller stays mostly idle, and pairs routed for the first
     time during the storm, on the storming host's own switch (h2) and elsewhere (h5), answer at once.

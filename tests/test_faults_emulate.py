@@ -1,4 +1,4 @@
-"""``echelon emulate --fault``: the process faults end to end on the real fabric (issue 11).
+"""``echelon emulate --fault``: the process faults end to end on the real fabric.
 
 Each test runs the CLI as a user would (its own Mininet/OVS fat-tree, controller and traffic agents,
 real TCP) on a scenario of two jobs on disjoint hosts, and checks results.json, the one-line report and

@@ -1,4 +1,4 @@
-"""What the CLI starts dies with it, and what a killed run left is found and removed (issue 11, 6-8).
+"""What the CLI starts dies with it, and what a killed run left is found and removed.
 
 Real processes throughout: ``echelon controller`` (the CLI wrapper) and its ``osken-manager`` child are
 signalled by pid and watched through /proc; a run killed with SIGKILL is a real Python process that
@@ -89,7 +89,7 @@ def _start_cli_controller(tmp_path):
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_signalled_cli_controller_takes_its_manager_and_files_with_it(tmp_path, signum):
-    """Finding 6: ``kill -TERM`` of ``echelon controller`` used to leave osken-manager serving."""
+    """``kill -TERM`` of ``echelon controller`` used to leave osken-manager serving."""
     proc, child, workdir, files = _start_cli_controller(tmp_path)
     try:
         assert _alive(child) and os.path.isdir(workdir)
@@ -123,7 +123,7 @@ def test_dead_manager_is_reported_by_its_signal_not_a_log_tail(tmp_path):
 
 
 def test_openflow_listens_on_loopback_only():
-    """Finding 8: the OpenFlow port was bound to 0.0.0.0 (the API was already loopback only)."""
+    """The OpenFlow port was bound to 0.0.0.0 (the API was already loopback only)."""
     ctl = ControllerProcess(two_hosts(10e6), ofp_port=free_tcp_port())
     with ctl:
         port_hex = f"{ctl.ofp_port:04X}"
@@ -149,7 +149,7 @@ KILLED_RUN = textwrap.dedent("""
 
 
 def test_killed_run_leaves_nothing_after_clean():
-    """Finding 7: SIGKILL of a run left its controller serving and its folder (token, registry) behind.
+    """SIGKILL of a run left its controller serving and its folder (token, registry) behind.
 
     The controller dies with its parent (parent-death signal); a child that ignores SIGTERM and the
     temporary folders are ended and removed by the clean-up from the folders' owner records.

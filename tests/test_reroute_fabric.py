@@ -1,4 +1,4 @@
-"""A link going down under a long enforced TCP flow pinned through it (issue 11), on the real fabric:
+"""A link going down under a long enforced TCP flow pinned through it, on the real fabric:
 Mininet hosts, OVS switches, the real controller, real TCP.
 
 The same under a whole switch killed (its OpenFlow connection cut and every link down).

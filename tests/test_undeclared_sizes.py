@@ -1,4 +1,5 @@
-"""Flows registered without ``size_bytes``: ``echelon-online`` in the controller (issue 12 item 5).
+"""Flows registered without ``size_bytes``: ``echelon-online`` in the controller, which learns
+them from the starts, progress and finishes it hears.
 
 The registry keeps such flows with an undeclared size, the scheduling service feeds the selected
 scheduler every start, progress report and finish, and the snapshot's remaining bytes come from the
