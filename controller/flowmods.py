@@ -2,10 +2,13 @@
 
 Routing and enforcement decide *what* each switch should hold and return lists of the small frozen
 values below; they never touch a datapath or send anything, so unit tests compare plain values and a
-recording send function sees exactly what a switch would receive.  :func:`encode` is the only place
-that builds os-ken/Ryu message objects, and it takes the ``ofproto``/``parser`` modules as arguments
-(the app passes them from :mod:`controller.compat`), so this module imports no framework at all.  The
-datapath is attached only when the app sends (``msg.datapath = dp``), as Faucet does.
+recording send function sees exactly what a switch would receive.  :func:`encode` builds the
+os-ken/Ryu message of every op here, and it takes the ``ofproto``/``parser`` modules as arguments (the
+app passes them from :mod:`controller.compat`), so this module imports no framework at all.  The
+datapath is attached only when the app sends (``msg.datapath = dp``), as Faucet does.  What is not an op
+here is the app's own: its four read-only requests (flow, port and meter statistics in its stats poll,
+port descriptions when a switch connects) are built in ``controller/app.py``, since they change nothing
+on a switch and their replies are handled there.
 
 Cookies name who owns a rule: the top byte is the owner kind (:data:`COOKIE_ROUTE`,
 :data:`COOKIE_ENFORCE`), the rest an owner-chosen number, so a delete by cookie/mask removes exactly one

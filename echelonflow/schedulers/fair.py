@@ -2,9 +2,12 @@
 
 Progressive filling (Bertsekas & Gallager, *Data Networks*, section 6.5.2): raise every unfrozen flow's
 rate together until some directed link is full; freeze the flows crossing it at that level; repeat.
-Implemented with a lazy min-heap of per-link fair shares (remaining capacity / unfrozen flows).  A
-link's share can only grow when a flow crossing it freezes elsewhere at a lower level, so stale heap
-entries are simply skipped: O(sum of path lengths * log links) per decision.  The loops are in
+The next link to fill is the one with the smallest fair share (remaining capacity / unfrozen flows),
+found by a lazy min-heap of shares where the links are many for the flows (a link's share can only grow
+when a flow crossing it freezes elsewhere at a lower level, so stale heap entries are simply skipped:
+O(sum of path lengths * log links) per decision), and by a scan of the links where they are few (a big
+switch, a k=8 fat-tree with tens of flows: ``kernels.SCAN_FACTOR``, measured in docs/performance.md).
+Both pick the same link at every step, so the rates are the same.  The loops are in
 ``kernels.fair_decide`` (compiled by numba where installed).
 
 ``enforces = False``: the controller pushes nothing for this policy, so it stays a true baseline.

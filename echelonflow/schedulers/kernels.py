@@ -7,8 +7,8 @@ integer-indexed arrays, the same source runs in two ways:
 
 * with numba (the simulator's virtualenv): compiled once per machine (``cache=True`` keeps the machine
   code in ``__pycache__``) and run on numpy arrays, about two orders of magnitude faster;
-* without it (the Python 3.9 controller venv, which has neither numba nor numpy): as ordinary Python on
-  lists, with the same results.
+* without numba (the Python 3.9 controller venv: its pinned set has numpy but no numba): as ordinary
+  Python on lists, numpy unused, with the same results.
 
 The arithmetic is exactly that of the original per-flow Python code (same operations in the same
 order, no fast-math), so compiled and interpreted runs agree bit for bit; ``tests/test_kernels.py``
