@@ -36,7 +36,9 @@ PY39_PACKAGES = ("echelonflow", "controller", "topologies", "cli")
 # Pure unit tests of the core and the controller (whichever exist; others need Mininet or os-ken).
 PURE_TESTS = (
     "test_echelon.py", "test_workloads.py", "test_trace.py", "test_schedulers.py", "test_registry.py",
-    "test_controller_unit.py", "test_scenario.py", "test_live_table.py",
+    "test_compat.py", "test_flowmods.py", "test_routing.py", "test_enforcement.py", "test_topology_spec.py",
+    "test_launcher.py", "test_enforcement_api.py", "test_controller_command.py", "test_scenario.py",
+    "test_live_table.py",
 )
 # Modules that need Mininet at import (not in the Python 3.9 venv): compiled, but not imported.
 NEEDS_MININET = ("topologies.mininet_topo",)

@@ -25,7 +25,7 @@ from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import get_scheduler
 from echelonflow.topology import Topology, fattree
 from simulator.engine import _Run, simulate
-from tests.test_controller_unit import Recorder
+from tests.controller_helpers import Recorder
 
 RATE_BPS = 10e6
 SIZE_BYTES = 2_500_000  # 2 s alone at 10 Mbit/s on idealised links

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from controller.enforcement import FlowMatch
+from controller.enforcement import Enforcer, FlowMatch
 from controller.registry import Registry, RegistryError
 from controller.service import SchedulingService
 from controller.store import open_registry
 from echelonflow.schedulers import get_scheduler
 from echelonflow.topology import build, fattree, two_hosts
+from tests.controller_helpers import MATCH, PATH, TOPO, AckingSwitches
 
 MB = 1_000_000
 B_BPS = 8 * MB  # 1 MB/s: the paper's B = 1 in MB and seconds
@@ -433,3 +434,26 @@ def test_with_fixed_class_a_flow_keeps_the_class_of_its_first_allocation(fixed_c
     queues_of_a = [c[4] if c[0] == "install" else c[2] for c in port.take() if c[1] == "j/a"]
     assert queues_of_a == ([1] if fixed_class else [1, 2, 1])
     assert list(svc._first_class) == (["j/a"] if fixed_class else [])  # b forgotten once it ended
+
+
+def test_service_never_takes_a_primitives_5_tuple(caplog):
+    """A flow enforced through the low-level primitives (``POST /v1/enforcement``) owns its 5-tuple: the
+    service leaves it alone, says so once, and enforces its own flow once the primitive is gone."""
+    switches = AckingSwitches()
+    enforcer = Enforcer(TOPO, switches, queues=4)
+    registry = Registry(TOPO)
+    service = SchedulingService(registry, enforcer)
+    enforcer.install("p1", MATCH, PATH, queue=3)
+    registry.add_job("kt")
+    registry.add_echelon("kt", "e", None, [{"flow_id": "a", "src": "h1", "dst": "h5", "size_bytes": 10**6}])
+    registry.flow_started("kt", "a", MATCH.src_port, MATCH.dst_port, 1.0)
+    with caplog.at_level("WARNING", logger="echelon.service"):
+        service.reschedule("arrival")
+        service.reschedule("interval")
+    assert enforcer.live_flows()["p1"].queue == 3 and "kt/a" not in enforcer.live_flows()
+    assert service.allocation("kt/a")["enforced"] is False
+    refusals = [r for r in caplog.records if "already enforced for flow 'p1'" in r.getMessage()]
+    assert len(refusals) == 1  # once per reason, not every round
+    enforcer.remove("p1")
+    assert service.reschedule("interval").installs == 1
+    assert enforcer.live_flows()["kt/a"].path == registry.path_of("kt/a")
