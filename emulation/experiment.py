@@ -36,9 +36,8 @@ from emulation.progress import Say, completion_times, stderr_progress
 from emulation.run import emulate_scheduler
 from emulation.runfolder import Checkpoints
 from emulation.settings import EmulationSettings
-from reports.fidelity import dilation_line
 from reports.runfolder import RunFolder, default_run_dir
-from reports.table import format_comparison, format_failures, format_trust
+from reports.table import format_report
 from simulator.engine import simulate
 from simulator.noise import timing_noise_section
 
@@ -114,7 +113,7 @@ def emulate_and_report(scenario: Scenario, request: EmulationRequest,
                   f"finished run(s) are in {folder.results}, marked partial)", file=sys.stderr)
             return None
     folder = checkpoints.write(complete=True)
-    return EmulationOutcome(emulated, folder, report_table(emulated, simulated))
+    return EmulationOutcome(emulated, folder, format_report(emulated, simulated))
 
 
 def with_real_frames(scenario: Scenario) -> Scenario:
@@ -151,14 +150,6 @@ def base_settings(request: EmulationRequest, run_dir: str) -> EmulationSettings:
         defaults = ControllerConfig()
         settings = replace(settings, api_port=defaults.api_port, metrics_port=defaults.metrics_port)
     return settings
-
-
-def report_table(emulated: Results, simulated: Results) -> str:
-    """The side-by-side table, then a line per failed job, the fidelity monitor's verdicts and the
-    dilation."""
-    notes = "\n".join(line for line in (format_failures(emulated), format_trust(emulated),
-                                         dilation_line(emulated.dilation)) if line)
-    return format_comparison(emulated, simulated) + (f"\n{notes}" if notes else "")
 
 
 class ExperimentRuns:

@@ -26,13 +26,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from echelonflow.results import format_table
     from reports.runfolder import FIDELITY_TEXT, load_run_folder, read_status, rerender, status_line
-    from reports.table import format_comparison
+    from reports.table import format_report
 
     primary, others = load_run_folder(args.run_dir)
     folder = rerender(args.run_dir, plots=not args.no_plots)
     simulated = next((d for d in others if d.mode == "simulate"), None)
     if primary.mode == "emulate" and simulated is not None:
-        print(format_comparison(primary, simulated))
+        print(format_report(primary, simulated))
     else:
         for doc in (primary, *others):
             print(format_table(doc))

@@ -22,6 +22,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from echelonflow.faults import FaultEvent
 from echelonflow.results import Results, RunResult, render_table
 
 #: The fidelity targets (docs/emulation.md): completion within 10 % of simulated, >= 75 % of the
@@ -157,7 +158,31 @@ def fidelity(emulated: Results, simulated: Results) -> dict[str, Any]:
                                                       "spread": SPREAD_TARGET},
             "timing_noise": {"jitter_s": noise["jitter_s"], "samples": noise["samples"]} if noise else None,
             "jobs": jobs, "objective": objective, "gains": _gains(summary, sim, noisy),
-            "runs": run_verdicts(emulated), "dilation": emulated.dilation}
+            "runs": run_verdicts(emulated), "dilation": emulated.dilation, "faults": fault_groups(emulated)}
+
+
+def describe_faults(records: Sequence[dict[str, Any]] | None) -> str:
+    """A run's ``faults`` records in words (``link a1-e1 down at 3 s; link a1-e1 up at 6 s``; '' for none)."""
+    events = [FaultEvent(r["at_s"], r["kind"], tuple(r.get("target") or ()), bool(r.get("up")))
+              for r in records or []]
+    return "; ".join(event.describe() for event in events)
+
+
+def run_label(run: RunResult, repeated: bool) -> str:
+    """``echelon``, or ``echelon repeat 2`` when its scheduler ran more than once."""
+    return run.scheduler + (f" repeat {run.repeat + 1}" if repeated and run.repeat is not None else "")
+
+
+def fault_groups(results: Results) -> list[dict[str, Any]]:
+    """The faults injected, each set once with the runs it hit: ``[{"faults": text, "runs": [label]}]``
+    in first-run order (empty when no run had any)."""
+    repeated = {scheduler for scheduler, runs in runs_by_scheduler(results).items() if len(runs) > 1}
+    groups: dict[str, list[str]] = {}
+    for run in results.runs:
+        text = describe_faults(run.faults)
+        if text:
+            groups.setdefault(text, []).append(run_label(run, run.scheduler in repeated))
+    return [{"faults": text, "runs": labels} for text, labels in groups.items()]
 
 
 def noisy_median(noisy: dict[str, Any], scheduler: str, job_id: str | None) -> float | None:
@@ -309,9 +334,21 @@ def format_fidelity(doc: dict[str, Any]) -> str:
                                     *noisy("noisy_gain", "kept_noisy"), "runs"],
                                    gain_rows)]
     parts.append("```")
+    parts += _format_faults(doc.get("faults") or [])
     parts += _format_dilation(doc.get("dilation"))
     parts += _format_runs(doc.get("runs", []))
     return "\n".join(parts) + "\n"
+
+
+def _format_faults(groups: list[dict[str, Any]]) -> list[str]:
+    """fidelity.md's lines on the faults injected: which runs had which (none: no section)."""
+    if not groups:
+        return []
+    return ["", "## Faults injected", "",
+            "Times are seconds after the run's start, in the scenario's time scale; links and switches went "
+            "down (and up) in every round of a run and in its simulation alike, an agent or the controller "
+            "in the round with all jobs together only (docs/faults.md).", ""] + [
+        f"- {group['faults']}: {', '.join(group['runs'])}" for group in groups]
 
 
 def dilation_line(dilation: dict[str, Any] | None) -> str:

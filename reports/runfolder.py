@@ -6,7 +6,8 @@ Layout of ``runs/<YYYYmmdd-HHMMSS>-<scenario>/``::
                              an emulation adds "status" (complete or partial, and why), "summary" (spread
                              over each scheduler's repeats) and "fidelity" (emulated vs simulated)
     results-simulate.json    for an emulation: the simulator's document for the same scenario and schedulers
-    results.csv              one row per job x scheduler x repeat x mode (both modes when both exist)
+    results.csv              one row per job x scheduler x repeat x mode (both modes when both exist); the
+                             faults a run had, in words, in its rows' ``faults`` column
     fidelity.md, fidelity.png   emulated vs simulated per job, the objective, echelon's gains (from medians)
     timeline-<mode>-<scheduler>.png   per host: compute, outgoing and incoming flows over time (paper Fig. 2);
                              with repeats, the run with the median objective
@@ -34,7 +35,14 @@ from typing import Any
 from echelonflow.errors import UserError
 from echelonflow.fileio import read_json, write_json_atomic, write_text_atomic
 from echelonflow.results import Results
-from reports.fidelity import fidelity, format_fidelity, representative, runs_by_scheduler, summarize
+from reports.fidelity import (
+    describe_faults,
+    fidelity,
+    format_fidelity,
+    representative,
+    runs_by_scheduler,
+    summarize,
+)
 
 RESULTS_FILE = "results.json"
 CSV_FILE = "results.csv"
@@ -42,7 +50,7 @@ JCT_PLOT = "jct.png"
 FIDELITY_TEXT = "fidelity.md"
 FIDELITY_PLOT = "fidelity.png"
 CSV_COLUMNS = ("scenario", "mode", "scheduler", "repeat", "trusted", "job", "completion_s", "slowdown",
-               "tardiness_sum_s", "tardiness_max_s", "objective_s")
+               "tardiness_sum_s", "tardiness_max_s", "objective_s", "faults")
 #: Top-level keys of an emulation's results.json besides the shared shape (derived or bookkeeping).
 EXTRA_KEYS = ("status", "summary", "fidelity")
 
@@ -136,7 +144,8 @@ def rerender(run_dir: str, plots: bool = True) -> RunFolder:
 
 
 def csv_rows(documents: Sequence[Results]) -> list[dict[str, str]]:
-    """One row per job x scheduler x mode (numbers with microsecond resolution)."""
+    """One row per job x scheduler x mode (numbers with microsecond resolution; ``faults``: the run's
+    faults in words, empty without any)."""
     rows = []
     for doc in documents:
         for run in doc.runs:
@@ -149,7 +158,7 @@ def csv_rows(documents: Sequence[Results]) -> list[dict[str, str]]:
                     "completion_s": f"{job.completion_s:.6f}", "slowdown": f"{job.slowdown:.6f}",
                     "tardiness_sum_s": f"{sum(tard):.6f}" if tard else "",
                     "tardiness_max_s": f"{max(tard):.6f}" if tard else "",
-                    "objective_s": f"{run.objective_s:.6f}",
+                    "objective_s": f"{run.objective_s:.6f}", "faults": describe_faults(run.faults),
                 })
     return rows
 

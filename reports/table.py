@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from echelonflow.results import Results, RunResult, render_table
-from reports.fidelity import noisy_median, runs_label, summarize
+from reports.fidelity import dilation_line, fault_groups, noisy_median, runs_label, summarize
 
 
 def relative_gap(emulated: float, simulated: float) -> float | None:
@@ -86,6 +86,20 @@ def format_trust(emulated: Results) -> str:
             which = "" if run.repeat is None else f" repeat {run.repeat + 1}"
             lines.append(f"  NOT trusted: {run.scheduler}{which}: {reasons}")
     return "\n".join(lines)
+
+
+def format_report(emulated: Results, simulated: Results) -> str:
+    """What ``echelon emulate`` and ``echelon report`` print: the side-by-side table, then a line per
+    failed job, per set of faults injected, the fidelity monitor's verdicts and the time dilation."""
+    notes = "\n".join(line for line in (format_failures(emulated), format_faults(emulated),
+                                         format_trust(emulated), dilation_line(emulated.dilation)) if line)
+    return format_comparison(emulated, simulated) + (f"\n{notes}" if notes else "")
+
+
+def format_faults(emulated: Results) -> str:
+    """One line per set of faults injected, with the runs it hit (empty when no run had any)."""
+    return "\n".join(f"faults injected: {group['faults']} (runs: {', '.join(group['runs'])})"
+                     for group in fault_groups(emulated))
 
 
 def format_failures(emulated: Results) -> str:

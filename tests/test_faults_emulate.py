@@ -7,6 +7,7 @@ the logs.  The lower-level checks of the same faults are in tests/test_faults.py
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -73,3 +74,26 @@ def test_emulate_fault_controller_restarts_on_its_store_and_every_job_completes(
         sim_s = simulated[job_id]["completion_s"]
         print(f"job {job_id}: {job['completion_s']:.2f} s emulated, {sim_s:.2f} s simulated")
         assert job["completion_s"] < 1.2 * sim_s  # no stall, no lost bytes
+
+
+def test_emulate_fault_link_is_marked_in_the_table_the_csv_and_fidelity_md(require_fabric, tmp_path):
+    """A link taken down and back in every run (both schedulers): results.json records it, and so do the
+    three things a reader looks at first: the printed table's notes, results.csv and fidelity.md."""
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "cli", "emulate", _two_job_scenario(tmp_path), "--no-alone",
+                           "--no-plots", "--timing-noise-ms", "0", "--scheduler", "fair", "--scheduler",
+                           "echelon", "--fault", "link:a1-e1@1s..2.5s", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    print(proc.stderr[-3000:])
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert [(r["scheduler"], r["faults"][0]["target"]) for r in runs] == [("fair", ["a1", "e1"]),
+                                                                          ("echelon", ["a1", "e1"])]
+    words = "link a1-e1 down at 1 s; link a1-e1 up at 2.5 s"
+    assert f"faults injected: {words} (runs: fair, echelon)" in proc.stdout.splitlines()
+    with open(out / "results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {(r["mode"], r["faults"]) for r in rows} == {("emulate", words), ("simulate", "")}
+    text = (out / "fidelity.md").read_text()
+    assert "## Faults injected" in text and f"- {words}: fair, echelon" in text

@@ -24,7 +24,7 @@ from reports.runfolder import (
     timeline_file,
     write_run_folder,
 )
-from reports.table import format_comparison, format_failures, format_trust
+from reports.table import format_comparison, format_failures, format_report, format_trust
 from simulator.engine import simulate
 
 
@@ -298,3 +298,38 @@ def test_a_failed_job_is_one_line_and_survives_the_results_round_trip(tmp_path, 
     assert again.runs[0].failed_jobs == run.failed_jobs and again.runs[0].faults == run.faults
     assert format_failures(again) == (f"job fig2 FAILED under {run.scheduler}: agent h1 died (killed by "
                                       f"SIGKILL) 1.5 s after t0")
+
+
+def test_the_table_the_csv_and_fidelity_md_say_which_runs_had_which_faults(tmp_path, fig2_sim):
+    """Faults are marked in results.json; a reader of the printed table, results.csv or fidelity.md must
+    see them too: each set of faults once, with the runs it hit."""
+    emu = fake_emulation(fig2_sim, 1.0)
+    second = copy.deepcopy(emu.runs[2])  # echelon twice: its runs are told apart by their repeat
+    emu.runs[2].repeat, second.repeat = 0, 1
+    emu.runs.append(second)
+    link = [{"kind": "link", "target": ["s1", "h1"], "at_s": 3.0, "up": False},
+            {"kind": "link", "target": ["s1", "h1"], "at_s": 6.5, "up": True}]
+    for run in (emu.runs[0], emu.runs[2]):
+        run.faults = copy.deepcopy(link)
+    emu.runs[3].faults = [{"kind": "controller", "target": [], "at_s": 4.0, "up": False}]
+    words = "link s1-h1 down at 3 s; link s1-h1 up at 6.5 s"
+    assert format_report(emu, fig2_sim).splitlines()[-2:] == [
+        f"faults injected: {words} (runs: fair, echelon repeat 1)",
+        "faults injected: controller down at 4 s (runs: echelon repeat 2)"]
+    folder = write_run_folder(str(tmp_path / "run"), emu, [fig2_sim], plots=False)
+    with open(folder.csv, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    faults = {(r["mode"], r["scheduler"], r["repeat"]): r["faults"] for r in rows}
+    assert faults[("emulate", "fair", "")] == words and faults[("emulate", "coflow", "")] == ""
+    assert faults[("emulate", "echelon", "0")] == words
+    assert faults[("emulate", "echelon", "1")] == "controller down at 4 s"
+    assert {value for (mode, *_), value in faults.items() if mode == "simulate"} == {""}
+    text = (tmp_path / "run" / "fidelity.md").read_text()
+    assert "## Faults injected\n" in text and f"- {words}: fair, echelon repeat 1\n" in text
+    assert "- controller down at 4 s: echelon repeat 2" in text
+    data = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert data["fidelity"]["faults"][0] == {"faults": words, "runs": ["fair", "echelon repeat 1"]}
+    without = fake_emulation(fig2_sim, 1.0)
+    assert "faults injected" not in format_report(without, fig2_sim)
+    write_run_folder(str(tmp_path / "plain"), without, [fig2_sim], plots=False)
+    assert "Faults injected" not in (tmp_path / "plain" / "fidelity.md").read_text()
