@@ -9,11 +9,18 @@ from types import SimpleNamespace
 import pytest
 
 from controller.config import ControllerConfig
+from echelonflow.errors import UserError
 from echelonflow.scenario import load_scenario
 from echelonflow.topology import DEFAULT_MTU_BYTES
 from emulation.command import with_faults
 from emulation.dilation import Dilation, dilated
-from emulation.experiment import EmulationRequest, base_settings, simulate_side, with_real_frames
+from emulation.experiment import (
+    EmulationRequest,
+    base_settings,
+    emulate_and_report,
+    simulate_side,
+    with_real_frames,
+)
 
 
 def test_idealised_links_get_real_frames_in_a_copy_and_the_scenario_is_left_as_it_was():
@@ -87,3 +94,13 @@ def test_auto_dilation_stops_doubling_at_its_largest_factor(tmp_path):
     dilation = Dilation({"factor": 16.0, "chosen_by": "calibration"}, auto=True)
     assert not dilation.confirm_first_run(_run(False), str(tmp_path), "fair", lambda text: None)
     assert dilation.factor == 16.0 and dilation.record["confirmation"][-1]["trusted"] is False
+
+
+def test_an_experiment_refused_early_leaves_the_callers_scenario_as_it_was(tmp_path):
+    """Before, ``emulate_and_report`` gave the caller's idealised topology real frames in place before its
+    first check; now nothing of the caller's scenario changes, also when the experiment stops early."""
+    scenario = load_scenario("fig2")
+    with pytest.raises(UserError, match="no-such-policy"):
+        emulate_and_report(scenario, EmulationRequest(["no-such-policy"], out=str(tmp_path / "run")),
+                           progress=lambda text: None)
+    assert scenario.topology.mtu_bytes is None and not (tmp_path / "run").exists()
