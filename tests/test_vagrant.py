@@ -222,7 +222,7 @@ def test_vm_python_step_installs_on_python39_with_only_pinned_packages(tmp_path:
     python39 = need_python39()
     project = tmp_path / "project"  # a copy: an editable install writes egg-info into the project
     keep = ("pyproject.toml", "README.md", "echelonflow", "controller", "topologies", "simulator",
-            "traffic", "reports", "cli", "vagrant")
+            "traffic", "emulation", "reports", "cli", "vagrant")
     project.mkdir()
     for name in keep:
         src = ROOT / name
