@@ -330,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     """Serve a registry with no OpenFlow fabric (enforcement disabled) until interrupted."""
     from controller.api import Api
     from controller.auth import DEFAULT_TOKEN_PATH, generate_token, write_token
+    from controller.owner_lock import own_store_and_token
     from controller.registry import Registry
     from controller.service import SchedulingService
     from controller.store import open_registry
@@ -348,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         topo = topology_from_arguments(args)
+        locks = own_store_and_token(args.store or ":memory:", args.token_file)  # noqa: F841 - held till exit
         registry = open_registry(topo, args.store) if args.store else Registry(topo)
         service = SchedulingService(registry, None, interval_s=args.interval_s, event_factory=GreenEvent)
         token = generate_token()

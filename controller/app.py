@@ -49,16 +49,17 @@ from controller import compat  # noqa: E402
 from controller import flowmods as fm  # noqa: E402
 from controller.api import Api  # noqa: E402
 from controller.api_server import ApiServer  # noqa: E402
-from controller.auth import generate_token, write_token  # noqa: E402
+from controller.auth import TokenError, generate_token, write_token  # noqa: E402
 from controller.compat import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, ofp_event, set_ev_cls  # noqa: E402
-from controller.config import ControllerConfig, oslo_options  # noqa: E402
+from controller.config import START_ERROR_PREFIX, ControllerConfig, oslo_options  # noqa: E402
 from controller.enforcement import Ack, Enforcer  # noqa: E402
 from controller.enforcement_api import EnforcementEndpoints  # noqa: E402
 from controller.live_view import LiveView  # noqa: E402
 from controller.metrics import ControllerMetrics  # noqa: E402
+from controller.owner_lock import own_store_and_token  # noqa: E402
 from controller.routing import Router  # noqa: E402
 from controller.service import SchedulingService  # noqa: E402
-from controller.store import open_registry  # noqa: E402
+from controller.store import StoreError, open_registry  # noqa: E402
 from controller.switch_stats import MeterCounters, PortCounters, SwitchStats  # noqa: E402
 from echelonflow.errors import UserError  # noqa: E402
 from echelonflow.linkstate import LinkState  # noqa: E402
@@ -77,8 +78,13 @@ class EchelonApp(compat.BaseApp):
         try:
             self.config = config = ControllerConfig.load(os.environ, compat.cfg.CONF.echelon)
             self.topology = config.build_topology()
-        except UserError as exc:  # a bad setting or spec file: one line, no traceback
-            print(f"echelon controller: error: {exc}", file=sys.stderr, flush=True)
+            # one controller per store and per token file, for this process's whole life (owner_lock)
+            self._owner_locks = own_store_and_token(config.store, config.token_file)
+            self.registry = open_registry(self.topology, config.store)
+            token = generate_token()
+            write_token(config.token_file, token)
+        except (UserError, StoreError, TokenError) as exc:  # bad setting, spec, store, token: one line
+            print(f"{START_ERROR_PREFIX}{exc}", file=sys.stderr, flush=True)
             os._exit(2)
         #: Links and switches down now; the router, the registry and the primitives route around them.
         self.links = LinkState()
@@ -91,7 +97,6 @@ class EchelonApp(compat.BaseApp):
             meter_burst_s=config.meter_burst_s, min_burst_kbit=config.meter_min_burst_kbit,
         )
         self.switch_ready_hooks: list[Callable[[int], None]] = []
-        self.registry = open_registry(self.topology, config.store)
         self.registry.links = self.links
         self.service = SchedulingService(
             self.registry, self.enforcer, queues=self.enforcer.queues, interval_s=config.interval_s,
@@ -104,9 +109,7 @@ class EchelonApp(compat.BaseApp):
         self.metrics = ControllerMetrics(live, connected=lambda: list(self.datapaths),
                                          meter_owners=self.meter_owners)
         self.service.round_listeners.append(self.metrics.observe_round)
-        token = generate_token()
         self.token_file = config.token_file
-        write_token(self.token_file, token)
         self.api_server = ApiServer(
             Api(self.service, token, status=self.switch_status,
                 enforcement=EnforcementEndpoints(self.enforcer), live=live),

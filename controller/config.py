@@ -37,6 +37,9 @@ from echelonflow.fields import Check, FieldError, boolean, integer, mapping, nul
 from echelonflow.topology import BUILDERS, Topology, TopologyError, build
 
 DEFAULT_METRICS_PORT = 9302  # Faucet's exporter port (controller.metrics serves it)
+#: The start of the one line the app prints when it refuses to start (exit status 2: a bad setting,
+#: spec, store or token file, or a store owned by another controller); the launcher passes it on.
+START_ERROR_PREFIX = "echelon controller: error: "
 OFF = "off"
 
 

@@ -29,13 +29,15 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 
 from controller.client import ApiClientError, EchelonClient
-from controller.config import ConfigError, ControllerConfig
+from controller.config import START_ERROR_PREFIX, ConfigError, ControllerConfig
+from controller.owner_lock import owner_pid
 from controller.topology_spec import write_spec
 from echelonflow import ownership
 from echelonflow.errors import UserError
@@ -104,6 +106,24 @@ def free_tcp_port() -> int:
 
 #: Unix socket paths longer than this do not fit ``sockaddr_un.sun_path`` (108 bytes with the NUL).
 MAX_SOCKET_PATH = 107
+
+
+def _stale_socket(path: str) -> bool:
+    """Whether ``path`` is a Unix socket nobody serves on (a dead or refused controller's to remove)."""
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return False
+    except OSError:
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+    except OSError:
+        return True
+    finally:
+        probe.close()
+    return False
 
 
 def _check_port(what: str, port: object, allow_zero: bool = False) -> None:
@@ -234,26 +254,26 @@ class ControllerProcess:
 
     # ----------------------------------------------------------------------- life cycle
     def start(self, timeout_s: float = 20.0) -> ControllerProcess:
+        """Check what can be checked here (ports, paths), start the child, wait until it serves.
+
+        A refused start leaves nothing behind: an own temporary workdir made for it is removed again,
+        and nothing another controller owns (its token file, its socket) is touched."""
         if self.proc is not None:
             raise ControllerError("controller already started")
         command = manager_command(self.manager)
         if tcp_port_listening(self.ofp_port):
             raise ControllerError(f"TCP port {self.ofp_port} is already in use (another controller running?)")
+        for what, path in (("registry store", self._store_path), ("API token file", self._token_file)):
+            if path is not None and os.path.isdir(path):
+                raise ControllerError(f"{what} {path} is a directory; give a file path")
         if self.workdir is None:
             self.workdir = ownership.make_run_folder("ctl")
-        if len(self.api_socket_path) > MAX_SOCKET_PATH:
-            raise ControllerError(f"API socket path {self.api_socket_path!r} is longer than "
-                                  f"{MAX_SOCKET_PATH} bytes (a Unix socket limit); use a shorter workdir "
-                                  "or api_socket_path")
-        if self.api_port == 0:
-            self.api_port = free_tcp_port()
-        elif tcp_port_listening(self.api_port):
-            raise ControllerError(f"TCP port {self.api_port} for the API is already in use")
-        if self.metrics_port == 0:
-            self.metrics_port = free_tcp_port()
-        elif self.metrics_port is not None and tcp_port_listening(self.metrics_port):
-            raise ControllerError(f"TCP port {self.metrics_port} for the metrics is already in use")
-        write_spec(self.topology, self.spec_path)
+        try:
+            self._check_listeners()
+            write_spec(self.topology, self.spec_path)
+        except BaseException:
+            self._remove_own_workdir()
+            raise
         env = dict(os.environ)
         env.update(self.config().to_env())
         env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
@@ -273,6 +293,26 @@ class ControllerProcess:
             raise
         return self
 
+    def _check_listeners(self) -> None:
+        """The API socket path fits, and the API and metrics ports are free (picked when 0)."""
+        if len(self.api_socket_path) > MAX_SOCKET_PATH:
+            raise ControllerError(f"API socket path {self.api_socket_path!r} is longer than "
+                                  f"{MAX_SOCKET_PATH} bytes (a Unix socket limit); use a shorter workdir "
+                                  "or api_socket_path")
+        if self.api_port == 0:
+            self.api_port = free_tcp_port()
+        elif tcp_port_listening(self.api_port):
+            raise ControllerError(f"TCP port {self.api_port} for the API is already in use")
+        if self.metrics_port == 0:
+            self.metrics_port = free_tcp_port()
+        elif self.metrics_port is not None and tcp_port_listening(self.metrics_port):
+            raise ControllerError(f"TCP port {self.metrics_port} for the metrics is already in use")
+
+    def _remove_own_workdir(self) -> None:
+        if self._own_workdir and self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
     def config(self) -> ControllerConfig:
         """The app's configuration for this instance (its ports resolved: call after they are picked)."""
         return ControllerConfig(
@@ -288,7 +328,7 @@ class ControllerProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise ControllerError(f"controller {self.exit_reason()}")
+                raise ControllerError(self.refusal() or f"controller {self.exit_reason()}")
             if tcp_port_listening(self.ofp_port) and os.path.exists(self.api_socket_path):
                 try:
                     with self.client(timeout_s=1.0) as client:
@@ -326,14 +366,17 @@ class ControllerProcess:
                 self.log_text = handle.read()
         if self.workdir is None:
             return
-        # the spec, sockets and token are this run's; the store is kept (a restart on it resumes)
-        ours = [self.spec_path, self.api_socket_path, self.token_file]
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
-        for path in ours:
-            if os.path.exists(path):
-                os.unlink(path)
+        # The spec, socket and token are this run's; the store is kept (a restart on it resumes).  The
+        # token and socket go only if no other live controller owns them: a start refused because
+        # another controller holds them must not take them from under it.
+        spec, socket_path, token_file = self.spec_path, self.api_socket_path, self.token_file
+        self._remove_own_workdir()
+        if os.path.isfile(spec):
+            os.unlink(spec)
+        if _stale_socket(socket_path):
+            os.unlink(socket_path)
+        if os.path.isfile(token_file) and owner_pid(token_file) is None:
+            os.unlink(token_file)
 
     def __enter__(self) -> ControllerProcess:
         return self.start()
@@ -351,6 +394,14 @@ class ControllerProcess:
     def log_problems(self) -> list[str]:
         """Log lines showing a bug or a rejected message (tracebacks, uncaught exceptions, OFP errors)."""
         return [line for line in self.current_log().splitlines() if any(m in line for m in PROBLEM_MARKS)]
+
+    def refusal(self) -> str | None:
+        """Why the app refused to start (the one line it printed before exiting with status 2), or None."""
+        if self.proc is None or self.proc.poll() != 2:
+            return None
+        lines = [line.strip() for line in self.current_log().splitlines()
+                 if line.startswith(START_ERROR_PREFIX)]
+        return lines[-1][len(START_ERROR_PREFIX):] if lines else None
 
     def exit_reason(self) -> str:
         """How the child ended, in words: the signal that killed it, or its status and the last error line
