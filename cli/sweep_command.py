@@ -46,11 +46,13 @@ def _positive(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from echelonflow.fileio import check_output_dir
     from simulator.grid import load_grid
     from simulator.sweep import CSV_FILE, run_sweep
 
     grid = load_grid(args.grid)
     out_dir = args.out or f"sweep-{grid.name}"
+    check_output_dir(out_dir, "sweep folder")
     backend = "ray" if args.ray else args.backend
     records = run_sweep(grid, out_dir, backend, args.workers, args.ray)
     failed = [r for r in records if r["status"] != "ok"]

@@ -13,7 +13,8 @@ this order: unknown route 404, wrong method 405, missing/bad token 401 (state-ch
 over ``max_body_bytes`` 413, malformed JSON 400, missing/unknown/mistyped fields 400, unknown job /
 EchelonFlow / flow 404, duplicates and state conflicts 409.  The registry validates everything before it
 changes anything, so a refused request leaves no trace.  Bodies are parsed as strictly as every JSON
-file (``echelonflow.fileio.loads_strict``: no NaN/Infinity, no key twice in one object).
+file (``echelonflow.fileio.loads_strict``: no NaN/Infinity, no key twice in one object, integers below
+2**63, finite doubles), nested at most :data:`MAX_DEPTH` deep.
 
 Kept Python 3.9 compatible; stdlib only.
 """
@@ -37,7 +38,7 @@ from controller.service import RECENT_ROUNDS, SchedulingService
 from controller.store import StoreError
 from controller.validation import ApiError, fields
 from echelonflow.fields import FieldError
-from echelonflow.fileio import loads_strict
+from echelonflow.fileio import JsonLimitError, loads_strict
 
 LOG = logging.getLogger("echelon.api")
 PREFIX = "/v1"
@@ -169,16 +170,13 @@ class Api:
         if not raw.strip():
             raise ApiError(400, "body", "empty; send a JSON object")
         try:
-            value = loads_strict(raw.decode("utf-8"))
+            return loads_strict(raw.decode("utf-8"), max_depth=MAX_DEPTH)
         except UnicodeDecodeError:
             raise ApiError(400, "body", "not UTF-8") from None
-        except RecursionError:
-            raise ApiError(400, "body", f"nested deeper than {MAX_DEPTH} levels") from None
-        except ValueError as exc:
+        except JsonLimitError as exc:  # nested too deep, a number out of range: named as a field check would
+            raise ApiError(400, exc.field or "body", exc.problem) from None
+        except ValueError as exc:  # syntax, NaN, a key twice
             raise ApiError(400, "body", f"malformed JSON: {exc}") from None
-        if _depth_over(value, MAX_DEPTH):
-            raise ApiError(400, "body", f"nested deeper than {MAX_DEPTH} levels")
-        return value
 
     # ------------------------------------------------------------------ reads
     def health(self, body: Any, query: Any) -> tuple[int, Any]:
@@ -408,20 +406,6 @@ def _read(stream: Any, size: int) -> bytes:
         return stream.read(size)
     except (OSError, ValueError) as exc:  # timeout, reset, or a broken chunked encoding
         raise ApiError(400, "body", f"could not be read whole ({type(exc).__name__})") from None
-
-
-def _depth_over(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests arrays/objects deeper than ``limit`` (iterative: no recursion to exhaust)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 #: Longest ``?wait_s=`` accepted (a request holds its connection while it waits).

@@ -34,6 +34,7 @@ from controller.auth import DEFAULT_TOKEN_PATH
 from controller.store import DEFAULT_PATH as DEFAULT_STORE_PATH
 from echelonflow.errors import UserError
 from echelonflow.fields import Check, FieldError, boolean, integer, mapping, nullable, number, one_of, text
+from echelonflow.fileio import JsonLimitError, loads_strict
 from echelonflow.topology import BUILDERS, Topology, TopologyError, build
 
 DEFAULT_METRICS_PORT = 9302  # Faucet's exporter port (controller.metrics serves it)
@@ -70,10 +71,17 @@ class Setting:
 
 
 def _json_object(raw: str) -> Any:
+    """A JSON value by the project's strict reader (depth and number limits).  Text that does not even
+    start like an object or array goes to the check as it is (which says what it must be); a bad object
+    is a ValueError that :meth:`ControllerConfig.with_strings` names the setting in."""
     try:
-        return json.loads(raw)
-    except ValueError:
-        return raw  # the check then says what it must be
+        return loads_strict(raw)
+    except JsonLimitError:
+        raise
+    except ValueError as exc:
+        if raw.lstrip()[:1] not in ("{", "["):
+            return raw
+        raise ValueError(f"not valid JSON ({exc})") from None
 
 
 def _number_text(kind: type) -> Callable[[str], Any]:
@@ -182,7 +190,10 @@ class ControllerConfig:
             raw = values.get(spec.name)
             if raw is None:
                 continue
-            value = None if spec.name == "topology_file" and raw == "" else spec.parse(raw)
+            try:
+                value = None if spec.name == "topology_file" and raw == "" else spec.parse(raw)
+            except ValueError as err:  # a parse that cannot hand the raw text on to the check (JSON)
+                raise ConfigError(f"{label(spec)}: {err}") from None
             try:
                 changes[spec.name] = spec.check(label(spec), value)
             except FieldError as err:

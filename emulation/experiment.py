@@ -24,6 +24,7 @@ from typing import NamedTuple
 from controller.config import ControllerConfig
 from echelonflow.bounds import attach_lower_bounds
 from echelonflow.dilation import contract_run
+from echelonflow.fileio import check_output_dir
 from echelonflow.results import Results, RunResult
 from echelonflow.scenario import Scenario
 from echelonflow.schedulers import get_scheduler
@@ -89,6 +90,7 @@ def emulate_and_report(scenario: Scenario, request: EmulationRequest,
     say = progress or stderr_progress()
     scenario = with_real_frames(scenario)
     run_dir = request.out or default_run_dir(scenario.name)
+    check_output_dir(run_dir, "run folder")  # before the runs, which would have nowhere to go
     simulated = simulate_side(scenario, request)
     try:
         dilation = choose_dilation(request.dilation, scenario, run_dir, say)

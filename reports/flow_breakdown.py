@@ -23,12 +23,13 @@ Pure: it works on the parsed documents; :func:`load_round` reads them from a run
 from __future__ import annotations
 
 import glob
-import json
 import os
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from echelonflow.fileio import read_json
 
 PARTS = ("wake_s", "send_s", "header_s", "transfer_s", "drain_s", "confirm_s", "dependants_s")
 
@@ -51,8 +52,7 @@ def load_round(run_dir: str, run_name: str, label: str = "together") -> dict[str
     """The agents' result documents of one round (host -> document)."""
     docs = {}
     for path in sorted(glob.glob(os.path.join(run_dir, "logs", run_name, f"{label}_out-*.json"))):
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
+        doc = read_json(path, "agent result")
         docs[doc["host"]] = doc
     return docs
 

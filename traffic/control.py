@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from echelonflow.fileio import loads_strict
 from traffic.sockets import shut_and_close
 
 MAX_MESSAGE_BYTES = 16 * 1024
@@ -87,8 +88,8 @@ class ControlEndpoint:
                     return
                 continue
             try:
-                message = json.loads(data.decode())
-            except (UnicodeDecodeError, json.JSONDecodeError):
+                message = loads_strict(data.decode())
+            except ValueError:  # bad UTF-8 (UnicodeDecodeError) or bad JSON, nested too deep included
                 message = None
             if not isinstance(message, dict) or not isinstance(message.get("type"), str):
                 self._on_message({"type": "invalid", "raw": data[:120].decode("utf-8", "replace")})

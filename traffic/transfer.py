@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
+from echelonflow.fileio import loads_strict
 from traffic.sockets import shut_and_close
 
 MAGIC = b"EFv2"
@@ -299,8 +300,8 @@ class Channel:
                 break
         line, _, self._pending = data.partition(b"\n")
         try:
-            reply = json.loads(line.decode())
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            reply = loads_strict(line.decode())
+        except ValueError:  # bad UTF-8 or bad JSON
             reply = None
         if not isinstance(reply, dict):
             raise TransferError(f"flow {header.name}: receiver sent an invalid confirmation ({line[:80]!r})")
@@ -607,9 +608,9 @@ def _read_header(conn: socket.socket, prefix: bytes, name: str) -> FlowHeader:
     if length > MAX_HEADER_BYTES:
         raise TransferError(f"connection {name}: header of {length} bytes is too large")
     try:
-        raw = json.loads((_recv_exact(conn, length, name) or b"").decode())
+        raw = loads_strict((_recv_exact(conn, length, name) or b"").decode())
         header = FlowHeader(str(raw["job"]), str(raw["flow"]), str(raw["src"]), int(raw["size_bytes"]))
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError):  # ValueError: bad UTF-8 or JSON (also nested too deep)
         raise TransferError(f"connection {name}: malformed flow header") from None
     if header.size_bytes < 0:
         raise TransferError(f"flow {header.name}: negative size {header.size_bytes}")

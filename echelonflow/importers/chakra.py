@@ -40,6 +40,7 @@ from typing import Any
 
 from echelonflow.echelon import check_job
 from echelonflow.errors import TraceError, UserError
+from echelonflow.fileio import read_bytes_bounded
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.workloads.collectives import allreduce_steps, gather_steps, ring
 from echelonflow.workloads.spec import chunk_bytes
@@ -122,10 +123,7 @@ def read_nodes(path: Path) -> list[_Node]:
     except ImportError as exc:
         raise UserError(f"reading Chakra traces needs mlc-chakra and protobuf ({exc}); run bootstrap.sh"
                         ) from None
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read Chakra trace: {exc.strerror or exc}") from None
+    data = read_bytes_bounded(path, "Chakra trace", TraceError)
     nodes: list[_Node] = []
     seen: set[int] = set()
     offset, index = 0, -1

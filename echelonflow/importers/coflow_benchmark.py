@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from echelonflow.errors import TraceError
+from echelonflow.fileio import read_text_bounded
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.workloads.spec import split_bytes
 
@@ -64,12 +65,7 @@ def load_coflow_benchmark(path: str | Path) -> list[Job]:
 def read_coflow_benchmark(path: str | Path) -> tuple[list[Job], TraceSummary]:
     """The jobs and a summary of what was kept."""
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="ascii")
-    except OSError as err:
-        raise TraceError(f"{source}: cannot read coflow trace: {err.strerror or err}") from None
-    except UnicodeDecodeError as err:
-        raise TraceError(f"{source}: not a text coflow trace (byte {err.start} is not ASCII)") from None
+    text = read_text_bounded(path, "coflow trace", TraceError, encoding="ascii")
     lines = text.splitlines()
     if not lines or not lines[0].strip():
         raise TraceError(f"{source} line 1: empty; expected '<ports> <coflows>'")
