@@ -30,6 +30,7 @@ from echelonflow.fields import (
     text,
 )
 from echelonflow.fileio import read_json
+from echelonflow.limits import MAX_TASKS_PER_SCENARIO
 from echelonflow.model import ComputeTask, Job
 from echelonflow.topology import Topology, TopologyError, build
 
@@ -81,7 +82,9 @@ def resolve(name_or_path: str) -> Path:
     """The scenario file for a path or a bundled example name."""
     candidate = Path(name_or_path)
     if candidate.suffix == ".json" or os.sep in name_or_path or candidate.is_file():
-        if not candidate.is_file():
+        if candidate.is_dir():
+            raise ScenarioError(f"scenario file {name_or_path!r} is a directory")
+        if not candidate.exists():  # a device or a pipe goes on to the reader, which bounds what it reads
             raise ScenarioError(f"scenario file {name_or_path!r} does not exist")
         return candidate
     bundled = EXAMPLES_DIR / f"{name_or_path}.json"
@@ -136,8 +139,9 @@ def _topology(spec: Any) -> Topology:
 def _jobs(entries: list[Any], topology: Topology, path: Path) -> list[Job]:
     known_hosts = topology.hosts
     jobs: list[Job] = []
+    tasks = 0
     for index, entry in enumerate(entries):
-        label = f"jobs[{index}]"
+        label, before = f"jobs[{index}]", len(jobs)
         if not isinstance(entry, dict):
             raise FieldError(label, f"must be an object, got {show(entry)}")
         if "trace" in entry:
@@ -154,6 +158,11 @@ def _jobs(entries: list[Any], topology: Topology, path: Path) -> list[Job]:
         else:
             fields = read(entry, _GENERATOR_JOB_FIELDS, label)
             jobs.append(_timed(_generated_job(fields, known_hosts, label), fields))
+        tasks += sum(len(job.tasks) for job in jobs[before:])
+        if tasks > MAX_TASKS_PER_SCENARIO:  # each entry is bounded on its own (per job, per file size)
+            raise FieldError(label, f"the jobs up to here have {tasks:,} tasks, more than the "
+                                    f"{MAX_TASKS_PER_SCENARIO:,} allowed per scenario "
+                                    "(echelonflow/limits.py)")
     seen: set[str] = set()
     host_set = set(known_hosts)
     for job in jobs:

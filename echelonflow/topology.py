@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from echelonflow.errors import UserError
+from echelonflow.limits import MAX_HOSTS, MAX_LINKS, MAX_SWITCHES
 
 if TYPE_CHECKING:
     from echelonflow.linkstate import LinkState
@@ -284,6 +285,7 @@ def two_hosts(rate_bps: float) -> Topology:
 def dumbbell(rate_bps: float, hosts_per_side: int = 2) -> Topology:
     """Hosts on two switches joined by one bottleneck link (h1..hn left, the rest right)."""
     _check_positive("hosts_per_side", hosts_per_side)
+    _check_size("dumbbell", 2 * hosts_per_side, 2, 2 * hosts_per_side + 1)
     topo = Topology(f"dumbbell{hosts_per_side}", "dumbbell", {"hosts_per_side": hosts_per_side}, rate_bps)
     left, right = topo.add_switch("switch"), topo.add_switch("switch")
     topo.add_link(left, right)
@@ -298,6 +300,7 @@ def bigswitch(rate_bps: float, hosts: int = 2) -> Topology:
     _check_positive("hosts", hosts)
     if hosts < 2:
         raise TopologyError(f"a big switch needs at least 2 hosts, got {hosts!r}")
+    _check_size("big switch", hosts, 1, hosts)
     topo = Topology(f"bigswitch{hosts}", "bigswitch", {"hosts": hosts}, rate_bps)
     s1 = topo.add_switch("switch")
     for _ in range(hosts):
@@ -314,6 +317,7 @@ def fattree(rate_bps: float, k: int = 4, oversubscription: float = 1) -> Topolog
     if not isinstance(k, int) or k < 2 or k % 2:
         raise TopologyError(f"fat-tree k must be an even integer >= 2, got {k!r}")
     half = k // 2
+    _check_size(f"fat-tree k={k}", k**3 // 4, 5 * k * k // 4, 3 * k**3 // 4)
     ratio = _check_ratio(oversubscription)
     params: dict[str, float] = {"k": k} if ratio == 1 else {"k": k, "oversubscription": oversubscription}
     topo = Topology(f"fattree{k}" + _ratio_suffix(ratio), "fattree", params, rate_bps)
@@ -341,6 +345,7 @@ def leaf_spine(rate_bps: float, leaves: int = 4, spines: int = 2, hosts_per_leaf
     """
     for name, value in (("leaves", leaves), ("spines", spines), ("hosts_per_leaf", hosts_per_leaf)):
         _check_positive(name, value)
+    _check_size("leaf-spine", leaves * hosts_per_leaf, leaves + spines, leaves * (spines + hosts_per_leaf))
     ratio = _check_ratio(oversubscription)
     params: dict[str, float] = {"leaves": leaves, "spines": spines, "hosts_per_leaf": hosts_per_leaf}
     if ratio != 1:
@@ -423,6 +428,15 @@ def topology_from_arguments(args: Any) -> Topology:
 def _check_positive(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise TopologyError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_size(what: str, hosts: int, switches: int, links: int) -> None:
+    """Refuse a topology beyond :mod:`echelonflow.limits` from its counts, before building any of it."""
+    for count, limit, unit in ((hosts, MAX_HOSTS, "hosts"), (switches, MAX_SWITCHES, "switches"),
+                               (links, MAX_LINKS, "links")):
+        if count > limit:
+            raise TopologyError(f"{what} would have {count:,} {unit}, more than the {limit:,} allowed "
+                                "(echelonflow/limits.py)")
 
 
 def _check_ratio(value: object) -> float:

@@ -98,4 +98,7 @@ GENERATOR = Generator(
     min_hosts=2,
     max_hosts=None,
     build=build,
+    # per layer and iteration: an all-gather before forward and before backward and a reduce-scatter
+    # (n(n-1) flows each), and a forward and a backward compute per host
+    tasks=lambda n, p: p["iterations"] * p["layers"] * (3 * n * (n - 1) + 2 * n),
 )

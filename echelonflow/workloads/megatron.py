@@ -63,4 +63,6 @@ GENERATOR = Generator(
     min_hosts=2,
     max_hosts=None,
     build=build,
+    # per layer and iteration: a forward and a backward all-reduce (2n(n-1) flows each), 2 computes per host
+    tasks=lambda n, p: p["iterations"] * p["layers"] * (4 * n * (n - 1) + 2 * n),
 )

@@ -32,6 +32,7 @@ from typing import Any
 
 from echelonflow.errors import UserError
 from echelonflow.fields import Field, FieldError, array, integer, number, one_of, read, show, text
+from echelonflow.limits import MAX_TASKS_PER_SCENARIO
 from echelonflow.model import Job
 from echelonflow.topology import Topology, natural_key
 from echelonflow.workloads import generate as generate_job
@@ -111,6 +112,9 @@ def generate(spec: Mapping[str, Any], topology: Topology) -> Workload:
         return generate_job(name, job_id, hosts, params)
 
     host_names = topology.hosts
+    if count > len(host_names):  # checked before anything is drawn: each job takes a host at least
+        raise UserError(f"multi_tenant: {count:,} jobs need at least as many hosts, {topology.name} has "
+                        f"{len(host_names)}")
     probe_hosts = host_names[: max(k.hosts for k in mix)]
     if len(probe_hosts) < max(k.hosts for k in mix):
         raise UserError(f"multi_tenant: a job needs {max(k.hosts for k in mix)} hosts, "
@@ -127,7 +131,7 @@ def generate(spec: Mapping[str, Any], topology: Topology) -> Workload:
                         f"{topology.name} has {len(host_names)}; use fewer jobs or a larger topology")
     placements = _place(kinds, sorted(host_names, key=natural_key), placement, random.Random(f"{seed}/hosts"))
     gap_rng = random.Random(f"{seed}/arrivals")
-    arrival_s, jobs = 0.0, []
+    arrival_s, jobs, tasks = 0.0, [], 0
     for index, (kind, hosts) in enumerate(zip(kinds, placements)):
         if index:
             arrival_s += gap_rng.expovariate(1.0) / rate_per_s
@@ -135,6 +139,11 @@ def generate(spec: Mapping[str, Any], topology: Topology) -> Workload:
         job = build(kind, job_id, hosts)
         job.arrival_s = arrival_s
         jobs.append(job)
+        tasks += len(job.tasks)
+        if tasks > MAX_TASKS_PER_SCENARIO:
+            raise UserError(f"multi_tenant: the first {index + 1} of {count} jobs already have {tasks:,} "
+                            f"tasks, more than the {MAX_TASKS_PER_SCENARIO:,} allowed per scenario "
+                            "(echelonflow/limits.py)")
     params = {"jobs": count, "load": load, "seed": seed, "iterations": iterations, "placement": placement,
               "accelerator_flops": flops, "utilisation": utilisation, "mix": [k.label for k in mix]}
     return Workload(jobs, kinds, rate_per_s, mean_wire_bytes, load, seed, params)

@@ -60,4 +60,6 @@ GENERATOR = Generator(
     min_hosts=2,
     max_hosts=None,
     build=build,
+    # per iteration: each of the n-1 workers' compute, push, pull and apply, and the PS's aggregation
+    tasks=lambda n, p: p["iterations"] * (4 * (n - 1) + 1),
 )

@@ -118,7 +118,14 @@ def _pipeline_generator(name: str, doc: str, order_fn: OrderFn) -> Generator:
     def build(job_id: str, hosts: tuple[str, ...], p: dict[str, Any]) -> Job:
         return build_pipeline(job_id, hosts, p, forward_only_order if p["forward_only"] else order_fn)
 
-    return Generator(name=name, doc=doc, params=_PIPELINE_PARAMS, min_hosts=2, max_hosts=None, build=build)
+    return Generator(name=name, doc=doc, params=_PIPELINE_PARAMS, min_hosts=2, max_hosts=None, build=build,
+                     tasks=_pipeline_tasks)
+
+
+def _pipeline_tasks(stages: int, p: dict[str, Any]) -> int:
+    """Per micro-batch and iteration: a forward and a backward compute per stage, and an activation and
+    a gradient flow per stage boundary (at most; forward-only has half)."""
+    return p.get("iterations", 1) * p["micro_batches"] * (4 * stages - 2)
 
 
 def _fig2(job_id: str, hosts: tuple[str, ...], p: dict[str, Any]) -> Job:
@@ -151,4 +158,5 @@ FIG2 = Generator(
     min_hosts=2,
     max_hosts=2,
     build=_fig2,
+    tasks=_pipeline_tasks,
 )

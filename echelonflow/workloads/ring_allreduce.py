@@ -77,4 +77,6 @@ GENERATOR = Generator(
     min_hosts=2,
     max_hosts=None,
     build=build,
+    # per iteration: every bucket's ring (2(n-1) steps of n flows), a compute per bucket and host, a forward
+    tasks=lambda n, p: p["iterations"] * (p["buckets"] * 2 * n * (n - 1) + (p["buckets"] + 1) * n),
 )

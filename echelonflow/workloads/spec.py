@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from echelonflow.errors import UserError
 from echelonflow.fields import Field, FieldError, array, boolean, integer, number, read, text
+from echelonflow.limits import MAX_TASKS_PER_JOB
 from echelonflow.model import Job
 
 REQUIRED: Any = object()  # default of a parameter the user must give
@@ -59,6 +60,10 @@ class Generator:
     min_hosts: int
     max_hosts: int | None  # None: no upper bound
     build: Callable[[str, tuple[str, ...], dict[str, Any]], Job]  # gets checked hosts and params
+    #: how many tasks the build makes (at most) from the host count and the checked parameters: checked
+    #: against MAX_TASKS_PER_JOB before anything is built (``micro_batches: 1e9`` is one line, not a
+    #: MemoryError minutes later)
+    tasks: Callable[[int, dict[str, Any]], int] | None = None
 
     def __call__(self, job_id: str, hosts: Sequence[str], **params: Any) -> Job:
         return self.generate(job_id, hosts, params)
@@ -71,7 +76,16 @@ class Generator:
             checked = read(params, [p.field() for p in self.params], what="an object of parameters")
         except FieldError as exc:
             raise UserError(f"job {job_id!r}, generator {self.name!r}: {exc}") from None
+        count = self.task_count(len(checked_hosts), checked)
+        if count > MAX_TASKS_PER_JOB:
+            raise UserError(f"job {job_id!r}, generator {self.name!r}: {count:,} tasks with these "
+                            f"parameters and {len(checked_hosts)} hosts, more than the {MAX_TASKS_PER_JOB:,} "
+                            "allowed per job (echelonflow/limits.py)")
         return self.build(job_id, checked_hosts, checked)
+
+    def task_count(self, hosts: int, params: dict[str, Any]) -> int:
+        """Tasks (at most) a job of ``hosts`` hosts with these checked parameters gets; 0 if undeclared."""
+        return 0 if self.tasks is None else int(self.tasks(hosts, params))
 
     def describe(self) -> str:
         """Multi-line help: the generator, its host rule and every parameter."""
