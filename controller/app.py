@@ -98,9 +98,10 @@ class EchelonApp(compat.BaseApp):
         )
         self.switch_ready_hooks: list[Callable[[int], None]] = []
         self.registry.links = self.links
+        round_lock = compat.hub.Semaphore()  # one change of enforcement at a time: a round or a batch
         self.service = SchedulingService(
             self.registry, self.enforcer, queues=self.enforcer.queues, interval_s=config.interval_s,
-            min_meter_bps=config.min_rate_bps, lock=compat.hub.Semaphore(), hold_paused=config.hold_paused,
+            min_meter_bps=config.min_rate_bps, lock=round_lock, hold_paused=config.hold_paused,
             fixed_class=config.fixed_class, event_factory=compat.hub.Event,
         )
         self.stats_interval_s = config.stats_interval_s
@@ -112,7 +113,8 @@ class EchelonApp(compat.BaseApp):
         self.token_file = config.token_file
         self.api_server = ApiServer(
             Api(self.service, token, status=self.switch_status,
-                enforcement=EnforcementEndpoints(self.enforcer), live=live),
+                enforcement=EnforcementEndpoints(self.enforcer, lock=round_lock, pause=compat.hub.sleep),
+                live=live),
             host=config.api_host, port=config.api_port, socket_path=config.socket_path,
         )
         self.metrics_server = None if config.metrics_port is None else ApiServer(
