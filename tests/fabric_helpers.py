@@ -25,6 +25,7 @@ from controller.launcher import ControllerProcess, free_tcp_port
 from echelonflow import ownership
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.topology import Topology, dumbbell, fattree
+from tests.waiting import wait_until  # noqa: F401 - the suite's one wait helper, re-exported
 from topologies import cleanup, ovs
 
 #: A bulk TCP sender run inside a host (``python -c TCP_SENDER DST_IP DST_PORT SRC_PORT SIZE_BYTES``): a
@@ -263,17 +264,6 @@ def rules_of(flow: dict) -> dict[str, dict]:
             if rule["tp_src"] == str(flow["src_port"]) and rule["tp_dst"] == str(flow["dst_port"]):
                 found[switch] = rule
     return found
-
-
-def wait_until(check, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not true after {timeout_s:.0f} s")
-        time.sleep(0.2)
 
 
 # --------------------------------------------------------------------------- static flows (scaffolding)

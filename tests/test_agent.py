@@ -29,6 +29,7 @@ from emulation.agents import REPO_ROOT, local_popen, run_agents
 from emulation.assemble import assemble_run
 from emulation.errors import EmulationError
 from tests.conftest import need, need_tool
+from tests.waiting import wait_until
 from traffic.agent import Agent
 from traffic.runspec import (
     RegistrySettings,
@@ -40,7 +41,7 @@ from traffic.runspec import (
     parse_runspec,
     save_runspec,
 )
-from traffic.transfer import Channel, FlowHeader, FlowReceiver, TransferError
+from traffic.transfer import REFRESH_S, Channel, FlowHeader, FlowReceiver, TransferError
 
 _PORTS = itertools.count(47100)
 
@@ -715,12 +716,6 @@ def _one_flow_on_a_registered_channel(registry_server, job_id: str, src_port: in
     return link, job, channel
 
 
-def _wait_while(condition, limit_s: float = 10.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
 def test_a_started_flow_gets_its_dscp_and_pacing_from_the_start_answer(tmp_path, registry_server):
     """No poll needed: the allocation the arrival's round decided comes back with the (background)
     start call."""
@@ -729,7 +724,7 @@ def test_a_started_flow_gets_its_dscp_and_pacing_from_the_start_answer(tmp_path,
         idle = link.dscp("solo", "f")
         assert link.pacing_bytes_per_s("solo", "f") is None
         link.flow_started(job, job.tasks["f"], channel, time.time())  # reported in the background
-        _wait_while(lambda: link.dscp("solo", "f") == idle)
+        wait_until(lambda: link.dscp("solo", "f") != idle, 10, "the start answer's class applied")
         dscp, pacing = link.dscp("solo", "f"), link.pacing_bytes_per_s("solo", "f")
     finally:
         link.close()
@@ -748,7 +743,8 @@ def test_until_its_first_allocation_a_started_flow_is_paced_at_its_path_rate(tmp
             link.flow_started(job, job.tasks["f"], channel, time.time())
             time.sleep(0.1)
             before = link.pacing_bytes_per_s("lone", "f")
-        _wait_while(lambda: link.pacing_bytes_per_s("lone", "f") == before)
+        wait_until(lambda: link.pacing_bytes_per_s("lone", "f") != before, 10,
+                   "the start answer's rate applied")
         after = link.pacing_bytes_per_s("lone", "f")
     finally:
         link.close()
@@ -830,7 +826,10 @@ def test_a_held_flow_writes_nothing_and_keeps_its_marking_until_released():
     try:
         sender.start()
         tos[0] = 0x60  # the scheduler's class for it changes while it is held: not applied yet
-        time.sleep(0.4)
+        # the sender thread writes the header first (when it gets to run), then holds: wait for the
+        # header, then watch the hold for many of its re-checks (every REFRESH_S) before judging it
+        wait_until(lambda: channel._written == len(header.encode()), 10, "the header written")
+        time.sleep(20 * REFRESH_S)
         assert channel._written == len(header.encode())  # the header only
         assert channel.sock.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == 0x20
         held[0] = False

@@ -25,22 +25,26 @@ def test_only_hosts_whose_flows_changed_are_woken():
 def test_a_waiter_returns_at_the_change_or_after_its_timeout():
     watch = AllocationWatch()
     assert watch.wait("h1", 0, 0.0) == 0  # the first call registers the host
-    got, took = [], []
+    got, returned_at = [], []
+    waiting = threading.Event()
+    timeout_s = 30.0  # a return by timeout would come this long after the wait began
 
     def waiter():
-        started = time.monotonic()
-        got.append(watch.wait("h1", 0, 5.0))
-        took.append(time.monotonic() - started)
+        waiting.set()
+        got.append(watch.wait("h1", 0, timeout_s))
+        returned_at.append(time.monotonic())
 
     thread = threading.Thread(target=waiter)
     thread.start()
-    time.sleep(0.2)
+    assert waiting.wait(10)
     watch.update({"j/a": ("h2", (1, None))})  # another host's flow: h1 keeps waiting
     time.sleep(0.2)
-    assert thread.is_alive()
+    assert thread.is_alive() and not got
+    changed_at = time.monotonic()
     watch.update({"j/a": ("h2", (1, None)), "j/b": ("h1", (1, None))})
-    thread.join(2.0)
-    assert got == [2] and 0.35 < took[0] < 2.0
+    thread.join(timeout_s / 2)
+    # woken by the change: after it, and long before its own timeout could have ended the wait
+    assert got == [2] and changed_at <= returned_at[0] < changed_at + timeout_s / 2
     started = time.monotonic()
     assert watch.wait("h1", 2, 0.3) == 2  # nothing newer: the whole timeout, then the same number
     assert time.monotonic() - started >= 0.29

@@ -115,6 +115,14 @@ def _scrape(env) -> tuple[str, dict]:
     return text, {family.name: family for family in text_string_to_metric_families(text)}
 
 
+def _with_counters(scraped: tuple[str, dict]) -> tuple[str, dict] | None:
+    """The scrape if it has port and meter counters (the stats polls answered), else None."""
+    families = scraped[1]
+    ok = all(name in families and families[name].samples
+             for name in ("of_port_tx_bytes", "of_meter_byte_in_count"))
+    return scraped if ok else None
+
+
 def _value(families: dict, name: str, sample: str | None = None, **labels) -> float:
     """The one sample of metric family ``name`` (sample name ``sample``, default the family's) with labels."""
     found = [s for s in families[name].samples if s.name == (sample or name)
@@ -140,10 +148,12 @@ def _polls(env) -> int:
 
 # --------------------------------------------------------------------------- metrics
 def test_metrics_counters_move_and_labels_name_the_right_things(env) -> None:
-    time.sleep(2.5)  # two stats polls, so port and meter counters are there
-    first_text, first = _scrape(env)
-    time.sleep(3.0)
+    # the port and meter counters come with the controller's stats polls: wait for them, do not guess
+    first_text, first = wait_until(lambda: _with_counters(_scrape(env)), 20, "port and meter counters")
+    first_at = time.monotonic()
+    time.sleep(3.0)  # the interval the counters must move over
     text, second = _scrape(env)
+    interval_s = time.monotonic() - first_at
     with open(os.path.join(env.run_dir, "metrics.txt"), "w", encoding="utf-8") as handle:
         handle.write(text)
     topo = env.topo
@@ -170,8 +180,9 @@ def test_metrics_counters_move_and_labels_name_the_right_things(env) -> None:
             assert metered[1] > metered[0], f"{fid}'s meter counted nothing: {metered}"
     rounds = "echelon_scheduling_rounds_total"
     interval = {"reason": "interval", "scheduler": "echelon"}
+    # a round every 0.5 s: at least all but two of those due in the time between the scrapes
     assert _value(second, "echelon_scheduling_rounds", rounds, **interval) >= \
-        _value(first, "echelon_scheduling_rounds", rounds, **interval) + 4  # 0.5 s interval, 3 s apart
+        _value(first, "echelon_scheduling_rounds", rounds, **interval) + int(interval_s / 0.5) - 2
     decided = _value(second, "echelon_scheduling_decide_seconds", "echelon_scheduling_decide_seconds_count",
                      scheduler="echelon")
     assert decided == sum(s.value for s in second["echelon_scheduling_rounds"].samples

@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from tests.waiting import wait_until
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The first bytes an OpenFlow 1.3 controller sends (HELLO) plus bytes that are not UTF-8 at all:
@@ -63,7 +65,9 @@ def test_controller_reachability_check_survives_binary_greetings(require_fabric)
         for i in range(10):
             node = _controller_class()(f"c{i}", ip="127.0.0.1", port=listener.port)  # checks on creation
             Node.terminate(node)
-        assert listener.accepted >= 11  # every construction really connected
+        # every construction really connected; the listener's thread counts an accepted connection a
+        # moment after the connecting side returned, so wait for the count, do not read it once
+        wait_until(lambda: listener.accepted >= 11, 5, "the listener counted 11 connections")
     finally:
         listener.close()
     with socket.socket() as unused:  # bound, never listening: connections are refused

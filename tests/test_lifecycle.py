@@ -19,18 +19,9 @@ import pytest
 from controller.launcher import ControllerProcess, free_tcp_port
 from echelonflow import ownership
 from echelonflow.topology import two_hosts
+from tests.waiting import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _wait(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def _alive(pid: int) -> bool:
@@ -163,11 +154,11 @@ def test_killed_run_leaves_nothing_after_clean():
         assert _alive(manager) and _alive(stubborn)
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait()
-        _wait(lambda: not _alive(manager), 10, "the controller to die with its parent")
+        wait_until(lambda: not _alive(manager), 10, "the controller to die with its parent")
         assert _alive(stubborn) and os.path.isdir(ctl_dir) and os.path.isdir(run_dir)
         totals = ownership.clean_abandoned()
         assert totals["folders"] >= 2 and totals["processes"] >= 1, totals
-        _wait(lambda: not _alive(stubborn), 5, "the stubborn child to be killed by pid")
+        wait_until(lambda: not _alive(stubborn), 5, "the stubborn child to be killed by pid")
         assert not os.path.exists(ctl_dir) and not os.path.exists(run_dir)
     finally:
         for pid in (owner.pid, manager, stubborn):
@@ -199,7 +190,7 @@ def test_killed_emulation_is_cleaned_by_fabric_clean(require_fabric, tmp_path):
                             "--no-plots", "--out", str(tmp_path / "run")],
                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _wait(lambda: any("agents ready" in line for line in iter(emu.stderr.readline, "")), 120,
+        wait_until(lambda: any("agents ready" in line for line in iter(emu.stderr.readline, "")), 120,
               "the emulation to start its agents")
         children = _children(emu.pid)
         folders = [os.path.join("/tmp", n) for n in os.listdir("/tmp") if n.startswith("echelon-emu-")
@@ -211,7 +202,7 @@ def test_killed_emulation_is_cleaned_by_fabric_clean(require_fabric, tmp_path):
         clean = subprocess.run([sys.executable, "-m", "cli", "fabric", "clean"], cwd=ROOT,
                                capture_output=True, text=True, timeout=120)
         assert clean.returncode == 0, clean.stderr
-        _wait(lambda: not any(_alive(pid) for pid in children), 10, "the run's processes to end")
+        wait_until(lambda: not any(_alive(pid) for pid in children), 10, "the run's processes to end")
         assert not os.path.exists(folders[0])
     finally:
         if emu.poll() is None:
