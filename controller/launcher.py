@@ -280,10 +280,9 @@ class ControllerProcess:
         env.update(self.extra_env)
         cmd = ownership.PDEATHSIG + command + [
             "--ofp-listen-host", self.ofp_host, "--ofp-tcp-listen-port", str(self.ofp_port), APP_PATH]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
+        with open(self.log_path, "wb") as log:  # forked from a thread that lives as long as we do
+            self.proc = ownership.spawn(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                        start_new_session=True)
         try:
             if self._own_workdir:  # a given workdir is its owner's to record (the emulation runner does)
                 ownership.record_processes(self.workdir, self.proc.pid)

@@ -17,10 +17,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -30,10 +32,61 @@ from echelonflow.fileio import write_json_atomic
 OWNER_FILE = "owner.json"
 TEMP_PREFIX = "echelon-"
 #: Prefix for a child's command line: it gets SIGTERM when the process (thread) that started it dies,
-#: also by SIGKILL (``setpriv`` from util-linux sets PR_SET_PDEATHSIG, which survives the exec).
+#: also by SIGKILL (``setpriv`` from util-linux sets PR_SET_PDEATHSIG, which survives the exec).  The
+#: kernel sends it when the *thread* that forked the child ends, not the process: start such children
+#: with :func:`spawn`.
 PDEATHSIG = ["setpriv", "--pdeathsig", "TERM"] if shutil.which("setpriv") else []
 
 ProcRecord = dict  # {"pid": int, "start": int | None}
+
+
+class _Spawner:
+    """Forks children from one thread that lives as long as the process.
+
+    A child carrying :data:`PDEATHSIG` gets SIGTERM when the thread that forked it ends.  The emulation
+    restarts a killed controller from a fault's timer thread, which ends right after: its successor was
+    sent SIGTERM 2-4 s after it started serving, and every run after a controller fault went on without
+    a controller (a flow the successor had just paused was never resumed: the run stalled for 30 s).
+    Forked from here, a child's parent-death signal comes with the process's end, as meant.
+    """
+
+    def __init__(self) -> None:
+        self._requests: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="echelon-spawner", daemon=True)
+                self._thread.start()
+        answer: dict[str, Any] = {}
+        done = threading.Event()
+        self._requests.put((argv, kwargs, answer, done))
+        done.wait()
+        if "error" in answer:
+            raise answer["error"]
+        return answer["proc"]
+
+    def _serve(self) -> None:
+        while True:
+            argv, kwargs, answer, done = self._requests.get()
+            try:
+                answer["proc"] = subprocess.Popen(argv, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                answer["error"] = exc
+            finally:
+                done.set()
+
+
+_SPAWNER = _Spawner()
+
+
+def spawn(argv: list[str], **popen_kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen(argv, **popen_kwargs)`` forked from a thread that lives as long as this process,
+    so a child started with :data:`PDEATHSIG` from any thread (a timer's, a worker's) dies with the
+    process and not with that thread."""
+    return _SPAWNER.popen(list(argv), **popen_kwargs)
 
 
 def process_start(pid: int) -> int | None:
