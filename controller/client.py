@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from controller.auth import DEFAULT_TOKEN_PATH, read_token
+from controller.auth import DEFAULT_TOKEN_PATH, TokenError, read_token
 
 DEFAULT_SOCKET = "/run/echelon/controller-8181.sock"
 
@@ -88,8 +88,15 @@ class EchelonClient:
 
     @property
     def token(self) -> str:
+        """The bearer token, read from the token file when first needed.  A file that cannot be read is
+        an unreachable controller (status 0): a controller writes it before it serves, and a restarted
+        one's predecessor took its file along, so a caller riding out a restart retries as for a refused
+        connection instead of dying of an exception it does not expect."""
         if self._token is None:
-            self._token = read_token(self.token_file)
+            try:
+                self._token = read_token(self.token_file)
+            except TokenError as exc:
+                raise ApiClientError(0, None, str(exc)) from None
         return self._token
 
     def request(self, method: str, path: str, body: Any = None, auth: bool = False,
@@ -132,10 +139,11 @@ class EchelonClient:
                 self.close()  # a keep-alive connection the server had closed: retry once on a new one
                 if attempt:
                     raise ApiClientError(0, None, f"controller API unreachable: {exc}") from None
-            except OSError as exc:
+            except (OSError, http.client.HTTPException) as exc:  # also an answer cut short (IncompleteRead)
                 self.close()
                 where = self.url or f"unix:{self.socket_path}"
-                raise ApiClientError(0, None, f"controller API at {where} unreachable: {exc}") from None
+                raise ApiClientError(0, None, f"controller API at {where} unreachable: "
+                                              f"{exc or type(exc).__name__}") from None
         try:
             decoded = json.loads(data.decode("utf-8")) if data else None
         except ValueError:

@@ -159,6 +159,12 @@ class RegistryLink(RegistryPort):
             self.log(f"registry unreachable ({exc.problem}); waiting up to {OUTAGE_TOLERANCE_S:g} s for it")
         return now - self._unreachable_since > OUTAGE_TOLERANCE_S
 
+    def _fail(self, problem: str) -> None:
+        """Record why the run cannot go on as scheduled; the next sender to ask (dscp, held) raises it.
+        Logged at once: a sender that never asks again would otherwise leave no trace of it."""
+        self._errors.append(problem)
+        self.log(f"registry error: {problem}")
+
     def _name(self, job_id: str, flow_id: str) -> str:
         return f"{self.prefix}{job_id}/{flow_id}"
 
@@ -229,11 +235,46 @@ class RegistryLink(RegistryPort):
         except ApiClientError as exc:
             if exc.status == 0 and not self._outage_over(exc):
                 return False
-            if exc.status == 409 and self._aborted(job_id, flow_id):
-                return True  # the job failed meanwhile; forget_job is on its way
-            self._errors.append(f"registry {'unreachable' if exc.status == 0 else 'refused'} the "
-                                f"{kind} of {name}: {exc.problem if exc.status == 0 else exc}")
+            if exc.status == 409 and self._explained(kind, name, item):
+                return True
+            self._fail(f"registry {'unreachable' if exc.status == 0 else 'refused'} the "
+                       f"{kind} of {name}: {exc.problem if exc.status == 0 else exc}")
         self._outage_over(None)
+        return True
+
+    def _explained(self, kind: str, name: str, item: tuple) -> bool:
+        """Whether the registry's state explains its refusal (409) of this report, so nothing is wrong:
+
+        * the job was aborted meanwhile (it failed; forget_job is on its way);
+        * the registry already has exactly this report: a controller killed after it stored the report
+          and before it answered, and the repeat went to its successor, which loaded the store.  A start
+          is then taken as answered (the allocation is fetched, the flow polled from now on), a finish
+          as done; refusing them failed the run although nothing was lost.
+        """
+        from controller.client import ApiClientError
+
+        job_id, flow_id = item[1], item[2]
+        try:
+            flow = self._call("flow", job_id, flow_id)
+            if flow.get("state") == "aborted":
+                return True
+            if kind == "finish":
+                if flow.get("state") != "finished":
+                    return False
+            else:
+                channel, start_s = item[3], item[4]
+                stored_s = flow.get("start_s")
+                same_start = isinstance(stored_s, (int, float)) and abs(stored_s - start_s) <= 1e-6
+                if flow.get("state") not in ("active", "finished") or not same_start \
+                        or flow.get("channel_id") != channel.channel_id:
+                    return False
+                if flow["state"] == "active":
+                    self._remember(name, self._call("allocation", job_id, flow_id))
+                    if name not in self._finished:
+                        self._active[name] = channel
+        except ApiClientError:
+            return False
+        self.log(f"registry already had the {kind} of {name} (its answer was lost in a controller restart)")
         return True
 
     def _poll_loop(self) -> None:
@@ -261,8 +302,7 @@ class RegistryLink(RegistryPort):
                     if exc.status == 0:
                         if not self._outage_over(exc):
                             break  # keep the last allocation; poll again next interval
-                        self._errors.append(f"registry unreachable for over {OUTAGE_TOLERANCE_S:g} s: "
-                                            f"{exc.problem}")
+                        self._fail(f"registry unreachable for over {OUTAGE_TOLERANCE_S:g} s: {exc.problem}")
                         return
                     self.log(f"registry refused a poll for {name}: {exc}")
 
@@ -287,15 +327,6 @@ class RegistryLink(RegistryPort):
         finally:
             client.close()
 
-    def _aborted(self, job_id: str, flow_id: str) -> bool:
-        """Whether the registry aborted the flow (its job failed), which explains a refusal."""
-        from controller.client import ApiClientError
-
-        try:
-            return self._call("flow", job_id, flow_id).get("state") == "aborted"
-        except ApiClientError:
-            return False
-
     def forget_job(self, job_id: str) -> None:
         name = self.prefix + job_id
         self._forgotten.add(name)
@@ -319,6 +350,8 @@ class RegistryLink(RegistryPort):
         return None if rate is None else int(rate / 8)
 
     def held(self, job_id: str, flow_id: str) -> bool:
+        if self._errors:  # a held sender calls nothing else: it must fail here, not stall unheard
+            raise RegistryError(self._errors[0])
         return (self.hold_paused and self.settings.pace and self.enforces
                 and self._name(job_id, flow_id) in self._paused)
 
