@@ -13,7 +13,7 @@ Flow ids containing ``/`` are reserved for the scheduling service's ``job/flow``
 (either direction) that a live flow's rules match cannot be installed again under another id, so the
 primitives can neither take over nor disturb a scheduled flow, nor the service a primitive's.
 
-A batch of 10,000 operations took the controller's one eventlet hub for 2.1 s in one piece (no
+A batch of 10,000 operations took the controller's one eventlet hub for 2-3 s in one piece (no
 switch messages, API requests or rounds served meanwhile; benchmarks/bench_batch_block.py, docs/api.md):
 so validation and application yield to the hub every :data:`YIELD_EVERY` operations (``pause``, the
 hub's ``sleep``), holding the scheduling service's round lock throughout (``lock``), so that neither a

@@ -2,7 +2,7 @@
 
 A real controller (k=4 fat-tree, no fabric) gets a batch of 10,000 installs, then 10,000 removes, while a
 probe asks ``GET /v1/health`` every 5 ms on another connection.  Before, the hub served nothing for the
-whole batch (2.1 s here: the probe's longest wait was the request's whole duration); now the batch yields
+whole batch (2-3 s here: the probe's longest wait was the request's whole duration); now the batch yields
 every 200 operations.  The bound is relative to the batch's own duration (the quantity under test), so a
 loaded machine that slows both does not change the verdict.
 """
