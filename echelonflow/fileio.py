@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from echelonflow.errors import UserError
 
-#: Deepest nesting of arrays and objects a JSON document may have (the bundled files use at most 6).
+#: Deepest nesting of arrays and objects a JSON document may have (the bundled files and results: 5).
 MAX_DEPTH = 64
 #: Integers must be smaller than this in magnitude (what a 64-bit signed integer holds).
 MAX_INTEGER = 2**63
