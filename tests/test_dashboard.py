@@ -135,11 +135,22 @@ def _flow(env, fid: str) -> dict:
     return env.client.flow(JOB, fid)
 
 
-def _attr(env, selector: str, name: str) -> str | None:
+def _attr(env, selector: str, name: str | None) -> str | None:
+    """The attribute ``name`` (``None``: the text) of the first element ``selector`` finds now.  The
+    page's script re-renders the timeline between our find and our read (a stale element): then the
+    element is found again, rather than the read failing the test."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
-    elements = env.driver.find_elements(By.CSS_SELECTOR, selector)
-    return elements[0].get_attribute(name) if elements else None
+    for _ in range(10):
+        elements = env.driver.find_elements(By.CSS_SELECTOR, selector)
+        try:
+            if not elements:
+                return None
+            return elements[0].text if name is None else elements[0].get_attribute(name)
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"{selector} was re-rendered 10 times while it was read")
 
 
 def _polls(env) -> int:
@@ -208,7 +219,7 @@ def test_dashboard_shows_the_topology_and_the_echelonflow_moving(env) -> None:
     done = float(_attr(env, f'#timeline g.flow[data-flow="{JOB}/s0"]', "data-done"))
     wait_until(lambda: float(_attr(env, f'#timeline g.flow[data-flow="{JOB}/s0"]', "data-done")) > done + 1e6,
                10, "s0's progress on the page moved")
-    assert driver.find_element(By.CSS_SELECTOR, f'#timeline text[data-echelon="{JOB}/{ECHELON}"]').text \
+    assert (_attr(env, f'#timeline text[data-echelon="{JOB}/{ECHELON}"]', None) or "") \
         .startswith(f"{JOB}/{ECHELON} (staggered) tardiness")
     for fid in PORTS:
         flow = _flow(env, fid)
