@@ -7,13 +7,17 @@ combination (scenario x parameter values x scheduler), each one simulation (``do
      "scenarios": ["multitenant-k8", "my-scenario.json"],
      "schedulers": ["fair", "coflow", "echelon"],
      "parameters": {"jobs.0.multi_tenant.load": [0.3, 0.6], "jobs.0.multi_tenant.seed": [0, 1, 2]},
-     "alone_runs": true}
+     "alone_runs": true,
+     "timing_noise_ms": [0, 1, 5], "samples": 10, "rescheduling": "every-flow"}
 
 A parameter is a dotted path into the scenario document (``topology.rate_mbps``, ``jobs.0.params.
 micro_batches``; a number indexes a list): every level but the last must exist in every scenario of the
-grid, the last one may be new (an optional field).  Loading checks everything up front, including each
-cell's scenario with its values put in (the scenario loader's own checks), so a sweep never starts on a
-grid with a bad cell; every problem is one :class:`~echelonflow.errors.UserError` line.
+grid, the last one may be new (an optional field).  ``timing_noise_ms`` adds the simulation under
+timing noise (``simulator.noise``): each value other than 0 runs every cell ``samples`` times, sample k
+with compute times jittered by seed k; ``rescheduling`` is the simulator's rule for the whole grid.
+Loading checks everything up front, including each cell's scenario with its values put in (the scenario
+loader's own checks), so a sweep never starts on a grid with a bad cell; every problem is one
+:class:`~echelonflow.errors.UserError` line.
 """
 
 from __future__ import annotations
@@ -26,10 +30,23 @@ from pathlib import Path
 from typing import Any
 
 from echelonflow.errors import UserError
-from echelonflow.fields import Field, FieldError, array, boolean, mapping, read, show, text
+from echelonflow.fields import (
+    Field,
+    FieldError,
+    array,
+    boolean,
+    integer,
+    mapping,
+    number,
+    one_of,
+    read,
+    show,
+    text,
+)
 from echelonflow.fileio import read_json
 from echelonflow.scenario import parse_scenario, resolve
 from echelonflow.schedulers import check_names
+from simulator.engine import RESCHEDULING
 
 _GRID_FIELDS = (
     Field("name", text(), default=""),
@@ -38,6 +55,9 @@ _GRID_FIELDS = (
     Field("schedulers", array(text(), nonempty=True, of="of scheduler names")),
     Field("parameters", mapping(), default={}),
     Field("alone_runs", boolean(), default=True),
+    Field("timing_noise_ms", array(number(0.0), nonempty=True, of="of milliseconds >= 0"), default=[0]),
+    Field("samples", integer(1, 1000), default=10),
+    Field("rescheduling", one_of(*RESCHEDULING), default="every-flow"),
 )
 
 
@@ -55,15 +75,23 @@ class Cell:
     parameters: dict[str, Any]
     document: dict[str, Any] = field(repr=False, compare=False)
     alone_runs: bool = True
+    noise_ms: float = 0.0  # every compute up to this much longer (simulator.noise); 0: exact
+    sample: int = 0  # the noise's seed (0 with no noise)
+    rescheduling: str = "every-flow"
 
     @property
     def key(self) -> str:
-        """What identifies the cell across runs of a sweep (finished cells are skipped by it)."""
-        return json.dumps([self.scenario, self.scheduler, self.parameters, self.alone_runs], sort_keys=True)
+        """What identifies the cell across runs of a sweep (finished cells are skipped by it); a grid
+        without noise or another rule keeps the keys it had before those existed."""
+        parts: list[Any] = [self.scenario, self.scheduler, self.parameters, self.alone_runs]
+        if self.noise_ms or self.rescheduling != "every-flow":
+            parts += [self.noise_ms, self.sample, self.rescheduling]
+        return json.dumps(parts, sort_keys=True)
 
     def label(self) -> str:
         values = " ".join(f"{path.rsplit('.', 1)[-1]}={value}" for path, value in self.parameters.items())
-        return f"{self.scenario} {self.scheduler}" + (f" {values}" if values else "")
+        noise = f" noise={self.noise_ms:g}ms#{self.sample}" if self.noise_ms else ""
+        return f"{self.scenario} {self.scheduler}" + (f" {values}" if values else "") + noise
 
 
 @dataclass
@@ -101,9 +129,11 @@ def load_grid(path: str) -> Grid:
             except UserError as err:
                 where = f" with {_show_combo(combo)}" if combo else ""
                 raise GridError(f"{label}{where}: {err}") from None
-            for scheduler in schedulers or scenario.schedulers:
-                cells.append(Cell(scenario.name, str(source), scheduler, combo, cell_document,
-                                  top["alone_runs"]))
+            for noise_ms in dict.fromkeys(float(v) for v in top["timing_noise_ms"]):
+                for sample in range(1, top["samples"] + 1) if noise_ms else [0]:
+                    for scheduler in schedulers or scenario.schedulers:
+                        cells.append(Cell(scenario.name, str(source), scheduler, combo, cell_document,
+                                          top["alone_runs"], noise_ms, sample, top["rescheduling"]))
     return Grid(top["name"] or Path(path).stem, list(parameters), cells, top["description"])
 
 

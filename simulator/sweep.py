@@ -34,8 +34,8 @@ from simulator.grid import Cell, Grid
 BACKENDS = ("local", "ray")
 CELLS_FILE = "cells.jsonl"
 CSV_FILE = "results.csv"
-CSV_COLUMNS = ("scenario", "scheduler", "job", "completion_s", "slowdown", "lower_bound_s",
-               "tardiness_s", "objective_s", "cell_wall_s")
+CSV_COLUMNS = ("scenario", "scheduler", "noise_ms", "sample", "job", "completion_s", "slowdown",
+               "lower_bound_s", "tardiness_s", "objective_s", "cell_wall_s")
 
 
 def run_cell(cell: Cell) -> dict[str, Any]:
@@ -46,14 +46,17 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     from echelonflow.scenario import parse_scenario
     from echelonflow.schedulers import get_scheduler
     from simulator.engine import simulate
+    from simulator.noise import jittered
 
     started = time.perf_counter()
     record: dict[str, Any] = {"key": cell.key, "scenario": cell.scenario, "scheduler": cell.scheduler,
-                              "parameters": cell.parameters}
+                              "parameters": cell.parameters, "noise_ms": cell.noise_ms, "sample": cell.sample,
+                              "rescheduling": cell.rescheduling}
     try:
         scenario = parse_scenario(cell.document, Path(cell.source))
-        run = simulate(scenario.topology, scenario.jobs, get_scheduler(cell.scheduler),
-                       alone_runs=cell.alone_runs)
+        jobs = jittered(scenario.jobs, cell.noise_ms / 1e3, cell.sample) if cell.noise_ms else scenario.jobs
+        run = simulate(scenario.topology, jobs, get_scheduler(cell.scheduler), alone_runs=cell.alone_runs,
+                       events=scenario.events, rescheduling=cell.rescheduling)
         attach_lower_bounds([run], scenario.jobs, scenario.topology)
     except Exception as exc:  # a cell's failure is reported in its record; the sweep goes on
         message = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
@@ -172,13 +175,14 @@ def tidy_csv(grid: Grid, records: Iterable[dict[str, Any]]) -> str:
     """One row per finished cell x job: scenario, scheduler, one column per grid parameter, the numbers."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS[:2] + tuple(grid.parameter_paths) + CSV_COLUMNS[2:])
+    writer.writerow(CSV_COLUMNS[:4] + tuple(grid.parameter_paths) + CSV_COLUMNS[4:])
     for record in records:
         if record.get("status") != "ok":
             continue
         values = [_cell_value(record["parameters"][path]) for path in grid.parameter_paths]
         for job_id, job in record["jobs"].items():
-            writer.writerow([record["scenario"], record["scheduler"], *values, job_id, job["completion_s"],
+            writer.writerow([record["scenario"], record["scheduler"], record.get("noise_ms", 0.0),
+                             record.get("sample", 0), *values, job_id, job["completion_s"],
                              job["slowdown"], "" if job["lower_bound_s"] is None else job["lower_bound_s"],
                              job["tardiness_s"], record["objective_s"], record["wall_s"]])
     return out.getvalue()

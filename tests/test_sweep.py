@@ -70,6 +70,10 @@ def test_grid_without_schedulers_takes_each_scenarios_list_and_finds_files_besid
     ({"scenarios": ["fig2"], "parameters": {"topology.rate_mbps": [10, -1]}},
      "with topology.rate_mbps=-1: scenario"),
     ({"scenarios": ["fig2"], "alone_runs": "yes"}, "alone_runs: must be true or false"),
+    ({"scenarios": ["fig2"], "timing_noise_ms": [1, -5]}, "timing_noise_ms[1]: must be a number"),
+    ({"scenarios": ["fig2"], "timing_noise_ms": []}, "timing_noise_ms: must be a non-empty array"),
+    ({"scenarios": ["fig2"], "samples": 0}, "samples: must be an integer between 1 and 1000"),
+    ({"scenarios": ["fig2"], "rescheduling": "sometimes"}, "rescheduling: must be one of"),
 ])
 def test_a_bad_grid_is_one_line_naming_the_problem_and_exit_status_2(tmp_path: Path, doc: object,
                                                                      problem: str) -> None:
@@ -139,6 +143,37 @@ def test_sweep_on_two_workers_writes_the_simulators_numbers_and_resumes(tmp_path
     run_sweep(grid, str(out), workers=1, progress=_Lines(lines))
     assert "7 already done, 1 to run" in lines[0]
     assert _without_wall_time(csv_rows(out)) == _without_wall_time(before_rows)
+
+
+def test_noise_cells_are_the_noisy_simulations_and_exact_keys_stay_as_they_were(tmp_path: Path) -> None:
+    """``timing_noise_ms`` x ``samples``: sample k of a noisy cell is ``simulator.noise``'s seed k, the
+    exact cells keep the keys a grid without noise gave them (so an old sweep folder resumes), and the
+    CSV says which noise and sample each row is."""
+    from simulator.noise import jittered
+
+    doc = {"scenarios": ["fattree-gpipe-ring"], "schedulers": ["echelon"], "alone_runs": False}
+    exact_keys = [cell.key for cell in load_grid(write(tmp_path, doc)).cells]
+    grid = load_grid(write(tmp_path, {**doc, "timing_noise_ms": [0, 1], "samples": 2}, "noisy.json"))
+    assert [(c.noise_ms, c.sample) for c in grid.cells] == [(0.0, 0), (1.0, 1), (1.0, 2)]
+    assert grid.cells[0].key == exact_keys[0] and len({c.key for c in grid.cells}) == 3
+    records = run_sweep(grid, str(tmp_path / "out"), workers=1, progress=None)
+    scenario = load_scenario("fattree-gpipe-ring")
+    for cell, record in zip(grid.cells, records):
+        jobs = jittered(scenario.jobs, cell.noise_ms / 1e3, cell.sample) if cell.noise_ms else scenario.jobs
+        want = simulate(scenario.topology, jobs, get_scheduler("echelon"), alone_runs=False)
+        assert record["objective_s"] == want.objective_s and record["noise_ms"] == cell.noise_ms
+    assert records[1]["objective_s"] != records[0]["objective_s"]  # the noise changed something
+    rows = csv_rows(tmp_path / "out")
+    assert {(r["noise_ms"], r["sample"]) for r in rows} == {("0.0", "0"), ("1.0", "1"), ("1.0", "2")}
+
+
+def test_a_grid_under_the_coflow_rule_runs_every_cell_under_it(tmp_path: Path) -> None:
+    grid = load_grid(write(tmp_path, {"scenarios": ["fig2"], "schedulers": ["echelon"], "alone_runs": False,
+                                      "rescheduling": "coflow"}))
+    record = run_sweep(grid, str(tmp_path / "out"), workers=1, progress=None)[0]
+    want = simulate(load_scenario("fig2").topology, load_scenario("fig2").jobs, get_scheduler("echelon"),
+                    alone_runs=False, rescheduling="coflow")
+    assert record["rescheduling"] == "coflow" and record["objective_s"] == want.objective_s
 
 
 def test_a_failing_cell_is_recorded_the_others_go_on_and_it_runs_again_next_time(tmp_path: Path) -> None:
