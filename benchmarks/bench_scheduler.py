@@ -4,14 +4,15 @@ the performance target: < 10 ms).
 Run: ``.venv/bin/python benchmarks/bench_scheduler.py [--flows N] [--k K] [--repeat R]``.
 Flows: random host pairs (seeded), sizes 1 KB..100 MB, 500 EchelonFlows with staggered offsets, each
 pinned to its ECMP path exactly as the simulator and controller pin them.  Every policy, on a
-``Snapshot``: ``decide_ms`` is the whole ``decide(snapshot)`` (the snapshot becomes a flow table
-first); ``table_ms`` is the decision on a prepared flow table, what the simulator pays per decision
-(schedulers with a compiled kernel only; the first, untimed call compiles or loads it).
+``Snapshot``: ``decide_ms`` is the whole decision on it (``view.decide_snapshot``: the snapshot becomes
+a flow table first); ``table_ms`` is ``scheduler.decide(view)`` on a prepared view, what the simulator
+pays per decision (the first, untimed call compiles or loads the kernels).
 
 Then the controller's own call, on a real ``controller.registry.Registry`` holding the same flows
-(declared, started, with progress), for the policies that decide on a flow table: ``controller_ms`` is
-``registry.scheduling_table().decide(scheduler, now)``, what ``SchedulingService`` runs each round;
-``snapshot_ms`` is ``decide(registry.snapshot(now))``, what it ran before the registry kept the table.
+(declared, started, with progress), for every policy: ``controller_ms`` is the decision on
+``registry.scheduler_view(now)`` with its answer by flow id, what ``SchedulingService`` runs each
+round; ``snapshot_ms`` is the decision on ``registry.snapshot(now)``, what it ran before the registry
+kept the table.
 ``arrive_ms`` / ``depart_ms``: one more flow starts / one flow finishes (the registry's update of its
 table) and the decision after it; ``update_ms`` is the registry update alone (medians over R events).
 """
@@ -27,9 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from controller.registry import Registry  # noqa: E402
-from echelonflow.schedulers import SCHEDULERS, get_scheduler, kernels  # noqa: E402
+from echelonflow.schedulers import SCHEDULERS, get_scheduler  # noqa: E402
 from echelonflow.schedulers.base import ActiveFlow, Snapshot  # noqa: E402
-from echelonflow.schedulers.columns import ColumnarScheduler  # noqa: E402
+from echelonflow.schedulers.view import decide_snapshot, snapshot_view  # noqa: E402
 from echelonflow.topology import Topology, build  # noqa: E402
 
 
@@ -79,19 +80,19 @@ def make_registry(n_flows: int, k: int, spare: int, seed: int = 1) -> tuple[Regi
 
 def controller_rows(args: argparse.Namespace) -> float:
     """The controller's call per table policy, then one arrival and one departure; worst controller_ms."""
-    registry, spare = make_registry(args.flows, args.k, 2 * args.repeat * 3)
+    registry, spare = make_registry(args.flows, args.k, 2 * args.repeat * len(SCHEDULERS))
     now_s = 12.0
     print(f"\ncontroller: a Registry with {len(registry.active_keys())} active flows")
     print(f"{'scheduler':<15} {'controller_ms':>13} {'snapshot_ms':>11} {'update_ms':>9} {'arrive_ms':>9} "
           f"{'depart_ms':>9}  (medians of {args.repeat}) target < 10 ms, incremental < 1 ms")
     worst = 0.0
     port = 61000
-    for name in ("fair", "coflow", "echelon"):
+    for name in SCHEDULERS:
         scheduler = get_scheduler(name)
         controller_decide(registry, scheduler, now_s)  # untimed: compiles or loads the kernel
         controller_ms = median_ms(args.repeat, controller_decide, registry, scheduler, now_s)
-        snapshot_ms = median_ms(args.repeat, lambda s=scheduler: s.decide(registry.snapshot(now_s)))
-        worst = max(worst, controller_ms) if name != "fair" else worst
+        snapshot_ms = median_ms(args.repeat, lambda s=scheduler: decide_snapshot(s, registry.snapshot(now_s)))
+        worst = max(worst, controller_ms) if name in ("coflow", "echelon") else worst
         update, arrive, depart = [], [], []
         for _ in range(args.repeat):
             job, flow = spare.pop()
@@ -116,8 +117,9 @@ def controller_rows(args: argparse.Namespace) -> float:
 
 
 def controller_decide(registry: Registry, scheduler, now_s: float):
-    """What ``SchedulingService`` runs each round for a policy that decides on a flow table."""
-    return registry.scheduling_table().decide(scheduler, now_s)
+    """What ``SchedulingService`` runs each round: the decision on the registry's view, by flow id."""
+    view = registry.scheduler_view(now_s, scheduler.active_order)
+    return view.decision_of(scheduler.decide(view))
 
 
 def median(values: list[float]) -> float:
@@ -136,17 +138,12 @@ def main() -> int:
     worst = 0.0
     for name in SCHEDULERS:
         scheduler = get_scheduler(name)
-        scheduler.decide(snapshot)  # untimed: compiles or loads the kernel, fills the link numbering
-        decide_ms = median_ms(args.repeat, scheduler.decide, snapshot)
+        decide_snapshot(scheduler, snapshot)  # untimed: compiles or loads the kernel, numbers the links
+        decide_ms = median_ms(args.repeat, decide_snapshot, scheduler, snapshot)
         worst = max(worst, decide_ms)
-        table_ms = "-"
-        if isinstance(scheduler, ColumnarScheduler) and scheduler.decides_by_table():
-            table, _ = scheduler.table_of(snapshot)
-            active = kernels.int_array(scheduler.flow_order(table))
-            rate, order = kernels.floats(len(active)), kernels.ints(len(active))
-            call = (table, active, snapshot.now_s, rate, order)
-            table_ms = f"{median_ms(args.repeat, scheduler.decide_table, *call):.2f}"
-        print(f"{name:<15} {decide_ms:>10.1f} {table_ms:>9}", flush=True)
+        view = snapshot_view(snapshot, scheduler.active_order, scheduler.links())
+        table_ms = median_ms(args.repeat, scheduler.decide, view)
+        print(f"{name:<15} {decide_ms:>10.1f} {table_ms:>9.2f}", flush=True)
     controller_rows(args)
     return 0 if worst < 200 else 1
 

@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from echelonflow.scenario import load_scenario  # noqa: E402
-from echelonflow.schedulers.base import Decision, Snapshot  # noqa: E402
 from echelonflow.schedulers.echelon import CoflowScheduler, EchelonScheduler  # noqa: E402
+from echelonflow.schedulers.view import Allocation, FlowView  # noqa: E402
 from simulator.engine import simulate  # noqa: E402
 
 
@@ -28,11 +28,11 @@ def periodic(cls: type[EchelonScheduler], period_s: float | None) -> EchelonSche
     """An instance of ``cls`` whose every decision asks to be renewed after ``period_s``."""
 
     class Periodic(cls):  # type: ignore[valid-type, misc]
-        def decide(self, snapshot: Snapshot) -> Decision:
-            decision = super().decide(snapshot)
+        def decide(self, view: FlowView) -> Allocation:
+            allocation = super().decide(view)
             if period_s is None:
-                return decision
-            return dataclasses.replace(decision, valid_until_s=snapshot.now_s + period_s)
+                return allocation
+            return dataclasses.replace(allocation, valid_until_s=view.now_s + period_s)
 
     Periodic.name = cls.name
     return Periodic()

@@ -103,6 +103,7 @@ class EchelonApp(compat.BaseApp):
             self.registry, self.enforcer, queues=self.enforcer.queues, interval_s=config.interval_s,
             min_meter_bps=config.min_rate_bps, lock=round_lock, hold_paused=config.hold_paused,
             fixed_class=config.fixed_class, event_factory=compat.hub.Event,
+            check_decisions=config.check_decisions,
         )
         self.stats_interval_s = config.stats_interval_s
         self.switch_stats = SwitchStats(self.topology)

@@ -135,6 +135,10 @@ SETTINGS = (
     Setting("fixed_class", "ECHELON_FIXED_CLASS", False, boolean(), _bool_text,
             "a flow keeps the class of its first allocation until it ends (only its rate changes), so its "
             "newer packets never overtake older ones queued in another class"),
+    Setting("check_decisions", "ECHELON_CHECK_DECISIONS", False, boolean(), _bool_text,
+            "check every decision against the invariants the simulator checks (rates finite and >= 0, no "
+            "link over capacity, a sound ranking) and leave enforcement as it was on a failed check "
+            "(a debugging aid: it costs a walk over every active flow's path per round)"),
     Setting("interval_s", "ECHELON_INTERVAL_S", 0.5, number(0.0, 3600.0, above=True), _FLOAT,
             "reschedule interval"),
     Setting("stats_interval_s", "ECHELON_STATS_INTERVAL_S", 1.0, number(0.0, 3600.0), _FLOAT,
@@ -167,6 +171,7 @@ class ControllerConfig:
     min_rate_bps: float = 8000.0
     hold_paused: bool = False
     fixed_class: bool = False
+    check_decisions: bool = False
     interval_s: float = 0.5
     stats_interval_s: float = 1.0
     metrics_host: str = "127.0.0.1"

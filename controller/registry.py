@@ -31,6 +31,7 @@ Kept Python 3.9 compatible: the controller imports it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -50,8 +51,10 @@ from echelonflow.fields import (
 )
 from echelonflow.linkstate import LinkState
 from echelonflow.model import qualified
+from echelonflow.schedulers import kernels
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
-from echelonflow.schedulers.live import LiveFlowTable
+from echelonflow.schedulers.live import LiveFlowTable, table_groups
+from echelonflow.schedulers.view import FlowView, GroupView
 from echelonflow.topology import Topology
 
 STATES = ("declared", "active", "finished", "aborted")
@@ -258,6 +261,8 @@ class Registry:
                     self._on_channel(flow, self.channels[flow.channel_id])
                 else:
                     self._by_tuple[self._tuple(flow)] = flow.key
+            else:
+                self._declare_in_table(flow)
         for key in self.echelons:
             self._refresh_reference(key)
         for key in self._active:
@@ -584,10 +589,11 @@ class Registry:
     def _retire(self, flow: FlowRecord, updated: FlowRecord) -> None:
         """``flow`` (declared or active) reached a done state: apply ``updated`` and free what it held."""
         self.flows[flow.key] = updated
+        if flow.key in self._table:
+            self._table.remove(flow.key)
         if flow.state != "active":
             return
         self._active.pop(flow.key, None)
-        self._table.remove(flow.key)
         self._undeclared.discard(flow.key)
         if flow.channel_id is not None:  # the channel stays, idle, for the next flow
             self._channel_flow.pop(flow.channel_id, None)
@@ -610,15 +616,16 @@ class Registry:
             self._table.set_remaining(flow_key, self._wire_left(flow))
 
     # ------------------------------------------------------------------ scheduler view
-    def scheduling_table(self) -> LiveFlowTable:
-        """The active flows as the schedulers' flow table (``LiveFlowTable.decide``): the same flows,
-        paths, wire bytes left, offsets, reference times and weights as :meth:`snapshot` gives.
+    def scheduler_view(self, now_s: float, active_order: str) -> FlowView:
+        """The active flows as a scheduler's view (``Scheduler.decide``): the same flows, paths, wire
+        bytes left, offsets, reference times and weights as :meth:`snapshot` gives, read from the flow
+        table every event keeps current, with the declared flows each group has not started yet.
 
-        Kept current by every event; only flows of undeclared size are refreshed here, since what the
-        estimator expects of them changes as it learns."""
+        Only flows of undeclared size are refreshed here, since what the estimator expects of them
+        changes as it learns."""
         for key in self._undeclared:
             self._table.set_remaining(key, self._wire_left(self.flows[key]))
-        return self._table
+        return self._table.view(now_s, active_order, _RegistrySource(self))
 
     def _schedule(self, flow: FlowRecord) -> None:
         """An active flow enters the scheduling table."""
@@ -632,7 +639,8 @@ class Registry:
         return self.topology.wire_bytes(self.remaining_bytes(flow))
 
     def snapshot(self, now_s: float) -> Snapshot:
-        """Active flows with paths, remaining bytes and ideal finish times, for any ``Scheduler``.
+        """Active flows with paths, remaining bytes and ideal finish times, for any ``Scheduler``, and the
+        declared flows of their EchelonFlows that have not started (``Snapshot.declared``).
 
         Also what non-clairvoyant policies go by: each flow's delivered bytes, its group's delivered
         bytes (finished flows included) and the group's first start.
@@ -643,9 +651,7 @@ class Registry:
         for key in self._active:
             group = self.flows[key].echelon_key
             if group not in group_sent:
-                started = [f for f in self.flows_of(group) if f.start_s is not None]
-                group_sent[group] = self.topology.wire_bytes(sum(self.bytes_done(f) for f in started))
-                group_start[group] = min(f.start_s for f in started)
+                group_sent[group], group_start[group] = self.group_seen(group)
         for key in self._active:
             flow = self.flows[key]
             ref = self._reference_s[flow.echelon_key]
@@ -664,7 +670,26 @@ class Registry:
                 group_sent_bytes=group_sent[flow.echelon_key],
                 group_start_s=group_start[flow.echelon_key],
             ))
-        return Snapshot(now_s=now_s, capacity_bps=self._capacity_bps, flows=out)
+        declared = []
+        for group in group_sent:  # the groups of active flows: their declared flows not started yet
+            ref = self._reference_s[group]
+            for key in self.members[group]:
+                flow = self.flows[key]
+                if flow.state == "declared" and flow.size_bytes is not None:
+                    declared.append(ActiveFlow(
+                        flow_id=key, echelon_id=group, path=self._paths[key][1],
+                        remaining_bytes=self.topology.wire_bytes(flow.size_bytes),
+                        ideal_finish_s=ref + flow.offset_s, offset_s=flow.offset_s, reference_s=ref,
+                        weight=self.jobs[flow.job_id].weight, group_sent_bytes=group_sent[group],
+                        group_start_s=group_start[group]))
+        return Snapshot(now_s=now_s, capacity_bps=self._capacity_bps, flows=out, declared=declared)
+
+    def group_seen(self, echelon_key: str) -> tuple[float, float]:
+        """What the network has seen of a started EchelonFlow: the wire bytes its flows delivered
+        (finished ones included) and its first flow's start."""
+        started = [f for f in self.flows_of(echelon_key) if f.start_s is not None]
+        sent_bytes = sum(self.bytes_done(f) for f in started)
+        return self.topology.wire_bytes(sent_bytes), min(f.start_s for f in started)
 
     # ------------------------------------------------------------------ views (JSON-ready)
     def job_view(self, job: JobRecord) -> dict[str, Any]:
@@ -740,6 +765,14 @@ class Registry:
             self.flows[flow.key] = flow
             self.members[flow.echelon_key].append(flow.key)
             self._next_seq = max(self._next_seq, flow.seq + 1)
+            self._declare_in_table(flow)
+
+    def _declare_in_table(self, flow: FlowRecord) -> None:
+        """A declared flow with its size is a member of its group in the flow table: what clairvoyant
+        policies count before it starts."""
+        if flow.state == "declared" and flow.size_bytes is not None:
+            self._table.declare(flow.key, flow.echelon_key, self._paths[flow.key][1], flow.offset_s,
+                                self.jobs[flow.job_id].weight, self._wire_left(flow))
 
     def _host(self, field: str, value: Any) -> str:
         if not isinstance(value, str) or value not in self._hosts:
@@ -777,3 +810,38 @@ class Registry:
         else:
             self._reference_s[echelon_key] = reference_s
             self._table.set_reference(echelon_key, reference_s)
+
+
+class _RegistrySource:
+    """The registry as a view's source: flow ids from its table, groups with their first starts and
+    (for non-clairvoyant policies) what was delivered, snapshots (``echelonflow.schedulers.view``)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    def flow_ids(self, numbers: Sequence[int]) -> list[str]:
+        ids = self.registry._table.row_ids
+        return [ids[row] for row in numbers]
+
+    def groups(self, view: FlowView, seen: bool) -> GroupView:
+        registry = self.registry
+        slot_ids = registry._table.slot_ids
+        start_s = [0.0] * len(slot_ids)
+        attained = [0.0] * len(slot_ids)
+        active_slots = {int(view.table.group[row]) for row in kernels.to_list(view.active, len(view.active))}
+        for slot in active_slots:
+            attained[slot], start_s[slot] = registry.group_seen(slot_ids[slot])
+        groups = table_groups(view, start_s)
+        if seen:
+            groups.attained_bytes = [attained[head] for head in groups.heads]
+            active = kernels.to_list(view.active, len(view.active))
+            flows = [registry.flows[key] for key in self.flow_ids(active)]
+            groups.flow_sent_bytes = kernels.float_array(
+                [registry.topology.wire_bytes(registry.bytes_done(flow)) for flow in flows])
+            capacity, paths = registry._capacity_bps, registry._paths
+            groups.slowest_bps = min((capacity[link] for flow in flows for link in paths[flow.key][1]),
+                                     default=math.inf)
+        return groups
+
+    def snapshot(self, view: FlowView) -> Any:
+        return self.registry.snapshot(view.now_s)

@@ -1,11 +1,13 @@
-"""The scheduling service: registry snapshot -> the selected scheduler -> the smallest enforcement change.
+"""The scheduling service: the registry's view -> the selected scheduler -> the smallest enforcement change.
 
 Runs on every arrival (flow started), departure (flow finished), scheduler switch, link or switch going
 down or coming back (:meth:`SchedulingService.on_links_changed` first moves what is enforced on the
 changed paths) and every ``interval_s``.
-It calls the very scheduler classes the simulator runs (``echelonflow.schedulers.get_scheduler``): those
-that decide on a flow table (``fair``, ``coflow``, ``echelon``) read the registry's, which every event
-keeps current (``Registry.scheduling_table``); the others get a ``Snapshot`` built by the registry.
+It calls the very scheduler classes the simulator runs (``echelonflow.schedulers.get_scheduler``),
+through the one entry point ``Scheduler.decide`` on the registry's view (``Registry.scheduler_view``: the
+flow table every event keeps current; a policy that decides on a snapshot gets one built by the
+registry).  With ``check_decisions`` (a debug setting) every decision is checked against the invariants
+the simulator checks (``echelonflow.schedulers.view.check_decision``) and a failing one is not enforced.
 Then it turns the ``Decision`` into enforcement through an :class:`EnforcementPort` (the controller's
 ``Enforcer``; a recording port in unit tests):
 
@@ -65,7 +67,7 @@ from echelonflow.errors import UserError
 from echelonflow.queues import check_queues, dscp_for_queue
 from echelonflow.schedulers import SCHEDULERS, get_scheduler
 from echelonflow.schedulers.base import Decision, FlowEvent, Scheduler
-from echelonflow.schedulers.columns import ColumnarScheduler
+from echelonflow.schedulers.view import check_decision
 
 LOG = logging.getLogger("echelon.service")
 DEFAULT_SCHEDULER = "echelon"
@@ -145,11 +147,13 @@ class SchedulingService:
         hold_paused: bool = False,
         fixed_class: bool = False,
         event_factory: Callable[[], Any] = threading.Event,
+        check_decisions: bool = False,
     ) -> None:
         check_queues(queues)  # queue 0 plus at least one scheduled class
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.registry = registry
+        self.check_decisions = bool(check_decisions)
         self.port = port
         self.now = now
         self.interval_s = float(interval_s)
@@ -330,17 +334,15 @@ class SchedulingService:
         report = RoundReport(reason=reason, now_s=now_s, scheduler=self.scheduler.name)
         started = time.perf_counter()
         scheduler = self.scheduler
-        by_table = isinstance(scheduler, ColumnarScheduler) and scheduler.decides_by_table()
-        if by_table:  # the registry's flow table, kept current by every event
-            table = self.registry.scheduling_table()
-            report.active_flows = len(table)
-        else:
-            snapshot = self.registry.snapshot(now_s)
-            report.active_flows = len(snapshot.flows)
+        view = self.registry.scheduler_view(now_s, scheduler.active_order)  # kept current by every event
+        report.active_flows = len(view.active)
         report.snapshot_s = time.perf_counter() - started
         started = time.perf_counter()
         try:
-            decision = table.decide(scheduler, now_s) if by_table else scheduler.decide(snapshot)
+            allocation = scheduler.decide(view)
+            if self.check_decisions:
+                check_decision(view, allocation)
+            decision = view.decision_of(allocation)
         except Exception as exc:  # noqa: BLE001 - keep the last good enforcement
             LOG.exception("scheduler %s failed; enforcement left as it was", self.scheduler.name)
             report.error = f"{type(exc).__name__}: {exc}"

@@ -52,7 +52,7 @@ import multiprocessing
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -64,10 +64,9 @@ from echelonflow.faults import FaultEvent
 from echelonflow.linkstate import LinkState
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.results import RunResult, build_run, job_completion_s
-from echelonflow.schedulers.base import ActiveFlow, Decision, FlowEvent, Scheduler, Snapshot
-from echelonflow.schedulers.columns import ColumnarScheduler, FlowTable
-from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler, Observed, template
-from echelonflow.schedulers.priority import GroupArrays, GroupOrderScheduler, serve_arrays
+from echelonflow.schedulers.base import ActiveFlow, FlowEvent, Scheduler, Snapshot
+from echelonflow.schedulers.columns import FlowTable, numbering
+from echelonflow.schedulers.view import FlowView, GroupView, check_decision
 from echelonflow.topology import Topology
 from simulator import fluid
 
@@ -78,8 +77,6 @@ SimulationResult = RunResult
 TIME_RTOL = 1e-9
 #: Bytes left below this count as delivered (floating-point dust).
 BYTES_ATOL = 1e-6
-#: Allowed relative excess of a link's summed rates over its capacity.
-CAPACITY_RTOL = 1e-6
 #: When the scheduler decides again (module docstring, "Rescheduling").
 RESCHEDULING = ("every-flow", "coflow")
 
@@ -262,9 +259,10 @@ class _Run:
     """One simulation of a set of jobs (internal; use :func:`simulate`).
 
     Flows live in a :class:`FlowTable` built once for the whole run and numbered in the order the
-    scheduler wants its active flows (``scheduler.flow_order``), so the active set is just a sorted
-    array of flow numbers and a decision reads the table in place.  Schedulers without that columnar
-    interface get a :class:`Snapshot` per decision, as the controller does.
+    scheduler wants its active flows (``scheduler.active_order``), so the active set is just a sorted
+    array of flow numbers and a decision reads the table in place.  Every decision is one call of
+    ``scheduler.decide`` on a :class:`FlowView` whose source is the run itself (:meth:`flow_ids`,
+    :meth:`groups`, :meth:`snapshot`: a policy that decides on a snapshot gets one built here).
     """
 
     def __init__(
@@ -352,22 +350,12 @@ class _Run:
             weight=np.array([self.echelons[eqid].weight for _, _, eqid, _, _ in flows], dtype=np.float64),
             remaining=np.array(wire_bytes, dtype=np.float64),
         )
-        self.columnar = isinstance(self.scheduler, ColumnarScheduler) and self.scheduler.decides_by_table()
-        # Order-only policies (fifo, sincronia, aalo) read groups of flows in (group, flow id) order, and
-        # so does echelon-online (it knows no offsets to order by: the kernel sorts its estimates).
-        self.by_groups = isinstance(self.scheduler, GroupOrderScheduler) and self.scheduler.orders_by_arrays()
-        self.estimating = (isinstance(self.scheduler, EchelonOnlineScheduler)
-                           and self.scheduler.estimates_by_arrays())
-        self.estimates: FlowTable | None = None  # echelon-online's view of the table (its estimates)
-        self.flow_key: list[str] = []  # echelon-online: per flow number, the part it plays
-        if self.columnar:
-            order = self.scheduler.flow_order(table)
-        elif self.by_groups or self.estimating:
-            order = np.lexsort((table.idrank, table.group)).tolist()
-        else:
-            order = range(len(flows))
+        # Flows numbered in the order the scheduler wants its active flows, so ``active`` (kept sorted)
+        # is already in that order and a decision reads the table in place.
+        order = numbering(table, self.scheduler.active_order)
         perm = np.array(order, dtype=np.int64)
         self.table = _permuted(table, perm)
+        self._members()
         self.flow_qid = [flows[i][0] for i in perm]
         self.flow_of = {qid: f for f, qid in enumerate(self.flow_qid)}
         self.flow_eqid = [flows[i][2] for i in perm]
@@ -384,9 +372,7 @@ class _Run:
         count = len(flows)
         self.rate = np.zeros(count)
         self.leftover = np.zeros(count)
-        self.order_buf = np.zeros(count, dtype=np.int64)
         self.finished_buf = np.zeros(count, dtype=np.int64)
-        self.load_buf = np.zeros(len(self.link_ids))
         self.active = np.zeros(0, dtype=np.int64)
         self.arrived: list[int] = []
         by_slot = self.state_by_slot = sorted(self.echelons.values(), key=lambda state: state.slot)
@@ -398,6 +384,15 @@ class _Run:
         # would on the network, in arrival order, whatever the table's numbering.
         self.start_seq = np.zeros(count, dtype=np.int64)
         self.started = 0
+
+    def _members(self) -> None:
+        """Every flow of each EchelonFlow in (offset, flow id) order (``FlowTable.members``): what the
+        jobs have declared, which clairvoyant policies may count before a flow starts."""
+        table = self.table
+        by_group = np.lexsort((table.idrank, table.offset, table.group))
+        ptr = np.zeros(len(self.echelons) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(table.group, minlength=len(self.echelons)), out=ptr[1:])
+        table.members_ptr, table.members = ptr, by_group.astype(np.int64)
 
     def _path(self, qid: str, task: FlowTask) -> tuple[str, ...]:
         """Where the flow really goes: its own pinned path once a scheduler enforces (the controller
@@ -588,93 +583,46 @@ class _Run:
             self.arrived.sort()
             self.active = fluid.merged(self.active, np.array(self.arrived, dtype=np.int64))
             self.arrived = []
-        table = self.table
-        if self.by_groups:
-            self._decide_groups()
-        elif self.estimating:
-            self._decide_estimated()
-        elif not self.columnar:
-            self._decide_snapshot()
-            return
-        else:
-            self.scheduler.decide_table(table, self.active, self.now_s, self.rate, self.order_buf)
+        view = FlowView(self.now_s, self.table, self.active, self, self.rate, self.every_flow)
+        allocation = self.scheduler.decide(view)
+        self.valid_until_s = allocation.valid_until_s
         if self.check:
-            code, f, li, used = fluid.over_capacity(
-                self.active, self.rate, table.path_ptr, table.path_links, table.capacity, CAPACITY_RTOL,
-                self.load_buf,
-            )
-            if code == 1:
-                raise AssertionError(f"flow {self.flow_qid[f]}: bad rate {float(self.rate[f])!r}")
-            if code == 2:
-                raise AssertionError(
-                    f"link {self.link_ids[li]}: {used} bps allocated over capacity {table.capacity[li]} bps"
-                )
+            check_decision(view, allocation)
 
-    def _active_groups(self) -> tuple[list[int], np.ndarray]:
-        """Cuts of ``active`` into groups and each group's slot (flows numbered in (group, flow id)
-        order, so ``active`` is grouped already)."""
-        slots = self.table.group[self.active]
+    # ------------------------------------------------------------------ the view's source
+    def flow_ids(self, numbers: Sequence[int]) -> list[str]:
+        return [self.flow_qid[f] for f in numbers]
+
+    def groups(self, view: FlowView, seen: bool) -> GroupView:
+        """The active flows cut into groups (flows are numbered group by group), with what the network
+        would have seen of them when ``seen``: as a snapshot's flows would say it."""
+        table = self.table
+        slots = table.group[self.active]
         group_ptr = [0, *(np.flatnonzero(np.diff(slots)) + 1).tolist(), len(self.active)]
-        return group_ptr, slots[group_ptr[:-1]]
+        heads = slots[group_ptr[:-1]]
+        out = GroupView(group_ptr=group_ptr, heads=heads.tolist(), start_s=self.group_start_s[heads].tolist(),
+                        weight=self.group_weight[heads].tolist())
+        if seen:
+            sent = self.wire_array[self.active] - table.remaining[self.active]
+            # each group's bytes summed in the order its flows started, as a snapshot lists them: the
+            # controller's floating-point sums to the last bit (a chaotic run amplifies the last bit)
+            by_start = np.lexsort((self.start_seq[self.active], slots))
+            sent_list = sent[by_start].tolist()
+            out.attained_bytes = [self.state_by_slot[slot].finished_bytes + sum(sent_list[lo:hi])
+                                  for slot, lo, hi in zip(out.heads, group_ptr, group_ptr[1:])]
+            out.flow_sent_bytes = sent
+            if self.path_min_capacity is None:  # per run, and again after a fault moved paths
+                self.path_min_capacity = np.minimum.reduceat(table.capacity[table.path_links],
+                                                             table.path_ptr[:-1])
+            slowest = self.path_min_capacity[self.active]
+            out.slowest_bps = float(slowest.min()) if len(slowest) else math.inf
+        return out
 
-    def _seen(self, group_ptr: list[int], heads: np.ndarray) -> tuple[np.ndarray, list[float], float]:
-        """What the network sees of the active flows, as a snapshot's flows would say it: the wire bytes
-        each has sent, each group's (finished flows included), the slowest link on any active path."""
-        table = self.table
-        sent = self.wire_array[self.active] - table.remaining[self.active]
-        # each group's bytes summed in the order its flows started, as a snapshot lists them: the
-        # controller's path's floating-point sums to the last bit (a chaotic run amplifies the last bit)
-        by_start = np.lexsort((self.start_seq[self.active], table.group[self.active]))
-        sent_list = sent[by_start].tolist()
-        group_sent = [self.state_by_slot[slot].finished_bytes + sum(sent_list[lo:hi])
-                      for slot, lo, hi in zip(heads.tolist(), group_ptr, group_ptr[1:])]
-        if self.path_min_capacity is None:  # per run, and again after a fault moved paths
-            self.path_min_capacity = np.minimum.reduceat(table.capacity[table.path_links],
-                                                         table.path_ptr[:-1])
-        return sent, group_sent, float(self.path_min_capacity[self.active].min())
-
-    def _decide_groups(self) -> None:
-        """Order-only policies on the flow table: the same arrays a snapshot's GroupTable would give them."""
-        table = self.table
-        group_ptr, heads = self._active_groups()
-        groups = GroupArrays(
-            active=self.active, group_ptr=group_ptr, remaining=table.remaining, path_ptr=table.path_ptr,
-            path_links=table.path_links, capacity=table.capacity,
-            start_s=self.group_start_s[heads].tolist(), weight=self.group_weight[heads].tolist(),
-        )
-        if self.scheduler.needs_attained:
-            _, groups.attained_bytes, groups.slowest_bps = self._seen(group_ptr, heads)
-        serve_arrays(groups, self.scheduler.order_arrays(groups), self.rate)
-        self.valid_until_s = self.scheduler.valid_until_arrays(groups, self.rate, self.now_s)
-
-    def _decide_estimated(self) -> None:
-        """echelon-online on the flow table: what a snapshot would tell it, as :class:`Observed`; its
-        estimates go into a view of the table (own ``remaining`` and ``offset``; due times from each
-        group's first start) that the echelon kernel then decides on."""
-        table = self.table
-        if self.estimates is None:
-            count = len(self.flow_qid)
-            self.estimates = replace(table, remaining=np.zeros(count), offset=np.zeros(count),
-                                     reference=self.group_start_s)
-            self.flow_key = [template(qid)[0] for qid in self.flow_qid]
-        group_ptr, heads = self._active_groups()
-        sent, group_sent, slowest_bps = self._seen(group_ptr, heads)
-        observed = Observed(
-            active=self.active, group_ptr=group_ptr, heads=heads.tolist(),
-            group_count=len(self.state_by_slot), keys=self.flow_key, sent_bytes=sent,
-            group_sent_bytes=group_sent, group_weight=self.group_weight[heads].tolist(),
-            slowest_bps=slowest_bps,
-        )
-        self.scheduler.estimate(observed, table.remaining, self.estimates)
-        self.scheduler.decide_table(self.estimates, self.active, self.now_s, self.rate, self.order_buf)
-
-    def _decide_snapshot(self) -> None:
-        """Schedulers without the columnar interface: one Snapshot per decision, as the controller."""
+    def snapshot(self, view: FlowView) -> Snapshot:
+        """The active flows as a :class:`Snapshot` (listed in start order), as the controller makes one."""
         table = self.table
         active = self.active[np.argsort(self.start_seq[self.active])].tolist()
-        wire = self.topology.wire_bytes
-        sent = {f: wire(self.task_of[self.flow_qid[f]][2].size_bytes) - float(table.remaining[f])
-                for f in active}
+        sent = {f: self.wire[f] - float(table.remaining[f]) for f in active}
         group_sent: dict[str, float] = {}
         for f in active:
             group_sent[self.flow_eqid[f]] = group_sent.get(self.flow_eqid[f], 0.0) + sent[f]
@@ -684,28 +632,15 @@ class _Run:
             reference_s = float(table.reference[state.slot])
             offset_s = float(table.offset[f])
             links = table.path_links[table.path_ptr[f]:table.path_ptr[f + 1]].tolist()
-            flows.append(
-                ActiveFlow(
-                    flow_id=self.flow_qid[f],
-                    echelon_id=self.flow_eqid[f],
-                    path=tuple(self.link_ids[li] for li in links),
-                    remaining_bytes=float(table.remaining[f]),
-                    ideal_finish_s=reference_s + offset_s,
-                    offset_s=offset_s,
-                    reference_s=reference_s,
-                    weight=state.weight,
-                    sent_bytes=sent[f],
-                    group_sent_bytes=state.finished_bytes + group_sent[self.flow_eqid[f]],
-                    group_start_s=state.first_start_s,
-                )
-            )
-        snapshot = Snapshot(self.now_s, self.capacity_bps, flows)
-        decision = self.scheduler.decide(snapshot)
-        if self.check:
-            check_decision(snapshot, decision)
-        self.valid_until_s = decision.valid_until_s
-        for f in active:
-            self.rate[f] = float(decision.rate_bps.get(self.flow_qid[f], 0.0))
+            flows.append(ActiveFlow(
+                flow_id=self.flow_qid[f], echelon_id=self.flow_eqid[f],
+                path=tuple(self.link_ids[li] for li in links), remaining_bytes=float(table.remaining[f]),
+                ideal_finish_s=reference_s + offset_s, offset_s=offset_s, reference_s=reference_s,
+                weight=state.weight, sent_bytes=sent[f],
+                group_sent_bytes=state.finished_bytes + group_sent[self.flow_eqid[f]],
+                group_start_s=state.first_start_s,
+            ))
+        return Snapshot(self.now_s, self.capacity_bps, flows)
 
     # ------------------------------------------------------------------ results
     def _check_delivered(self) -> None:
@@ -737,20 +672,3 @@ def _permuted(table: FlowTable, perm: np.ndarray) -> FlowTable:
         remaining=table.remaining[perm],
         weight=table.weight[perm],
     )
-
-
-def check_decision(snapshot: Snapshot, decision: Decision) -> None:
-    """The invariants every scheduler must keep: a rate per flow, non-negative, no link over capacity."""
-    load: dict[Any, float] = {}
-    for flow in snapshot.flows:
-        if flow.flow_id not in decision.rate_bps:
-            raise AssertionError(f"decision has no rate for flow {flow.flow_id}")
-        rate = decision.rate_bps[flow.flow_id]
-        if not rate >= 0 or math.isinf(rate):
-            raise AssertionError(f"flow {flow.flow_id}: bad rate {rate!r}")
-        for link in flow.path:
-            load[link] = load.get(link, 0.0) + rate
-    for link, used in load.items():
-        cap = snapshot.capacity_bps[link]
-        if used > cap * (1 + CAPACITY_RTOL):
-            raise AssertionError(f"link {link}: {used} bps allocated over capacity {cap} bps")

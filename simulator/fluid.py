@@ -73,35 +73,6 @@ def advance(active, remaining, rate, leftover, now, next_s, tol, bytes_atol, fin
 
 
 @jit
-def over_capacity(active, rate, path_ptr, path_links, capacity, rtol, load):
-    """The first problem with a decision as (code, flow, link, load), code 0 when there is none.
-
-    Codes: 1 = a flow's rate is negative, NaN or infinite; 2 = ``link``'s summed rate exceeds its
-    capacity by more than ``rtol``.  ``load`` (per link) must be zeros; it is zeros again on return.
-    """
-    code, bad_flow, bad_link, used = 0, -1, -1, 0.0
-    for k in range(len(active)):
-        f = active[k]
-        r = rate[f]
-        if not r >= 0 or r == INF:
-            code, bad_flow = 1, f
-            break
-        for p in range(path_ptr[f], path_ptr[f + 1]):
-            load[path_links[p]] += r
-    for k in range(len(active)):
-        f = active[k]
-        for p in range(path_ptr[f], path_ptr[f + 1]):
-            li = path_links[p]
-            if code == 0 and load[li] > capacity[li] * (1 + rtol):
-                code, bad_flow, bad_link, used = 2, f, li, load[li]
-    for k in range(len(active)):
-        f = active[k]
-        for p in range(path_ptr[f], path_ptr[f + 1]):
-            load[path_links[p]] = 0.0
-    return code, bad_flow, bad_link, used
-
-
-@jit
 def merged(active, arrived):
     """The increasing flow numbers of ``active`` and ``arrived`` (both increasing, disjoint) in one
     new array: what sorting their concatenation gives, in one pass."""

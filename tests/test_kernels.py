@@ -18,11 +18,12 @@ import pytest
 
 from echelonflow.schedulers import kernels
 from echelonflow.schedulers.aalo import AaloScheduler
-from echelonflow.schedulers.echelon import ORDERINGS, CoflowScheduler, EchelonScheduler
+from echelonflow.schedulers.echelon import ORDERINGS, CoflowScheduler, EchelonScheduler, EchelonVarysScheduler
 from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
 from echelonflow.schedulers.fair import FairScheduler
 from echelonflow.schedulers.fifo import FifoScheduler
 from echelonflow.schedulers.sincronia import SincroniaScheduler
+from echelonflow.schedulers.view import decide_snapshot
 from tests.test_schedulers import _random_instance
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +37,7 @@ import json, sys
 sys.modules["numba"] = None
 sys.path.insert(0, {root!r})
 from echelonflow.schedulers import kernels
+from echelonflow.schedulers.view import decide_snapshot
 assert not kernels.HAVE_NUMBA
 from tests.test_kernels import SEEDS, schedulers
 from tests.test_schedulers import _random_instance
@@ -46,7 +48,7 @@ for variant, scan_factor in variants.items():
     for seed in SEEDS:
         snap = _random_instance(seed, 1 + seed % 25)
         for key, sched in schedulers():
-            d = sched.decide(snap)
+            d = decide_snapshot(sched, snap)
             out[f"{{variant}}/{{seed}}/{{key}}"] = [d.rate_bps, d.rank]
 print(json.dumps(out))
 """
@@ -68,7 +70,7 @@ def assert_compiled_equal_interpreted(variants: tuple[str, ...]) -> None:
     for seed in SEEDS:
         snap = _random_instance(seed, 1 + seed % 25)
         for key, sched in schedulers():
-            decision = sched.decide(snap)
+            decision = decide_snapshot(sched, snap)
             for variant in variants:
                 rates, ranks = interpreted[f"{variant}/{seed}/{key}"]
                 assert decision.rate_bps == rates, (variant, seed, key)  # exact: same floats
@@ -79,7 +81,8 @@ def assert_compiled_equal_interpreted(variants: tuple[str, ...]) -> None:
 
 def schedulers() -> list[tuple[str, object]]:
     out = [("fair", FairScheduler()), ("coflow", CoflowScheduler())]
-    out += [(f"echelon-{o}", EchelonScheduler(order_by=o)) for o in ORDERINGS]
+    out += [("echelon", EchelonScheduler())]
+    out += [(f"echelon-varys-{o}", EchelonVarysScheduler(order_by=o)) for o in ORDERINGS]
     # group-by-group policies: kernels.priority_decide (all three), kernels.bssi_order (sincronia)
     out += [("fifo", FifoScheduler()), ("sincronia", SincroniaScheduler()), ("aalo", AaloScheduler())]
     # kernels.online_estimate, both branches: some parts learned (sizes below and above what was sent)

@@ -1,12 +1,13 @@
-"""The registry's live flow table decides exactly as ``decide(snapshot)`` does, whatever happened before.
+"""The registry's live flow table decides exactly as a decision on its snapshot does, whatever happened.
 
-The controller decides on ``Registry.scheduling_table()`` (kept current by every event) instead of
-converting a ``Snapshot`` each round.  These tests drive a real registry through random sequences of
-declarations, starts (own 5-tuple or channel), progress reports, switch-counter readings, finishes,
-aborted jobs, link failures and repairs (re-routing), and after every event compare the table's decision
-with the scheduler's own ``decide(registry.snapshot(now))``: every rate and every rank equal, for fair,
-coflow and echelon (every group ordering), compiled and interpreted.  Enough events happen for dead rows
-to be compacted and labels to be renumbered.
+The controller decides on ``Registry.scheduler_view()`` (its flow table, kept current by every event)
+instead of converting a ``Snapshot`` each round.  These tests drive a real registry through random
+sequences of declarations, starts (own 5-tuple or channel), progress reports, switch-counter readings,
+finishes, aborted jobs, link failures and repairs (re-routing), and after every event compare the
+table's decision with the scheduler's decision on ``registry.snapshot(now)`` (its declared flows
+included): every rate and every rank equal, for fair, coflow, echelon and echelon-varys (every group
+ordering), compiled and interpreted.  Enough events happen for dead rows to be compacted and labels to
+be renumbered.
 """
 
 from __future__ import annotations
@@ -25,17 +26,18 @@ from controller.registry import Registry
 from controller.service import SchedulingService
 from controller.store import open_registry
 from echelonflow.schedulers import get_scheduler, kernels
-from echelonflow.schedulers.echelon import ORDERINGS, CoflowScheduler, EchelonScheduler
+from echelonflow.schedulers.echelon import ORDERINGS, CoflowScheduler, EchelonScheduler, EchelonVarysScheduler
 from echelonflow.schedulers.fair import FairScheduler
 from echelonflow.schedulers.live import COMPACT_SLACK, LiveFlowTable, OrderLabels
+from echelonflow.schedulers.view import decide_snapshot
 from echelonflow.topology import fattree
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def schedulers():
-    out = [FairScheduler(), CoflowScheduler()]
-    return out + [EchelonScheduler(order_by=o) for o in ORDERINGS]
+    out = [FairScheduler(), CoflowScheduler(), EchelonScheduler()]
+    return out + [EchelonVarysScheduler(order_by=o) for o in ORDERINGS]
 
 
 class LearningEstimator:
@@ -127,8 +129,9 @@ def random_run(seed: int, events: int, check: Callable[[Registry, float, str], l
 def compare(reg: Registry, now: float, where: str) -> list[str]:
     out = []
     for sched in schedulers():
-        snapshot_decision = sched.decide(reg.snapshot(now))
-        table_decision = reg.scheduling_table().decide(sched, now)
+        snapshot_decision = decide_snapshot(sched, reg.snapshot(now))
+        view = reg.scheduler_view(now, sched.active_order)
+        table_decision = view.decision_of(sched.decide(view))
         for part in ("rate_bps", "rank"):
             want, got = getattr(snapshot_decision, part), getattr(table_decision, part)
             if want != got:
@@ -142,20 +145,21 @@ def test_table_decides_like_the_snapshot_after_every_event(seed: int) -> None:
     assert random_run(seed, 250) == []
 
 
-@pytest.mark.parametrize("name", ["fair", "coflow", "echelon"])
+@pytest.mark.parametrize("name", ["fair", "coflow", "echelon", "echelon-varys"])
 def test_service_enforces_the_same_on_the_table_as_on_snapshots(name: str) -> None:
     """Two services on one registry, one deciding on the live table, one (its scheduler's ``decide``
-    set on the instance, which ``decides_by_table`` refuses) on snapshots: after every event the same
-    queues, and the same installs, updates and removals pushed to the switches."""
+    replaced on the instance by a decision on the view's snapshot) on snapshots: after every event the
+    same queues, and the same installs, updates and removals pushed to the switches."""
     reg = Registry(fattree(20e6, 4))
     now = [0.0]
     table_port, snapshot_port = RecordingPort(), RecordingPort()
     by_table = SchedulingService(reg, table_port, now=lambda: now[0])
     by_snapshot = SchedulingService(reg, snapshot_port, now=lambda: now[0])
     by_snapshot.scheduler = get_scheduler(name)
-    by_snapshot.scheduler.decide = by_snapshot.scheduler.decide  # bound method on the instance
+    on_snapshots = get_scheduler(name)
+    by_snapshot.scheduler.decide = lambda view: view.allocation_of(decide_snapshot(on_snapshots,
+                                                                                   view.snapshot()))
     by_table.scheduler = get_scheduler(name)
-    assert by_table.scheduler.decides_by_table() and not by_snapshot.scheduler.decides_by_table()
     rounds = []
 
     def check(registry: Registry, at_s: float, where: str) -> list[str]:
@@ -207,7 +211,8 @@ def test_a_registry_reloaded_from_its_store_has_the_same_table(tmp_path: Path) -
     random_run(5, 120, stop_when_busy, reg)
     assert seen[-1] > 3
     again = open_registry(fattree(20e6, 4), path)
-    assert set(again.scheduling_table().row_of) == set(reg.active_keys())
+    table = again.scheduler_view(10.0, "id")
+    assert set(table.flow_ids(table.active)) == set(reg.active_keys())
     assert compare(again, 10.0, "reloaded") == []
 
 
@@ -228,9 +233,10 @@ def test_dead_rows_are_compacted_and_decisions_stay_equal() -> None:
         reg.flow_started("j", f"f{i:05d}", 10000 + i % 50000, 5201 + i // 50000, 1.0)
         if i >= 20:
             reg.flow_finished("j", f"f{i - 20:05d}", 1.5)
-        table_rows.append(len(reg.scheduling_table().row_ids))
-    assert max(table_rows) < 2 * 20 + COMPACT_SLACK + 2  # compacted, never grown to n rows
-    assert len(reg.scheduling_table()) == 20
+        live = len(reg._table.row_of)  # declared and active rows
+        table_rows.append(len(reg._table.row_ids) - 2 * live)
+    assert max(table_rows) < COMPACT_SLACK + 2  # compacted: never more dead rows than live ones + slack
+    assert len(reg._table) == 20
     assert compare(reg, 2.0, "after compaction") == []
 
 

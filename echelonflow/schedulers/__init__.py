@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from echelonflow.errors import UserError
 from echelonflow.schedulers.aalo import AaloScheduler
 from echelonflow.schedulers.base import ActiveFlow, Decision, FlowEvent, Scheduler, Snapshot
-from echelonflow.schedulers.echelon import CoflowScheduler, EchelonScheduler
+from echelonflow.schedulers.echelon import CoflowScheduler, EchelonScheduler, EchelonVarysScheduler
 from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
 from echelonflow.schedulers.fair import FairScheduler
 from echelonflow.schedulers.fifo import FifoScheduler
@@ -21,6 +21,7 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     "sincronia": SincroniaScheduler,
     "aalo": AaloScheduler,
     "echelon-online": EchelonOnlineScheduler,
+    "echelon-varys": EchelonVarysScheduler,
 }
 
 __all__ = [

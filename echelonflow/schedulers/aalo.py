@@ -19,9 +19,9 @@ cross its threshold (``Decision.valid_until_s``) and the simulator asks again th
 from __future__ import annotations
 
 import math
-from typing import Any
 
-from echelonflow.schedulers.priority import GroupArrays, GroupOrderScheduler
+from echelonflow.schedulers.priority import GroupOrderScheduler, group_rates
+from echelonflow.schedulers.view import FlowView, GroupView
 
 #: The paper's constants at its 1 Gbit/s ports: Q_0's threshold, the growth factor, the number of queues.
 FIRST_BYTES_AT_1G = 10 * 2**20
@@ -39,7 +39,7 @@ class AaloScheduler(GroupOrderScheduler):
     name = "aalo"
     enforces = True
     clairvoyant = False
-    needs_attained = True
+    needs_seen = True
 
     def __init__(self, first_bytes_at_1g: float = FIRST_BYTES_AT_1G, factor: float = FACTOR,
                  queues: int = QUEUES) -> None:
@@ -60,33 +60,28 @@ class AaloScheduler(GroupOrderScheduler):
                 return q
         return len(thresholds)
 
-    def queue_per_group(self, groups: GroupArrays, thresholds: list[float]) -> list[int]:
+    def queue_per_group(self, groups: GroupView, thresholds: list[float]) -> list[int]:
         """Each group's queue, by its attained bytes per weight."""
         assert groups.attained_bytes is not None
         return [self.queue_of(sent / weight, thresholds)
                 for sent, weight in zip(groups.attained_bytes, groups.weight)]
 
-    def order_arrays(self, groups: GroupArrays) -> list[int]:
+    def order(self, view: FlowView, groups: GroupView) -> list[int]:
         """Lower queue first, then the earlier-started group; groups come in id order, so the index
         breaks the remaining ties by group id."""
         queue = self.queue_per_group(groups, self.thresholds(groups.slowest_bps))
         return sorted(range(len(queue)), key=lambda g: (queue[g], groups.start_s[g], g))
 
-    def valid_until_arrays(self, groups: GroupArrays, rate: Any, now_s: float) -> float:
+    def valid_until(self, view: FlowView, groups: GroupView) -> float:
         """When the first group will cross its queue's threshold at the served rates."""
         assert groups.attained_bytes is not None
         thresholds = self.thresholds(groups.slowest_bps)
         queue = self.queue_per_group(groups, thresholds)
-        active, ptr = groups.active, groups.group_ptr
-        per_flow = rate[active].tolist() if hasattr(rate, "dtype") else [rate[f] for f in active]
+        rates = group_rates(view, groups)
         soonest = math.inf
         for g, q in enumerate(queue):
-            if q >= len(thresholds):
-                continue
-            rate_bps = sum(per_flow[ptr[g]:ptr[g + 1]])
-            if rate_bps <= 0.0:
+            if q >= len(thresholds) or rates[g] <= 0.0:
                 continue
             to_go_bytes = thresholds[q] * groups.weight[g] - groups.attained_bytes[g]
-            soonest = min(soonest, now_s + max(0.0, 8.0 * to_go_bytes / rate_bps))
+            soonest = min(soonest, view.now_s + max(0.0, 8.0 * to_go_bytes / rates[g]))
         return soonest
-

@@ -1,9 +1,10 @@
 """The one scheduler interface, called unchanged by the simulator and by the controller.
 
-A scheduler sees a snapshot (links, active flows with their paths, remaining bytes, EchelonFlow
+A scheduler sees the flows (links, active flows with their paths, remaining bytes, EchelonFlow
 membership and ideal finish times, the current time) and returns a decision (a rate and a priority
-rank per flow).  It performs nothing itself: the simulator turns rates into fluid progress, the
-controller turns ranks into switch queues and rates into OpenFlow meters.
+rank per flow): on arrays through a view (``schedulers/view.py``, the one entry point), or, for a
+simple policy, on a :class:`Snapshot`.  It performs nothing itself: the simulator turns rates into
+fluid progress, the controller turns ranks into switch queues and rates into OpenFlow meters.
 
 Clairvoyant policies (``fair``, ``coflow``, ``echelon``, ``fifo``, ``sincronia``) may read everything.
 Non-clairvoyant ones (``clairvoyant = False``: ``aalo``, ``echelon-online``) promise to read only what a
@@ -23,6 +24,10 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from echelonflow.schedulers.columns import LinkNumbering
 
 LinkId = Hashable  # a directed link, e.g. ("s1", "s2"); only equality and hashing are used
 
@@ -49,11 +54,17 @@ class ActiveFlow:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Everything a scheduler may look at."""
+    """Everything a scheduler may look at.
+
+    ``declared``: flows of the active flows' EchelonFlows that were declared with their size and have
+    not started (``remaining_bytes`` their whole size): what a clairvoyant policy may count before
+    they start (``echelon`` does; the others read only ``flows``).
+    """
 
     now_s: float
     capacity_bps: Mapping[LinkId, float]
     flows: Sequence[ActiveFlow]
+    declared: Sequence[ActiveFlow] = ()
 
 
 @dataclass(frozen=True)
@@ -87,27 +98,44 @@ class Decision:
 
 
 class Scheduler:
-    """Base class: subclasses set ``name`` and implement :meth:`decide`.
+    """Base class: subclasses set ``name`` and implement :meth:`decide` (on arrays) or
+    :meth:`decide_snapshot` (on a snapshot; the default :meth:`decide` builds one for it).
 
     ``enforces`` tells the controller whether decisions should be pushed into the network at all:
     ``fair`` stands for plain TCP sharing, so it enforces nothing and stays a true baseline.
+    ``active_order`` is how :meth:`decide` wants ``view.active`` ordered ("id": flow id; "group": group
+    id, then flow id; "group-offset": group id, offset, flow id): the simulator numbers its flows so
+    and the controller's table keeps them so, so a kernel never sorts.
     """
 
     name: str = ""
     enforces: bool = True
     clairvoyant: bool = True
+    active_order: str = "id"
+    _links: LinkNumbering | None = None
 
-    def decide(self, snapshot: Snapshot) -> Decision:
-        raise NotImplementedError
+    def decide(self, view: Any) -> Any:
+        """The one entry point: rates into ``view.rate``, an :class:`~echelonflow.schedulers.view.
+        Allocation` back (``echelonflow/schedulers/view.py``).  Default: :meth:`decide_snapshot` on the
+        view's snapshot."""
+        return view.allocation_of(self.decide_snapshot(view.snapshot()))
+
+    def decide_snapshot(self, snapshot: Snapshot) -> Decision:
+        """A decision on a snapshot, by flow id: what a simple policy implements instead of
+        :meth:`decide`."""
+        raise NotImplementedError(f"scheduler {self.name!r} implements neither decide nor decide_snapshot")
+
+    def links(self) -> LinkNumbering:
+        """This scheduler's link numbering for views built from snapshots (kept between them: numbering
+        the links of a path is most of a snapshot's conversion)."""
+        if self._links is None:
+            from echelonflow.schedulers.columns import LinkNumbering  # columns imports this module
+
+            self._links = LinkNumbering()
+        return self._links
 
     def observe(self, event: FlowEvent) -> None:
         """A flow started, progressed or finished (default: ignored; learning policies override it)."""
-
-    def method_owners(self, *names: str) -> dict[str, type]:
-        """The class that defines each of the methods ``names`` for this object (instance attributes
-        aside): what the fast paths check before they bypass :meth:`decide`."""
-        mro = type(self).__mro__
-        return {name: next(c for c in mro if name in vars(c)) for name in names}
 
     def estimate_remaining_bytes(self, flow_id: str, sent_bytes: float) -> float | None:
         """Payload bytes a flow registered without a size has left after ``sent_bytes``, as this policy

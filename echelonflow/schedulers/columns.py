@@ -3,8 +3,8 @@
 A :class:`FlowTable` numbers flows ``0..F-1`` and links ``0..L-1`` once, so a decision is a walk over
 integer arrays instead of dictionaries keyed by strings and link tuples.  Two callers build one:
 
-* :meth:`FlowTable.from_snapshot` for :meth:`Scheduler.decide` (the controller, the tests): a fresh
-  table per snapshot, flows numbered in flow-id order;
+* :meth:`FlowTable.of_flows` for a view of a snapshot (``schedulers/view.py``: tests, benchmarks,
+  simple policies): a fresh table per snapshot;
 * the simulator, once per run for every flow the run will ever start, updating ``remaining`` and
   ``reference`` in place as time passes (so a decision costs nothing per flow beyond the kernel).
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from echelonflow.schedulers import kernels
-from echelonflow.schedulers.base import EPS_BYTES, Decision, Scheduler, Snapshot
+from echelonflow.schedulers.base import EPS_BYTES, ActiveFlow, Snapshot
 
 
 @dataclass
@@ -40,15 +40,21 @@ class FlowTable:
     reference: Any  # r, seconds
     remaining: Any  # bytes
     weight: Any  # the flow's job weight (Eq. 4)
+    #: Per group number, every flow of the group the caller knows, declared ones that have not started
+    #: included, in (offset, flow id) order: ``members[members_ptr[g]:members_ptr[g + 1]]`` (flow
+    #: numbers; a finished flow has no bytes left).  Empty when the caller knows only active flows.
+    members_ptr: Any = ()
+    members: Any = ()
 
     @classmethod
-    def from_snapshot(cls, snapshot: Snapshot, links: LinkNumbering) -> tuple[FlowTable, list[str]]:
-        """A table of the snapshot's flows in flow-id order, and those ids.
+    def of_flows(cls, snapshot: Snapshot, flows: list[ActiveFlow], links: LinkNumbering) -> FlowTable:
+        """A table of ``flows`` (a snapshot's, in the order they are listed: flow number = position).
 
         ``links`` (kept by the caller between snapshots) remembers the link numbers of paths already
         seen, which is most of the conversion's cost; capacities are read from the snapshot each time.
+        Groups are numbered in the order of their ids (the schedulers' tie rule), flows' ``idrank`` in
+        the order of theirs.
         """
-        flows = sorted(snapshot.flows, key=lambda f: f.flow_id)
         path_ptr = [0]
         path_links: list[int] = []
         for flow in flows:
@@ -57,20 +63,36 @@ class FlowTable:
             path_ptr.append(len(path_links))
         group_ids = sorted({f.echelon_id for f in flows})
         group_of = {gid: i for i, gid in enumerate(group_ids)}
+        by_id = sorted(range(len(flows)), key=lambda k: flows[k].flow_id)
+        idrank = [0] * len(flows)
+        for rank, k in enumerate(by_id):
+            idrank[k] = rank
         count = len(flows)
-        table = cls(
+        return cls(
             capacity=kernels.float_array([snapshot.capacity_bps[link] for link in links.links]),
             path_ptr=kernels.int_array(path_ptr),
             path_links=kernels.int_array(path_links),
             group=kernels.int_array([group_of[f.echelon_id] for f in flows]),
             offset=kernels.float_array([f.offset_s for f in flows]),
-            idrank=kernels.int_array(range(count)),
+            idrank=kernels.int_array(idrank),
             ref_slot=kernels.int_array(range(count)),
             reference=kernels.float_array([f.reference_s for f in flows]),
             remaining=kernels.float_array([f.remaining_bytes for f in flows]),
             weight=kernels.float_array([f.weight for f in flows]),
         )
-        return table, [f.flow_id for f in flows]
+
+
+def numbering(table: FlowTable, active_order: str) -> list[int]:
+    """The table's flow numbers in ``active_order`` (``Scheduler.active_order``): flow id; group, flow
+    id; or group, offset, flow id.  The simulator renumbers its table so before a run."""
+    keys: tuple = (table.idrank,)
+    if active_order != "id":
+        keys = (table.idrank, table.offset, table.group) if active_order == "group-offset" else (
+            table.idrank, table.group)
+    if kernels.HAVE_NUMBA:
+        return kernels.np.lexsort(keys).tolist()
+    count = len(table.idrank)
+    return sorted(range(count), key=lambda f: tuple(key[f] for key in reversed(keys)))
 
 
 class LinkNumbering:
@@ -110,52 +132,3 @@ class LinkNumbering:
             li = self.index[link] = len(self.links)
             self.links.append(link)
         return li
-
-
-class ColumnarScheduler(Scheduler):
-    """A scheduler whose decision is a kernel over a :class:`FlowTable` (the simulator's fast path).
-
-    Subclasses implement :meth:`flow_order` and :meth:`decide_table`; :meth:`table_of` turns a
-    snapshot into a table for their :meth:`decide`.
-    """
-
-    _links: LinkNumbering | None = None
-    #: The order :meth:`decide_table` wants its active flows in, as ``LiveFlowTable`` keeps them:
-    #: ``"id"`` (flow id), ``"group"`` (group id, flow id) or ``"group-offset"`` (group id, offset,
-    #: flow id).
-    live_order = "id"
-
-    def decides_by_table(self) -> bool:
-        """True when :meth:`decide` is exactly the table decision, so a caller may use the table path.
-
-        False for a subclass that overrides ``decide`` (``echelon-online`` feeds learned sizes in) and
-        for an instance whose ``decide`` was replaced (a test recording snapshots).
-        """
-        owner = self.method_owners("decide", "decide_table")
-        return owner["decide"] is owner["decide_table"] and "decide" not in vars(self)
-
-    def table_of(self, snapshot: Snapshot) -> tuple[FlowTable, list[str]]:
-        if self._links is None:
-            self._links = LinkNumbering()
-        return FlowTable.from_snapshot(snapshot, self._links)
-
-    def flow_order(self, table: FlowTable) -> list[int]:
-        """Flow numbers of ``table`` in the order :meth:`decide_table` wants its active flows."""
-        raise NotImplementedError
-
-    def decide_table(self, table: FlowTable, active: Any, now_s: float, rate: Any, order: Any) -> int:
-        """Rates of the ``active`` flows of ``table`` into ``rate``; their ranking into ``order``;
-        returns how many flows were ranked."""
-        raise NotImplementedError
-
-    def table_decision(self, ids: list[str], rates: list[float], ranked: list[str]) -> Decision:
-        """A Decision from a table decision: ``ids`` in flow-id order with their ``rates``; ranks 0..
-        in ``ranked`` order (most urgent first), the flows not ranked after them in id order."""
-        rank = dict(zip(ranked, range(len(ranked))))
-        if len(rank) < len(ids):
-            position = len(ranked)
-            for fid in ids:
-                if fid not in rank:
-                    rank[fid] = position
-                    position += 1
-        return Decision(rate_bps=dict(zip(ids, rates)), rank=rank)

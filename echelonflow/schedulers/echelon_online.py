@@ -24,22 +24,22 @@ so its offsets are 0).  Then every decision is the clairvoyant ``echelon`` algor
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
-from operator import attrgetter
-from typing import Any
+from dataclasses import replace
 
 from echelonflow.schedulers import kernels
 from echelonflow.schedulers.aalo import AaloScheduler
-from echelonflow.schedulers.base import Decision, FlowEvent, Snapshot
+from echelonflow.schedulers.base import FlowEvent
 from echelonflow.schedulers.columns import FlowTable
 from echelonflow.schedulers.echelon import EchelonScheduler
-from echelonflow.schedulers.priority import slowest_on_paths
+from echelonflow.schedulers.view import Allocation, FlowView, GroupView
 
 _ITERATION = re.compile(r"^i(\d+)\.(.+)$")
 #: A known flow that has sent more than its learned size still counts this much (of that size) unsent.
 MIN_LEFT_FRACTION = 0.05
+#: Flow ids whose template is remembered (forgotten all at once beyond this: a memo, not state).
+MAX_PARTS = 1_000_000
 
 
 def template(qualified_id: str) -> tuple[str, int | None]:
@@ -52,41 +52,20 @@ def template(qualified_id: str) -> tuple[str, int | None]:
     return (f"{job}/{rest}" if sep else rest), int(match.group(1))
 
 
-@dataclass
-class Observed:
-    """What the network sees of a decision's active flows: echelon-online's whole input beside the
-    flow table's paths, as arrays.  Two callers build one: :meth:`EchelonOnlineScheduler.decide` from
-    a snapshot, the simulator from its run-wide flow table (no snapshot per decision).
-
-    Flows are numbered as in the flow table; groups as in its ``group`` array.  ``active`` lists each
-    group's flows contiguously, and ``group_ptr`` cuts it into groups: group ``heads[g]`` has the
-    flows ``active[group_ptr[g]:group_ptr[g + 1]]``.
-    """
-
-    active: Any
-    group_ptr: Sequence[int]
-    heads: Sequence[int]  # per group of active flows: its number in the table's ``group``
-    group_count: int  # how many group numbers the table has
-    keys: Sequence[str]  # per flow number: the part it plays (:func:`template`), what is learned by
-    sent_bytes: Any  # per active position: wire bytes the flow has sent
-    group_sent_bytes: Sequence[float]  # per group of active flows: wire bytes sent, finished flows too
-    group_weight: Sequence[float]  # per group of active flows: its job's weight
-    slowest_bps: float  # slowest link capacity on any active flow's path
-
-
 class EchelonOnlineScheduler(EchelonScheduler):
     """``echelon`` on sizes and offsets learned from earlier iterations (first iteration: Aalo-like)."""
 
     name = "echelon-online"
     enforces = True
     clairvoyant = False
+    active_order = "group"  # offsets are estimated per decision: the kernel orders by them itself
 
     def __init__(self) -> None:
-        super().__init__()
         self.aalo = AaloScheduler()
         self.group_start_s: dict[str, float] = {}  # echelon id -> first start seen
         self.flow_start_s: dict[str, float] = {}  # flow id -> its start
         self.learned: dict[str, tuple[float, float]] = {}  # flow template -> (size_bytes, start offset_s)
+        self.parts: dict[str, str] = {}  # flow id -> its template (a regex per flow, once)
 
     def observe(self, event: FlowEvent) -> None:
         if event.kind == "start":
@@ -103,56 +82,53 @@ class EchelonOnlineScheduler(EchelonScheduler):
         known = self.learned.get(template(flow_id)[0])
         return None if known is None else _left(known[0], sent_bytes)
 
-    def decide(self, snapshot: Snapshot) -> Decision:
-        """The controller's path: the snapshot as a flow table and :class:`Observed`, then
-        :meth:`estimate` and the clairvoyant decision on the estimates (the simulator calls the same
-        two on its own table)."""
-        flows = sorted(snapshot.flows, key=attrgetter("flow_id"))
-        table, ids = self.table_of(Snapshot(snapshot.now_s, snapshot.capacity_bps, flows))
-        group = kernels.to_list(table.group, len(flows))
-        group_ptr = [k for k in range(len(flows)) if k == 0 or group[k] != group[k - 1]] + [len(flows)]
-        head_flows = [flows[k] for k in group_ptr[:-1]]
-        observed = Observed(
-            active=kernels.int_array(range(len(flows))), group_ptr=group_ptr,
-            heads=[group[k] for k in group_ptr[:-1]], group_count=len(head_flows),
-            keys=[template(f.flow_id)[0] for f in flows],
-            sent_bytes=kernels.float_array([f.sent_bytes for f in flows]),
-            group_sent_bytes=[f.group_sent_bytes for f in head_flows],
-            group_weight=[f.weight for f in head_flows],
-            slowest_bps=slowest_on_paths(snapshot),
-        )
-        # Every flow's due time is its group's first start plus its estimated offset.
-        table.reference = kernels.float_array([f.group_start_s for f in flows])
-        self.estimate(observed, table.remaining, table)
-        return self.decide_whole_table(table, ids, snapshot.now_s)
+    def decide(self, view: FlowView) -> Allocation:
+        """The clairvoyant decision on this policy's estimates: a copy of the view's table with its own
+        bytes left and offsets (:meth:`estimate`), due times from each group's first start."""
+        groups = view.groups(seen=True)
+        table = view.table
+        count = len(table.group)
+        slots = 1 + max((int(g) for g in kernels.to_list(table.group, count)), default=-1)
+        first_start = [math.inf] * slots
+        for head, start_s in zip(groups.heads, groups.start_s):
+            first_start[head] = start_s
+        # it knows nothing of flows that have not started: no members
+        estimates = replace(table, remaining=kernels.floats(count), offset=kernels.floats(count),
+                            ref_slot=table.group, reference=kernels.float_array(first_start),
+                            members_ptr=(), members=())
+        self.estimate(view, groups, estimates, slots)
+        return super().decide(FlowView(view.now_s, estimates, view.active, view.source, view.rate,
+                                       view.every_flow))
 
-    def estimate(self, observed: Observed, remaining_bytes: Any, table: FlowTable) -> None:
-        """Write the active flows' estimated bytes left and offsets (module docstring) into ``table``'s
-        ``remaining`` and ``offset``; ``remaining_bytes`` (by flow number; may be ``table.remaining``
-        itself) is read only to tell finished dust, which the network knows."""
-        thresholds = self.aalo.thresholds(observed.slowest_bps)
-        group_left = kernels.floats(observed.group_count)
-        ptr = observed.group_ptr
-        for g, head in enumerate(observed.heads):
-            sent, weight = observed.group_sent_bytes[g], observed.group_weight[g]
+    def estimate(self, view: FlowView, groups: GroupView, estimates: FlowTable, slots: int) -> None:
+        """Write the active flows' estimated bytes left and offsets (module docstring) into
+        ``estimates``' ``remaining`` and ``offset``; the view's own ``remaining`` is read only to tell
+        finished dust, which the network knows."""
+        assert groups.attained_bytes is not None and groups.slowest_bps is not None
+        thresholds = self.aalo.thresholds(groups.slowest_bps)
+        group_left = kernels.floats(slots)
+        ptr = groups.group_ptr
+        for g, head in enumerate(groups.heads):
+            sent, weight = groups.attained_bytes[g], groups.weight[g]
             queue = self.aalo.queue_of(sent / weight, thresholds)
             upper = thresholds[min(queue, len(thresholds) - 1)] * weight
             group_left[head] = max(upper - sent, thresholds[0]) / (ptr[g + 1] - ptr[g])
         learned = self.learned
-        keys = observed.keys
-        known = [learned.get(keys[f]) for f in kernels.to_list(observed.active, len(observed.active))]
+        active = kernels.to_list(view.active, len(view.active))
+        parts = self.parts
+        if len(parts) > MAX_PARTS:
+            parts.clear()
+        known = []
+        for fid in view.flow_ids(active):
+            part = parts.get(fid)
+            if part is None:
+                part = parts[fid] = template(fid)[0]
+            known.append(learned.get(part))
         known_size = kernels.float_array([-1.0 if k is None else k[0] for k in known])
         known_offset = kernels.float_array([0.0 if k is None else k[1] for k in known])
-        kernels.online_estimate(observed.active, remaining_bytes, observed.sent_bytes, known_size,
-                                known_offset, table.group, group_left, MIN_LEFT_FRACTION,
-                                table.remaining, table.offset)
-
-    def estimates_by_arrays(self) -> bool:
-        """True when a decision is exactly :meth:`estimate` then the table decision (no ``decide`` of
-        a subclass or instance in between), so the simulator may call them on its own table."""
-        owner = self.method_owners("decide", "estimate")
-        return (owner["decide"] is EchelonOnlineScheduler and owner["estimate"] is EchelonOnlineScheduler
-                and not any(name in vars(self) for name in owner))
+        kernels.online_estimate(view.active, view.table.remaining, groups.flow_sent_bytes, known_size,
+                                known_offset, estimates.group, group_left, MIN_LEFT_FRACTION,
+                                estimates.remaining, estimates.offset)
 
 
 def _left(size_bytes: float, sent_bytes: float) -> float:

@@ -46,9 +46,6 @@ INF = math.inf
 #: near 44), the heap 1.25-2.6x faster from 644 on (k=16 with 200-10,000 flows); docs/performance.md.
 SCAN_FACTOR = 400
 
-#: ``order_by`` codes of :func:`echelon_decide` (names in schedulers.echelon.ORDERINGS).
-ORDER_BOTTLENECK, ORDER_TARDINESS, ORDER_VOLUME = 0, 1, 2
-
 
 def jit(func):
     """numba.njit(cache=True) when numba is installed; the function itself otherwise."""
@@ -100,7 +97,7 @@ def _select(active, start, stop, remaining, path_ptr, rate, sel):
     return m
 
 
-# --------------------------------------------------------------------------- echelon / coflow
+# --------------------------------------------------------------------------- shared by the group policies
 @jit
 def _bottleneck(sel, bits, base, shift, start, stop, path_ptr, path_links, cap, cumulative, touched):
     """max over links and EDF prefixes of ``C_j / c_l - (base_j - shift)`` for sel[start:stop].
@@ -153,120 +150,6 @@ def _path_min(f, path_ptr, path_links, residual):
         if r < spare:
             spare = r
     return spare
-
-
-@jit
-def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank, weight, path_ptr,
-                   path_links, capacity, now, use_offsets, order_by, rate, order):
-    """EchelonFlow-aware Varys (``schedulers/echelon.py`` explains the algorithm); returns the count
-    of ranked flows written to ``order`` (most urgent first).
-
-    ``active`` must list each group's flows contiguously, groups in group-id order, and inside a group
-    in non-decreasing due time (reference + offset); equal due times are put in ``idrank`` order here
-    (the flow-id order the original code broke ties with).  Flows with no bytes left or no path get
-    rate 0 and are not ranked.
-    """
-    sel = ints(len(active))
-    m = _select(active, 0, len(active), remaining, path_ptr, rate, sel)
-    due = floats(m)
-    for k in range(m):
-        f = sel[k]
-        due[k] = reference[ref_slot[f]] + (offset[f] if use_offsets else 0.0)
-
-    # groups: runs of equal group number
-    starts = ints(m + 1)
-    n_groups = 0
-    for k in range(m):
-        if k == 0 or group[sel[k]] != group[sel[k - 1]]:
-            starts[n_groups] = k
-            n_groups += 1
-    starts[n_groups] = m
-
-    # EDF inside each group, ties by idrank: insertion sort where the given order is not already so
-    for g in range(n_groups):
-        a, b = starts[g], starts[g + 1]
-        ok = True
-        for k in range(a + 1, b):
-            if due[k] < due[k - 1] or (due[k] == due[k - 1] and idrank[sel[k]] < idrank[sel[k - 1]]):
-                ok = False
-                break
-        if ok:
-            continue
-        for k in range(a + 1, b):
-            f, d = sel[k], due[k]
-            j = k - 1
-            while j >= a and (due[j] > d or (due[j] == d and idrank[sel[j]] > idrank[f])):
-                sel[j + 1] = sel[j]
-                due[j + 1] = due[j]
-                j -= 1
-            sel[j + 1] = f
-            due[j + 1] = d
-
-    bits = floats(m)
-    offs = floats(m)
-    for k in range(m):
-        f = sel[k]
-        bits[k] = 8.0 * remaining[f]
-        offs[k] = offset[f] if use_offsets else 0.0
-
-    n_links = len(capacity)
-    cumulative = floats(n_links)
-    touched = ints(n_links)
-    residual = floats(n_links)
-    for li in range(n_links):
-        residual[li] = capacity[li]
-
-    # order the groups: key, then group id (groups are already in group-id order: a stable sort)
-    keys = floats(n_groups)
-    no_slack = floats(m)
-    if order_by == ORDER_BOTTLENECK:
-        base, shift = offs, 0.0
-    elif order_by == ORDER_VOLUME:
-        base, shift = no_slack, 0.0
-    else:
-        base, shift = due, now
-    for g in range(n_groups):
-        key = _bottleneck(sel, bits, base, shift, starts[g], starts[g + 1], path_ptr, path_links,
-                          capacity, cumulative, touched)
-        last = sel[starts[g]]
-        for k in range(starts[g] + 1, starts[g + 1]):
-            if idrank[sel[k]] > idrank[last]:
-                last = sel[k]
-        w = weight[last]
-        keys[g] = key / w if key >= 0 else key * w
-    group_order = stable_argsort(keys, n_groups)
-
-    # just-in-time rates, group by group, against the residual capacity
-    pos = 0
-    for gi in range(n_groups):
-        g = group_order[gi]
-        a, b = starts[g], starts[g + 1]
-        for k in range(a, b):
-            order[pos] = sel[k]
-            pos += 1
-        t_star = _bottleneck(sel, bits, due, now, a, b, path_ptr, path_links, residual, cumulative, touched)
-        if t_star == INF:
-            continue  # some link of this group is full: it waits for back-fill
-        for k in range(a, b):
-            f = sel[k]
-            horizon = due[k] + t_star - now
-            want = bits[k] / horizon if horizon > 0 else INF
-            spare = _path_min(f, path_ptr, path_links, residual)
-            give = want if want <= spare else spare
-            if give <= 0:
-                continue
-            rate[f] = give
-            _consume(f, give, path_ptr, path_links, residual, capacity)
-
-    # back-fill leftovers in the same global order
-    for k in range(m):
-        f = order[k]
-        spare = _path_min(f, path_ptr, path_links, residual)
-        if spare <= 0:
-            continue
-        rate[f] += spare
-        _consume(f, spare, path_ptr, path_links, residual, capacity)
-    return m
 
 
 # --------------------------------------------------------------------------- fair (max-min)
@@ -570,6 +453,37 @@ def bssi_order(active, group_ptr, remaining, path_ptr, path_links, capacity, wei
         out[n_out] = out[k]
         n_out += 1
     return out[:n_out]
+
+
+# --------------------------------------------------------------------------- invariants
+@jit
+def over_capacity(active, rate, path_ptr, path_links, capacity, rtol, load):
+    """The first problem with a decision as (code, flow, link, load), code 0 when there is none.
+
+    Codes: 1 = a flow's rate is negative, NaN or infinite; 2 = ``link``'s summed rate exceeds its
+    capacity by more than ``rtol``.  ``load`` (per link) must be zeros; it is zeros again on return.
+    """
+    code, bad_flow, bad_link, used = 0, -1, -1, 0.0
+    for k in range(len(active)):
+        f = active[k]
+        r = rate[f]
+        if not r >= 0 or r == INF:
+            code, bad_flow = 1, f
+            break
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            load[path_links[p]] += r
+    for k in range(len(active)):
+        f = active[k]
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            li = path_links[p]
+            if code == 0 and load[li] > capacity[li] * (1 + rtol):
+                code, bad_flow, bad_link, used = 2, f, li, load[li]
+    for k in range(len(active)):
+        f = active[k]
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            load[path_links[p]] = 0.0
+    return code, bad_flow, bad_link, used
+
 
 
 # --------------------------------------------------------------------------- echelon-online

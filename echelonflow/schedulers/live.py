@@ -2,19 +2,19 @@
 
 The simulator numbers every flow of a run once (``FlowTable``); the controller cannot, because flows are
 declared and started while it runs.  Building a snapshot of the registry and turning it into a fresh
-table at every decision (``FlowTable.from_snapshot``) costs far more than the decision itself at cluster
+table at every decision (``FlowTable.of_flows``) costs far more than the decision itself at cluster
 scale (120-136 ms for 10,000 flows on a k=16 fat-tree, under 2 ms of it in the kernel;
-docs/performance.md, item 11), so the registry keeps this table instead and changes one row per event.
-A decision then reads it in place through the same ``ColumnarScheduler.decide_table`` the simulator
-calls, so both run one algorithm on one layout and decide identically
-(``tests/test_live_table.py`` compares it with ``decide(snapshot)`` on random event sequences).
+docs/performance.md), so the registry keeps this table instead and changes one row per event.  A
+decision then reads it in place through the same ``Scheduler.decide`` the simulator calls
+(:meth:`LiveFlowTable.view`), so both run one algorithm on one layout and decide identically
+(``tests/test_live_table.py`` compares it with decisions on snapshots, on random event sequences).
 
 What is kept, per event, at O(path length) plus one ordered insertion:
 
-* one row per active flow (path as link numbers, group, offset, weight, wire bytes left); a flow that
-  finishes leaves a dead row behind, compacted away once dead rows outnumber live ones;
+* one row per active or declared flow (path as link numbers, group, offset, weight, wire bytes left);
+  a flow that finishes leaves a dead row behind, compacted away once dead rows outnumber live ones;
 * one reference time per EchelonFlow (a start can move the whole group's due times at once);
-* the active rows in the order the scheduler's kernel wants them (``ColumnarScheduler.live_order``:
+* the active rows in the order the scheduler's kernel wants them (``Scheduler.active_order``:
   flow id; or group id then flow id; or group id, offset, flow id).  Ids are strings; the order
   compares integer labels that sort like them (:class:`OrderLabels`), so nothing is sorted per
   decision.
@@ -29,8 +29,9 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from echelonflow.schedulers import kernels
-from echelonflow.schedulers.base import Decision
-from echelonflow.schedulers.columns import ColumnarScheduler, FlowTable
+from echelonflow.schedulers.base import Snapshot
+from echelonflow.schedulers.columns import FlowTable
+from echelonflow.schedulers.view import FlowView, GroupView
 
 #: Compact when dead rows exceed live ones and this many.
 COMPACT_SLACK = 1024
@@ -105,8 +106,13 @@ class _Column:
 
 
 class LiveFlowTable:
-    """The active flows as a :class:`FlowTable`, changed in place by :meth:`add`, :meth:`remove`,
-    :meth:`set_remaining`, :meth:`set_reference` and :meth:`set_path`, decided by :meth:`decide`.
+    """The active flows as a :class:`FlowTable`, changed in place by :meth:`declare`, :meth:`add`,
+    :meth:`remove`, :meth:`set_remaining`, :meth:`set_reference` and :meth:`set_path`; a scheduler
+    decides on it through :meth:`view`.
+
+    Declared flows (a size known, not started yet) have rows too, outside ``active``: the table's
+    ``members`` list every row of a group in (offset, flow id) order, which is what clairvoyant
+    policies count before a flow starts (``FlowTable.members``).  A finished flow's row keeps no bytes.
 
     Link numbers are fixed up front from ``capacity_bps`` (every link the topology has).  Units as in
     ``schedulers.base``: bits/s, wire bytes, seconds.
@@ -133,19 +139,42 @@ class LiveFlowTable:
         self.group_labels = OrderLabels()
         self.order_mode = "id"
         self.active: Any = kernels.int_array([])
+        self.active_rows: set[int] = set()
+        self.slot_members: list[list[tuple[float, str, int]]] = []  # per group slot: (offset, id, row)
+        self.members_cache: tuple[Any, Any] | None = None  # (members_ptr, members) while unchanged
 
     def __len__(self) -> int:
-        return len(self.row_of)
+        return len(self.active_rows)
 
     def __contains__(self, flow_id: str) -> bool:
         return flow_id in self.row_of
 
     # ------------------------------------------------------------------ events
-    def add(self, flow_id: str, group_id: str, path: Sequence[Hashable], offset_s: float, weight: float,
-            remaining_bytes: float) -> None:
-        """A flow became active (``path``: directed links; ``remaining_bytes``: wire bytes)."""
+    def declare(self, flow_id: str, group_id: str, path: Sequence[Hashable], offset_s: float, weight: float,
+                remaining_bytes: float) -> None:
+        """A flow was declared with its size and has not started: a member of its group, not active."""
         if flow_id in self.row_of:
             raise ValueError(f"flow {flow_id!r} is in the table already")
+        self._new_row(flow_id, group_id, path, offset_s, weight, remaining_bytes)
+
+    def add(self, flow_id: str, group_id: str, path: Sequence[Hashable], offset_s: float, weight: float,
+            remaining_bytes: float) -> None:
+        """A flow became active (``path``: directed links; ``remaining_bytes``: wire bytes); a declared
+        flow's row becomes active (on ``path``: a flow started on a channel takes the channel's)."""
+        row = self.row_of.get(flow_id)
+        if row is not None and row in self.active_rows:
+            raise ValueError(f"flow {flow_id!r} is in the table already")
+        if row is not None:
+            self.set_path(flow_id, path)
+            row = self.row_of[flow_id]
+            self.remaining.data[row] = float(remaining_bytes)
+        else:
+            row = self._new_row(flow_id, group_id, path, offset_s, weight, remaining_bytes)
+        self.active_rows.add(row)
+        self._insert_active(row)
+
+    def _new_row(self, flow_id: str, group_id: str, path: Sequence[Hashable], offset_s: float, weight: float,
+                 remaining_bytes: float) -> int:
         slot = self._group(group_id)
         row = len(self.row_ids)
         for link in path:
@@ -162,18 +191,23 @@ class LiveFlowTable:
                 if fid != flow_id:
                     self.idrank.data[self.row_of[fid]] = label
         self.idrank.append(self.flow_labels.label(flow_id))
-        self._insert_active(row)
+        bisect.insort(self.slot_members[slot], (float(offset_s), flow_id, row))
+        self.members_cache = None
+        return row
 
     def remove(self, flow_id: str) -> None:
-        """A flow is no longer active (finished, aborted)."""
+        """A flow is no longer active or declared (finished, aborted): its row keeps no bytes."""
         row = self.row_of.pop(flow_id)
         self.row_ids[row] = None
+        self.remaining.data[row] = 0.0
         self.flow_labels.remove(flow_id)
-        if kernels.HAVE_NUMBA:
-            at = int(kernels.np.flatnonzero(self.active == row)[0])
-            self.active = kernels.np.delete(self.active, at)
-        else:
-            self.active.remove(row)
+        if row in self.active_rows:
+            self.active_rows.discard(row)
+            if kernels.HAVE_NUMBA:
+                at = int(kernels.np.flatnonzero(self.active == row)[0])
+                self.active = kernels.np.delete(self.active, at)
+            else:
+                self.active.remove(row)
         if len(self.row_ids) - len(self.row_of) > len(self.row_of) + COMPACT_SLACK:
             self._compact()
 
@@ -185,46 +219,53 @@ class LiveFlowTable:
         self.reference.data[slot] = float(reference_s)
 
     def set_path(self, flow_id: str, path: Sequence[Hashable]) -> None:
-        """The flow was re-routed: same flow, a new row with the new path."""
+        """The flow was re-routed: same flow, a new row with the new path (active if it was)."""
         row = self.row_of[flow_id]
+        numbers = [self.link_index[link] for link in path]
+        links = self.path_links.view()
+        if list(links[self.path_ptr.data[row]:self.path_ptr.data[row + 1]]) == numbers:
+            return
         group_id = self.slot_ids[self.group.data[row]]
         offset, weight, remaining = self.offset.data[row], self.weight.data[row], self.remaining.data[row]
+        was_active = row in self.active_rows
+        slot = self.group.data[row]
+        self.slot_members[slot].remove((float(offset), flow_id, row))
         self.remove(flow_id)
-        self.add(flow_id, group_id, path, offset, weight, remaining)
+        if was_active:
+            self.add(flow_id, group_id, path, offset, weight, remaining)
+        else:
+            self.declare(flow_id, group_id, path, offset, weight, remaining)
 
     # ------------------------------------------------------------------ deciding
-    def decide(self, scheduler: ColumnarScheduler, now_s: float) -> Decision:
-        """``scheduler``'s decision on the active flows, equal to ``scheduler.decide(snapshot)`` on the
-        same flows; the scheduler must decide by table (:meth:`ColumnarScheduler.decides_by_table`)."""
-        self._order_for(scheduler.live_order)
-        table = self.table()
-        active = self.active
-        count = len(active)
-        rate = kernels.floats(len(self.row_ids))
-        order = kernels.ints(count)
-        ranked = scheduler.decide_table(table, active, float(now_s), rate, order)
-        ids = self.row_ids
-        if kernels.HAVE_NUMBA:
-            np = kernels.np
-            by_id = active if self.order_mode == "id" else active[np.argsort(table.idrank[active])]
-            rows = by_id.tolist()
-            rates = rate[by_id].tolist()
-            ranked_rows = order[:ranked].tolist()
-        else:
-            rows = active if self.order_mode == "id" else sorted(active, key=table.idrank.__getitem__)
-            rates = [rate[f] for f in rows]
-            ranked_rows = order[:ranked]
-        return scheduler.table_decision(list(map(ids.__getitem__, rows)), rates,
-                                        list(map(ids.__getitem__, ranked_rows)))
+    def view(self, now_s: float, active_order: str, source: Any = None) -> FlowView:
+        """The table as a scheduler's view at ``now_s``, its active rows in ``active_order``
+        (``Scheduler.active_order``); ``source`` answers snapshots and what the network has seen
+        (the controller's registry), else the table itself answers flow ids and groups."""
+        self._order_for(active_order)
+        return FlowView(float(now_s), self.table(), self.active, source or TableSource(self),
+                        kernels.floats(len(self.row_ids)))
 
     def table(self) -> FlowTable:
         """The rows as a :class:`FlowTable` (views, not copies: valid until the next change)."""
+        members_ptr, members = self._members()
         return FlowTable(
             capacity=self.capacity, path_ptr=self.path_ptr.view(), path_links=self.path_links.view(),
             group=self.group.view(), offset=self.offset.view(), idrank=self.idrank.view(),
             ref_slot=self.group.view(), reference=self.reference.view(), remaining=self.remaining.view(),
-            weight=self.weight.view(),
+            weight=self.weight.view(), members_ptr=members_ptr, members=members,
         )
+
+    def _members(self) -> tuple[Any, Any]:
+        """Every group's rows in (offset, flow id) order, as arrays, rebuilt only after a declaration,
+        a new row or a compaction (a start or a finish changes no membership: a finished row has no bytes)."""
+        if self.members_cache is None:
+            ptr = [0]
+            rows: list[int] = []
+            for members in self.slot_members:
+                rows.extend(row for _, _, row in members)
+                ptr.append(len(rows))
+            self.members_cache = (kernels.int_array(ptr), kernels.int_array(rows))
+        return self.members_cache
 
     # ------------------------------------------------------------------ order
     def _key(self, row: int) -> tuple:
@@ -262,6 +303,7 @@ class LiveFlowTable:
             slot = self.group_slot[group_id] = len(self.group_label)
             self.reference.append(0.0)
             self.group_label.append(0)
+            self.slot_members.append([])
             self.slot_ids.append(group_id)
             if self.group_labels.add(group_id):
                 for gid, label in zip(self.group_labels.keys, self.group_labels.labels):
@@ -271,8 +313,10 @@ class LiveFlowTable:
         return slot
 
     def _compact(self) -> None:
-        """Drop dead rows; live rows are renumbered in active order (so ``active`` becomes 0..n-1)."""
+        """Drop dead rows; live rows are renumbered, active ones first in active order (so ``active``
+        becomes 0..n-1), declared ones after them."""
         keep = kernels.to_list(self.active, len(self.active))
+        keep += sorted(row for row in self.row_of.values() if row not in self.active_rows)
         ptr, links = self.path_ptr.view(), self.path_links.view()
         new_links: list[int] = []
         new_ptr = [0]
@@ -286,4 +330,43 @@ class LiveFlowTable:
             column.replace([old[row] for row in keep])
         self.row_ids = [self.row_ids[row] for row in keep]
         self.row_of = {fid: row for row, fid in enumerate(self.row_ids)}
-        self.active = kernels.int_array(range(len(keep)))
+        renumber = {old: new for new, old in enumerate(keep)}
+        self.slot_members = [[(off, fid, renumber[row]) for off, fid, row in members if row in renumber]
+                             for members in self.slot_members]
+        self.members_cache = None
+        count = len(self.active)
+        self.active_rows = set(range(count))
+        self.active = kernels.int_array(range(count))
+
+
+class TableSource:
+    """A view's source from the table alone: flow ids and groups (without what the network has seen,
+    and with unknown group starts); the controller's registry answers the rest."""
+
+    def __init__(self, table: LiveFlowTable) -> None:
+        self.live = table
+
+    def flow_ids(self, numbers: Sequence[int]) -> list[str]:
+        ids = self.live.row_ids
+        return [ids[row] for row in numbers]
+
+    def groups(self, view: FlowView, seen: bool) -> GroupView:
+        if seen:
+            raise ValueError("a table alone has not seen what the network delivered")
+        return table_groups(view, [0.0] * len(self.live.slot_ids))
+
+    def snapshot(self, view: FlowView) -> Snapshot:
+        raise ValueError("a table alone makes no snapshot")
+
+
+def table_groups(view: FlowView, start_s: Sequence[float]) -> GroupView:
+    """The view's active rows cut into groups (``active_order`` "group" or "group-offset"), each with its
+    weight and ``start_s`` (per group slot)."""
+    active = kernels.to_list(view.active, len(view.active))
+    group = view.table.group
+    ptr = [k for k in range(len(active)) if k == 0 or group[active[k]] != group[active[k - 1]]]
+    ptr.append(len(active))
+    heads = [int(group[active[lo]]) for lo in ptr[:-1]]
+    weight = view.table.weight
+    return GroupView(group_ptr=ptr, heads=heads, start_s=[start_s[h] for h in heads],
+                     weight=[float(weight[active[lo]]) for lo in ptr[:-1]])

@@ -21,7 +21,8 @@ broken by link and group index in id order, so the decision is deterministic.
 from __future__ import annotations
 
 from echelonflow.schedulers import kernels
-from echelonflow.schedulers.priority import GroupArrays, GroupOrderScheduler
+from echelonflow.schedulers.priority import GroupOrderScheduler
+from echelonflow.schedulers.view import FlowView, GroupView
 
 
 class SincroniaScheduler(GroupOrderScheduler):
@@ -30,9 +31,10 @@ class SincroniaScheduler(GroupOrderScheduler):
     name = "sincronia"
     enforces = True
 
-    def order_arrays(self, groups: GroupArrays) -> list[int]:
+    def order(self, view: FlowView, groups: GroupView) -> list[int]:
         """BSSI over the remaining bytes (``kernels.bssi_order``; each link's time is bits / capacity)."""
-        order = kernels.bssi_order(groups.active, kernels.int_array(groups.group_ptr), groups.remaining,
-                                   groups.path_ptr, groups.path_links, groups.capacity,
+        table = view.table
+        order = kernels.bssi_order(view.active, kernels.int_array(groups.group_ptr), table.remaining,
+                                   table.path_ptr, table.path_links, table.capacity,
                                    kernels.float_array(groups.weight))
         return kernels.to_list(order, len(order))

@@ -1,0 +1,285 @@
+"""The loops of the EchelonFlow schedulers, over flat arrays (compiled by numba where installed).
+
+Two algorithms share one prologue (each group's active flows in earliest-due-first order):
+
+* :func:`echelon_decide`, the ``echelon`` scheduler (``schedulers/echelon.py`` and
+  ``docs/scheduler-design.md`` say why it is built so): groups ordered by the residual bottleneck of
+  everything they have left, declared flows that have not started included; then, in that order, a
+  Coflow's flows as soon as possible and a staggered EchelonFlow's flows just in time; then back-fill;
+* :func:`jit_decide`, the paper's sketch taken literally (``echelon-varys``, and ``coflow`` until it
+  has a module of its own): Varys's smallest-effective-bottleneck-first order on the active flows,
+  just-in-time rates (MADD for a Coflow) for every group, back-fill.
+
+Same conventions as ``kernels.py`` (flow numbers, ``path_ptr``/``path_links``, rates in bits/s, bytes,
+seconds; compiled and interpreted runs agree bit for bit).  Kept Python 3.9 compatible.
+"""
+
+from __future__ import annotations
+
+from echelonflow.schedulers.kernels import (
+    INF,
+    _bottleneck,
+    _consume,
+    _fill,
+    _path_min,
+    _select,
+    _unnumbered,
+    floats,
+    ints,
+    jit,
+    stable_argsort,
+)
+
+EPS_BYTES = 1e-9
+#: ``order_by`` codes of :func:`jit_decide` (names in schedulers.echelon.ORDERINGS).
+ORDER_BOTTLENECK, ORDER_TARDINESS, ORDER_VOLUME = 0, 1, 2
+
+
+@jit
+def _edf_groups(active, remaining, group, offset, reference, ref_slot, idrank, path_ptr, use_offsets, rate,
+                sel, due, starts):
+    """The flows a decision covers (``_select``) into ``sel``, each group's run contiguous and in
+    earliest-due-first order (equal due times by ``idrank``), due times into ``due``, the runs' starts
+    into ``starts``.  ``active`` must list each group's flows contiguously, groups in group-id order
+    (sorted by due already where it can: the insertion sort then only checks).  Returns (flows, groups).
+    """
+    m = _select(active, 0, len(active), remaining, path_ptr, rate, sel)
+    for k in range(m):
+        f = sel[k]
+        due[k] = reference[ref_slot[f]] + (offset[f] if use_offsets else 0.0)
+    n_groups = 0
+    for k in range(m):
+        if k == 0 or group[sel[k]] != group[sel[k - 1]]:
+            starts[n_groups] = k
+            n_groups += 1
+    starts[n_groups] = m
+    for g in range(n_groups):
+        a, b = starts[g], starts[g + 1]
+        ok = True
+        for k in range(a + 1, b):
+            if due[k] < due[k - 1] or (due[k] == due[k - 1] and idrank[sel[k]] < idrank[sel[k - 1]]):
+                ok = False
+                break
+        if ok:
+            continue
+        for k in range(a + 1, b):
+            f, d = sel[k], due[k]
+            j = k - 1
+            while j >= a and (due[j] > d or (due[j] == d and idrank[sel[j]] > idrank[f])):
+                sel[j + 1] = sel[j]
+                due[j + 1] = due[j]
+                j -= 1
+            sel[j + 1] = f
+            due[j + 1] = d
+    return m, n_groups
+
+
+@jit
+def _group_weight(sel, a, b, idrank, weight):
+    """The weight of the group ``sel[a:b]``, read off its flow with the largest id (any flow would do:
+    every flow of a group carries its job's weight; this one is the original code's choice)."""
+    last = sel[a]
+    for k in range(a + 1, b):
+        if idrank[sel[k]] > idrank[last]:
+            last = sel[k]
+    return weight[last]
+
+
+@jit
+def _per_weight(key, w):
+    """Smith's rule: time per weight; a negative key (the group is early) is made more negative."""
+    return key / w if key >= 0 else key * w
+
+
+@jit
+def _backfill(order, m, path_ptr, path_links, residual, capacity, rate):
+    """Leftover capacity to the ranked flows in rank order (work conservation)."""
+    for k in range(m):
+        f = order[k]
+        spare = _path_min(f, path_ptr, path_links, residual)
+        if spare <= 0:
+            continue
+        rate[f] += spare
+        _consume(f, spare, path_ptr, path_links, residual, capacity)
+
+
+# --------------------------------------------------------------------------- echelon
+@jit
+def _residual_bottleneck(slot, sel, a, b, remaining, offset, path_ptr, path_links, capacity, members_ptr,
+                         members, cumulative, touched):
+    """max over links l and earliest-due prefixes j of ``C_j / c_l - o_j`` over what group ``slot``
+    has left: every flow of ``members[members_ptr[slot]:members_ptr[slot + 1]]`` (listed by offset)
+    with bytes left and a path, declared flows that have not started included; without members
+    (``members_ptr`` empty) its active flows ``sel[a:b]``.  ``cumulative`` is zeros on entry and exit.
+    """
+    worst = -INF
+    n_touched = 0
+    whole = len(members_ptr) > 0
+    lo = members_ptr[slot] if whole else a
+    hi = members_ptr[slot + 1] if whole else b
+    for e in range(lo, hi):
+        f = members[e] if whole else sel[e]
+        if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+            continue
+        bits = 8.0 * remaining[f]
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            li = path_links[p]
+            c = cumulative[li]
+            if c == 0.0:
+                touched[n_touched] = li
+                n_touched += 1
+            c = c + bits
+            cumulative[li] = c
+            value = c / capacity[li] - offset[f]
+            if value > worst:
+                worst = value
+    for t in range(n_touched):
+        cumulative[touched[t]] = 0.0
+    return worst
+
+
+@jit
+def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank, weight, path_ptr,
+                   path_links, capacity, members_ptr, members, now, every_flow, rate, order):
+    """The ``echelon`` scheduler (module docstring; ``schedulers/echelon.py``).  Returns the count of
+    ranked flows written to ``order`` (most urgent first); flows with no bytes left or no path get rate
+    0 and no rank.
+
+    ``members_ptr``/``members``: per group slot, every flow of the group in offset order (declared,
+    active or finished; what is finished has no bytes left), or empty when the caller knows only the
+    active flows.  ``every_flow``: the caller decides again at every flow start and finish; when it
+    does not (the coflow rescheduling rule), a Coflow's flows share its paths max-min fairly instead of
+    going one after another, so that no capacity idles between decisions.
+    """
+    n = len(active)
+    sel = ints(n)
+    due = floats(n)
+    starts = ints(n + 1)
+    m, n_groups = _edf_groups(active, remaining, group, offset, reference, ref_slot, idrank, path_ptr, True,
+                              rate, sel, due, starts)
+    n_links = len(capacity)
+    cumulative = floats(n_links)
+    touched = ints(n_links)
+    residual = floats(n_links)
+    for li in range(n_links):
+        residual[li] = capacity[li]
+
+    keys = floats(n_groups)
+    for g in range(n_groups):
+        a, b = starts[g], starts[g + 1]
+        key = _residual_bottleneck(group[sel[a]], sel, a, b, remaining, offset, path_ptr, path_links,
+                                   capacity, members_ptr, members, cumulative, touched)
+        keys[g] = _per_weight(key, _group_weight(sel, a, b, idrank, weight))
+    group_order = stable_argsort(keys, n_groups)
+
+    bits = floats(m)
+    for k in range(m):
+        bits[k] = 8.0 * remaining[sel[k]]
+    local_of = _unnumbered(n_links)
+    pos = 0
+    for gi in range(n_groups):
+        g = group_order[gi]
+        a, b = starts[g], starts[g + 1]
+        staggered = False
+        for k in range(a, b):
+            order[pos] = sel[k]
+            pos += 1
+            if offset[sel[k]] != offset[sel[a]]:
+                staggered = True
+        t_star = INF
+        if staggered:
+            # just in time: every flow lands at d_j + t*, t* the least tardiness left on what remains
+            # (infinite when a link of the group is full already: then its other flows go at once)
+            t_star = _bottleneck(sel, bits, due, now, a, b, path_ptr, path_links, residual, cumulative,
+                                 touched)
+        if t_star < INF:
+            for k in range(a, b):
+                f = sel[k]
+                horizon = due[k] + t_star - now
+                want = bits[k] / horizon if horizon > 0 else INF
+                spare = _path_min(f, path_ptr, path_links, residual)
+                give = want if want <= spare else spare
+                if give > 0:
+                    rate[f] = give
+                    _consume(f, give, path_ptr, path_links, residual, capacity)
+        elif every_flow or staggered:
+            for k in range(a, b):  # as soon as possible, one flow after another
+                f = sel[k]
+                spare = _path_min(f, path_ptr, path_links, residual)
+                if spare > 0:
+                    rate[f] = spare
+                    _consume(f, spare, path_ptr, path_links, residual, capacity)
+        else:
+            _fill(sel[a:b], b - a, path_ptr, path_links, residual, rate, local_of)
+            for k in range(a, b):
+                f = sel[k]
+                if rate[f] > 0.0:
+                    _consume(f, rate[f], path_ptr, path_links, residual, capacity)
+    _backfill(order, m, path_ptr, path_links, residual, capacity, rate)
+    return m
+
+
+# --------------------------------------------------------------------------- the paper's sketch
+@jit
+def jit_decide(active, remaining, group, offset, reference, ref_slot, idrank, weight, path_ptr, path_links,
+               capacity, now, use_offsets, order_by, rate, order):
+    """Varys with the ideal-finish offsets as its one knob (``echelon-varys``; ``coflow`` with
+    ``use_offsets`` false): groups by ``order_by`` on their active flows, just-in-time rates
+    ``b_j / (d_j + t* - now)`` group by group against what earlier groups left, back-fill.  Returns
+    the count of ranked flows written to ``order``."""
+    n = len(active)
+    sel = ints(n)
+    due = floats(n)
+    starts = ints(n + 1)
+    m, n_groups = _edf_groups(active, remaining, group, offset, reference, ref_slot, idrank, path_ptr,
+                              use_offsets, rate, sel, due, starts)
+    bits = floats(m)
+    offs = floats(m)
+    for k in range(m):
+        f = sel[k]
+        bits[k] = 8.0 * remaining[f]
+        offs[k] = offset[f] if use_offsets else 0.0
+
+    n_links = len(capacity)
+    cumulative = floats(n_links)
+    touched = ints(n_links)
+    residual = floats(n_links)
+    for li in range(n_links):
+        residual[li] = capacity[li]
+
+    keys = floats(n_groups)
+    no_slack = floats(m)
+    if order_by == ORDER_BOTTLENECK:
+        base, shift = offs, 0.0
+    elif order_by == ORDER_VOLUME:
+        base, shift = no_slack, 0.0
+    else:
+        base, shift = due, now
+    for g in range(n_groups):
+        a, b = starts[g], starts[g + 1]
+        key = _bottleneck(sel, bits, base, shift, a, b, path_ptr, path_links, capacity, cumulative, touched)
+        keys[g] = _per_weight(key, _group_weight(sel, a, b, idrank, weight))
+    group_order = stable_argsort(keys, n_groups)
+
+    pos = 0
+    for gi in range(n_groups):
+        g = group_order[gi]
+        a, b = starts[g], starts[g + 1]
+        for k in range(a, b):
+            order[pos] = sel[k]
+            pos += 1
+        t_star = _bottleneck(sel, bits, due, now, a, b, path_ptr, path_links, residual, cumulative, touched)
+        if t_star == INF:
+            continue
+        for k in range(a, b):
+            f = sel[k]
+            horizon = due[k] + t_star - now
+            want = bits[k] / horizon if horizon > 0 else INF
+            spare = _path_min(f, path_ptr, path_links, residual)
+            give = want if want <= spare else spare
+            if give <= 0:
+                continue
+            rate[f] = give
+            _consume(f, give, path_ptr, path_links, residual, capacity)
+    _backfill(order, m, path_ptr, path_links, residual, capacity, rate)
+    return m
