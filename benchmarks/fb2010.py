@@ -30,18 +30,21 @@ import argparse
 import json
 import resource
 import statistics
+import sys
 import time
 from pathlib import Path
 
+from echelonflow.errors import UserError
 from echelonflow.importers.coflow_benchmark import BYTES_PER_MB
 from echelonflow.scenario import load_scenario
-from echelonflow.schedulers import get_scheduler
+from echelonflow.schedulers import check_names, get_scheduler
 from simulator.engine import RESCHEDULING, simulate
 
 SHORT_BYTES = 5 * BYTES_PER_MB
 NARROW_FLOWS = 50
 BINS = ("short-narrow", "long-narrow", "short-wide", "long-wide")
-ORDER = ("fair", "fifo", "coflow", "sincronia", "aalo", "echelon", "echelon-online")
+ORDER = ("fair", "port-fair", "fifo", "fifo-priority", "coflow", "sincronia", "aalo", "echelon",
+         "echelon-online")
 
 
 def bin_of(job) -> str:
@@ -86,6 +89,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/fb2010"),
                         help="folder for results.json and results.md")
     args = parser.parse_args()
+    try:
+        names = check_names(args.scheduler or [])
+    except UserError as exc:
+        print(f"fb2010: {exc}", file=sys.stderr)
+        sys.exit(2)
     scenario = load_scenario("fb2010")
     jobs = scenario.jobs[:args.max_coflows] if args.max_coflows else scenario.jobs
     networked = [j for j in jobs if j.flows]
@@ -97,7 +105,7 @@ def main() -> None:
     results_path = args.out / "results.json"
     stored = json.loads(results_path.read_text()) if results_path.exists() else {}
     records = stored.setdefault(key, {})
-    for name in args.scheduler or scenario.schedulers:
+    for name in names or scenario.schedulers:
         started = time.perf_counter()
         result = simulate(scenario.topology, jobs, get_scheduler(name), check_invariants=False,
                           alone_runs=False, rescheduling=args.rescheduling)

@@ -5,8 +5,8 @@ converting a ``Snapshot`` each round.  These tests drive a real registry through
 declarations, starts (own 5-tuple or channel), progress reports, switch-counter readings, finishes,
 aborted jobs, link failures and repairs (re-routing), and after every event compare the table's decision
 with the scheduler's own ``decide(registry.snapshot(now))``: every rate and every rank equal, for fair,
-coflow and echelon (every group ordering), compiled and interpreted.  Enough events happen for dead rows
-to be compacted and labels to be renumbered.
+coflow, fifo, port-fair and echelon (every group ordering), compiled and interpreted.  Enough events
+happen for dead rows to be compacted and labels to be renumbered.
 """
 
 from __future__ import annotations
@@ -25,16 +25,17 @@ from controller.registry import Registry
 from controller.service import SchedulingService
 from controller.store import open_registry
 from echelonflow.schedulers import get_scheduler, kernels
-from echelonflow.schedulers.echelon import ORDERINGS, CoflowScheduler, EchelonScheduler
+from echelonflow.schedulers.echelon import ORDERINGS, EchelonScheduler
 from echelonflow.schedulers.fair import FairScheduler
 from echelonflow.schedulers.live import COMPACT_SLACK, LiveFlowTable, OrderLabels
+from echelonflow.schedulers.varys import CoflowScheduler, FifoScheduler, PortFairScheduler
 from echelonflow.topology import fattree
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def schedulers():
-    out = [FairScheduler(), CoflowScheduler()]
+    out = [FairScheduler(), CoflowScheduler(), FifoScheduler(), PortFairScheduler()]
     return out + [EchelonScheduler(order_by=o) for o in ORDERINGS]
 
 
@@ -142,7 +143,7 @@ def test_table_decides_like_the_snapshot_after_every_event(seed: int) -> None:
     assert random_run(seed, 250) == []
 
 
-@pytest.mark.parametrize("name", ["fair", "coflow", "echelon"])
+@pytest.mark.parametrize("name", ["fair", "coflow", "fifo", "port-fair", "echelon"])
 def test_service_enforces_the_same_on_the_table_as_on_snapshots(name: str) -> None:
     """Two services on one registry, one deciding on the live table, one (its scheduler's ``decide``
     set on the instance, which ``decides_by_table`` refuses) on snapshots: after every event the same

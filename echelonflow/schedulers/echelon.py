@@ -2,7 +2,8 @@
 
 One algorithm with one knob (docs/scheduler-design.md, with the paper's Fig. 2 worked through): a flow's
 ideal-finish offset ``o_j = d_j - r`` within its group.  Coflow scheduling is the special case
-``o_j = 0`` (the paper's Eq. 5), so :class:`CoflowScheduler` is this class with offsets ignored.
+``o_j = 0`` (the paper's Eq. 5); the ``coflow`` baseline itself is Varys as CoflowSim runs it
+(``schedulers/varys.py``), which also splits spare capacity among the coflows MADD skips.
 
 Per decision (rates in bits/s; "bytes" below are taken as bits, ``8 * remaining_bytes``):
 
@@ -98,10 +99,3 @@ class EchelonScheduler(ColumnarScheduler):
             table.idrank, table.weight, table.path_ptr, table.path_links, table.capacity, float(now_s),
             self.use_offsets, _ORDER_CODES[self.order_by], rate, order,
         )
-
-
-class CoflowScheduler(EchelonScheduler):
-    """Varys: SEBF ordering + MADD rates + back-fill; the echelon code with every offset 0."""
-
-    name = "coflow"
-    use_offsets = False
