@@ -19,12 +19,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from echelonflow.scenario import load_scenario  # noqa: E402
-from echelonflow.schedulers.echelon import CoflowScheduler, EchelonScheduler  # noqa: E402
+from echelonflow.schedulers.base import Scheduler  # noqa: E402
+from echelonflow.schedulers.echelon import EchelonScheduler  # noqa: E402
+from echelonflow.schedulers.varys import CoflowScheduler  # noqa: E402
 from echelonflow.schedulers.view import Allocation, FlowView  # noqa: E402
 from simulator.engine import simulate  # noqa: E402
 
 
-def periodic(cls: type[EchelonScheduler], period_s: float | None) -> EchelonScheduler:
+def periodic(cls: type[Scheduler], period_s: float | None) -> Scheduler:
     """An instance of ``cls`` whose every decision asks to be renewed after ``period_s``."""
 
     class Periodic(cls):  # type: ignore[valid-type, misc]

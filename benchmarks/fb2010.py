@@ -13,7 +13,9 @@ statistics.
 
 ``--rescheduling coflow`` runs the simulator under Varys's rule (rates recomputed at flow starts and
 coflow completions, as Varys and CoflowSim do) instead of the exact one; its rows are labelled
-"NAME (coflow rule)" next to the exact ones.
+"NAME (coflow rule)" next to the exact ones.  ``--coflowsim-arrivals`` reads the trace's arrival times
+as CoflowSim does (its 1,024-ms second and its 10.24-s admission epochs,
+``echelonflow/importers/coflow_benchmark.py``); its rows say "CoflowSim arrivals".
 
 Each scheduler's CCTs are written to ``DIR/results.json`` (default ``benchmarks/results/fb2010``) as soon
 as its run ends, keyed by scheduler and coflow count, so a long sweep can run one scheduler per process
@@ -30,24 +32,38 @@ import argparse
 import json
 import resource
 import statistics
+import sys
 import time
 from pathlib import Path
 
-from echelonflow.importers.coflow_benchmark import BYTES_PER_MB
-from echelonflow.scenario import load_scenario
-from echelonflow.schedulers import get_scheduler
+from echelonflow.errors import UserError
+from echelonflow.fileio import read_json
+from echelonflow.importers.coflow_benchmark import BYTES_PER_MB, COFLOWSIM_EPOCH_MS, COFLOWSIM_MS_PER_SECOND
+from echelonflow.scenario import Scenario, parse_scenario, resolve
+from echelonflow.schedulers import check_names, get_scheduler
 from simulator.engine import RESCHEDULING, simulate
 
 SHORT_BYTES = 5 * BYTES_PER_MB
 NARROW_FLOWS = 50
 BINS = ("short-narrow", "long-narrow", "short-wide", "long-wide")
-ORDER = ("fair", "fifo", "coflow", "sincronia", "aalo", "echelon", "echelon-online")
+ORDER = ("fair", "port-fair", "fifo", "fifo-priority", "coflow", "sincronia", "aalo", "echelon",
+         "echelon-online")
 
 
 def bin_of(job) -> str:
     longest = max(f.size_bytes for f in job.flows)
     return ("short" if longest < SHORT_BYTES else "long") + "-" + (
         "narrow" if len(job.flows) <= NARROW_FLOWS else "wide")
+
+
+def fb2010(coflowsim_arrivals: bool = False) -> Scenario:
+    """The bundled scenario, with CoflowSim's arrival model when asked."""
+    path = resolve("fb2010")
+    data = read_json(path, "scenario", UserError)
+    if coflowsim_arrivals:
+        for entry in data["jobs"]:
+            entry.update(ms_per_second=COFLOWSIM_MS_PER_SECOND, admission_epoch_ms=COFLOWSIM_EPOCH_MS)
+    return parse_scenario(data, path)
 
 
 def stats(values: list[float]) -> tuple[float, float, float]:
@@ -83,10 +99,17 @@ def main() -> None:
     parser.add_argument("--rescheduling", choices=RESCHEDULING, default="every-flow",
                         help="the simulator's rescheduling rule (coflow: Varys's, at coflow arrivals and "
                              "completions; recorded with each scheduler's numbers)")
+    parser.add_argument("--coflowsim-arrivals", action="store_true",
+                        help="arrival times as CoflowSim reads them (1,024-ms second, 10.24-s epochs)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/fb2010"),
                         help="folder for results.json and results.md")
     args = parser.parse_args()
-    scenario = load_scenario("fb2010")
+    try:
+        names = check_names(args.scheduler or [])
+    except UserError as exc:
+        print(f"fb2010: {exc}", file=sys.stderr)
+        sys.exit(2)
+    scenario = fb2010(args.coflowsim_arrivals)
     jobs = scenario.jobs[:args.max_coflows] if args.max_coflows else scenario.jobs
     networked = [j for j in jobs if j.flows]
     bins = {j.job_id: bin_of(j) for j in networked}
@@ -97,11 +120,11 @@ def main() -> None:
     results_path = args.out / "results.json"
     stored = json.loads(results_path.read_text()) if results_path.exists() else {}
     records = stored.setdefault(key, {})
-    for name in args.scheduler or scenario.schedulers:
-        started = time.perf_counter()
+    for name in names or scenario.schedulers:
+        started, cpu_started = time.perf_counter(), time.process_time()
         result = simulate(scenario.topology, jobs, get_scheduler(name), check_invariants=False,
                           alone_runs=False, rescheduling=args.rescheduling)
-        run_s = time.perf_counter() - started
+        run_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
         cct = {j.job_id: float(result.jobs[j.job_id].completion_s) for j in networked}
         avg, p50, p95 = stats(list(cct.values()))
         per_bin = {}
@@ -113,14 +136,17 @@ def main() -> None:
         # the process's peak resident memory so far (Linux reports KiB): one scheduler per process
         # gives each its own peak
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        # the exact rule's numbers keep the scheduler's name; the coflow rule's are recorded beside them
-        label = name if args.rescheduling == "every-flow" else f"{name} (coflow rule)"
-        records[label] = {"rescheduling": args.rescheduling, "run_s": run_s, "avg_s": avg, "p50_s": p50,
+        # the exact rule on the trace's own arrivals keeps the scheduler's name; variants are labelled
+        variant = [part for part, on in (("coflow rule", args.rescheduling == "coflow"),
+                                         ("CoflowSim arrivals", args.coflowsim_arrivals)) if on]
+        label = f"{name} ({', '.join(variant)})" if variant else name
+        records[label] = {"rescheduling": args.rescheduling, "coflowsim_arrivals": args.coflowsim_arrivals,
+                          "run_s": run_s, "cpu_s": cpu_s, "avg_s": avg, "p50_s": p50,
                           "p95_s": p95, "bins": per_bin, "cct_s": cct, "peak_rss_mib": peak_mib}
         results_path.write_text(json.dumps(stored, indent=1, sort_keys=True))
         print(f"{label}: {run_s:.1f} s of simulation, average CCT {avg:.2f} s, "
               f"peak memory {peak_mib:.0f} MiB", flush=True)
-    order = [label for n in ORDER for label in (n, f"{n} (coflow rule)") if label in records]
+    order = [label for n in ORDER for label in sorted(records) if label == n or label.startswith(f"{n} (")]
     order += sorted(n for n in records if n not in order)
     text = table(records, order)
     (args.out / "results.md").write_text(

@@ -53,7 +53,8 @@ _GENERATOR_JOB_FIELDS = (Field("id", _JOB_ID, required=True), Field("generator",
                          Field("hosts", required=True), Field("params", mapping(), default={})) + _TIMING
 _TRACE_JOB_FIELDS = (Field("trace", required=True),)
 _COFLOW_JOB_FIELDS = (Field("coflow_benchmark", required=True), Field("max_coflows", nullable(integer(1))),
-                      _WEIGHT)
+                      Field("ms_per_second", number(0.0, above=True), default=1000.0),
+                      Field("admission_epoch_ms", nullable(number(0.0, above=True))), _WEIGHT)
 _CHAKRA_JOB_FIELDS = (Field("id", _JOB_ID, required=True), Field("chakra", required=True),
                       Field("hosts", required=True)) + _TIMING
 _MULTI_TENANT_FIELDS = (Field("multi_tenant", required=True),)
@@ -243,13 +244,15 @@ def _chakra_job(fields: dict[str, Any], known_hosts: list[str], path: Path, labe
 
 
 def _coflow_jobs(fields: dict[str, Any], path: Path, label: str) -> list[Job]:
-    """``{"coflow_benchmark": PATH[, "max_coflows": N][, "weight": W]}``: one job per coflow."""
+    """``{"coflow_benchmark": PATH[, "max_coflows": N][, "ms_per_second": MS][, "admission_epoch_ms": E]
+    [, "weight": W]}``: one job per coflow (the two timing fields: CoflowSim's arrival model,
+    ``importers/coflow_benchmark.py``)."""
     from echelonflow.importers.coflow_benchmark import load_coflow_benchmark
 
     trace_path = _data_path(fields["coflow_benchmark"], path, f"{label}.coflow_benchmark")
     limit = fields["max_coflows"]
     try:
-        jobs = load_coflow_benchmark(trace_path)
+        jobs = load_coflow_benchmark(trace_path, fields["ms_per_second"], fields["admission_epoch_ms"])
     except UserError as exc:
         raise FieldError(f"{label}.coflow_benchmark", str(exc)) from None
     jobs = jobs[:limit] if limit is not None else jobs

@@ -18,11 +18,12 @@ import pytest
 
 from echelonflow.schedulers import kernels
 from echelonflow.schedulers.aalo import AaloScheduler
-from echelonflow.schedulers.echelon import ORDERINGS, CoflowScheduler, EchelonScheduler, EchelonVarysScheduler
+from echelonflow.schedulers.echelon import ORDERINGS, EchelonScheduler, EchelonVarysScheduler
 from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
 from echelonflow.schedulers.fair import FairScheduler
-from echelonflow.schedulers.fifo import FifoScheduler
+from echelonflow.schedulers.fifo import FifoPriorityScheduler
 from echelonflow.schedulers.sincronia import SincroniaScheduler
+from echelonflow.schedulers.varys import CoflowScheduler, FifoScheduler, PortFairScheduler
 from echelonflow.schedulers.view import decide_snapshot
 from tests.test_schedulers import _random_instance
 
@@ -81,10 +82,13 @@ def assert_compiled_equal_interpreted(variants: tuple[str, ...]) -> None:
 
 def schedulers() -> list[tuple[str, object]]:
     out = [("fair", FairScheduler()), ("coflow", CoflowScheduler())]
+    # varys_kernels: MADD in arrival order, CoflowSim's FAIR
+    out += [("fifo", FifoScheduler()), ("port-fair", PortFairScheduler())]
     out += [("echelon", EchelonScheduler())]
     out += [(f"echelon-varys-{o}", EchelonVarysScheduler(order_by=o)) for o in ORDERINGS]
     # group-by-group policies: kernels.priority_decide (all three), kernels.bssi_order (sincronia)
-    out += [("fifo", FifoScheduler()), ("sincronia", SincroniaScheduler()), ("aalo", AaloScheduler())]
+    out += [("fifo-priority", FifoPriorityScheduler()), ("sincronia", SincroniaScheduler()),
+            ("aalo", AaloScheduler())]
     # kernels.online_estimate, both branches: some parts learned (sizes below and above what was sent)
     learning = EchelonOnlineScheduler()
     learning.learned = {f"f{i}": (2e4 * (i + 1), 0.1 * i) for i in range(0, 25, 3)}

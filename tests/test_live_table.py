@@ -5,9 +5,9 @@ instead of converting a ``Snapshot`` each round.  These tests drive a real regis
 sequences of declarations, starts (own 5-tuple or channel), progress reports, switch-counter readings,
 finishes, aborted jobs, link failures and repairs (re-routing), and after every event compare the
 table's decision with the scheduler's decision on ``registry.snapshot(now)`` (its declared flows
-included): every rate and every rank equal, for fair, coflow, echelon and echelon-varys (every group
-ordering), compiled and interpreted.  Enough events happen for dead rows to be compacted and labels to
-be renumbered.
+included): every rate and every rank equal, for fair, coflow, fifo, port-fair, echelon and
+echelon-varys (every group ordering), compiled and interpreted.  Enough events happen for dead rows
+to be compacted and labels to be renumbered.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from controller.registry import Registry
 from controller.service import SchedulingService
 from controller.store import open_registry
 from echelonflow.schedulers import get_scheduler, kernels
-from echelonflow.schedulers.echelon import ORDERINGS, CoflowScheduler, EchelonScheduler, EchelonVarysScheduler
+from echelonflow.schedulers.echelon import ORDERINGS, EchelonScheduler, EchelonVarysScheduler
 from echelonflow.schedulers.fair import FairScheduler
 from echelonflow.schedulers.live import COMPACT_SLACK, LiveFlowTable, OrderLabels
+from echelonflow.schedulers.varys import CoflowScheduler, FifoScheduler, PortFairScheduler
 from echelonflow.schedulers.view import decide_snapshot
 from echelonflow.topology import fattree
 
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def schedulers():
-    out = [FairScheduler(), CoflowScheduler(), EchelonScheduler()]
+    out = [FairScheduler(), CoflowScheduler(), FifoScheduler(), PortFairScheduler(), EchelonScheduler()]
     return out + [EchelonVarysScheduler(order_by=o) for o in ORDERINGS]
 
 
@@ -145,7 +146,7 @@ def test_table_decides_like_the_snapshot_after_every_event(seed: int) -> None:
     assert random_run(seed, 250) == []
 
 
-@pytest.mark.parametrize("name", ["fair", "coflow", "echelon", "echelon-varys"])
+@pytest.mark.parametrize("name", ["fair", "coflow", "fifo", "port-fair", "echelon", "echelon-varys"])
 def test_service_enforces_the_same_on_the_table_as_on_snapshots(name: str) -> None:
     """Two services on one registry, one deciding on the live table, one (its scheduler's ``decide``
     replaced on the instance by a decision on the view's snapshot) on snapshots: after every event the

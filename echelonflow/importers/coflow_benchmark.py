@@ -21,6 +21,17 @@ Mapping onto this project's model:
   it is left out (FB2010: 4,911 of 706,397 flows, 0.7 % of the bytes).  A coflow left with no flow at
   all (FB2010: 3) becomes a job of one zero-second compute task on its reducer, so every coflow of the
   trace is a job and completes at its arrival.
+
+CoflowSim's own arrival model, for comparisons with it (``benchmarks/coflowsim_compare.py``), is two
+options (both off by default):
+
+* ``ms_per_second=1024``: CoflowSim's second is 1,024 of the trace's milliseconds (its
+  ``SIMULATION_SECOND_MILLIS``: the time a port takes to move 2^30 bits), so against the same port
+  rate its coflows arrive 2.3 % closer together than ``arrival_ms / 1000`` puts them;
+* ``admission_epoch_ms=10240``: CoflowSim admits coflows in batches at the start of each 10,240 ms
+  epoch, every coflow that arrives within the epoch at once (one arriving in ``(kE, (k+1)E]`` starts
+  at ``kE``; its CCT counts from there).  Coflows that arrive close together then compete from the
+  same instant; on FB2010 this is what sets the short-wide coflows' CCTs (docs/baselines.md).
 """
 
 from __future__ import annotations
@@ -35,6 +46,9 @@ from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.workloads.spec import split_bytes
 
 BYTES_PER_MB = 2**20
+#: CoflowSim's arrival model (module docstring): its second in trace milliseconds, its admission epoch.
+COFLOWSIM_MS_PER_SECOND = 1024.0
+COFLOWSIM_EPOCH_MS = 10240.0
 #: The trace's port rate: 1 Gbit/s in CoflowSim's binary units (see the module docstring).
 PORT_RATE_BPS = float(2**30)
 ECHELON_ID = "shuffle"
@@ -57,13 +71,26 @@ def host_of(port: int) -> str:
     return f"h{port + 1}"
 
 
-def load_coflow_benchmark(path: str | Path) -> list[Job]:
+def load_coflow_benchmark(path: str | Path, ms_per_second: float = 1000.0,
+                          admission_epoch_ms: float | None = None) -> list[Job]:
     """All coflows of the trace as jobs (module docstring); TraceError naming line and problem if bad."""
-    return read_coflow_benchmark(path)[0]
+    return read_coflow_benchmark(path, ms_per_second, admission_epoch_ms)[0]
 
 
-def read_coflow_benchmark(path: str | Path) -> tuple[list[Job], TraceSummary]:
+def arrival_s(arrival_ms: float, ms_per_second: float = 1000.0,
+              admission_epoch_ms: float | None = None) -> float:
+    """When a coflow arriving at ``arrival_ms`` starts (module docstring: CoflowSim's arrival model)."""
+    if admission_epoch_ms is not None:
+        arrival_ms = max(0, math.ceil(arrival_ms / admission_epoch_ms) - 1) * admission_epoch_ms
+    return arrival_ms / ms_per_second
+
+
+def read_coflow_benchmark(path: str | Path, ms_per_second: float = 1000.0,
+                          admission_epoch_ms: float | None = None) -> tuple[list[Job], TraceSummary]:
     """The jobs and a summary of what was kept."""
+    if not ms_per_second > 0 or (admission_epoch_ms is not None and not admission_epoch_ms > 0):
+        raise ValueError(f"ms_per_second ({ms_per_second!r}) and admission_epoch_ms "
+                         f"({admission_epoch_ms!r}) must be positive")
     source = str(path)
     text = read_text_bounded(path, "coflow trace", TraceError, encoding="ascii")
     lines = text.splitlines()
@@ -82,7 +109,8 @@ def read_coflow_benchmark(path: str | Path) -> tuple[list[Job], TraceSummary]:
     seen: set[str] = set()
     flows = dropped = bytes_total = bytes_dropped = 0
     for number, line in body:
-        job, kept, local, local_bytes, total = _coflow(line.split(), hosts, f"{source} line {number}")
+        job, kept, local, local_bytes, total = _coflow(line.split(), hosts, f"{source} line {number}",
+                                                       ms_per_second, admission_epoch_ms)
         if job.job_id in seen:
             raise TraceError(f"{source} line {number}: coflow {job.job_id!r}: duplicate coflow id")
         seen.add(job.job_id)
@@ -92,7 +120,8 @@ def read_coflow_benchmark(path: str | Path) -> tuple[list[Job], TraceSummary]:
     return jobs, TraceSummary(ports, len(jobs), flows, dropped, bytes_total, bytes_dropped)
 
 
-def _coflow(tokens: list[str], hosts: list[str], where: str) -> tuple[Job, int, int, int, int]:
+def _coflow(tokens: list[str], hosts: list[str], where: str, ms_per_second: float,
+            admission_epoch_ms: float | None) -> tuple[Job, int, int, int, int]:
     if len(tokens) < 5:
         raise TraceError(f"{where}: expected '<id> <arrival_ms> <#mappers> <ports>... <#reducers> "
                          f"<port>:<MB>...', got {len(tokens)} fields")
@@ -111,7 +140,7 @@ def _coflow(tokens: list[str], hosts: list[str], where: str) -> tuple[Job, int, 
     entries = tokens[4 + n_mappers:]
     if len(entries) != n_reducers:
         raise TraceError(f"{where}: announces {n_reducers} reducers but gives {len(entries)} port:MB entries")
-    job = Job(coflow_id, arrival_s=arrival_ms / 1000.0)
+    job = Job(coflow_id, arrival_s=arrival_s(arrival_ms, ms_per_second, admission_epoch_ms))
     job.echelon_kinds[ECHELON_ID] = "coflow"
     seen: set[int] = set()
     kept = local = local_bytes = total_bytes = 0

@@ -7,11 +7,12 @@ from collections.abc import Iterable
 from echelonflow.errors import UserError
 from echelonflow.schedulers.aalo import AaloScheduler
 from echelonflow.schedulers.base import ActiveFlow, Decision, FlowEvent, Scheduler, Snapshot
-from echelonflow.schedulers.echelon import CoflowScheduler, EchelonScheduler, EchelonVarysScheduler
+from echelonflow.schedulers.echelon import EchelonScheduler, EchelonVarysScheduler
 from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
 from echelonflow.schedulers.fair import FairScheduler
-from echelonflow.schedulers.fifo import FifoScheduler
+from echelonflow.schedulers.fifo import FifoPriorityScheduler
 from echelonflow.schedulers.sincronia import SincroniaScheduler
+from echelonflow.schedulers.varys import CoflowScheduler, FifoScheduler, PortFairScheduler
 
 SCHEDULERS: dict[str, type[Scheduler]] = {
     "fair": FairScheduler,
@@ -22,6 +23,8 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     "aalo": AaloScheduler,
     "echelon-online": EchelonOnlineScheduler,
     "echelon-varys": EchelonVarysScheduler,
+    "port-fair": PortFairScheduler,
+    "fifo-priority": FifoPriorityScheduler,
 }
 
 __all__ = [

@@ -81,11 +81,3 @@ class EchelonVarysScheduler(Scheduler):
             self.use_offsets, _ORDER_CODES[self.order_by], view.rate, order,
         )
         return Allocation(view.rate, order, count)
-
-
-class CoflowScheduler(EchelonVarysScheduler):
-    """Varys: SEBF ordering + MADD rates + back-fill; the echelon-varys code with every offset 0."""
-
-    name = "coflow"
-    use_offsets = False
-    active_order = "group"

@@ -1,10 +1,14 @@
-"""FIFO at the coflow level: groups served strictly in the order they arrived (CoflowSim's FIFO baseline).
+"""FIFO at the coflow level served by strict priority: groups in the order they arrived, each taking what
+the groups before it left, max-min fair inside (``fifo-priority``).
+
+This is how a FIFO order is deployed on switch priority queues over TCP, the way ``sincronia`` and
+``aalo`` serve their orders (``echelonflow.schedulers.priority``).  It is not CoflowSim's FIFO baseline,
+which hands the arrival order to Varys's MADD and back-fill: that is ``fifo``
+(``echelonflow.schedulers.varys``; docs/baselines.md compares the two on FB2010).
 
 A group "arrives" when its first flow starts (``GroupView.start_s``); ties go to the smaller group id.
 No sizes are needed, so the policy is non-clairvoyant, and weights do not apply (arrival order is the
-whole policy).  Rates: strict priority by that order, fair sharing inside a group
-(``echelonflow.schedulers.priority``).  Reference: Chowdhury, Zhong, Stoica, "Efficient Coflow
-Scheduling with Varys", SIGCOMM 2014 (the FIFO baseline of its evaluation).
+whole policy).
 """
 
 from __future__ import annotations
@@ -13,10 +17,10 @@ from echelonflow.schedulers.priority import GroupOrderScheduler
 from echelonflow.schedulers.view import FlowView, GroupView
 
 
-class FifoScheduler(GroupOrderScheduler):
+class FifoPriorityScheduler(GroupOrderScheduler):
     """Coflows in arrival order, strict priority between them."""
 
-    name = "fifo"
+    name = "fifo-priority"
     enforces = True
     clairvoyant = False
 

@@ -1,0 +1,187 @@
+"""The inner loops of the Varys-family baselines (``coflow``, ``fifo``, ``port-fair``) over flat arrays.
+
+Layout, compilation and the bit-for-bit agreement of compiled and interpreted runs are as in
+``schedulers/kernels.py``, whose shared helpers (``_select``, ``_bottleneck``, ``_consume``,
+``_path_min``) these kernels import.  They are kept apart from ``kernels.echelon_decide`` so that
+EchelonFlow's own scheduler can change without moving the baselines it is compared with.
+
+The reference for every rule here is the simulator of the Varys authors, CoflowSim
+(github.com/coflow/coflowsim, ``CoflowSimulator.updateRatesDynamicAlpha`` and
+``FlowSimulator.fairShare``); docs/baselines.md says what each baseline does and how closely it
+matches CoflowSim on the FB2010 trace.
+
+Kept Python 3.9 compatible: the controller imports it.
+"""
+
+from __future__ import annotations
+
+from echelonflow.schedulers.kernels import (
+    INF,
+    _bottleneck,
+    _consume,
+    _path_min,
+    _select,
+    floats,
+    ints,
+    jit,
+    stable_argsort,
+)
+
+#: ``order_by`` codes of :func:`varys_decide`: smallest effective bottleneck first (Varys's SEBF, on
+#: the bytes left), or arrival order (the group's reference time; CoflowSim's FIFO).
+ORDER_SEBF, ORDER_ARRIVAL = 0, 1
+
+
+@jit
+def varys_decide(active, remaining, group, reference, ref_slot, idrank, weight, path_ptr, path_links,
+                 capacity, order_by, rate, order):
+    """Varys's rates for the ``active`` flows; returns how many flows were ranked into ``order``.
+
+    ``active`` must list each group's flows contiguously, groups in group-id order, and inside a group
+    in ``idrank`` order (flow id).  Flows with no bytes left or no path get rate 0 and no rank.
+
+    1. Groups are ordered by ``order_by`` (SEBF: ``max_l C_l / c_l`` on full capacity, divided by the
+       job's weight; arrival: the group's reference time); ties by group id.
+    2. MADD, group by group: every flow of a group gets ``bits / Gamma`` where ``Gamma`` is the group's
+       bottleneck time on the capacity the groups before it left, so all its flows finish together.
+       A group with a flow on a link that has nothing left is skipped.
+    3. The skipped groups share what is left: each of their flows whose links all have capacity
+       left gets, on each link, an equal share of that link's residual among such flows, and takes
+       the smallest share along its path (CoflowSim's ``updateRatesFairShare``).  Without this step
+       one or two flows per link would take all the spare capacity in step 4 and, under the coflow
+       rescheduling rule, leave it idle once they finish.
+    4. Whatever is still free is back-filled greedily, flow by flow in the global order.
+    """
+    sel = ints(len(active))
+    m = _select(active, 0, len(active), remaining, path_ptr, rate, sel)
+    starts = ints(m + 1)
+    n_groups = 0
+    for k in range(m):
+        if k == 0 or group[sel[k]] != group[sel[k - 1]]:
+            starts[n_groups] = k
+            n_groups += 1
+    starts[n_groups] = m
+    bits = floats(m)
+    for k in range(m):
+        bits[k] = 8.0 * remaining[sel[k]]
+    n_links = len(capacity)
+    cumulative = floats(n_links)
+    touched = ints(n_links)
+    no_slack = floats(m)
+
+    keys = floats(n_groups)
+    for g in range(n_groups):
+        a, b = starts[g], starts[g + 1]
+        if order_by == ORDER_ARRIVAL:
+            keys[g] = reference[ref_slot[sel[a]]]
+            continue
+        key = _bottleneck(sel, bits, no_slack, 0.0, a, b, path_ptr, path_links, capacity, cumulative,
+                          touched)
+        last = sel[a]  # the weight of the group's last flow by id, as echelon_decide reads it
+        for k in range(a + 1, b):
+            if idrank[sel[k]] > idrank[last]:
+                last = sel[k]
+        keys[g] = key / weight[last]
+    group_order = stable_argsort(keys, n_groups)
+
+    residual = floats(n_links)
+    for li in range(n_links):
+        residual[li] = capacity[li]
+    skipped = ints(n_groups)
+    n_skipped = 0
+    pos = 0
+    for gi in range(n_groups):
+        g = group_order[gi]
+        a, b = starts[g], starts[g + 1]
+        for k in range(a, b):
+            order[pos] = sel[k]
+            pos += 1
+        gamma = _bottleneck(sel, bits, no_slack, 0.0, a, b, path_ptr, path_links, residual, cumulative,
+                            touched)
+        if gamma == INF:
+            skipped[n_skipped] = g
+            n_skipped += 1
+            continue
+        for k in range(a, b):
+            f = sel[k]
+            want = bits[k] / gamma if gamma > 0 else INF
+            spare = _path_min(f, path_ptr, path_links, residual)
+            give = want if want <= spare else spare
+            if give <= 0:
+                continue
+            rate[f] = give
+            _consume(f, give, path_ptr, path_links, residual, capacity)
+
+    if n_skipped > 0:
+        _split_spare(sel, starts, skipped, n_skipped, path_ptr, path_links, residual, capacity, rate)
+
+    for k in range(m):
+        f = order[k]
+        spare = _path_min(f, path_ptr, path_links, residual)
+        if spare <= 0:
+            continue
+        rate[f] += spare
+        _consume(f, spare, path_ptr, path_links, residual, capacity)
+    return m
+
+
+@jit
+def _split_spare(sel, starts, skipped, n_skipped, path_ptr, path_links, residual, capacity, rate):
+    """Step 3 of :func:`varys_decide`: the flows of the ``skipped`` groups whose every link has some
+    residual each get ``min over their links of residual / (such flows on the link)``, all shares taken
+    from the residual as it was before this step (so no link is over-committed), then consumed."""
+    count = ints(len(residual))
+    for s in range(n_skipped):
+        g = skipped[s]
+        for k in range(starts[g], starts[g + 1]):
+            f = sel[k]
+            if _path_min(f, path_ptr, path_links, residual) <= 0:
+                continue
+            for p in range(path_ptr[f], path_ptr[f + 1]):
+                count[path_links[p]] += 1
+    for s in range(n_skipped):
+        g = skipped[s]
+        for k in range(starts[g], starts[g + 1]):
+            f = sel[k]
+            if _path_min(f, path_ptr, path_links, residual) <= 0:
+                continue
+            share = INF
+            for p in range(path_ptr[f], path_ptr[f + 1]):
+                li = path_links[p]
+                value = residual[li] / count[li]
+                if value < share:
+                    share = value
+            rate[f] = share
+    for s in range(n_skipped):
+        g = skipped[s]
+        for k in range(starts[g], starts[g + 1]):
+            f = sel[k]
+            if rate[f] > 0:
+                _consume(f, rate[f], path_ptr, path_links, residual, capacity)
+
+
+@jit
+def port_fair_decide(active, remaining, path_ptr, path_links, capacity, rate):
+    """CoflowSim's FAIR: each flow gets ``min over its links of capacity / (active flows on it)``;
+    ranks none (returns 0).
+
+    Nothing is redistributed: what a flow cannot use on one link because another link of its path
+    gives it less stays free (max-min fairness, ``kernels.fair_decide``, would hand it to the others).
+    """
+    sel = ints(len(active))
+    m = _select(active, 0, len(active), remaining, path_ptr, rate, sel)
+    count = ints(len(capacity))
+    for k in range(m):
+        f = sel[k]
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            count[path_links[p]] += 1
+    for k in range(m):
+        f = sel[k]
+        share = INF
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            li = path_links[p]
+            value = capacity[li] / count[li]
+            if value < share:
+                share = value
+        rate[f] = share
+    return 0
