@@ -26,7 +26,8 @@ Then it turns the ``Decision`` into enforcement through an :class:`EnforcementPo
   measurements (a drop meter polices, so TCP tends to get less than the rate).  A rate below
   ``min_meter_bps`` (default 8 kbit/s, the meter granularity is kbit/s) counts as paused (see above).
 * **diff.** Only what changed is pushed: a new flow is installed, a gone flow removed, a queue change or a
-  meter rate that moved by more than ``rate_tolerance`` (relative) is updated; everything else is left.
+  meter rate that moved by more than ``rate_tolerance`` (relative) is updated; everything else is left
+  (``controller.plan`` computes it without a switch; this service applies it).
 * ``fair`` (``enforces = False``) means plain TCP sharing: nothing is installed, and switching to it
   removes everything that is.
 
@@ -62,6 +63,7 @@ from typing import Any, Callable, Protocol
 
 from controller.allocation_watch import AllocationWatch
 from controller.enforcement import FlowMatch, wait_acks
+from controller.plan import Installed, plan
 from controller.registry import FlowRecord, Registry, RegistryError
 from echelonflow.errors import UserError
 from echelonflow.queues import check_queues, dscp_for_queue
@@ -95,14 +97,6 @@ CHANNEL_PREFIX = "channel:"
 
 def channel_key(channel_id: str) -> str:
     return CHANNEL_PREFIX + channel_id
-
-
-@dataclass(frozen=True)
-class Installed:
-    """What the port was last told for one flow (``rate_bps`` None = no meter)."""
-
-    queue: int
-    rate_bps: float | None
 
 
 @dataclass
@@ -434,42 +428,36 @@ class SchedulingService:
         return FlowMatch(*self.registry.five_tuple(key)), self.registry.path_of(key)
 
     def _push(self, desired: dict[str, Installed], report: RoundReport) -> None:
+        """Apply ``controller.plan``'s operations; record each one the port accepted."""
         port = self.port
         self.pending_acks = [a for a in self.pending_acks if not a.done]
-        for fid in [f for f in self.installed if f not in desired]:
-            if port is not None and not self._call(port.remove, fid):
-                continue
-            del self.installed[fid]
-            report.removes += 1
-        for fid, want in desired.items():
-            have = self.installed.get(fid)
-            if have is None:
+        for op in plan(self.installed, desired, self.rate_tolerance):
+            if op.kind == "remove":
+                if port is not None and not self._call(port.remove, op.flow_id):
+                    continue
+                del self.installed[op.flow_id]
+                report.removes += 1
+            elif op.kind == "install":
                 if port is not None:
-                    match, path = self._install_args(fid)
-                    if not self._call(port.install, fid, match, path, want.queue, want.rate_bps):
+                    match, path = self._install_args(op.flow_id)
+                    if not self._call(port.install, op.flow_id, match, path, op.queue, op.rate_bps):
                         continue
-                self.installed[fid] = want
+                self.installed[op.flow_id] = op.after
                 report.installs += 1
-                continue
-            kwargs: dict[str, Any] = {}
-            if want.queue != have.queue:
-                kwargs["queue"] = want.queue
-            if want.rate_bps is None and have.rate_bps is not None:
-                kwargs["clear_rate"] = True
-            elif want.rate_bps is not None and (
-                have.rate_bps is None
-                or abs(want.rate_bps - have.rate_bps) > self.rate_tolerance * have.rate_bps
-            ):
-                kwargs["rate_bps"] = want.rate_bps
-            if not kwargs:
-                continue
-            if port is not None and not self._call(port.update, fid, **kwargs):
-                # the port may have dropped the flow (idle timeout): forget it, the next round installs it
-                del self.installed[fid]
-                continue
-            rate_changed = "rate_bps" in kwargs or "clear_rate" in kwargs
-            self.installed[fid] = Installed(want.queue, want.rate_bps if rate_changed else have.rate_bps)
-            report.updates += 1
+            else:
+                kwargs: dict[str, Any] = {}
+                if op.queue is not None:
+                    kwargs["queue"] = op.queue
+                if op.rate_bps is not None:
+                    kwargs["rate_bps"] = op.rate_bps
+                if op.clear_rate:
+                    kwargs["clear_rate"] = True
+                if port is not None and not self._call(port.update, op.flow_id, **kwargs):
+                    # the port may have dropped the flow (idle timeout): forget it, the next round installs it
+                    del self.installed[op.flow_id]
+                    continue
+                self.installed[op.flow_id] = op.after
+                report.updates += 1
 
     def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
         """Call the port; a failure is logged and the flow retried next round (state not recorded).
