@@ -527,3 +527,8 @@ def int_array(values):
 def to_list(values, count):
     """The first ``count`` entries as a plain Python list (Python floats/ints for dicts and JSON)."""
     return values[:count].tolist() if HAVE_NUMBA else list(values[:count])
+
+
+def gather(values, numbers):
+    """``values[n]`` for each of ``numbers`` as a plain Python list (one numpy take where installed)."""
+    return values[numbers].tolist() if HAVE_NUMBA else [values[n] for n in numbers]

@@ -122,17 +122,18 @@ class FlowView:
         flow at rank 0: one shared class)."""
         active = kernels.to_list(self.active, len(self.active))
         ids = self.flow_ids(active)
-        rates = [float(self.rate[f]) for f in active]
+        rates = kernels.gather(self.rate, self.active)
         if allocation.shared_class:
             return Decision(rate_bps=dict(zip(ids, rates)), rank=dict.fromkeys(ids, 0),
                             valid_until_s=allocation.valid_until_s)
         ranked = self.flow_ids(kernels.to_list(allocation.ranked, allocation.count))
         rank = dict(zip(ranked, range(len(ranked))))
-        position = len(ranked)
-        for fid in sorted(ids):
-            if fid not in rank:
-                rank[fid] = position
-                position += 1
+        if len(rank) < len(ids):
+            position = len(ranked)
+            for fid in sorted(ids):
+                if fid not in rank:
+                    rank[fid] = position
+                    position += 1
         return Decision(rate_bps=dict(zip(ids, rates)), rank=rank, valid_until_s=allocation.valid_until_s)
 
 
