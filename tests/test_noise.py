@@ -33,13 +33,16 @@ def test_jitter_lengthens_only_compute_and_keeps_the_declared_offsets():
     assert jobs[0].tasks == load_scenario("fattree-gpipe-ring").jobs[0].tasks  # inputs not modified
 
 
-def test_exact_ties_decide_gpipe_ring_but_not_fig2():
-    """The measured knife edge (docs/emulation.md): with every compute up to 1 ms longer, echelon's
-    objective on fattree-gpipe-ring leaves the exact-tie value 11.47 s in most samples, fig2 stays put."""
+def test_exact_ties_decided_the_papers_sketch_on_gpipe_ring_but_not_echelon():
+    """The measured knife edge (docs/scheduler-design.md): with every compute up to 1 ms longer, the
+    paper's sketch (``echelon-varys``, groups by SEBF on their active flows) leaves its exact-tie
+    objective 11.47 s on fattree-gpipe-ring in most samples; ``echelon``, which orders groups by
+    everything they have left, stays within 1 % of it in every sample; fig2 stays put."""
     ring = load_scenario("fattree-gpipe-ring")
-    runs = noisy_runs(ring.topology, ring.jobs, "echelon", 0.001, 10)
-    objectives = [run.objective_s for run in runs]
-    assert sum(1 for value in objectives if value > 12.0) >= 5, objectives
+    sketch = [run.objective_s for run in noisy_runs(ring.topology, ring.jobs, "echelon-varys", 0.001, 10)]
+    assert sum(1 for value in sketch if value > 12.0) >= 5, sketch
+    robust = [run.objective_s for run in noisy_runs(ring.topology, ring.jobs, "echelon", 0.001, 10)]
+    assert max(robust) < 11.47 * 1.01, robust
     fig2 = load_scenario("fig2")
     summary = noisy_summary(noisy_runs(fig2.topology, fig2.jobs, "echelon", 0.001, 5))
     assert 3.99 < summary["objective_s"]["min"] <= summary["objective_s"]["max"] < 4.01

@@ -276,9 +276,9 @@ def test_registry_due_times_and_paths_equal_the_simulators(scenario_name):
     scheduler = get_scheduler("echelon")
     decide, simulated_paths = scheduler.decide, {}
 
-    def recording(snapshot):
-        simulated_paths.update({f.flow_id: f.path for f in snapshot.flows})
-        return decide(snapshot)
+    def recording(view):
+        simulated_paths.update({f.flow_id: f.path for f in view.snapshot().flows})
+        return decide(view)
 
     scheduler.decide = recording
     result = simulate(scenario.topology, scenario.jobs, scheduler)

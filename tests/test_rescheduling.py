@@ -38,7 +38,7 @@ def two_coflows() -> list[Job]:
     return [a, b]
 
 
-@pytest.mark.parametrize("name", ["coflow", "echelon"])
+@pytest.mark.parametrize("name", ["coflow", "echelon-varys"])
 def test_the_coflow_rule_leaves_a_finished_flows_capacity_idle_until_its_coflow_completes(name: str) -> None:
     topology = bigswitch(8e6, 7)
     second = 1 / topology.payload_fraction  # the links carry frames: every time stretches alike
@@ -70,13 +70,15 @@ def test_a_flow_that_starts_inside_a_running_echelonflow_is_scheduled_at_once() 
         assert run.tasks["J/f2"].finish_s / second < 4.0 + 1e-9, rule
 
 
-@pytest.mark.parametrize("name", ["fair", "fifo", "coflow", "sincronia", "aalo", "echelon"])
+@pytest.mark.parametrize("name", ["fair", "fifo", "port-fair", "coflow", "sincronia", "aalo", "echelon"])
 def test_bundled_dag_scenarios_keep_their_invariants_under_the_coflow_rule(name: str) -> None:
     """Capacity, non-negative rates and every byte delivered are checked on every decision
-    (check_invariants), the runs alone included; every job completes."""
+    (check_invariants), the runs alone included; every job completes.  A job may finish a little
+    sooner together than alone here (echelon's ps: slowdown 0.98): under this rule capacity freed
+    by a finished flow idles until the next decision, and the other job's flow starts are decisions."""
     scenario = load_scenario("fattree-fsdp-ps")
     run = simulate(scenario.topology, scenario.jobs, get_scheduler(name), rescheduling="coflow")
-    assert all(result.completion_s > 0 and result.slowdown >= 1 - 1e-9 for result in run.jobs.values())
+    assert all(result.completion_s > 0 and result.slowdown >= 0.95 for result in run.jobs.values())
 
 
 def test_the_coflow_rule_is_not_for_staggered_echelonflows() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from echelonflow.schedulers.kernels import (
     INF,
+    _backfill,
     _bottleneck,
     _consume,
     _fill,
@@ -89,18 +90,6 @@ def _group_weight(sel, a, b, idrank, weight):
 def _per_weight(key, w):
     """Smith's rule: time per weight; a negative key (the group is early) is made more negative."""
     return key / w if key >= 0 else key * w
-
-
-@jit
-def _backfill(order, m, path_ptr, path_links, residual, capacity, rate):
-    """Leftover capacity to the ranked flows in rank order (work conservation)."""
-    for k in range(m):
-        f = order[k]
-        spare = _path_min(f, path_ptr, path_links, residual)
-        if spare <= 0:
-            continue
-        rate[f] += spare
-        _consume(f, spare, path_ptr, path_links, residual, capacity)
 
 
 # --------------------------------------------------------------------------- echelon

@@ -152,6 +152,18 @@ def _path_min(f, path_ptr, path_links, residual):
     return spare
 
 
+@jit
+def _backfill(order, m, path_ptr, path_links, residual, capacity, rate):
+    """Leftover capacity to the ranked flows in rank order (work conservation)."""
+    for k in range(m):
+        f = order[k]
+        spare = _path_min(f, path_ptr, path_links, residual)
+        if spare <= 0:
+            continue
+        rate[f] += spare
+        _consume(f, spare, path_ptr, path_links, residual, capacity)
+
+
 # --------------------------------------------------------------------------- fair (max-min)
 @jit
 def _heap_less(s1, l1, s2, l2):

@@ -2,7 +2,7 @@
 
 Layout, compilation and the bit-for-bit agreement of compiled and interpreted runs are as in
 ``schedulers/kernels.py``, whose shared helpers (``_select``, ``_bottleneck``, ``_consume``,
-``_path_min``) these kernels import.  They are kept apart from ``kernels.echelon_decide`` so that
+``_path_min``, ``_backfill``) these kernels import.  They are kept apart from ``echelon_kernels`` so that
 EchelonFlow's own scheduler can change without moving the baselines it is compared with.
 
 The reference for every rule here is the simulator of the Varys authors, CoflowSim
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from echelonflow.schedulers.kernels import (
     INF,
+    _backfill,
     _bottleneck,
     _consume,
     _path_min,
@@ -115,13 +116,7 @@ def varys_decide(active, remaining, group, reference, ref_slot, idrank, weight, 
     if n_skipped > 0:
         _split_spare(sel, starts, skipped, n_skipped, path_ptr, path_links, residual, capacity, rate)
 
-    for k in range(m):
-        f = order[k]
-        spare = _path_min(f, path_ptr, path_links, residual)
-        if spare <= 0:
-            continue
-        rate[f] += spare
-        _consume(f, spare, path_ptr, path_links, residual, capacity)
+    _backfill(order, m, path_ptr, path_links, residual, capacity, rate)
     return m
 
 
