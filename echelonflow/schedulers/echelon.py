@@ -22,7 +22,8 @@ Each decision (docs/scheduler-design.md works both rules through, with why and t
 ``echelon-varys`` (:class:`EchelonVarysScheduler`) is the paper's sketch taken literally, the
 ``echelon`` of earlier versions, kept for comparison: groups by Varys's SEBF on their *active* flows
 (``order_by`` picks the key), just-in-time rates for every group (MADD for a Coflow), back-fill.  With
-its offsets ignored it is Varys itself (:class:`CoflowScheduler`, ``coflow``).
+its offsets ignored it is Varys without CoflowSim's spare split; the ``coflow`` baseline is
+``schedulers/varys.py``.
 
 ``rank`` is the flow's index in the global order (0 = most urgent); the controller compresses it into
 the switch's few priority queues.  The loops are in ``echelon_kernels.py``.

@@ -212,10 +212,10 @@ def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank
 @jit
 def jit_decide(active, remaining, group, offset, reference, ref_slot, idrank, weight, path_ptr, path_links,
                capacity, now, use_offsets, order_by, rate, order):
-    """Varys with the ideal-finish offsets as its one knob (``echelon-varys``; ``coflow`` with
-    ``use_offsets`` false): groups by ``order_by`` on their active flows, just-in-time rates
-    ``b_j / (d_j + t* - now)`` group by group against what earlier groups left, back-fill.  Returns
-    the count of ranked flows written to ``order``."""
+    """The paper's Varys adaptation, with the ideal-finish offsets as its one knob (``echelon-varys``;
+    with ``use_offsets`` false it is Varys without CoflowSim's spare split): groups by ``order_by`` on
+    their active flows, just-in-time rates ``b_j / (d_j + t* - now)`` group by group against what
+    earlier groups left, back-fill.  Returns the count of ranked flows written to ``order``."""
     n = len(active)
     sel = ints(n)
     due = floats(n)
