@@ -21,6 +21,7 @@ from echelonflow.schedulers.kernels import (
     _backfill,
     _bottleneck,
     _consume,
+    _copied,
     _fill,
     _path_min,
     _select,
@@ -149,9 +150,7 @@ def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank
     n_links = len(capacity)
     cumulative = floats(n_links)
     touched = ints(n_links)
-    residual = floats(n_links)
-    for li in range(n_links):
-        residual[li] = capacity[li]
+    residual = _copied(capacity)
 
     keys = floats(n_groups)
     for g in range(n_groups):
@@ -232,9 +231,7 @@ def jit_decide(active, remaining, group, offset, reference, ref_slot, idrank, we
     n_links = len(capacity)
     cumulative = floats(n_links)
     touched = ints(n_links)
-    residual = floats(n_links)
-    for li in range(n_links):
-        residual[li] = capacity[li]
+    residual = _copied(capacity)
 
     keys = floats(n_groups)
     no_slack = floats(m)

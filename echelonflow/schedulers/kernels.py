@@ -143,6 +143,15 @@ def _consume(f, amount, path_ptr, path_links, residual, full):
 
 
 @jit
+def _copied(values):
+    """A fresh float array holding ``values`` (what is left of each link before anything is given)."""
+    out = floats(len(values))
+    for i in range(len(values)):
+        out[i] = values[i]
+    return out
+
+
+@jit
 def _path_min(f, path_ptr, path_links, residual):
     spare = INF
     for p in range(path_ptr[f], path_ptr[f + 1]):
@@ -332,9 +341,7 @@ def priority_decide(active, group_ptr, remaining, path_ptr, path_links, capacity
     then takes its rates off every link of its flows (rounding dust below EPS_RELATIVE of a link's
     capacity becomes exactly 0).
     """
-    residual = floats(len(capacity))
-    for li in range(len(capacity)):
-        residual[li] = capacity[li]
+    residual = _copied(capacity)
     local_of = _unnumbered(len(capacity))
     sel = ints(len(active))
     for g in range(len(group_ptr) - 1):

@@ -20,6 +20,7 @@ from echelonflow.schedulers.kernels import (
     _backfill,
     _bottleneck,
     _consume,
+    _copied,
     _path_min,
     _select,
     floats,
@@ -85,9 +86,7 @@ def varys_decide(active, remaining, group, reference, ref_slot, idrank, weight, 
         keys[g] = key / weight[last]
     group_order = stable_argsort(keys, n_groups)
 
-    residual = floats(n_links)
-    for li in range(n_links):
-        residual[li] = capacity[li]
+    residual = _copied(capacity)
     skipped = ints(n_groups)
     n_skipped = 0
     pos = 0
@@ -140,19 +139,25 @@ def _split_spare(sel, starts, skipped, n_skipped, path_ptr, path_links, residual
             f = sel[k]
             if _path_min(f, path_ptr, path_links, residual) <= 0:
                 continue
-            share = INF
-            for p in range(path_ptr[f], path_ptr[f + 1]):
-                li = path_links[p]
-                value = residual[li] / count[li]
-                if value < share:
-                    share = value
-            rate[f] = share
+            rate[f] = _path_share(f, path_ptr, path_links, residual, count)
     for s in range(n_skipped):
         g = skipped[s]
         for k in range(starts[g], starts[g + 1]):
             f = sel[k]
             if rate[f] > 0:
                 _consume(f, rate[f], path_ptr, path_links, residual, capacity)
+
+
+@jit
+def _path_share(f, path_ptr, path_links, available, count):
+    """The smallest over flow f's links of ``available / count``: its even share of each link."""
+    share = INF
+    for p in range(path_ptr[f], path_ptr[f + 1]):
+        li = path_links[p]
+        value = available[li] / count[li]
+        if value < share:
+            share = value
+    return share
 
 
 @jit
@@ -172,11 +177,5 @@ def port_fair_decide(active, remaining, path_ptr, path_links, capacity, rate):
             count[path_links[p]] += 1
     for k in range(m):
         f = sel[k]
-        share = INF
-        for p in range(path_ptr[f], path_ptr[f + 1]):
-            li = path_links[p]
-            value = capacity[li] / count[li]
-            if value < share:
-                share = value
-        rate[f] = share
+        rate[f] = _path_share(f, path_ptr, path_links, capacity, count)
     return 0
