@@ -49,7 +49,8 @@ def cell_label(record: dict[str, Any]) -> str:
     """A short name for a record's scenario with its parameter values (without the noise)."""
     short = {"topology.k": "k", "topology.oversubscription": "os", "jobs.0.multi_tenant.load": "load",
              "jobs.0.multi_tenant.seed": "seed"}
-    values = [f"{short[path]}{value}" for path, value in record["parameters"].items() if path in short]
+    parameters = record["parameters"]  # named in ``short``'s order: records may list them in any order
+    values = [f"{label}{parameters[path]}" for path, label in short.items() if path in parameters]
     return " ".join([record["scenario"], *values])
 
 

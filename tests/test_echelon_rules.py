@@ -6,6 +6,9 @@
   (preemption cannot help when every chain is there from time 0).  ``echelon`` must reach it on random
   instances; the paper's sketch (``echelon-varys``), which sees only the chain's *active* flow, does
   not on the instance pinned below.
+* **Smith's order or BSSI's, whichever the estimate prefers.**  Smith's rule on each group's own
+  bottleneck does not see that a wide Coflow holds three ports that three narrow ones each need; Sincronia's
+  BSSI does, and echelon keeps its order when its list-schedule estimate is lower.
 * **A Coflow's flows as soon as possible.**  MADD slows every flow of a Coflow down to its bottleneck;
   the Coflow ends no later when its flows go one after another, and a flow that feeds a consumer of its
   own lets that consumer start earlier.
@@ -70,6 +73,31 @@ def test_ordering_on_active_flows_only_misses_the_optimum() -> None:
     assert smith_optimum(jobs) == pytest.approx(3.2)
     assert weighted_completion(jobs, "echelon") == pytest.approx(3.2)
     assert weighted_completion(jobs, "echelon-varys") == pytest.approx(3.4)
+
+
+def coflow_job(job_id: str, flows: list[tuple[str, str, int]]) -> Job:
+    """One Coflow (every offset 0) of the given (src, dst, size_bytes) flows, all ready at time 0."""
+    job = Job(job_id)
+    for i, (src, dst, size) in enumerate(flows):
+        job.add(FlowTask(f"f{i}", src, dst, size, echelon_id="c"))
+        job.explicit_offsets_s[f"f{i}"] = 0.0
+    return job
+
+
+def test_echelon_takes_bssis_order_where_smiths_rule_misses_shared_ports() -> None:
+    """A wide Coflow of three 1 MB flows on ports 1-3 and three narrow 1.1 MB Coflows, one per port.
+    Smith's rule (and Varys's SEBF) sends the wide one first (bottleneck 1.0 s < 1.1 s): it ends at
+    1.0 s and every narrow one at 2.1 s, 7.3 s in all.  BSSI puts the wide one behind two of them
+    (1.1 + 1.1 + 2.1 + 2.1 = 6.4 s); echelon's estimate prefers that order and takes it."""
+    jobs = [coflow_job("wide", [("h1", "h4", 1_000_000), ("h2", "h5", 1_000_000), ("h3", "h6", 1_000_000)])]
+    jobs += [coflow_job(f"narrow{i}", [(f"h{i}", f"h{i + 3}", 1_100_000)]) for i in (1, 2, 3)]
+    topo = build("bigswitch", 8 * BYTES_PER_S, mtu_bytes=None, hosts=6)
+    objective_s = {name: simulate(topo, jobs, get_scheduler(name), alone_runs=False).objective_s
+                   for name in ("coflow", "echelon-varys", "sincronia", "echelon")}
+    assert objective_s["coflow"] == pytest.approx(7.3)
+    assert objective_s["echelon-varys"] == pytest.approx(7.3)
+    assert objective_s["sincronia"] == pytest.approx(6.4)
+    assert objective_s["echelon"] == pytest.approx(6.4)
 
 
 def test_a_coflows_flows_go_one_after_another_so_their_consumers_start_early() -> None:

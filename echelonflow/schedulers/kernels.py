@@ -398,6 +398,16 @@ def bssi_order(active, group_ptr, remaining, path_ptr, path_links, capacity, wei
             acc[gl] = 0.0
             seen[gl] = 0
         dem_ptr[g + 1] = n_dem
+    return bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights)
+
+
+@jit
+def bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights):
+    """BSSI (:func:`bssi_order`) on demands given per group: ``dem_link[dem_ptr[g]:dem_ptr[g + 1]]``
+    (links numbered 0..``n_local``-1, each at most once per group) with the group's seconds on each in
+    ``dem_time``.  Groups without demands go first, in index order."""
+    n_groups = len(dem_ptr) - 1
+    n_dem = dem_ptr[n_groups]
     # load per link and its users (groups in order), with the group's seconds on it
     load = floats(n_local)
     n_users = ints(n_local)
@@ -429,7 +439,7 @@ def bssi_order(active, group_ptr, remaining, path_ptr, path_links, capacity, wei
         else:  # nothing left: first, in id order
             out[n_out] = g
             n_out += 1
-    heap_cap = n_local + n_dem + n_groups + 1
+    heap_cap = n_local + 1  # one entry per link at most: a popped link is pushed back at most once
     hs = floats(heap_cap)
     hl = ints(heap_cap)
     size = 0
@@ -440,7 +450,10 @@ def bssi_order(active, group_ptr, remaining, path_ptr, path_links, capacity, wei
         size = _heap_pop(hs, hl, size)
         neg, b = hs[size], hl[size]
         if -neg != load[b]:
-            continue  # stale: a fresher entry for this link is in the heap
+            # stale: loads only fall, so an entry is at least its link's load; put it back at the
+            # current load (lazily: only links that reach the top are ever re-keyed)
+            size = _heap_push(hs, hl, size, -load[b], b)
+            continue
         last = -1
         best = 0.0
         last_time = 0.0
@@ -463,9 +476,7 @@ def bssi_order(active, group_ptr, remaining, path_ptr, path_links, capacity, wei
         back -= 1
         out[back] = last
         for d in range(dem_ptr[last], dem_ptr[last + 1]):
-            li = dem_link[d]
-            load[li] -= dem_time[d]
-            size = _heap_push(hs, hl, size, -load[li], li)
+            load[dem_link[d]] -= dem_time[d]
         size = _heap_push(hs, hl, size, -load[b], b)
     # idle groups first, then the ordered ones (written from the back)
     for k in range(back, n_groups):
