@@ -29,14 +29,13 @@ from echelonflow.schedulers.kernels import (
     _unnumbered,
     bssi_from_demands,
     floats,
+    group_demands,
     ints,
     jit,
     stable_argsort,
 )
 
 EPS_BYTES = 1e-9
-#: A group's least seconds on a link it crosses (:func:`_bssi_groups`).
-TINY_S = 1e-12
 #: ``order_by`` codes of :func:`jit_decide` (names in schedulers.echelon.ORDERINGS).
 ORDER_BOTTLENECK, ORDER_TARDINESS, ORDER_VOLUME = 0, 1, 2
 
@@ -143,77 +142,29 @@ def _residual_bottleneck(slot, sel, a, b, remaining, offset, path_ptr, path_link
 @jit
 def _bssi_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset, path_ptr, path_links,
                  capacity, members_ptr, members):
-    """Sincronia's BSSI order (``kernels.bssi_from_demands``) of the decision's groups, on what they
-    have left (as for :func:`_residual_bottleneck`) and with their offsets: a group's seconds on link
-    l are ``max_j (C_j / c_l - (o_j - o_first))`` over its remaining flows in offset order (``C_j``
-    the bits of the first j on l, ``o_first`` the offset of its first remaining flow), the time l must
-    give it before the tardiness of what it has left stops growing.  For a Coflow that is all its bits
-    over c_l, Sincronia's own demand.  Returns group indices, most urgent first.
+    """Sincronia's BSSI order of the decision's groups on what they have left (as for
+    :func:`_residual_bottleneck`), with their offsets (``kernels.group_demands``: a group's seconds on
+    link l are ``max_j (C_j / c_l - (o_j - o_first))``).  Returns group indices, most urgent first.
     """
     whole = len(members_ptr) > 0
-    n_global = len(capacity)
-    local_of = _unnumbered(n_global)
-    cum = floats(n_global)
-    most = floats(n_global)
-    seen = ints(n_global)
-    listed = ints(n_global)
-    total = 0  # distinct (group, link) pairs: a group's many flows cross the same few links
+    count = 0
     for g in range(n_groups):
         lo, hi = _left_span(group[sel[starts[g]]], starts[g], starts[g + 1], members_ptr, whole)
-        n_seen = 0
-        for e in range(lo, hi):
-            f = members[e] if whole else sel[e]
-            if remaining[f] <= EPS_BYTES:
-                continue
-            for p in range(path_ptr[f], path_ptr[f + 1]):
-                gl = path_links[p]
-                if seen[gl] == 0:
-                    seen[gl] = 1
-                    listed[n_seen] = gl
-                    n_seen += 1
-        for t in range(n_seen):
-            seen[listed[t]] = 0
-        total += n_seen
-    dem_ptr = ints(n_groups + 1)
-    dem_link = ints(total)
-    dem_time = floats(total)
+        count += hi - lo
+    flows = ints(count)
+    ptr = ints(n_groups + 1)
     w = floats(n_groups)
-    n_local = 0
-    n_dem = 0
+    n = 0
     for g in range(n_groups):
         a, b = starts[g], starts[g + 1]
         w[g] = _group_weight(sel, a, b, idrank, weight)
         lo, hi = _left_span(group[sel[a]], a, b, members_ptr, whole)
-        first = n_dem
-        o_first = INF
         for e in range(lo, hi):
-            f = members[e] if whole else sel[e]
-            if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
-                continue
-            if o_first == INF:
-                o_first = offset[f]
-            for p in range(path_ptr[f], path_ptr[f + 1]):
-                gl = path_links[p]
-                if local_of[gl] < 0:
-                    local_of[gl] = n_local
-                    n_local += 1
-                if seen[gl] == 0:
-                    seen[gl] = 1
-                    dem_link[n_dem] = gl
-                    n_dem += 1
-                cum[gl] = cum[gl] + 8.0 * remaining[f] / capacity[gl]
-                value = cum[gl] - (offset[f] - o_first)
-                if value > most[gl]:
-                    most[gl] = value
-        for d in range(first, n_dem):
-            gl = dem_link[d]
-            # a link the group is early on still carries its bytes: a sliver keeps it a user there
-            dem_time[d] = most[gl] if most[gl] > TINY_S else TINY_S
-            dem_link[d] = local_of[gl]
-            cum[gl] = 0.0
-            most[gl] = 0.0
-            seen[gl] = 0
-        dem_ptr[g + 1] = n_dem
+            flows[n] = members[e] if whole else sel[e]
+            n += 1
+        ptr[g + 1] = n
+    dem_ptr, dem_link, dem_time, n_local = group_demands(flows, ptr, remaining, offset, True, path_ptr,
+                                                         path_links, capacity)
     return bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, w)
 
 

@@ -39,6 +39,8 @@ EPS_BYTES = 1e-9  # same as schedulers.base.EPS_BYTES (base imports nothing from
 #: Residual capacity (bits/s) at or below this, relative to the link's capacity, counts as full.
 EPS_RELATIVE = 1e-12
 INF = math.inf
+#: A group's least seconds on a link it crosses, when offsets may leave it none (:func:`group_demands`).
+TINY_S = 1e-12
 #: Progressive filling scans the links for the smallest share instead of keeping a heap when
 #: links^2 <= SCAN_FACTOR x (links of all paths).  Measured on fat-trees (k=8 and 16, 60-10,000
 #: random flows; the scan's cost is rounds x links, the heap's a push per frozen flow and link):
@@ -360,15 +362,33 @@ def bssi_order(active, group_ptr, remaining, path_ptr, path_links, capacity, wei
     first.  Groups as in :func:`priority_decide`, in group-id order.  Links are numbered by first use
     (groups in order, flows in order, path order), which breaks ties between equally loaded links.
     """
+    dem_ptr, dem_link, dem_time, n_local = group_demands(active, group_ptr, remaining, floats(0), False,
+                                                         path_ptr, path_links, capacity)
+    return bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights)
+
+
+@jit
+def group_demands(flows, group_ptr, remaining, offset, with_offsets, path_ptr, path_links, capacity):
+    """Each group's seconds on each link it crosses, as BSSI reads them: ``(dem_ptr, dem_link,
+    dem_time, n_local)``, group g's links ``dem_link[dem_ptr[g]:dem_ptr[g + 1]]`` (numbered 0..n_local-1
+    by first use) with its seconds in ``dem_time``.  Group g's flows are ``flows[group_ptr[g]:
+    group_ptr[g + 1]]``; flows with no bytes left or no path count for nothing.
+
+    Without offsets a group's seconds on l are its bits on l over c_l (Sincronia's demand).  With them
+    (``offset`` per flow, each group's flows listed in offset order) they are ``max_j (C_j / c_l - (o_j -
+    o_first))`` over its flows (``C_j`` the bits of the first j on l, ``o_first`` its first flow's
+    offset), at least ``TINY_S``: the time l must give the group before its tardiness stops growing
+    (``echelon``; for a Coflow the same as without).
+    """
     n_groups = len(group_ptr) - 1
     n_global = len(capacity)
     local_of = _unnumbered(n_global)
-    acc = floats(n_global)
+    cum = floats(n_global)
+    most = floats(n_global)
     seen = ints(n_global)
-    # per group: (local link, seconds of that link) in order of first use -- CSR dem_*
-    total = 0
-    for k in range(len(active)):
-        f = active[k]
+    total = 0  # at most one demand per flow and link
+    for k in range(group_ptr[n_groups]):
+        f = flows[k]
         total += path_ptr[f + 1] - path_ptr[f]
     dem_ptr = ints(n_groups + 1)
     dem_link = ints(total)
@@ -377,10 +397,13 @@ def bssi_order(active, group_ptr, remaining, path_ptr, path_links, capacity, wei
     n_dem = 0
     for g in range(n_groups):
         first = n_dem
+        o_first = INF
         for k in range(group_ptr[g], group_ptr[g + 1]):
-            f = active[k]
-            if remaining[f] <= EPS_BYTES:
+            f = flows[k]
+            if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
                 continue
+            if o_first == INF and with_offsets:
+                o_first = offset[f]
             for p in range(path_ptr[f], path_ptr[f + 1]):
                 gl = path_links[p]
                 if local_of[gl] < 0:
@@ -390,15 +413,22 @@ def bssi_order(active, group_ptr, remaining, path_ptr, path_links, capacity, wei
                     seen[gl] = 1
                     dem_link[n_dem] = gl
                     n_dem += 1
-                acc[gl] = acc[gl] + 8.0 * remaining[f] / capacity[gl]
+                cum[gl] = cum[gl] + 8.0 * remaining[f] / capacity[gl]
+                if with_offsets and cum[gl] - (offset[f] - o_first) > most[gl]:
+                    most[gl] = cum[gl] - (offset[f] - o_first)
         for d in range(first, n_dem):
             gl = dem_link[d]
-            dem_time[d] = acc[gl]
+            if with_offsets:
+                # a link the group is early on still carries its bytes: a sliver keeps it a user there
+                dem_time[d] = most[gl] if most[gl] > TINY_S else TINY_S
+            else:
+                dem_time[d] = cum[gl]
             dem_link[d] = local_of[gl]
-            acc[gl] = 0.0
+            cum[gl] = 0.0
+            most[gl] = 0.0
             seen[gl] = 0
         dem_ptr[g + 1] = n_dem
-    return bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights)
+    return dem_ptr, dem_link, dem_time, n_local
 
 
 @jit
