@@ -61,3 +61,5 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT_STAMP"* ]]; then
         || { cat "$VENV/pip.log" >&2; exit 1; }
     echo "$WANT_STAMP" >"$STAMP"
 fi
+# numba compiles the schedulers' kernels on first use; do it here, off every clock (simulator/precompile.py).
+"$VENV/bin/python" -m simulator.precompile
