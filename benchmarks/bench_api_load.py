@@ -38,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from controller.client import ApiClientError, EchelonClient  # noqa: E402
-from controller.launcher import ControllerProcess, free_tcp_port  # noqa: E402
+from controller.launcher import ControllerProcess, free_tcp_port, local_config  # noqa: E402
 from echelonflow.topology import fattree  # noqa: E402
 
 PROBE_TIMEOUT_S = 5.0  # a normal request not answered within this counts as failed
@@ -209,7 +209,8 @@ def load(make_client, threads: int, seconds: float, action: str) -> dict[str, An
 # ------------------------------------------------------------------------------------------ one run
 def one_run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = tempfile.mkdtemp(prefix="echelon-bench-api-")
-    ctl = ControllerProcess(fattree(10e6, k=4), ofp_port=free_tcp_port(), workdir=workdir, interval_s=0.5)
+    ctl = ControllerProcess(fattree(10e6, k=4), local_config(interval_s=0.5), ofp_port=free_tcp_port(),
+                            workdir=workdir)
     ctl.start()
     try:
         def tcp_client() -> EchelonClient:

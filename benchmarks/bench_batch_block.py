@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from controller.client import EchelonClient, install_op, remove_op  # noqa: E402
-from controller.launcher import ControllerProcess, free_tcp_port  # noqa: E402
+from controller.launcher import ControllerProcess, free_tcp_port, local_config  # noqa: E402
 from echelonflow.topology import Topology, fattree  # noqa: E402
 
 PROBE_INTERVAL_S = 0.005
@@ -98,7 +98,8 @@ def main() -> int:
     topo = fattree(10e6, k=4)
     fabric = None
     rows = []
-    with ControllerProcess(topo, ofp_port=free_tcp_port(), metrics_port=None, stats_interval_s=0) as ctl:
+    with ControllerProcess(topo, local_config(metrics_port=None, stats_interval_s=0),
+                           ofp_port=free_tcp_port()) as ctl:
         if args.fabric:
             from topologies.fabric import Fabric
 

@@ -89,7 +89,7 @@ def cpu_s(pid: int) -> float:
 
 
 def idle_controller_cpu(seconds: float) -> dict:
-    from controller.launcher import ControllerProcess, free_tcp_port
+    from controller.launcher import ControllerProcess, free_tcp_port, local_config
     from topologies.fabric import Fabric
 
     out = {}
@@ -98,7 +98,7 @@ def idle_controller_cpu(seconds: float) -> dict:
         vswitchd = int(handle.read())
     for label, interval in (("stats poll 1 s", 1.0), ("stats poll off", 0.0)):
         port = free_tcp_port()
-        with ControllerProcess(topo, ofp_port=port, stats_interval_s=interval) as ctl:
+        with ControllerProcess(topo, local_config(stats_interval_s=interval), ofp_port=port) as ctl:
             fabric = Fabric(topo, controller_port=port, queues=4).start()
             try:
                 ctl.wait_switches(timeout_s=30)

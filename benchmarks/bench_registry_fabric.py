@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from controller.launcher import ControllerProcess, free_tcp_port  # noqa: E402
+from controller.launcher import ControllerProcess, free_tcp_port, local_config  # noqa: E402
 from echelonflow.topology import Topology, fattree  # noqa: E402
 from topologies.fabric import Fabric  # noqa: E402
 
@@ -104,7 +104,7 @@ def reschedule_1000(ctl: ControllerProcess, topo: Topology, n_flows: int) -> dic
 
 def run(topo: Topology, job) -> tuple[dict, list[str]]:
     port = free_tcp_port()
-    ctl = ControllerProcess(topo, ofp_port=port, interval_s=3600.0)
+    ctl = ControllerProcess(topo, local_config(interval_s=3600.0), ofp_port=port)
     ctl.start()
     try:
         with Fabric(topo, controller_port=port, queues=4, connect_timeout_s=120) as fabric:

@@ -54,6 +54,8 @@ import time
 import warnings
 from typing import Any, Callable
 
+from controller.config import default_socket_path
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # eventlet >= 0.36 warns that it is in maintenance mode
     import eventlet
@@ -61,7 +63,6 @@ with warnings.catch_warnings():
 
 LOG = logging.getLogger("echelon.api_server")
 DEFAULT_PORT = 8181
-SOCKET_DIR = "/run/echelon"
 DEFAULT_MAX_CONNECTIONS = 4096  # per listener
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
 FD_RESERVE = 512  # descriptors kept for everything but API connections (switches, store, logs)
@@ -93,10 +94,6 @@ class GreenEvent:
         with eventlet.Timeout(timeout, False):
             self._event.wait()
         return self._event.ready()
-
-
-def default_socket_path(port: int) -> str:
-    return os.path.join(SOCKET_DIR, f"controller-{port}.sock")
 
 
 class ServerError(Exception):

@@ -20,13 +20,17 @@ line naming where it came from, e.g. ``ECHELON_API_PORT: must be an integer betw
 3. ``ECHELON_*`` environment variables, which ``controller.launcher.ControllerProcess`` writes with
    :meth:`ControllerConfig.to_env` (the launcher also writes the topology as a spec file, ``topology_file``).
 
+``echelon controller`` builds its config from command-line options made from the same table
+(:func:`add_arguments`, :func:`from_arguments`) and hands it whole to the launcher.
+
 Kept Python 3.9 compatible; no os-ken import (the app hands in its ``cfg`` module).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -42,6 +46,14 @@ DEFAULT_METRICS_PORT = 9302  # Faucet's exporter port (controller.metrics serves
 #: spec, store or token file, or a store owned by another controller); the launcher passes it on.
 START_ERROR_PREFIX = "echelon controller: error: "
 OFF = "off"
+#: Where the API's Unix socket goes when ``api_socket`` is empty (see :func:`default_socket_path`).
+SOCKET_DIR = "/run/echelon"
+
+
+def default_socket_path(api_port: int) -> str:
+    """The API's Unix socket for an empty ``api_socket``: one per API port, so controllers side by side
+    (each on its own port) never share one."""
+    return os.path.join(SOCKET_DIR, f"controller-{api_port}.sock")
 
 
 class ConfigError(UserError):
@@ -252,6 +264,33 @@ def oslo_options(cfg: Any) -> list[Any]:
     ``cfg.CONF.register_opts(oslo_options(cfg), group="echelon")`` in the app."""
     return [cfg.StrOpt(spec.name, default=None, help=f"{spec.help} (default {_shown(spec)})")
             for spec in SETTINGS]
+
+
+def add_arguments(parser: Any, names: Iterable[str]) -> None:
+    """The settings ``names`` as command-line options (``api_port`` -> ``--api-port``), for
+    :func:`from_arguments`: strings, parsed and checked as the environment's are, so an option is
+    declared once, in :data:`SETTINGS`, and refused with the same one line naming it."""
+    for name in names:
+        spec = _BY_NAME[name]
+        parser.add_argument(_option(spec), dest=_dest(spec), default=None, metavar=name.upper(),
+                            help=f"{spec.help} (default {_shown(spec)})".replace("%", "%%"))
+
+
+def from_arguments(args: Any, names: Iterable[str],
+                   base: ControllerConfig | None = None) -> ControllerConfig:
+    """``base`` (default: the defaults) with the options :func:`add_arguments` added for ``names`` that
+    were given; a bad value is a :class:`ConfigError` naming the option."""
+    given = {name: getattr(args, _dest(_BY_NAME[name])) for name in names}
+    given = {name: value for name, value in given.items() if value is not None}
+    return (base or ControllerConfig()).with_strings(given, _option)
+
+
+def _option(spec: Setting) -> str:
+    return "--" + spec.name.replace("_", "-")
+
+
+def _dest(spec: Setting) -> str:
+    return "setting_" + spec.name  # apart from options of the same name (the topology's --rate-mbps)
 
 
 def _shown(spec: Setting) -> str:

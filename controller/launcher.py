@@ -5,8 +5,10 @@ Ryu is installed; ``manager=`` picks another, e.g. a Python 3.9 venv's ``ryu-man
 ``controller/app.py`` with the OpenFlow port asked for, records the pid, and waits until the port listens
 and the app answers on its HTTP API, the app's one control surface (:meth:`ControllerProcess.client`).
 
-Every instance gets its own registry store, token file, API port, metrics port and API Unix socket (under
-its working directory unless given), so parallel tests and emulation runs never collide; they are exposed
+It takes the app's settings whole, as one :class:`~controller.config.ControllerConfig`.  By default
+(:func:`local_config`) every instance gets its own registry store, token file, API port, metrics port and
+API Unix socket (under its working directory), so parallel tests and emulation runs never collide; they
+are exposed
 as ``store_path``, ``token_file``, ``api_port``, ``api_socket_path``, ``api_url``, ``dashboard_url``,
 ``metrics_port`` and ``metrics_url``, and
 :meth:`ControllerProcess.client` returns an :class:`~controller.client.EchelonClient` for them.  A restart
@@ -33,14 +35,17 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+from typing import Any
 
 from controller.client import ApiClientError, EchelonClient
-from controller.config import START_ERROR_PREFIX, ConfigError, ControllerConfig
+from controller.config import START_ERROR_PREFIX, ConfigError, ControllerConfig, default_socket_path
 from controller.owner_lock import owner_pid
 from controller.topology_spec import write_spec
 from echelonflow import ownership
 from echelonflow.errors import UserError
+from echelonflow.fields import FieldError, integer
 from echelonflow.topology import Topology
 
 APP_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "app.py")
@@ -97,11 +102,15 @@ def tcp_port_listening(port: int) -> bool:
     return False
 
 
-def free_tcp_port() -> int:
-    """A TCP port nothing listens on right now (the kernel's pick for port 0 on loopback)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_tcp_port(avoid: Collection[int] = ()) -> int:
+    """A TCP port nothing listens on right now (the kernel's pick for port 0 on loopback), none of
+    ``avoid`` (ports already handed out for the same controller)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in avoid:
+            return port
 
 
 #: Unix socket paths longer than this do not fit ``sockaddr_un.sun_path`` (108 bytes with the NUL).
@@ -126,77 +135,64 @@ def _stale_socket(path: str) -> bool:
     return False
 
 
-def _check_port(what: str, port: object, allow_zero: bool = False) -> None:
-    low = 0 if allow_zero else 1
-    if not isinstance(port, int) or isinstance(port, bool) or not low <= port < 65536:
-        raise ControllerError(f"{what} port must be {low}..65535, got {port!r}")
+#: Where an instance's files go by default: inside its working directory (relative paths are resolved
+#: there), so parallel tests and emulation runs never share a store, a token file or a socket.
+LOCAL_FILES = {"store": "registry.sqlite", "token_file": "token", "api_socket": "api.sock"}
+check_ofp_port = integer(1, 65535)
+
+
+def local_config(**settings: Any) -> ControllerConfig:
+    """A config for one more controller on this machine: ``settings`` (:class:`ControllerConfig` fields)
+    over the launcher's defaults, which are its own free API and metrics ports (also for a port given as
+    0; ``metrics_port=None`` serves no metrics) and its files in the launcher's working directory
+    (:data:`LOCAL_FILES`).  The app's own defaults (fixed ports, /var/lib/echelon) suit one controller
+    per machine; tests and emulation runs start many side by side."""
+    taken: set[int] = set()
+    for name in ("api_port", "metrics_port"):
+        if settings.get(name, 0) == 0:
+            settings[name] = free_tcp_port(avoid=taken)
+        if settings[name] is not None:
+            taken.add(settings[name])
+    try:
+        return ControllerConfig(**{**LOCAL_FILES, **settings})
+    except ConfigError as exc:
+        raise ControllerError(str(exc)) from None
 
 
 class ControllerProcess:
-    """One controller child process for ``topology`` listening for switches on ``ofp_port``.
+    """One controller child process for ``topology``, with the settings ``config`` (default
+    :func:`local_config`), listening for switches on ``ofp_host``:``ofp_port``.
 
-    ``api_port`` 0 (default) picks a free port at start; ``store_path``, ``token_file`` and
-    ``api_socket_path`` default to files in the working directory.  ``metrics_port`` 0 (default) picks a
-    free port for ``/metrics``, None serves no metrics; ``metrics_host`` is the address it listens on
-    (loopback unless a Prometheus elsewhere must scrape it).  ``interval_s`` is the scheduling
-    service's reschedule interval, ``stats_interval_s`` its switch-counter poll (0 = off), ``min_rate_bps``
-    the allocation below which a flow counts as paused.  ``manager``
-    is the command to run the app with (default: ``compat.MANAGER`` next to the running Python).
+    The config is passed whole: the launcher only writes the topology as a spec file (its path is the
+    app's ``topology_file``) and resolves relative paths of ``store``, ``token_file`` and ``api_socket``
+    against ``workdir``.  What stays apart is the launcher's own: the OpenFlow listener (an os-ken
+    option, not an app setting), the working directory (default: an own temporary one, removed on stop),
+    ``manager``, the command to run the app with (default: ``compat.MANAGER`` next to the running
+    Python), and ``extra_env``, environment given to the child over the config's.
     """
 
     def __init__(
         self,
         topology: Topology,
-        ofp_port: int = 6653,
-        queues: int = 4,
-        workdir: str | None = None,
-        route_idle_s: int = 30,
-        extra_env: dict[str, str] | None = None,
+        config: ControllerConfig | None = None,
         *,
-        api_port: int = 0,
-        store_path: str | None = None,
-        token_file: str | None = None,
-        api_socket_path: str | None = None,
-        interval_s: float = 0.5,
-        stats_interval_s: float = 1.0,
-        min_rate_bps: float = 8000.0,
-        hold_paused: bool = False,
-        fixed_class: bool = False,
-        manager: str | Sequence[str] | None = None,
-        metrics_port: int | None = 0,
-        metrics_host: str = "127.0.0.1",
+        ofp_port: int = 6653,
         ofp_host: str = "127.0.0.1",
+        workdir: str | None = None,
+        manager: str | Sequence[str] | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> None:
-        _check_port("OpenFlow", ofp_port)
-        _check_port("API", api_port, allow_zero=True)
-        if metrics_port is not None:
-            _check_port("metrics", metrics_port, allow_zero=True)
-        try:  # the app's own checks of these settings, before anything starts
-            ControllerConfig(queues=queues, route_idle_s=route_idle_s, interval_s=interval_s,
-                             stats_interval_s=stats_interval_s, min_rate_bps=min_rate_bps,
-                             metrics_host=metrics_host)
-        except ConfigError as exc:
+        try:
+            self.ofp_port = check_ofp_port("ofp_port", ofp_port)
+        except FieldError as exc:
             raise ControllerError(str(exc)) from None
         self.topology = topology
-        self.ofp_port = ofp_port
+        self.config = local_config() if config is None else config
         self.ofp_host = ofp_host
-        self.queues = queues
-        self.route_idle_s = route_idle_s
         self.extra_env = dict(extra_env or {})
         self._own_workdir = workdir is None
         self.workdir = workdir
-        self.api_port = api_port
-        self._store_path = store_path
-        self._token_file = token_file
-        self._api_socket_path = api_socket_path
-        self.interval_s = interval_s
-        self.stats_interval_s = stats_interval_s
-        self.min_rate_bps = min_rate_bps
-        self.hold_paused = hold_paused
-        self.fixed_class = fixed_class
         self.manager = manager
-        self.metrics_port = metrics_port
-        self.metrics_host = metrics_host
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_text = ""
 
@@ -209,19 +205,33 @@ class ControllerProcess:
     def log_path(self) -> str:
         return os.path.join(str(self.workdir), "controller.log")
 
+    def _local(self, path: str) -> str:
+        """``path`` as the child sees it: relative paths are inside the working directory."""
+        return os.path.join(str(self.workdir), path)
+
     @property
     def store_path(self) -> str:
         """The registry's SQLite file (survives ``stop()`` unless it lives in an own temporary workdir)."""
-        return self._store_path or os.path.join(str(self.workdir), "registry.sqlite")
+        return self._local(self.config.store)
 
     @property
     def token_file(self) -> str:
-        return self._token_file or os.path.join(str(self.workdir), "token")
+        return self._local(self.config.token_file)
 
     @property
     def api_socket_path(self) -> str:
         """The API's Unix socket: what agents inside Mininet hosts (other namespaces) connect to."""
-        return self._api_socket_path or os.path.join(str(self.workdir), "api.sock")
+        if not self.config.api_socket:
+            return default_socket_path(self.api_port)
+        return self._local(self.config.api_socket)
+
+    @property
+    def api_port(self) -> int:
+        return self.config.api_port
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.config.metrics_port
 
     @property
     def api_url(self) -> str:
@@ -238,7 +248,8 @@ class ControllerProcess:
         """Prometheus metrics (None when started with ``metrics_port=None``)."""
         if self.metrics_port is None:
             return None
-        host = "127.0.0.1" if self.metrics_host in ("0.0.0.0", "") else self.metrics_host
+        host = self.config.metrics_host
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else host
         return f"http://{host}:{self.metrics_port}/metrics"
 
     def client(self, timeout_s: float = 30.0, tcp: bool = False) -> EchelonClient:
@@ -263,8 +274,9 @@ class ControllerProcess:
         command = manager_command(self.manager)
         if tcp_port_listening(self.ofp_port):
             raise ControllerError(f"TCP port {self.ofp_port} is already in use (another controller running?)")
-        for what, path in (("registry store", self._store_path), ("API token file", self._token_file)):
-            if path is not None and os.path.isdir(path):
+        for what, path in (("registry store", self.config.store),
+                           ("API token file", self.config.token_file)):
+            if os.path.isabs(path) and os.path.isdir(path):  # relative ones are in a workdir made below
                 raise ControllerError(f"{what} {path} is a directory; give a file path")
         if self.workdir is None:
             self.workdir = ownership.make_run_folder("ctl")
@@ -275,7 +287,7 @@ class ControllerProcess:
             self._remove_own_workdir()
             raise
         env = dict(os.environ)
-        env.update(self.config().to_env())
+        env.update(self.app_config().to_env())
         env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
         env.update(self.extra_env)
         cmd = ownership.PDEATHSIG + command + [
@@ -293,34 +305,25 @@ class ControllerProcess:
         return self
 
     def _check_listeners(self) -> None:
-        """The API socket path fits, and the API and metrics ports are free (picked when 0)."""
+        """The API socket path fits, and the API and metrics ports are free."""
         if len(self.api_socket_path) > MAX_SOCKET_PATH:
             raise ControllerError(f"API socket path {self.api_socket_path!r} is longer than "
                                   f"{MAX_SOCKET_PATH} bytes (a Unix socket limit); use a shorter workdir "
-                                  "or api_socket_path")
-        if self.api_port == 0:
-            self.api_port = free_tcp_port()
-        elif tcp_port_listening(self.api_port):
-            raise ControllerError(f"TCP port {self.api_port} for the API is already in use")
-        if self.metrics_port == 0:
-            self.metrics_port = free_tcp_port()
-        elif self.metrics_port is not None and tcp_port_listening(self.metrics_port):
-            raise ControllerError(f"TCP port {self.metrics_port} for the metrics is already in use")
+                                  "or api_socket")
+        for what, port in (("the API", self.api_port), ("the metrics", self.metrics_port)):
+            if port is not None and tcp_port_listening(port):
+                raise ControllerError(f"TCP port {port} for {what} is already in use")
 
     def _remove_own_workdir(self) -> None:
         if self._own_workdir and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
 
-    def config(self) -> ControllerConfig:
-        """The app's configuration for this instance (its ports resolved: call after they are picked)."""
-        return ControllerConfig(
-            topology_file=self.spec_path, queues=self.queues, route_idle_s=self.route_idle_s,
-            store=self.store_path, token_file=self.token_file, api_host="127.0.0.1", api_port=self.api_port,
-            api_socket=self.api_socket_path, interval_s=self.interval_s,
-            stats_interval_s=self.stats_interval_s, min_rate_bps=self.min_rate_bps,
-            hold_paused=self.hold_paused, fixed_class=self.fixed_class,
-            metrics_host=self.metrics_host, metrics_port=self.metrics_port)
+    def app_config(self) -> ControllerConfig:
+        """What the app is given: this instance's config with the topology spec file it writes and its
+        paths resolved (call once the working directory exists)."""
+        return replace(self.config, topology_file=self.spec_path, store=self.store_path,
+                       token_file=self.token_file, api_socket=self.api_socket_path)
 
     def wait_ready(self, timeout_s: float) -> None:
         """Until the OpenFlow port listens and the API answers ``GET /v1/health`` (or the process died)."""

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from controller.launcher import ControllerProcess, free_tcp_port
+from controller.launcher import ControllerProcess, free_tcp_port, local_config
 from echelonflow import ownership
 from echelonflow.dilation import CALIBRATION_FACTORS, check_factor, dilate_topology
 from echelonflow.errors import UserError
@@ -133,7 +133,7 @@ def measure_factor(topology: Topology, pairs: Sequence[HostPair], settings: Cali
     """
     workdir = ownership.make_run_folder("cal")
     port = free_tcp_port()
-    ctl = ControllerProcess(topology, ofp_port=port, queues=settings.queues,
+    ctl = ControllerProcess(topology, local_config(queues=settings.queues), ofp_port=port,
                             workdir=tempfile.mkdtemp(prefix="ctl-", dir=workdir))
     # the emulation's own fabric: hosts shaped at the link rate, so senders offer what a run offers
     fabric = Fabric(topology, controller_port=port, queues=settings.queues,

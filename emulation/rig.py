@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Callable
 
 from controller.client import ApiClientError, EchelonClient
-from controller.launcher import ControllerProcess, free_tcp_port
+from controller.launcher import ControllerProcess, free_tcp_port, local_config
 from controller.topology_spec import spec_of
 from echelonflow import ownership
 from echelonflow.model import Job
@@ -122,10 +122,11 @@ class Rig:
         """This run's controller settings; a fresh round and a restart after a crash differ only in
         folder and ports."""
         s = self.settings
-        return ControllerProcess(self.topology, ofp_port=self.port, queues=s.queues,
-                                 interval_s=s.controller_interval_s, stats_interval_s=s.stats_interval_s,
-                                 hold_paused=s.pace and s.hold_paused, fixed_class=s.pace and s.fixed_class,
-                                 workdir=folder, api_port=api_port, metrics_port=metrics_port)
+        config = local_config(queues=s.queues, interval_s=s.controller_interval_s,
+                              stats_interval_s=s.stats_interval_s, hold_paused=s.pace and s.hold_paused,
+                              fixed_class=s.pace and s.fixed_class, api_port=api_port,
+                              metrics_port=metrics_port)
+        return ControllerProcess(self.topology, config, ofp_port=self.port, workdir=folder)
 
     def _undo_start(self) -> None:
         with contextlib.suppress(Exception):

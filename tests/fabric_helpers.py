@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import networkx as nx
 
-from controller.launcher import ControllerProcess, free_tcp_port
+from controller.launcher import ControllerProcess, free_tcp_port, local_config
 from echelonflow import ownership
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.topology import Topology, dumbbell, fattree
@@ -96,8 +96,9 @@ def assert_within(value: float, target: float, lo: float, hi: float, what: str) 
 def stored_controller(state) -> ControllerProcess:
     """The controller of :func:`fattree_with_stored_controller`'s ``state``; a restart builds another on
     the same ports, folder and registry store."""
-    return ControllerProcess(state.topo, ofp_port=state.port, api_port=state.api_port, workdir=state.workdir,
-                             store_path=state.store, interval_s=0.5, extra_env=state.controller_env)
+    config = local_config(api_port=state.api_port, store=state.store, interval_s=0.5)
+    return ControllerProcess(state.topo, config, ofp_port=state.port, workdir=state.workdir,
+                             extra_env=state.controller_env)
 
 
 @contextlib.contextmanager

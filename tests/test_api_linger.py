@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from controller.auth import read_token
-from controller.launcher import ControllerProcess, free_tcp_port
+from controller.launcher import ControllerProcess, free_tcp_port, local_config
 from echelonflow.topology import two_hosts
 
 TWO_MIB = 2 << 20
@@ -24,7 +24,7 @@ TRIES = 40
 
 @pytest.fixture(scope="module")
 def controller():
-    ctl = ControllerProcess(two_hosts(10e6), ofp_port=free_tcp_port(), metrics_port=None)
+    ctl = ControllerProcess(two_hosts(10e6), local_config(metrics_port=None), ofp_port=free_tcp_port())
     ctl.start()
     yield ctl
     ctl.stop()

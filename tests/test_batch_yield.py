@@ -15,7 +15,7 @@ import time
 import pytest
 
 from controller.client import install_op, remove_op
-from controller.launcher import ControllerProcess, free_tcp_port
+from controller.launcher import ControllerProcess, free_tcp_port, local_config
 from echelonflow.topology import fattree
 
 OPS = 10_000
@@ -23,8 +23,8 @@ OPS = 10_000
 
 @pytest.fixture(scope="module")
 def controller():
-    ctl = ControllerProcess(fattree(10e6, k=4), ofp_port=free_tcp_port(), metrics_port=None,
-                            stats_interval_s=0)
+    ctl = ControllerProcess(fattree(10e6, k=4), local_config(metrics_port=None, stats_interval_s=0),
+                            ofp_port=free_tcp_port())
     ctl.start()
     yield ctl
     ctl.stop()

@@ -15,7 +15,13 @@ import pytest
 
 from controller.client import EchelonClient
 from controller.config import SETTINGS, ConfigError, ControllerConfig, oslo_options
-from controller.launcher import ControllerProcess, free_tcp_port, manager_command
+from controller.launcher import (
+    ControllerError,
+    ControllerProcess,
+    free_tcp_port,
+    local_config,
+    manager_command,
+)
 from echelonflow.topology import fattree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -87,14 +93,15 @@ def test_config_file_section_through_oslo_config(tmp_path):
 
 
 def test_launcher_passes_its_settings_as_one_config(tmp_path):
-    ctl = ControllerProcess(fattree(10e6, 4), ofp_port=free_tcp_port(), workdir=str(tmp_path), queues=3,
-                            interval_s=0.25, min_rate_bps=1.44e6)
-    ctl.api_port, ctl.metrics_port = 8555, None  # what start() resolves
-    config = ControllerConfig.load(ctl.config().to_env())
-    assert (config.topology_file, config.queues, config.interval_s, config.api_port, config.min_rate_bps) == (
+    config = local_config(queues=3, interval_s=0.25, min_rate_bps=1.44e6, api_port=8555, metrics_port=None)
+    ctl = ControllerProcess(fattree(10e6, 4), config, ofp_port=free_tcp_port(), workdir=str(tmp_path))
+    again = ControllerConfig.load(ctl.app_config().to_env())
+    assert (again.topology_file, again.queues, again.interval_s, again.api_port, again.min_rate_bps) == (
         ctl.spec_path, 3, 0.25, 8555, 1.44e6)
-    with pytest.raises(Exception, match="ECHELON|interval_s"):
-        ControllerProcess(fattree(10e6, 4), interval_s=0)
+    assert (again.store, again.api_socket) == (str(tmp_path / "registry.sqlite"), str(tmp_path / "api.sock"))
+    assert again.metrics_port is None and ctl.metrics_url is None
+    with pytest.raises(ControllerError, match="^interval_s: must be a number > 0"):
+        local_config(interval_s=0)
 
 
 def _clean_env() -> dict[str, str]:

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from controller.launcher import ControllerProcess, free_tcp_port
+from controller.launcher import ControllerProcess, free_tcp_port, local_config
 from echelonflow.topology import two_hosts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,7 +34,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_a_controller_started_from_a_thread_that_ends_keeps_serving():
     started: list[ControllerProcess] = []
     thread = threading.Thread(target=lambda: started.append(
-        ControllerProcess(two_hosts(10e6), ofp_port=free_tcp_port(), metrics_port=None).start()))
+        ControllerProcess(two_hosts(10e6), local_config(metrics_port=None),
+                          ofp_port=free_tcp_port()).start()))
     thread.start()
     thread.join(60)
     ctl = started[0]

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.launcher import ControllerProcess, free_tcp_port
+from controller.launcher import ControllerProcess, free_tcp_port, local_config
 from echelonflow import topology as graphs
 from reports.runfolder import default_run_dir
 from tests.conftest import CHROMEDRIVER, CHROMIUM
@@ -48,7 +48,7 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 def env(require_fabric, require_browser):
     topo = graphs.fattree(LINK_BPS, k=4)
     state = SimpleNamespace(topo=topo, port=free_tcp_port())
-    state.ctl = ControllerProcess(topo, ofp_port=state.port, interval_s=0.5)
+    state.ctl = ControllerProcess(topo, local_config(interval_s=0.5), ofp_port=state.port)
     state.run_dir = default_run_dir("dashboard", base=os.path.join(ROOT, "runs"))
     os.makedirs(state.run_dir)
     print(f"\ndashboard test run folder: {state.run_dir}")

@@ -24,7 +24,7 @@ def test_launcher_runs_real_manager_and_enforcement_api(tmp_path):
     """The real manager (os-ken here, ryu-manager 4.34 under tests/test_py39.py) serves the enforcement
     primitives on its one HTTP API; with no switch connected an install resolves as unreachable."""
     assert default_manager_name() == compat.MANAGER
-    with pytest.raises(ControllerError, match="port must be"):
+    with pytest.raises(ControllerError, match="^ofp_port: must be an integer between 1 and 65535, got 70000"):
         ControllerProcess(TOPO, ofp_port=70000)
     with pytest.raises(ControllerError, match="'/nonexistent/osken-manager' is not an executable"):
         ControllerProcess(TOPO, ofp_port=free_tcp_port(), manager="/nonexistent/osken-manager").start()

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller import flowmods as fm
 from controller.api import Api
 from controller.api_server import ApiServer, run_in_thread
-from controller.launcher import ControllerError, ControllerProcess
+from controller.launcher import ControllerError, ControllerProcess, local_config
 from controller.live_view import LiveView
 from controller.metrics import ControllerMetrics
 from controller.registry import Registry
@@ -351,7 +351,8 @@ def test_grafana_dashboard_only_queries_exported_metrics(live) -> None:
 
 # --------------------------------------------------------------------------- command line and launcher
 @pytest.mark.parametrize("args, message", [
-    (["--metrics-port", "0"], "--metrics-port must be 1..65535, got 0"),
+    (["--metrics-port", "0"], "--metrics-port: must be an integer between 1 and 65535, got 0"),
+    (["--api-port", "80a"], "--api-port: must be an integer between 1 and 65535, got '80a'"),
     (["--metrics-port", "8181"], "--metrics-port and --api-port must differ"),
 ])
 def test_controller_command_refuses_bad_metrics_ports(args, message) -> None:
@@ -362,8 +363,8 @@ def test_controller_command_refuses_bad_metrics_ports(args, message) -> None:
 
 
 def test_launcher_refuses_a_bad_metrics_port_and_says_where_metrics_are() -> None:
-    with pytest.raises(ControllerError, match="metrics port must be 0..65535"):
-        ControllerProcess(fattree(RATE_BPS, 4), metrics_port=70000)
-    ctl = ControllerProcess(fattree(RATE_BPS, 4), api_port=8181, metrics_port=9302)
+    with pytest.raises(ControllerError, match="metrics_port: must be an integer between 1 and 65535"):
+        local_config(metrics_port=70000)
+    ctl = ControllerProcess(fattree(RATE_BPS, 4), local_config(api_port=8181, metrics_port=9302))
     assert (ctl.dashboard_url, ctl.metrics_url) == ("http://127.0.0.1:8181/ui/", "http://127.0.0.1:9302/metrics")
-    assert ControllerProcess(fattree(RATE_BPS, 4), metrics_port=None).metrics_url is None
+    assert ControllerProcess(fattree(RATE_BPS, 4), local_config(metrics_port=None)).metrics_url is None

@@ -17,7 +17,7 @@ import tempfile
 
 import pytest
 
-from controller.launcher import ControllerError, ControllerProcess, free_tcp_port
+from controller.launcher import ControllerError, ControllerProcess, free_tcp_port, local_config
 from controller.owner_lock import OwnerLock, OwnerLockError, owner_pid
 from echelonflow.topology import two_hosts
 
@@ -27,8 +27,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _controller(tmp_path, name: str, store: str, token: str) -> ControllerProcess:
     workdir = tmp_path / name
     workdir.mkdir(exist_ok=True)
-    return ControllerProcess(two_hosts(10e6), ofp_port=free_tcp_port(), workdir=str(workdir),
-                             store_path=store, token_file=token, metrics_port=None)
+    return ControllerProcess(two_hosts(10e6), local_config(store=store, token_file=token, metrics_port=None),
+                             ofp_port=free_tcp_port(), workdir=str(workdir))
 
 
 def _read(path: str) -> str:
@@ -142,14 +142,14 @@ def test_a_refused_start_leaves_no_temporary_folder(monkeypatch):
 
     try:
         with pytest.raises(ControllerError, match="longer than"):
-            ControllerProcess(two_hosts(10e6), ofp_port=free_tcp_port(), metrics_port=None,
-                              api_socket_path="/tmp/" + "s" * 120).start()
-        busy = ControllerProcess(two_hosts(10e6), ofp_port=free_tcp_port(), metrics_port=None)
+            long_socket = local_config(metrics_port=None, api_socket="/tmp/" + "s" * 120)
+            ControllerProcess(two_hosts(10e6), long_socket, ofp_port=free_tcp_port()).start()
+        busy = ControllerProcess(two_hosts(10e6), local_config(metrics_port=None), ofp_port=free_tcp_port())
         busy.start()
         try:
             with pytest.raises(ControllerError, match="already in use"):
-                ControllerProcess(two_hosts(10e6), ofp_port=free_tcp_port(), metrics_port=None,
-                                  api_port=busy.api_port).start()
+                ControllerProcess(two_hosts(10e6), local_config(metrics_port=None, api_port=busy.api_port),
+                                  ofp_port=free_tcp_port()).start()
             assert ctl_folders() == {os.path.basename(busy.workdir)}  # only the running controller's
         finally:
             busy.stop()
