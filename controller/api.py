@@ -28,6 +28,7 @@ from http import HTTPStatus
 from typing import Any, Callable
 from urllib.parse import parse_qs
 
+from controller import views
 from controller.auth import bearer_ok
 from controller.dashboard import PREFIX as UI_PREFIX
 from controller.dashboard import Dashboard
@@ -183,7 +184,7 @@ class Api:
         last = self.service.last_round
         extra = self.status() if self.status is not None else {}
         return 200, {**extra, "status": "ok", "scheduler": self.service.scheduler_name,
-                     "counts": self.registry.counts(),
+                     "counts": views.counts(self.registry),
                      "topology": self.registry.topology.name,
                      "last_round": None if last is None else {
                          "reason": last.reason, "now_s": last.now_s, "active_flows": last.active_flows,
@@ -203,33 +204,34 @@ class Api:
                 "clairvoyant": scheduler.clairvoyant, "observed": dict(self.service.observed)}
 
     def list_jobs(self, body: Any, query: Any) -> tuple[int, Any]:
-        return 200, {"jobs": [self.registry.job_view(j) for j in self.registry.jobs.values()]}
+        return 200, {"jobs": [views.job_view(self.registry, j) for j in self.registry.jobs.values()]}
 
     def get_job(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
-        return 200, self.registry.job_view(self.registry.job(job_id))
+        return 200, views.job_view(self.registry, self.registry.job(job_id))
 
     def list_echelons(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
         self.registry.job(job_id)
         echelons = [e for e in self.registry.echelons.values() if e.job_id == job_id]
-        return 200, {"echelons": [self.registry.echelon_view(e, with_flows=False) for e in echelons]}
+        return 200, {"echelons": [views.echelon_view(self.registry, e, with_flows=False)
+                                  for e in echelons]}
 
     def get_echelon(self, job_id: str, echelon_id: str, body: Any, query: Any) -> tuple[int, Any]:
-        return 200, self.registry.echelon_view(self.registry.echelon(job_id, echelon_id))
+        return 200, views.echelon_view(self.registry, self.registry.echelon(job_id, echelon_id))
 
     def list_flows(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
         self.registry.job(job_id)
         state = _state_filter(query)
         flows = [f for f in self.registry.flows.values()
                  if f.job_id == job_id and (state is None or f.state == state)]
-        return 200, {"flows": [self.registry.flow_view(f) for f in flows]}
+        return 200, {"flows": [views.flow_view(self.registry, f) for f in flows]}
 
     def list_all_flows(self, body: Any, query: Any) -> tuple[int, Any]:
         state = _state_filter(query)
         flows = [f for f in self.registry.flows.values() if state is None or f.state == state]
-        return 200, {"flows": [self.registry.flow_view(f) for f in flows]}
+        return 200, {"flows": [views.flow_view(self.registry, f) for f in flows]}
 
     def get_flow(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
-        return 200, self.registry.flow_view(self.registry.flow(job_id, flow_id))
+        return 200, views.flow_view(self.registry, self.registry.flow(job_id, flow_id))
 
     def get_allocation(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
         return 200, self.service.allocation(self.registry.flow(job_id, flow_id).key)
@@ -298,41 +300,43 @@ class Api:
     def post_job(self, body: Any, query: Any) -> tuple[int, Any]:
         fields(body, ("job_id",), ("weight",))
         job = self.registry.add_job(body["job_id"], body.get("weight", 1.0))
-        return 201, self.registry.job_view(job)
+        return 201, views.job_view(self.registry, job)
 
     def post_echelon(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
         self.registry.job(job_id)
         fields(body, ("echelon_id",), ("kind", "flows"))
         ech, _flows = self.registry.add_echelon(job_id, body["echelon_id"], body.get("kind"),
                                                 body.get("flows", []))
-        return 201, self.registry.echelon_view(ech)
+        return 201, views.echelon_view(self.registry, ech)
 
     def post_flows(self, job_id: str, echelon_id: str, body: Any, query: Any) -> tuple[int, Any]:
         self.registry.echelon(job_id, echelon_id)
         fields(body, ("flows",))
         flows = self.registry.add_flows(job_id, echelon_id, body["flows"])
-        return 201, {"flows": [self.registry.flow_view(f) for f in flows]}
+        return 201, {"flows": [views.flow_view(self.registry, f) for f in flows]}
 
     def list_channels(self, body: Any, query: Any) -> tuple[int, Any]:
         _no_query(query)
-        return 200, {"channels": [self.registry.channel_view(c) for c in self.registry.channels.values()]}
+        channels = self.registry.channels.values()
+        return 200, {"channels": [views.channel_view(self.registry, c) for c in channels]}
 
     def get_channel(self, channel_id: str, body: Any, query: Any) -> tuple[int, Any]:
-        return 200, {"channel": self.registry.channel_view(self.registry.channel(channel_id))}
+        channel = self.registry.channels.lookup(channel_id)
+        return 200, {"channel": views.channel_view(self.registry, channel)}
 
     def post_channel(self, body: Any, query: Any) -> tuple[int, Any]:
         fields(body, ("channel_id", "src", "dst", "src_port", "dst_port"), ("path",))
         wait_s = _wait_filter(query)
-        channel = self.registry.add_channel(body["channel_id"], body["src"], body["dst"], body["src_port"],
-                                            body["dst_port"], body.get("path"))
+        channel = self.registry.channels.add(body["channel_id"], body["src"], body["dst"], body["src_port"],
+                                             body["dst_port"], body.get("path"))
         self.service.reschedule("channel")  # its rules go to the switches now, before any flow uses it
-        return 201, self._waited({"channel": self.registry.channel_view(channel)}, wait_s)
+        return 201, self._waited({"channel": views.channel_view(self.registry, channel)}, wait_s)
 
     def delete_channel(self, channel_id: str, body: Any, query: Any) -> tuple[int, Any]:
         wait_s = _wait_filter(query)
-        channel = self.registry.remove_channel(channel_id)
+        channel = self.registry.channels.remove(channel_id)
         self.service.reschedule("channel")
-        return 200, self._waited({"channel": self.registry.channel_view(channel)}, wait_s)
+        return 200, self._waited({"channel": views.channel_view(self.registry, channel)}, wait_s)
 
     def post_start(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
         self.registry.flow(job_id, flow_id)
@@ -346,7 +350,7 @@ class Api:
                                           self.service.now() if start_s is None else start_s,
                                           channel_id=body.get("channel_id"))
         self.service.on_arrival(flow.key)
-        return 200, self._waited({"flow": self.registry.flow_view(self.registry.flows[flow.key]),
+        return 200, self._waited({"flow": views.flow_view(self.registry, self.registry.flows[flow.key]),
                                   "allocation": self.service.allocation(flow.key)}, wait_s)
 
     def post_progress(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
@@ -354,7 +358,8 @@ class Api:
         fields(body, ("bytes_sent",))
         flow = self.registry.flow_progress(job_id, flow_id, body["bytes_sent"])
         self.service.on_progress(flow.key)
-        return 200, {"flow": self.registry.flow_view(flow), "allocation": self.service.allocation(flow.key)}
+        return 200, {"flow": views.flow_view(self.registry, flow),
+                     "allocation": self.service.allocation(flow.key)}
 
     def post_finish(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
         self.registry.flow(job_id, flow_id)
@@ -365,7 +370,7 @@ class Api:
         wait_s = _wait_filter(query)
         flow = self.registry.flow_finished(job_id, flow_id, finish_s, body.get("bytes_sent"))
         self.service.on_departure(flow.key)
-        return 200, self._waited({"flow": self.registry.flow_view(flow)}, wait_s)
+        return 200, self._waited({"flow": views.flow_view(self.registry, flow)}, wait_s)
 
     def post_abort(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
         """The job failed (an agent of it died): release its unfinished flows and their enforcement."""

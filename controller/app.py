@@ -61,6 +61,7 @@ from controller.routing import Router  # noqa: E402
 from controller.service import SchedulingService  # noqa: E402
 from controller.store import StoreError, open_registry  # noqa: E402
 from controller.switch_stats import MeterCounters, PortCounters, SwitchStats  # noqa: E402
+from controller.views import counts  # noqa: E402
 from echelonflow.errors import UserError  # noqa: E402
 from echelonflow.linkstate import LinkState  # noqa: E402
 
@@ -138,7 +139,7 @@ class EchelonApp(compat.BaseApp):
         if self.metrics_server is not None:
             self.metrics_server.start()
         report = self.service.start()
-        LOG.info("registry loaded: %s; scheduler %s re-enforced %d flows", self.registry.counts(),
+        LOG.info("registry loaded: %s; scheduler %s re-enforced %d flows", counts(self.registry),
                  self.service.scheduler_name, report.installs)
         self.threads.append(compat.hub.spawn(self.service.run, compat.hub.sleep))
         if self.stats_interval_s > 0:

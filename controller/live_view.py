@@ -25,6 +25,7 @@ from typing import Any
 from controller.registry import DONE_STATES, FlowRecord
 from controller.service import SchedulingService
 from controller.switch_stats import SwitchStats
+from controller.views import echelon_view, flow_view
 from echelonflow.topology import DirectedLink, Topology
 
 #: Allocation fields copied into each flow of the EchelonFlow view.
@@ -123,7 +124,7 @@ class LiveView:
             flows = self.registry.flows_of(key)
             if recent_s is not None and not self._recent(key, flows, now_s - recent_s):
                 continue
-            view = self.registry.echelon_view(ech, with_flows=False)
+            view = echelon_view(self.registry, ech, with_flows=False)
             view["state"] = _echelon_state(flows)
             view["tardiness_estimate_s"] = self.tardiness_estimate(flows, now_s)
             view["flows"] = [self._flow_view(flow, now_s) for flow in flows]
@@ -136,7 +137,7 @@ class LiveView:
         return any(f.state not in DONE_STATES or (f.finish_s or 0.0) >= since_s for f in flows)
 
     def _flow_view(self, flow: FlowRecord, now_s: float) -> dict[str, Any]:
-        view = self.registry.flow_view(flow)
+        view = flow_view(self.registry, flow)
         allocation = self.service.allocation(flow.key)
         view.update({name: allocation[name] for name in ALLOCATION_FIELDS})
         estimate = self.estimate(flow, now_s)

@@ -35,6 +35,7 @@ from controller.live_view import LiveView
 from controller.registry import DONE_STATES
 from controller.service import RoundReport
 from controller.switch_stats import METER_FIELDS, PORT_FIELDS
+from controller.views import counts
 
 DEFAULT_METRICS_PORT = 9302
 DP_LABELS = ["dp_id", "dp_name"]
@@ -195,7 +196,7 @@ class _LiveCollector(Collector):
             scheduler.add_metric([name], 1.0 if name == service.scheduler_name else 0.0)
         yield scheduler
         states = GaugeMetricFamily("echelon_flows", "Flows in the registry by state", labels=["state"])
-        for state, count in registry.counts().items():
+        for state, count in counts(registry).items():
             if state not in ("jobs", "echelons"):
                 states.add_metric([state], float(count))
         yield states

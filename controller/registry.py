@@ -9,6 +9,10 @@ follows one rule so that a bad request can never leave half of itself behind:
 If validation fails a :class:`RegistryError` names the field and the problem; if the store fails the
 in-memory state is untouched as well.
 
+The registry holds jobs, EchelonFlows and flows; the persistent connections flows may run on are its
+:attr:`Registry.channels` (``controller.channels``), and how all of them look as JSON is
+``controller.views``.
+
 Identifiers: a job id is global; EchelonFlow ids and flow ids are unique within their job (like task ids in
 ``echelonflow.model``); across jobs the scheduler and the enforcement see ``model.qualified(job, id)`` =
 ``"job/id"``, the same key the simulator uses, so ``Topology.path_for`` pins a flow to the same path in
@@ -36,19 +40,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from controller.channels import ChannelRecord, Channels, TupleOwners
+from controller.registry_errors import ConflictError, NotFoundError, RegistryError, check_id, check_port
 from echelonflow.echelon import KINDS, FlowStart, infer_kind, reference_time_from_starts
-from echelonflow.fields import (
-    Field,
-    FieldError,
-    array,
-    identifier,
-    integer,
-    nullable,
-    number,
-    one_of,
-    read,
-    show,
-)
+from echelonflow.fields import Field, array, integer, nullable, number, one_of, read, show
 from echelonflow.linkstate import LinkState
 from echelonflow.model import qualified
 from echelonflow.schedulers import kernels
@@ -69,8 +64,6 @@ MAX_TIME_S = 1e12
 #: Least payload a flow of undeclared size counts as having left when its scheduler has no estimate.
 UNDECLARED_LEFT_BYTES = 1 << 20
 
-check_id = identifier()
-check_port = integer(1, 65535)
 check_time = number(0.0, MAX_TIME_S)
 check_weight = number(0.0, 1e6, above=True)
 #: A flow as declared (``src``/``dst`` are then checked against the topology's hosts).
@@ -82,24 +75,6 @@ FLOW_FIELDS = (
     Field("offset_s", number(0.0, MAX_OFFSET_S), default=0.0),
     Field("start_offset_s", nullable(number(0.0, MAX_OFFSET_S))),
 )
-
-
-class RegistryError(FieldError):
-    """A request the registry refuses; ``field`` and ``problem`` say what and why, ``status`` is HTTP's."""
-
-    def __init__(self, field: str, problem: str, status: int = 400) -> None:
-        super().__init__(field, problem)
-        self.status = status
-
-
-class NotFoundError(RegistryError):
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(field, problem, 404)
-
-
-class ConflictError(RegistryError):
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(field, problem, 409)
 
 
 # --------------------------------------------------------------------------- records
@@ -150,23 +125,6 @@ class FlowRecord:
         return qualified(self.job_id, self.echelon_id)
 
 
-@dataclass(frozen=True)
-class ChannelRecord:
-    """A persistent connection between two agents, as collective libraries keep them between ranks.
-
-    Its 5-tuple and path are installed once, when it is registered (before the traffic starts); a flow
-    started on it only changes the channel's class and rate, so no rule install and no handshake lies on
-    the flow's critical path.  One flow at a time uses a channel.
-    """
-
-    channel_id: str
-    src: str
-    dst: str
-    src_port: int
-    dst_port: int
-    path: tuple[str, ...]  # node path, hosts included: one of the equal-cost paths src -> dst
-
-
 class SizeEstimator(Protocol):
     """Who knows what a flow of undeclared size has left (``Scheduler`` implements it)."""
 
@@ -215,11 +173,10 @@ class Registry:
         #: Links and switches down now (the controller's port status): flows and channels are routed
         #: around them (:meth:`repin`); not stored, a restarted controller learns them from the switches.
         self.links = LinkState()
-        self._channel_routes: dict[str, tuple[str, ...]] = {}  # channel id -> route at the last repin
         self._active: dict[str, None] = {}  # ordered set of active flow keys
-        self._by_tuple: dict[tuple[str, str, int, int], str] = {}
-        self.channels: dict[str, ChannelRecord] = {}
-        self._channel_flow: dict[str, str] = {}  # channel id -> the active flow on it
+        self._by_tuple: TupleOwners = {}  # 5-tuples in use, by flows and channels
+        #: The persistent connections (controller.channels), sharing the 5-tuples and the store commit.
+        self.channels = Channels(topology, self._by_tuple, self._commit, self._host)
         self._reference_s: dict[str, float] = {}
         self._observed_bytes: dict[str, float] = {}
         self._next_seq = 0
@@ -244,9 +201,7 @@ class Registry:
         self.settings.update(settings)
         for job in jobs:
             self.jobs[job.job_id] = job
-        for channel in channels:
-            self.channels[channel.channel_id] = channel
-            self._by_tuple[self._channel_tuple(channel)] = f"channel {channel.channel_id}"
+        self.channels.load(channels)
         for ech in echelons:
             self.echelons[ech.key] = ech
             self.members[ech.key] = []
@@ -389,7 +344,8 @@ class Registry:
         if channel_id is not None:
             if src_port is not None or dst_port is not None:
                 raise RegistryError("channel_id", "give either channel_id or src_port and dst_port, not both")
-            return self._start_on_channel(flow, self.channel(channel_id), check_time("start_s", start_s))
+            channel = self.channels.lookup(channel_id)
+            return self._start_on_channel(flow, channel, check_time("start_s", start_s))
         sport = check_port("src_port", src_port)
         dport = check_port("dst_port", dst_port)
         start = check_time("start_s", start_s)
@@ -416,7 +372,7 @@ class Registry:
             raise RegistryError("channel_id", f"channel {channel.channel_id!r} connects {channel.src} -> "
                                               f"{channel.dst}, flow {flow.key!r} goes {flow.src} -> "
                                               f"{flow.dst}")
-        busy = self._channel_flow.get(channel.channel_id)
+        busy = self.channels.flow_on(channel.channel_id)
         if busy is not None:
             raise ConflictError("channel_id", f"channel {channel.channel_id!r} carries active flow {busy!r}")
         updated = replace(flow, state="active", src_port=channel.src_port, dst_port=channel.dst_port,
@@ -431,70 +387,9 @@ class Registry:
 
     def _on_channel(self, flow: FlowRecord, channel: ChannelRecord) -> None:
         """The flow runs where its channel runs: the channel's path, not the flow's own pinned one."""
-        self._channel_flow[channel.channel_id] = flow.key
-        route = self.channel_route(channel)
+        self.channels.carry(channel.channel_id, flow.key)
+        route = self.channels.route(channel, self.links)
         self._paths[flow.key] = (route, Topology.links_of(route))
-
-    # ------------------------------------------------------------------ channels
-    def channel(self, channel_id: Any) -> ChannelRecord:
-        check_id("channel_id", channel_id)
-        try:
-            return self.channels[channel_id]
-        except KeyError:
-            raise NotFoundError("channel_id", f"no channel {channel_id!r}") from None
-
-    def add_channel(self, channel_id: Any, src: Any, dst: Any, src_port: Any, dst_port: Any,
-                    path: Any = None) -> ChannelRecord:
-        """Register a persistent connection; ``path`` (node names, hosts included) must be one of the
-        equal-cost paths between the hosts (default: the host pair's route, what plain TCP takes)."""
-        check_id("channel_id", channel_id)
-        src_h, dst_h = self._host("src", src), self._host("dst", dst)
-        if src_h == dst_h:
-            raise RegistryError("dst", f"a channel needs two different hosts, got {src_h!r} twice")
-        sport = check_port("src_port", src_port)
-        dport = check_port("dst_port", dst_port)
-        nodes = self._channel_path(src_h, dst_h, path)
-        if channel_id in self.channels:
-            raise ConflictError("channel_id", f"channel {channel_id!r} is already registered")
-        record = ChannelRecord(channel_id, src_h, dst_h, sport, dport, nodes)
-        owner = self._by_tuple.get(self._channel_tuple(record))
-        if owner is not None:
-            raise ConflictError("src_port", f"{owner} already uses {src_h}:{sport} -> {dst_h}:{dport}")
-        self._commit(channels=[record])
-        self.channels[channel_id] = record
-        self._by_tuple[self._channel_tuple(record)] = f"channel {channel_id}"
-        return record
-
-    def remove_channel(self, channel_id: Any) -> ChannelRecord:
-        record = self.channel(channel_id)
-        busy = self._channel_flow.get(record.channel_id)
-        if busy is not None:
-            raise ConflictError("channel_id", f"channel {record.channel_id!r} carries active flow {busy!r}")
-        self._commit(removed_channels=[record.channel_id])
-        del self.channels[record.channel_id]
-        self._by_tuple.pop(self._channel_tuple(record), None)
-        return record
-
-    def channel_flow(self, channel_id: str) -> str | None:
-        """The active flow a channel carries now, if any."""
-        return self._channel_flow.get(channel_id)
-
-    def channel_tuple(self, channel_id: str) -> tuple[str, str, int, int]:
-        return self._channel_tuple(self.channels[channel_id])
-
-    def channel_view(self, channel: ChannelRecord) -> dict[str, Any]:
-        return {"channel_id": channel.channel_id, "src": channel.src, "dst": channel.dst,
-                "src_port": channel.src_port, "dst_port": channel.dst_port,
-                "path": list(self.channel_route(channel)),
-                "flow": self._channel_flow.get(channel.channel_id)}
-
-    def channel_route(self, channel: ChannelRecord) -> tuple[str, ...]:
-        """Where a channel runs now: its registered path, or while that crosses something down, another
-        equal-cost path (chosen as ``Topology.path_for`` chooses, keyed by the channel)."""
-        if self.links.passes(channel.path):
-            return channel.path
-        return tuple(self.topology.path_for(channel.src, channel.dst, "channel:" + channel.channel_id,
-                                            self.links))
 
     def repin(self) -> tuple[list[str], list[str]]:
         """Re-route every pending and active flow and every channel for the current :attr:`links`.
@@ -507,37 +402,20 @@ class Registry:
             if flow.state in DONE_STATES:
                 continue
             channel = self.channels.get(flow.channel_id) if flow.channel_id is not None else None
-            nodes = self.channel_route(channel) if channel is not None and flow.state == "active" \
-                else self._path(key, flow.src, flow.dst, "flow")[0]
+            if channel is not None and flow.state == "active":
+                nodes = self.channels.route(channel, self.links)
+            else:
+                nodes = self._path(key, flow.src, flow.dst, "flow")[0]
             if nodes != self._paths[key][0]:
                 self._paths[key] = (nodes, Topology.links_of(nodes))
                 if key in self._table:
                     self._table.set_path(key, self._paths[key][1])
                 if channel is None:
                     flows.append(key)
-        routes = {cid: self.channel_route(channel) for cid, channel in self.channels.items()}
-        channels = [cid for cid, route in routes.items()
-                    if route != self._channel_routes.get(cid, self.channels[cid].path)]
-        self._channel_routes = routes
+        channels = self.channels.reroute(self.links)
         if flows or channels:
             self.version += 1
         return flows, channels
-
-    def _channel_path(self, src: str, dst: str, path: Any) -> tuple[str, ...]:
-        if path is None:
-            return tuple(self.topology.pair_path(src, dst))
-        if not isinstance(path, list) or not all(isinstance(n, str) for n in path):
-            raise RegistryError("path", f"must be an array of node names from {src} to {dst}, "
-                                        f"got {show(path)}")
-        allowed = [tuple(p) for p in self.topology.equal_cost_paths(src, dst)]
-        if tuple(path) not in allowed:
-            raise RegistryError("path", f"{'-'.join(path)} is not one of the {len(allowed)} equal-cost paths "
-                                        f"{src} -> {dst} (e.g. {'-'.join(allowed[0])})")
-        return tuple(path)
-
-    def _channel_tuple(self, channel: ChannelRecord) -> tuple[str, str, int, int]:
-        nodes = self.topology.graph.nodes
-        return nodes[channel.src]["ip"], nodes[channel.dst]["ip"], channel.src_port, channel.dst_port
 
     def flow_progress(self, job_id: Any, flow_id: Any, bytes_sent: Any) -> FlowRecord:
         """Agent progress; lower values than already known are kept as the known maximum (reordering)."""
@@ -596,7 +474,7 @@ class Registry:
         self._active.pop(flow.key, None)
         self._undeclared.discard(flow.key)
         if flow.channel_id is not None:  # the channel stays, idle, for the next flow
-            self._channel_flow.pop(flow.channel_id, None)
+            self.channels.release(flow.channel_id)
         else:
             self._by_tuple.pop(self._tuple(flow), None)
         self._observed_bytes.pop(flow.key, None)
@@ -691,48 +569,6 @@ class Registry:
         sent_bytes = sum(self.bytes_done(f) for f in started)
         return self.topology.wire_bytes(sent_bytes), min(f.start_s for f in started)
 
-    # ------------------------------------------------------------------ views (JSON-ready)
-    def job_view(self, job: JobRecord) -> dict[str, Any]:
-        ids = [e.echelon_id for e in self.echelons.values() if e.job_id == job.job_id]
-        return {"job_id": job.job_id, "weight": job.weight, "echelons": ids}
-
-    def echelon_view(self, ech: EchelonRecord, with_flows: bool = True) -> dict[str, Any]:
-        view: dict[str, Any] = {"job_id": ech.job_id, "echelon_id": ech.echelon_id, "kind": ech.kind,
-                                "reference_s": self._reference_s.get(ech.key)}
-        if with_flows:
-            view["flows"] = [self.flow_view(f) for f in self.flows_of(ech.key)]
-        return view
-
-    def flow_view(self, flow: FlowRecord) -> dict[str, Any]:
-        ref = self._reference_s.get(flow.echelon_key)
-        src_ip, dst_ip = self._ips(flow)
-        return {
-            "job_id": flow.job_id, "flow_id": flow.flow_id, "echelon_id": flow.echelon_id,
-            "src": flow.src, "dst": flow.dst, "src_ip": src_ip, "dst_ip": dst_ip,
-            "src_port": flow.src_port, "dst_port": flow.dst_port,
-            "size_bytes": flow.size_bytes, "expected_size_bytes": self.expected_size_bytes(flow),
-            "offset_s": flow.offset_s, "start_offset_s": flow.start_offset_s,
-            "state": flow.state, "bytes_sent": flow.bytes_sent, "bytes_done_estimate": self.bytes_done(flow),
-            "start_s": flow.start_s, "finish_s": flow.finish_s,
-            "ideal_finish_s": None if ref is None else ref + flow.offset_s,
-            "path": list(self._paths[flow.key][0]), "channel_id": flow.channel_id,
-        }
-
-    def dump(self) -> dict[str, Any]:
-        """Everything persistent, in a canonical form (tests compare dumps for 'unchanged')."""
-        return {
-            "jobs": [self.job_view(j) for j in self.jobs.values()],
-            "echelons": [self.echelon_view(e) for e in self.echelons.values()],
-            "channels": [self.channel_view(c) for c in self.channels.values()],
-            "settings": dict(sorted(self.settings.items())),
-        }
-
-    def counts(self) -> dict[str, int]:
-        states = {s: 0 for s in STATES}
-        for flow in self.flows.values():
-            states[flow.state] += 1
-        return {"jobs": len(self.jobs), "echelons": len(self.echelons), **states}
-
     # ------------------------------------------------------------------ helpers
     def _parse_flows(self, job_id: str, echelon_id: str, specs: Any, kind: str | None) -> list[FlowRecord]:
         out: list[FlowRecord] = []
@@ -788,12 +624,13 @@ class Registry:
             raise RegistryError("src", f"{what}: {exc}") from None
         return tuple(nodes), Topology.links_of(nodes)
 
-    def _ips(self, flow: FlowRecord) -> tuple[str, str]:
+    def ips(self, flow: FlowRecord) -> tuple[str, str]:
+        """(src_ip, dst_ip) of a flow's hosts."""
         nodes = self.topology.graph.nodes
         return nodes[flow.src]["ip"], nodes[flow.dst]["ip"]
 
     def _tuple(self, flow: FlowRecord) -> tuple[str, str, int, int]:
-        src_ip, dst_ip = self._ips(flow)
+        src_ip, dst_ip = self.ips(flow)
         return src_ip, dst_ip, int(flow.src_port or 0), int(flow.dst_port or 0)
 
     def five_tuple(self, flow_key: str) -> tuple[str, str, int, int]:

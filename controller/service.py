@@ -423,8 +423,8 @@ class SchedulingService:
     def _install_args(self, key: str) -> tuple[FlowMatch, tuple[str, ...]]:
         if key.startswith(CHANNEL_PREFIX):
             channel = self.registry.channels[key[len(CHANNEL_PREFIX):]]
-            route = self.registry.channel_route(channel)
-            return FlowMatch(*self.registry.channel_tuple(channel.channel_id)), route
+            route = self.registry.channels.route(channel, self.registry.links)
+            return FlowMatch(*self.registry.channels.tuple_of(channel)), route
         return FlowMatch(*self.registry.five_tuple(key)), self.registry.path_of(key)
 
     def _push(self, desired: dict[str, Installed], report: RoundReport) -> None:

@@ -19,7 +19,8 @@ import os
 import sqlite3
 from collections.abc import Mapping, Sequence
 
-from controller.registry import ChannelRecord, EchelonRecord, FlowRecord, JobRecord, Registry, StorePort
+from controller.channels import ChannelRecord
+from controller.registry import EchelonRecord, FlowRecord, JobRecord, Registry, StorePort
 
 DEFAULT_PATH = "/var/lib/echelon/registry.sqlite"
 

@@ -20,6 +20,7 @@ import time
 
 import pytest
 
+from controller import views
 from controller.api import Api
 from controller.api_server import ApiServer, GreenEvent, ServerError, run_in_thread
 from controller.auth import read_token, write_token
@@ -239,7 +240,7 @@ BAD = [
                          ids=[f"{m} {p} {s} {f}" for m, p, _b, _h, s, f in BAD])
 def test_bad_request_is_a_json_error_and_changes_nothing(served, method, path, body, headers, status, field):
     seed(served)
-    before, version = copy.deepcopy(served.registry.dump()), served.registry.version
+    before, version = copy.deepcopy(views.dump(served.registry)), served.registry.version
     calls = list(served.port.calls)
     raw = body if isinstance(body, bytes) else None
     payload = None if isinstance(body, bytes) else body
@@ -249,14 +250,14 @@ def test_bad_request_is_a_json_error_and_changes_nothing(served, method, path, b
             client.request(method, path, payload, auth=needs_auth, raw=raw, headers=headers)
         assert (info.value.status, info.value.field) == (status, field), info.value
         assert info.value.problem
-    assert served.registry.dump() == before and served.registry.version == version
+    assert views.dump(served.registry) == before and served.registry.version == version
     assert served.port.calls == calls
 
 
 @pytest.mark.parametrize("token", [None, "wrong", ""])
 def test_state_changes_need_the_token(served, token):
     seed(served)
-    before = copy.deepcopy(served.registry.dump())
+    before = copy.deepcopy(views.dump(served.registry))
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
     attempts = (("/jobs", {"job_id": "j2"}), ("/jobs/j1/flows/f1/start", {"src_port": 1, "dst_port": 2}))
     for path, body in attempts:
@@ -266,7 +267,7 @@ def test_state_changes_need_the_token(served, token):
     with pytest.raises(ApiClientError) as info:
         served.tcp.request("PUT", "/scheduler", {"scheduler": "fair"}, headers=headers)
     assert info.value.status == 401
-    assert served.registry.dump() == before
+    assert views.dump(served.registry) == before
     assert served.unix.request("GET", "/jobs")["jobs"]  # reads stay open
 
 
@@ -322,14 +323,14 @@ def _raw_exchange(served, data: bytes, close_write: bool) -> bytes:
 def test_truncated_body_is_refused_and_changes_nothing(served):
     """A client that announced 1000 bytes, sent 19 and gave up must not get its job created."""
     seed(served)
-    before = copy.deepcopy(served.registry.dump())
+    before = copy.deepcopy(views.dump(served.registry))
     head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
             + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
     answer = _raw_exchange(served, head + b'{"job_id":"trunc2"}', close_write=True)
     assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
     error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
     assert error["field"] == "body" and "truncated" in error["problem"]
-    assert served.registry.dump() == before and "trunc2" not in served.registry.jobs
+    assert views.dump(served.registry) == before and "trunc2" not in served.registry.jobs
 
 
 def test_truncated_chunked_body_is_refused(served):
@@ -509,13 +510,13 @@ def test_restart_keeps_the_registry_and_reenforces(tmp_path):
     try:
         seed(first)
         first.unix.set_scheduler("coflow")
-        dump = first.registry.dump()
+        dump = views.dump(first.registry)
     finally:
         first.stop()
         first.registry.store.close()
     second = Served(tmp_path, registry=open_registry(topo, path), name="b.sock")
     try:
-        assert second.registry.dump() == dump
+        assert views.dump(second.registry) == dump
         assert second.unix.scheduler()["scheduler"] == "coflow"
         second.service.start()  # what the app does once it is up
         assert second.port.calls == [("install", "channel:c1"), ("install", "j1/f2")]

@@ -68,7 +68,7 @@ def random_run(seed: int, events: int, check: Callable[[Registry, float, str], l
         reg.add_job(f"j{job}", rng.choice([1.0, 2.0, 0.5]))
     for cid in range(4):
         src, dst = rng.sample(hosts, 2)
-        reg.add_channel(f"c{cid}", src, dst, 30000 + cid, 5000)
+        reg.channels.add(f"c{cid}", src, dst, 30000 + cid, 5000)
     n_groups = 0
     for step in range(events):
         now += rng.uniform(0.0, 0.05)
@@ -93,7 +93,7 @@ def random_run(seed: int, events: int, check: Callable[[Registry, float, str], l
             job, fid = declared.pop(rng.randrange(len(declared)))
             flow = reg.flows[f"{job}/{fid}"]
             idle = [c for c in reg.channels.values() if (c.src, c.dst) == (flow.src, flow.dst)
-                    and reg.channel_flow(c.channel_id) is None]
+                    and reg.channels.flow_on(c.channel_id) is None]
             if idle and rng.random() < 0.7:
                 reg.flow_started(job, fid, None, None, now, channel_id=idle[0].channel_id)
             else:

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from controller import views
 from controller.registry import ConflictError, NotFoundError, Registry, RegistryError
 from controller.store import Store, StoreError, open_registry
 from echelonflow.fields import FieldError
@@ -138,17 +139,17 @@ BAD_REQUESTS = [
 
 @pytest.mark.parametrize(("call", "field", "kind"), BAD_REQUESTS)
 def test_bad_input_names_the_field_and_changes_nothing(reg, call, field, kind):
-    before, version = copy.deepcopy(reg.dump()), reg.version
+    before, version = copy.deepcopy(views.dump(reg)), reg.version
     with pytest.raises(kind) as info:
         call(reg)
     assert info.value.field == field, info.value
     assert info.value.problem
-    assert reg.dump() == before and reg.version == version
+    assert views.dump(reg) == before and reg.version == version
 
 
 def test_state_conflicts_after_start(reg):
     reg.flow_started("j1", "f1", 40000, 5201, 1.0)
-    before, version = copy.deepcopy(reg.dump()), reg.version
+    before, version = copy.deepcopy(views.dump(reg)), reg.version
     for call, field in [
         (lambda: reg.flow_started("j1", "f1", 40000, 5201, 1.0), "flow_id"),  # started twice
         (lambda: reg.flow_progress("j1", "f1", 2_000_000), "bytes_sent"),  # more than the size
@@ -158,7 +159,7 @@ def test_state_conflicts_after_start(reg):
         with pytest.raises(FieldError) as info:
             call()
         assert info.value.field == field
-    assert reg.dump() == before and reg.version == version
+    assert views.dump(reg) == before and reg.version == version
 
 
 def test_same_five_tuple_twice_is_a_conflict(topo):
@@ -201,11 +202,11 @@ def test_store_round_trip_gives_identical_state(tmp_path, topo):
     path = str(tmp_path / "reg.sqlite")
     reg = open_registry(topo, path)
     populate(reg)
-    dump, snap = reg.dump(), reg.snapshot(13.0)
+    dump, snap = views.dump(reg), reg.snapshot(13.0)
     reg.store.close()
     assert os.stat(path).st_mode & 0o777 == 0o600
     again = open_registry(topo, path)
-    assert again.dump() == dump
+    assert views.dump(again) == dump
     assert again.snapshot(13.0) == snap
     assert again.active_keys() == reg.active_keys()
     assert again.five_tuple("j2/x") == reg.five_tuple("j2/x")
@@ -229,13 +230,13 @@ def test_store_of_another_topology_is_refused(tmp_path):
 def test_store_failure_leaves_memory_unchanged(tmp_path, topo):
     reg = open_registry(topo, str(tmp_path / "reg.sqlite"))
     reg.add_job("j1")
-    before, version = copy.deepcopy(reg.dump()), reg.version
+    before, version = copy.deepcopy(views.dump(reg)), reg.version
     reg.store.close()  # a real failure: every write now raises inside sqlite3
     with pytest.raises(StoreError):
         reg.add_job("j2")
     with pytest.raises(StoreError):
         reg.add_echelon("j1", "e", flows=[flow("a")])
-    assert reg.dump() == before and reg.version == version
+    assert views.dump(reg) == before and reg.version == version
 
 
 def test_store_commit_is_one_transaction(tmp_path):
@@ -312,24 +313,24 @@ def test_registry_due_times_and_paths_equal_the_simulators(scenario_name):
 def test_a_flow_started_on_a_channel_takes_the_channels_tuple_and_path(reg, topo):
     paths = topo.equal_cost_paths("h1", "h5")
     other = next(p for p in paths if tuple(p) != topo.path_for("h1", "h5", "j1/f1"))
-    channel = reg.add_channel("c1", "h1", "h5", 40001, 46000, list(other))
+    channel = reg.channels.add("c1", "h1", "h5", 40001, 46000, list(other))
     assert channel.path == tuple(other)
-    assert reg.channel_view(channel)["flow"] is None
+    assert views.channel_view(reg, channel)["flow"] is None
     started = reg.flow_started("j1", "f1", None, None, 100.0, channel_id="c1")
     assert (started.src_port, started.dst_port, started.channel_id) == (40001, 46000, "c1")
     assert reg.path_of("j1/f1") == tuple(other)  # where the bytes really go
-    assert reg.five_tuple("j1/f1") == reg.channel_tuple("c1")
-    assert reg.channel_flow("c1") == "j1/f1"
+    assert reg.five_tuple("j1/f1") == reg.channels.tuple_of(reg.channels["c1"])
+    assert reg.channels.flow_on("c1") == "j1/f1"
     with pytest.raises(ConflictError, match="carries active flow 'j1/f1'"):
-        reg.remove_channel("c1")
+        reg.channels.remove("c1")
     reg.flow_finished("j1", "f1", 101.0)
-    assert reg.channel_flow("c1") is None  # idle again: the next flow may use it
-    assert reg.remove_channel("c1").channel_id == "c1" and "c1" not in reg.channels
+    assert reg.channels.flow_on("c1") is None  # idle again: the next flow may use it
+    assert reg.channels.remove("c1").channel_id == "c1" and "c1" not in reg.channels
 
 
 def test_bad_channels_are_refused_and_change_nothing(reg, topo):
-    reg.add_channel("c1", "h1", "h5", 40001, 46000)
-    before = reg.dump()
+    reg.channels.add("c1", "h1", "h5", 40001, 46000)
+    before = views.dump(reg)
     cases = [
         (("c1", "h1", "h5", 40002, 46000), "already registered"),
         (("c2", "h1", "h5", 40001, 46000), "channel c1 already uses h1:40001 -> h5:46000"),
@@ -342,7 +343,7 @@ def test_bad_channels_are_refused_and_change_nothing(reg, topo):
     ]
     for args, message in cases:
         with pytest.raises(FieldError, match=message):  # RegistryError or the field checker's own
-            reg.add_channel(*args)
+            reg.channels.add(*args)
     with pytest.raises(RegistryError, match="connects h1 -> h5, flow 'j1/f2' goes h2 -> h5"):
         reg.flow_started("j1", "f2", None, None, 1.0, channel_id="c1")
     with pytest.raises(RegistryError, match="either channel_id or src_port"):
@@ -351,7 +352,7 @@ def test_bad_channels_are_refused_and_change_nothing(reg, topo):
         reg.flow_started("j1", "f1", None, None, 1.0, channel_id="c9")
     with pytest.raises(ConflictError, match="channel c1 already uses"):  # not as a flow's own 5-tuple
         reg.flow_started("j1", "f1", 40001, 46000, 1.0)
-    assert reg.dump() == before
+    assert views.dump(reg) == before
 
 
 def test_channels_and_channel_flows_survive_a_restart(tmp_path, topo):
@@ -360,11 +361,11 @@ def test_channels_and_channel_flows_survive_a_restart(tmp_path, topo):
     reg.add_job("j")
     reg.add_echelon("j", "e", flows=[flow("f", "h1", "h5")])
     route = list(topo.equal_cost_paths("h1", "h5")[1])
-    reg.add_channel("c1", "h1", "h5", 40001, 46000, route)
+    reg.channels.add("c1", "h1", "h5", 40001, 46000, route)
     reg.flow_started("j", "f", None, None, 5.0, channel_id="c1")
     again = open_registry(topo, path)
     assert again.channels == reg.channels
-    assert again.flows["j/f"].channel_id == "c1" and again.channel_flow("c1") == "j/f"
+    assert again.flows["j/f"].channel_id == "c1" and again.channels.flow_on("c1") == "j/f"
     assert again.path_of("j/f") == tuple(route)
 
 
@@ -379,7 +380,7 @@ def test_aborting_a_job_releases_its_unfinished_flows_their_tuples_and_channels(
     reg.add_echelon("j2", "e1", flows=[flow("x", "h3", "h4")])
     reg.flow_started("j1", "done", 40000, 5201, 1.0)
     reg.flow_finished("j1", "done", 2.0)
-    reg.add_channel("c1", "h1", "h5", 40001, 46000)
+    reg.channels.add("c1", "h1", "h5", 40001, 46000)
     reg.flow_started("j1", "on_channel", None, None, 3.0, channel_id="c1")
     reg.flow_started("j1", "own_tuple", 40002, 5201, 3.0)
     reg.flow_started("j2", "x", 40003, 5201, 3.0)
@@ -389,7 +390,7 @@ def test_aborting_a_job_releases_its_unfinished_flows_their_tuples_and_channels(
     assert states == {"j1/done": "finished", "j1/on_channel": "aborted", "j1/own_tuple": "aborted",
                       "j1/waiting": "aborted", "j2/x": "active"}
     assert reg.active_keys() == ["j2/x"] and [f.flow_id for f in reg.snapshot(5.0).flows] == ["j2/x"]
-    assert reg.channel_flow("c1") is None and reg.remove_channel("c1").channel_id == "c1"
+    assert reg.channels.flow_on("c1") is None and reg.channels.remove("c1").channel_id == "c1"
     reg.add_echelon("j2", "e2", flows=[flow("y")])
     assert reg.flow_started("j2", "y", 40002, 5201, 5.0).state == "active"  # own_tuple's 5-tuple is free
     version = reg.version

@@ -11,6 +11,7 @@ import pytest
 
 from cli.main import main
 from controller import flowmods as fm
+from controller import views
 from controller.enforcement import Enforcer, FlowMatch
 from controller.registry import Registry
 from controller.routing import Router
@@ -176,13 +177,13 @@ def test_the_simulator_re_pins_an_enforced_flow_off_a_down_link() -> None:
     scheduler = get_scheduler("echelon")
     run = _Run(topo, [job], scheduler, True, {"a": echelons_of(job)}, [FaultEvent(1.0, "link", (a, b))])
     run.run()
-    table, f = run.table, run.flow_of["a/f"]
+    table, f = run.table, run.flow_number("a/f")
     now = [run.link_ids[i] for i in table.path_links[table.path_ptr[f]:table.path_ptr[f + 1]]]
     links = LinkState()
     links.set_link(a, b, up=False)
     assert now == list(Topology.links_of(topo.path_for("h1", "h16", "a/f", links)))
     assert (a, b) not in now and (b, a) not in now
-    assert run.finish_s["a/f"] == pytest.approx(2.0)  # alone: the new path is as fast
+    assert run.finish_of("a/f") == pytest.approx(2.0)  # alone: the new path is as fast
 
 
 # ----------------------------------------------------------------------------- the controller's logic
@@ -242,7 +243,7 @@ def test_service_moves_an_enforced_flow_with_its_meter_and_the_registry_path() -
     moved, report = service.on_links_changed()
     assert moved == ["j/f"] and report.reason == "reroute"
     new = enforcer.live_flows()["j/f"]
-    path = registry.flow_view(registry.flows["j/f"])["path"]
+    path = views.flow_view(registry, registry.flows["j/f"])["path"]
     assert tuple(path) == new.path != live.path and registry.links.passes(new.path)
     assert tuple(rec.walk(topo, "h1", forward)) == new.path
     assert tuple(rec.walk(topo, "h16", dict(match.reversed().fields()))) == tuple(reversed(new.path))

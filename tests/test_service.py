@@ -359,11 +359,11 @@ def test_channels_are_installed_idle_and_flows_on_them_only_update_class_and_rat
         for i in range(2)])
     port = RecordingPort()
     svc = SchedulingService(reg, port, now=Clock(1.0), queues=4)
-    reg.add_channel("c1", "h1", "h2", 40001, 46000)
+    reg.channels.add("c1", "h1", "h2", 40001, 46000)
     svc.reschedule("channel")
     ((op, key, match, path, queue, rate),) = port.take()
     assert (op, key, queue, rate) == ("install", "channel:c1", 3, None)
-    assert match == FlowMatch(*reg.channel_tuple("c1")) and path == reg.channels["c1"].path
+    assert match == FlowMatch(*reg.channels.tuple_of(reg.channels["c1"])) and path == reg.channels["c1"].path
     reg.flow_started("pp", "mb0", None, None, 1.0, channel_id="c1")
     svc.on_arrival()
     assert port.take() == [("update", "channel:c1", 1, pytest.approx(B_BPS), False)]
@@ -380,7 +380,7 @@ def test_channels_are_installed_idle_and_flows_on_them_only_update_class_and_rat
 def test_switch_counters_of_a_channel_are_not_taken_for_its_current_flow():
     reg = fig2_registry()
     svc = SchedulingService(reg, RecordingPort(), now=Clock(1.0))
-    reg.add_channel("c1", "h1", "h2", 40001, 46000)
+    reg.channels.add("c1", "h1", "h2", 40001, 46000)
     reg.flow_started("pp", "mb0", None, None, 1.0, channel_id="c1")
     svc.observe_bytes("channel:c1", 1_500_000)  # the channel's lifetime counter
     assert reg.bytes_done(reg.flows["pp/mb0"]) == 0

@@ -14,6 +14,7 @@ import sqlite3
 
 import pytest
 
+from controller import views
 from controller.client import ApiClientError, EchelonClient
 from controller.launcher import free_tcp_port
 from controller.registry import MAX_SIZE_BYTES, UNDECLARED_LEFT_BYTES, Registry, RegistryError
@@ -68,9 +69,9 @@ def test_flows_without_a_size_are_registered_undeclared_next_to_declared_ones():
         {"flow_id": "u2", "src": "h2", "dst": "h5", "size_bytes": None},
         {"flow_id": "d", "src": "h3", "dst": "h5", "size_bytes": 4096, "offset_s": 0.0}])
     assert [f.size_bytes for f in flows] == [None, None, 4096]
-    view = reg.flow_view(reg.flows["j/u1"])
+    view = views.flow_view(reg, reg.flows["j/u1"])
     assert view["size_bytes"] is None and view["expected_size_bytes"] is None  # no estimator yet
-    assert reg.flow_view(reg.flows["j/d"])["expected_size_bytes"] == 4096
+    assert views.flow_view(reg, reg.flows["j/d"])["expected_size_bytes"] == 4096
     reg.flow_started("j", "u1", 1000, 2000, 5.0)
     assert reg.snapshot(6.0).flows[0].remaining_bytes == reg.topology.wire_bytes(UNDECLARED_LEFT_BYTES)
     reg.flow_progress("j", "u1", 5 * MB)  # no size to exceed: as much left as sent
@@ -86,12 +87,12 @@ def test_an_undeclared_finish_must_say_its_bytes_and_a_refusal_changes_nothing()
     reg.add_job("j")
     add_iteration(reg, 0)
     reg.flow_started("j", "i0.a", 1000, 2000, 1.0)
-    before, version = copy.deepcopy(reg.dump()), reg.version
+    before, version = copy.deepcopy(views.dump(reg)), reg.version
     with pytest.raises(RegistryError) as info:
         reg.flow_finished("j", "i0.a", 2.0)
     assert info.value.field == "bytes_sent" and info.value.status == 400
     assert "registered without size_bytes" in info.value.problem and "\n" not in str(info.value)
-    assert reg.dump() == before and reg.version == version
+    assert views.dump(reg) == before and reg.version == version
     done = reg.flow_finished("j", "i0.a", 2.0, bytes_sent=3 * MB)
     assert (done.state, done.bytes_sent, done.size_bytes) == ("finished", 3 * MB, None)
 
@@ -105,7 +106,7 @@ def test_the_store_keeps_an_undeclared_size_undeclared(tmp_path):
     reg.flow_started("j", "i0.a", 1000, 2000, 1.0)
     reg.flow_finished("j", "i0.a", 2.0, bytes_sent=3 * MB)
     reloaded = open_registry(reg.topology, path)
-    assert reloaded.dump() == reg.dump()
+    assert views.dump(reloaded) == views.dump(reg)
     assert {k: f.size_bytes for k, f in reloaded.flows.items()} == {"j/i0.a": None, "j/i0.b": None, "j/d": 7}
     with sqlite3.connect(path) as db:  # undeclared is 0 on disk, a size no declared flow has
         assert dict(db.execute("SELECT flow_id, size_bytes FROM flows")) == {"i0.a": 0, "i0.b": 0, "d": 7}
