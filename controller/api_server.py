@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     from controller.registry import Registry
     from controller.service import SchedulingService
     from controller.store import open_registry
-    from echelonflow.topology import add_topology_arguments, topology_from_arguments
+    from echelonflow.topology_spec import add_topology_arguments, topology_from_arguments
 
     parser = argparse.ArgumentParser(prog="python -m controller.api_server", description=main.__doc__)
     add_topology_arguments(parser)

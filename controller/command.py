@@ -14,7 +14,7 @@ from typing import Any
 
 from controller.config import SETTINGS, ControllerConfig, add_arguments, from_arguments
 from echelonflow.errors import UserError
-from echelonflow.topology import add_topology_arguments
+from echelonflow.topology_spec import add_topology_arguments, topology_from_arguments
 
 DEFAULT_OFP_PORT = 6653
 #: Settings the command does not offer as they are: the topology comes from the options every command
@@ -49,7 +49,6 @@ def config_from_arguments(args: argparse.Namespace) -> ControllerConfig:
 
 def run(args: argparse.Namespace) -> int:
     from controller.launcher import ControllerProcess, check_ofp_port
-    from echelonflow.topology import topology_from_arguments
 
     topology = topology_from_arguments(args)
     check_ofp_port("--ofp-port", args.ofp_port)

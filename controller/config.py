@@ -39,7 +39,8 @@ from controller.store import DEFAULT_PATH as DEFAULT_STORE_PATH
 from echelonflow.errors import UserError
 from echelonflow.fields import Check, FieldError, boolean, integer, mapping, nullable, number, one_of, text
 from echelonflow.fileio import JsonLimitError, loads_strict
-from echelonflow.topology import BUILDERS, Topology, TopologyError, build
+from echelonflow.topology import BUILDERS, Topology, TopologyError
+from echelonflow.topology_spec import TopologySpec, load_spec
 
 DEFAULT_METRICS_PORT = 9302  # Faucet's exporter port (controller.metrics serves it)
 #: The start of the one line the app prints when it refuses to start (exit status 2: a bad setting,
@@ -246,11 +247,9 @@ class ControllerConfig:
     def build_topology(self) -> Topology:
         """The topology: the spec file if one is set, else kind, parameters and rate."""
         if self.topology_file:
-            from controller.topology_spec import load_spec
-
             return load_spec(self.topology_file)
         try:
-            return build(self.topology, self.rate_mbps * 1e6, **dict(self.topology_params))
+            return TopologySpec(self.topology, self.rate_mbps * 1e6, dict(self.topology_params)).build()
         except TopologyError as exc:
             raise ConfigError(f"topology {self.topology} {dict(self.topology_params)}: {exc}") from None
 

@@ -42,11 +42,11 @@ from typing import Any
 from controller.client import ApiClientError, EchelonClient
 from controller.config import START_ERROR_PREFIX, ConfigError, ControllerConfig, default_socket_path
 from controller.owner_lock import owner_pid
-from controller.topology_spec import write_spec
 from echelonflow import ownership
 from echelonflow.errors import UserError
 from echelonflow.fields import FieldError, integer
 from echelonflow.topology import Topology
+from echelonflow.topology_spec import write_spec
 
 APP_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "app.py")
 PROBLEM_MARKS = ("Traceback (most recent call last)", "uncaught exception", "OFP-ERROR")

@@ -32,7 +32,8 @@ from echelonflow.fields import (
 from echelonflow.fileio import read_json
 from echelonflow.limits import MAX_TASKS_PER_SCENARIO
 from echelonflow.model import ComputeTask, Job
-from echelonflow.topology import Topology, TopologyError, build
+from echelonflow.topology import Topology, TopologyError
+from echelonflow.topology_spec import TopologySpec
 
 EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
 DEFAULT_SCHEDULERS = ("fair", "coflow", "echelon")
@@ -132,7 +133,7 @@ def _topology(spec: Any) -> Topology:
     rate_bps = rate * (1e6 if rates[0] == "rate_mbps" else 1.0)
     params = {k: v for k, v in spec.items() if k not in ("kind", "rate_mbps", "rate_bps")}
     try:
-        return build(kind, rate_bps, **params)
+        return TopologySpec(kind, rate_bps, params).build()
     except TopologyError as exc:
         raise FieldError("topology", str(exc)) from None
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from itertools import product
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import networkx as nx
 
@@ -388,41 +388,6 @@ def build(kind: str, rate_bps: float, mtu_bytes: int | None = DEFAULT_MTU_BYTES,
         raise TopologyError(f"topology {kind!r}: bad parameters {params!r} ({exc})") from None
     topo.mtu_bytes = mtu_bytes
     return topo
-
-
-# --------------------------------------------------------------------- command line
-#: The builders' parameters as command-line options: (option, parameter, type, default, kinds, help).
-_OPTIONS = (
-    ("--k", "k", int, 4, ("fattree",), "fat-tree arity (even, >= 2)"),
-    ("--leaves", "leaves", int, 4, ("leafspine",), "leaf-spine: leaf switches"),
-    ("--spines", "spines", int, 2, ("leafspine",), "leaf-spine: spine switches"),
-    ("--hosts-per-leaf", "hosts_per_leaf", int, 4, ("leafspine",), "leaf-spine: hosts per leaf"),
-    ("--hosts-per-side", "hosts_per_side", int, 2, ("dumbbell",), "dumbbell: hosts per side"),
-    ("--hosts", "hosts", int, 16, ("bigswitch",), "bigswitch: hosts on the one switch"),
-    ("--oversubscription", "oversubscription", float, 1.0, ("fattree", "leafspine"),
-     "fattree/leafspine: links above the edge/leaf layer run at rate / this"),
-)
-
-
-def add_topology_arguments(parser: Any, positional: bool = False) -> None:
-    """The options every command that builds a topology takes (``echelon controller``, ``fabric up``)."""
-    kinds = ", ".join(sorted(BUILDERS))
-    if positional:
-        parser.add_argument("topology", help=kinds)
-    else:
-        parser.add_argument("--topology", default="fattree", help=f"{kinds} (default fattree)")
-    for option, _param, kind, default, _kinds, text in _OPTIONS:
-        parser.add_argument(option, type=kind, default=default, help=f"{text} (default {default})")
-    parser.add_argument("--rate-mbps", type=float, default=10.0, help="link rate in Mbit/s (default 10)")
-
-
-def topology_from_arguments(args: Any) -> Topology:
-    """The topology :func:`add_topology_arguments`'s options describe; :class:`TopologyError` if bad."""
-    if not args.rate_mbps > 0:
-        raise TopologyError(f"--rate-mbps must be positive, got {args.rate_mbps}")
-    params = {param: getattr(args, param) for _o, param, _t, _d, kinds, _h in _OPTIONS
-              if args.topology in kinds}
-    return build(args.topology, args.rate_mbps * 1e6, **params)
 
 
 def _check_positive(name: str, value: object) -> None:

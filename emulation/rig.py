@@ -26,11 +26,11 @@ from typing import Callable
 
 from controller.client import ApiClientError, EchelonClient
 from controller.launcher import ControllerProcess, free_tcp_port, local_config
-from controller.topology_spec import spec_of
 from echelonflow import ownership
 from echelonflow.model import Job
 from echelonflow.schedulers import get_scheduler
 from echelonflow.topology import Topology
+from echelonflow.topology_spec import TopologySpec
 from emulation.errors import EmulationError, one_line
 from emulation.progress import Say, prefixed
 from emulation.settings import EmulationSettings
@@ -51,7 +51,7 @@ class Rig:
         self.topology, self.scheduler, self.settings, self.run_name = topology, scheduler, settings, run_name
         self.say = prefixed(progress, f"[{scheduler}] ")
         self.enforces = get_scheduler(scheduler).enforces
-        self.topology_spec = spec_of(topology)
+        self.topology_spec = TopologySpec.of(topology).to_json()
         self.hosts_ip = {h: topology.graph.nodes[h]["ip"] for h in topology.hosts}
         self.port = free_tcp_port()
         self.fabric = Fabric(topology, controller_port=self.port, queues=settings.queues,

@@ -134,7 +134,7 @@ def test_a_dead_agent_fails_its_job_in_one_line_and_the_other_job_completes(env,
     """kill -9 of one agent while its job's flow is being sent: that job fails with one line naming the
     death, the other job (other hosts) completes with every byte, and the registry keeps nothing of the
     failed job active: its flows are aborted, its enforcement and the dead agent's channels are gone."""
-    from controller.topology_spec import spec_of
+    from echelonflow.topology_spec import TopologySpec
     from emulation.agents import fabric_popen, run_agents
     from emulation.assemble import assemble_run
     from traffic.runspec import RegistrySettings
@@ -148,7 +148,7 @@ def test_a_dead_agent_fails_its_job_in_one_line_and_the_other_job_completes(env,
     outcome = run_agents(
         [doomed, other], hosts_ip, str(tmp_path), fabric_popen(env.fabric),
         registry=RegistrySettings(env.ctl.api_socket_path, env.ctl.token_file, 0.05, "dead-", True, 0.5),
-        scheduler="echelon", run_timeout_s=60.0, topology_spec=spec_of(env.topo),
+        scheduler="echelon", run_timeout_s=60.0, topology_spec=TopologySpec.of(env.topo).to_json(),
         kill_agents={"h1": 1.5}, progress=lambda text: said.append((time.monotonic() - started, text)))
     for at_s, text in said:
         print(f"  [{at_s:5.1f} s] {text}")

@@ -31,7 +31,7 @@ def fabric(require_fabric):
 
 def test_an_echelon_online_run_completes_and_the_controller_learned_every_flow(fabric, tmp_path):
     from controller.client import EchelonClient
-    from controller.topology_spec import spec_of
+    from echelonflow.topology_spec import TopologySpec
     from traffic.runspec import RegistrySettings
 
     topo, fab, ctl = fabric
@@ -44,7 +44,8 @@ def test_an_echelon_online_run_completes_and_the_controller_learned_every_flow(f
     hosts_ip = {h: topo.graph.nodes[h]["ip"] for h in topo.hosts}
     outcome = run_agents([job], hosts_ip, str(tmp_path), fabric_popen(fab), data_port=free_tcp_port(),
                          registry=RegistrySettings(ctl.api_socket_path, ctl.token_file, 0.05, ""),
-                         scheduler="echelon-online", run_timeout_s=120, topology_spec=spec_of(topo))
+                         scheduler="echelon-online", run_timeout_s=120,
+                         topology_spec=TopologySpec.of(topo).to_json())
     result = assemble_run([job], outcome.documents, "echelon-online")  # raises unless every byte arrived
     assert result.jobs["ring"].completion_s > 0
     records = {f["flow_id"]: f for f in client.flows("ring")}

@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from controller.topology_spec import spec_of, topology_from_spec
 from echelonflow.errors import UserError
-from echelonflow.topology import (
-    Topology,
-    TopologyError,
+from echelonflow.topology import Topology, TopologyError, build
+from echelonflow.topology_spec import (
+    TopologySpec,
     add_topology_arguments,
-    build,
     topology_from_arguments,
+    topology_from_json,
 )
 
 
@@ -63,9 +62,9 @@ def test_fattree_oversubscription_divides_the_upper_links() -> None:
 def test_leafspine_oversubscription_and_the_spec_round_trip() -> None:
     topo = build("leafspine", 10e6, leaves=2, spines=2, hosts_per_leaf=4, oversubscription=2.5)
     assert _rates_by_layer(topo) == {("host", "leaf"): {10e6}, ("leaf", "spine"): {4e6}}
-    again = topology_from_spec(spec_of(topo))
+    again = topology_from_json(TopologySpec.of(topo).to_json())
     assert again.name == topo.name and again.capacity_bps() == topo.capacity_bps()
-    big = topology_from_spec(spec_of(build("bigswitch", 1e9, hosts=8)))
+    big = topology_from_json(TopologySpec.of(build("bigswitch", 1e9, hosts=8)).to_json())
     assert big.name == "bigswitch8"
 
 

@@ -13,7 +13,7 @@ import argparse
 import time
 
 from echelonflow.errors import UserError
-from echelonflow.topology import add_topology_arguments
+from echelonflow.topology_spec import add_topology_arguments
 from topologies.fabric import cluster_argument
 
 
@@ -53,7 +53,7 @@ def run_clean(args: argparse.Namespace) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from echelonflow.topology import topology_from_arguments
+    from echelonflow.topology_spec import topology_from_arguments
     from topologies.fabric import Fabric
 
     topology = topology_from_arguments(args)

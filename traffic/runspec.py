@@ -33,8 +33,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from controller.topology_spec import SpecError as TopologySpecError
-from controller.topology_spec import topology_from_spec
 from echelonflow.errors import TraceError, UserError
 from echelonflow.fields import (
     Field,
@@ -52,6 +50,8 @@ from echelonflow.fields import (
 )
 from echelonflow.fileio import read_json, write_json_atomic
 from echelonflow.model import Job
+from echelonflow.topology_spec import SpecError as TopologySpecError
+from echelonflow.topology_spec import topology_from_json
 from echelonflow.trace import job_to_trace, parse_trace
 
 
@@ -87,7 +87,7 @@ class RunSpec:
     confirm_timeout_s: float = 30.0
     run_timeout_s: float = 600.0
     scheduler: str = ""
-    #: the fabric's topology (``controller.topology_spec`` form): agents pin channels to the flows' paths
+    #: the fabric's topology (``echelonflow.topology_spec`` form): agents pin channels to the flows' paths
     topology_spec: dict[str, Any] | None = None
     #: channels to open before t0: ``[{"dst", "path" (node names or None), "count"}]`` (traffic.channels)
     channels: list[dict[str, Any]] | None = None
@@ -98,7 +98,7 @@ class RunSpec:
         """The :class:`~echelonflow.topology.Topology` of ``topology_spec``, or None."""
         if self.topology_spec is None:
             return None
-        return topology_from_spec(self.topology_spec, "run-spec topology")
+        return topology_from_json(self.topology_spec, "run-spec topology")
 
     def control_socket(self, host: str) -> str:
         return control_socket_path(self.control_dir, host)
@@ -196,7 +196,7 @@ SPEC_FIELDS = (
     Field("confirm_timeout_s", _SECONDS, default=_default(RunSpec, "confirm_timeout_s")),
     Field("run_timeout_s", _SECONDS, default=_default(RunSpec, "run_timeout_s")),
     Field("scheduler", text(nonempty=False), default=""),
-    Field("topology"),  # checked by controller.topology_spec
+    Field("topology"),  # checked by echelonflow.topology_spec
     Field("channels", nullable(array(record(CHANNEL_FIELDS), of="of {dst, path, count} objects"))),
     Field("congestion_control", nullable(text())),
 )
@@ -239,7 +239,7 @@ def _check_topology(spec: Any, hosts_ip: dict[str, str], source: str) -> None:
     if spec is None:
         return
     try:
-        topology = topology_from_spec(spec, f"{source}: topology")
+        topology = topology_from_json(spec, f"{source}: topology")
     except TopologySpecError as exc:
         raise SpecError(str(exc)) from None
     missing = sorted(set(hosts_ip) - set(topology.hosts))
