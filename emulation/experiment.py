@@ -150,7 +150,8 @@ def base_settings(request: EmulationRequest, run_dir: str) -> EmulationSettings:
                                  host_sysctls=dict(request.host_sysctls), cluster=request.cluster)
     if request.live:
         defaults = ControllerConfig()
-        settings = replace(settings, api_port=defaults.api_port, metrics_port=defaults.metrics_port)
+        ports = {"api_port": defaults.api_port, "metrics_port": defaults.metrics_port}
+        settings = replace(settings, controller={**settings.controller, **ports})
     return settings
 
 
@@ -177,8 +178,9 @@ class ExperimentRuns:
             self.say(f"fault planned: {event.describe()}"
                      + (f" (x{factor:g}: {event.at_s * factor:g} s wall clock)" if factor != 1.0 else ""))
         if request.live:
-            self.say(f"live dashboard: http://127.0.0.1:{self.base.api_port}/ui/  metrics: "
-                     f"http://127.0.0.1:{self.base.metrics_port}/metrics")
+            controller = self.base.controller
+            self.say(f"live dashboard: http://127.0.0.1:{controller['api_port']}/ui/  metrics: "
+                     f"http://127.0.0.1:{controller['metrics_port']}/metrics")
 
     def of(self, sim_run: RunResult) -> Iterator[RunResult]:
         """``sim_run``'s scheduler emulated ``repeat`` times; raises :class:`RunFailedError` on a failure."""

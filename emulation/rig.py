@@ -102,7 +102,7 @@ class Rig:
         if self.controller is not None:
             self.controller.stop()
         folder = tempfile.mkdtemp(prefix=f"ctl-{label}-", dir=self.workdir)
-        self.controller = self._controller_process(folder, self.settings.api_port, self.settings.metrics_port)
+        self.controller = self._controller_process(folder)
         self.say(f"{label}: starting controller (OpenFlow port {self.port})")
         self.controller.start()
         ownership.record_processes(self.workdir, self.controller.pid)
@@ -118,14 +118,10 @@ class Rig:
         if self.fabric.net is not None and self.settings.warmup:
             self._warm_up()  # ARP and first-packet routes off the clock
 
-    def _controller_process(self, folder: str, api_port: int, metrics_port: int | None) -> ControllerProcess:
-        """This run's controller settings; a fresh round and a restart after a crash differ only in
-        folder and ports."""
-        s = self.settings
-        config = local_config(queues=s.queues, interval_s=s.controller_interval_s,
-                              stats_interval_s=s.stats_interval_s, hold_paused=s.pace and s.hold_paused,
-                              fixed_class=s.pace and s.fixed_class, api_port=api_port,
-                              metrics_port=metrics_port)
+    def _controller_process(self, folder: str, **ports: int | None) -> ControllerProcess:
+        """A controller with this run's settings; a fresh round and a restart after a crash differ only
+        in folder and ``ports`` (a restart keeps ``api_port`` and ``metrics_port``)."""
+        config = local_config(**self.settings.controller_settings(**ports))
         return ControllerProcess(self.topology, config, ofp_port=self.port, workdir=folder)
 
     def _undo_start(self) -> None:
@@ -177,7 +173,8 @@ class Rig:
         """A new controller on the killed one's folder, store, ports and API socket: it loads the
         registry and re-enforces every live flow; the agents never see a new address."""
         old, killed_at = self._crashed.pop()
-        self.controller = self._controller_process(old.workdir, old.api_port, old.metrics_port)
+        self.controller = self._controller_process(old.workdir, api_port=old.api_port,
+                                                   metrics_port=old.metrics_port)
         self.controller.start()
         ownership.record_processes(self.workdir, self.controller.pid)
         self.controller.wait_switches(timeout_s=30)

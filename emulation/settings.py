@@ -9,11 +9,24 @@ arguments or the environment.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from emulation.monitor import Thresholds
 
 #: The TCP port every agent listens on for flows (inside its own host's network namespace).
 DEFAULT_DATA_PORT = 46000
+#: The controllers' settings in an emulated run, by their names in ``controller.config.SETTINGS`` (what
+#: ``controller.launcher.local_config`` takes, over its defaults), so none is declared twice.
+CONTROLLER_SETTINGS = {
+    "interval_s": 0.2,  # the scheduling service's periodic round (arrivals run at once)
+    "stats_interval_s": 1.0,  # the switch-counter poll (dashboard, metrics)
+    "hold_paused": True,  # agents hold paused flows and the controller keeps their class (with ``pace``)
+    "fixed_class": True,  # a flow keeps the class of its first allocation (with ``pace``)
+    "api_port": 0,  # the API (and dashboard) port; 0: a free one per controller
+    "metrics_port": 0,  # the /metrics port; 0: a free one per controller
+}
+#: The controller's periods, stretched by a time dilation as the scenario's times are.
+DILATED_CONTROLLER_SETTINGS = ("interval_s", "stats_interval_s")
 
 
 @dataclass
@@ -29,16 +42,12 @@ class EmulationSettings:
     logs_dir: str | None = None  # where agent and controller logs are copied (the run folder)
     poll_interval_s: float = 0.05  # agents' allocation/progress poll (flows last >= ~0.5 s: ~10 polls)
     pace: bool = True  # agents pace flows at their allocated rate (schedulers that enforce only)
-    #: agents hold paused flows and the controller keeps their class (controller setting hold_paused)
-    hold_paused: bool = True
-    #: a flow keeps the class of its first allocation (controller setting fixed_class)
-    fixed_class: bool = True
     tcp_rto_min_ms: int | None = 1000  # hosts' TCP minimum RTO (parked flows wait behind urgent classes)
     tcp_congestion_control: str | None = None  # the agents' channels' TCP congestion control (None: host's)
     #: sysctls set in every host's namespace (topologies.fabric.Fabric ``host_sysctls``)
     host_sysctls: dict = field(default_factory=dict)
-    controller_interval_s: float = 0.2  # the scheduling service's periodic round (arrivals run at once)
-    stats_interval_s: float = 1.0  # the controller's switch-counter poll (dashboard, metrics)
+    #: the controllers' settings (:data:`CONTROLLER_SETTINGS`; ``queues`` is the fabric's, above)
+    controller: dict = field(default_factory=lambda: dict(CONTROLLER_SETTINGS))
     confirm_timeout_s: float = 30.0  # a flow's bytes stop moving this long: the run fails
     #: the time dilation this run runs at: the fidelity monitor samples that much less often, so it
     #: judges intervals as long in the scenario's time scale as an undilated run's (at x16 a 9000-byte
@@ -47,8 +56,6 @@ class EmulationSettings:
     install_wait_s: float = 0.5  # a channel's registration waits up to this for its rules' barrier acks
     monitor_interval_s: float | None = None  # fidelity monitor's sampling period (None: by fabric size)
     monitor_thresholds: Thresholds = field(default_factory=Thresholds)  # .dilated(F) for dilated runs
-    api_port: int = 0  # the controllers' API (and dashboard) port; 0: a free one per controller
-    metrics_port: int = 0  # the controllers' /metrics port; 0: a free one per controller
     capture: bool = False  # capture first-hop switch ports and check marks and times (emulation.capture)
     fabric_connect_timeout_s: float = 30.0  # every switch connected to the controller within this
     #: faults injected into the round with all jobs together (``echelon emulate --fault``): objects with
@@ -67,10 +74,19 @@ class EmulationSettings:
         slower too), so they stay the same in its time scale and the
         machinery's cost per wall-clock second falls with the factor instead of staying put (at k=8,
         x4 left the machine 7 % idle: 32 agents polling every 50 ms whatever the link rate)."""
-        return replace(self, poll_interval_s=self.poll_interval_s * factor,
-                       controller_interval_s=self.controller_interval_s * factor,
-                       stats_interval_s=self.stats_interval_s * factor,
+        controller = {name: value * factor if name in DILATED_CONTROLLER_SETTINGS else value
+                      for name, value in self.controller.items()}
+        return replace(self, poll_interval_s=self.poll_interval_s * factor, controller=controller,
                        tcp_rto_min_ms=None if self.tcp_rto_min_ms is None
                        else int(round(self.tcp_rto_min_ms * factor)),
                        confirm_timeout_s=self.confirm_timeout_s * factor, time_scale=self.time_scale * factor,
                        monitor_thresholds=self.monitor_thresholds.dilated(factor))
+
+    def controller_settings(self, **overrides: Any) -> dict[str, Any]:
+        """The settings of this run's controllers, for ``controller.launcher.local_config``:
+        :attr:`controller` with the fabric's queues, holding and fixed classes only where agents pace,
+        and ``overrides`` (a restarted controller keeps its ports)."""
+        settings = {**self.controller, "queues": self.queues, **overrides}
+        for name in ("hold_paused", "fixed_class"):
+            settings[name] = self.pace and settings.get(name, False)
+        return settings

@@ -120,10 +120,27 @@ def test_a_dilated_runs_control_loop_and_timeouts_stretch_with_it():
     base = EmulationSettings()
     slow = base.dilated(4)
     assert slow.poll_interval_s == pytest.approx(4 * base.poll_interval_s)
-    assert slow.controller_interval_s == pytest.approx(4 * base.controller_interval_s)
+    assert slow.controller["interval_s"] == pytest.approx(4 * base.controller["interval_s"])
+    assert slow.controller["stats_interval_s"] == pytest.approx(4 * base.controller["stats_interval_s"])
+    assert slow.controller["api_port"] == base.controller["api_port"]  # ports are not periods
     assert slow.confirm_timeout_s == pytest.approx(4 * base.confirm_timeout_s)
     assert slow.tcp_rto_min_ms == 4 * base.tcp_rto_min_ms
     assert slow.time_scale == 4 and slow.dilated(2).time_scale == 8  # the monitor samples 4x less often
     lag_s = base.monitor_thresholds.ingress_lag_max_s
     assert slow.monitor_thresholds.ingress_lag_max_s == pytest.approx(4 * lag_s)
     assert base.dilated(1) == base and base.poll_interval_s == 0.05  # the original is left alone
+
+
+def test_controllers_hold_and_fix_classes_only_where_agents_pace():
+    """The controllers' settings are controller.config's names; holding paused flows and fixed classes
+    need agents that pace, and a restarted controller keeps its ports."""
+    from controller.launcher import local_config
+    from emulation.settings import EmulationSettings
+
+    paced = EmulationSettings(queues=3).controller_settings(api_port=8555)
+    names = ("queues", "hold_paused", "fixed_class", "api_port")
+    assert [paced[name] for name in names] == [3, True, True, 8555]
+    unpaced = EmulationSettings(pace=False).controller_settings()
+    assert (unpaced["hold_paused"], unpaced["fixed_class"]) == (False, False)
+    config = local_config(**paced)
+    assert (config.queues, config.interval_s, config.api_port, config.hold_paused) == (3, 0.2, 8555, True)

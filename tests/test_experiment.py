@@ -49,12 +49,13 @@ def test_the_simulated_side_counts_wire_bytes_as_the_emulation_does():
 def test_a_live_request_keeps_every_controller_on_the_default_ports_also_when_dilated():
     defaults = ControllerConfig()
     live = base_settings(EmulationRequest(["echelon"], live=True), "runs/x")
-    assert (live.api_port, live.metrics_port) == (defaults.api_port, defaults.metrics_port)
+    ports = ("api_port", "metrics_port")
+    assert [live.controller[p] for p in ports] == [defaults.api_port, defaults.metrics_port]
     assert live.logs_dir == "runs/x"
     _topology, _jobs, slow = dilated(load_scenario("fig2"), live, 4.0, lambda text: None)
-    assert (slow.api_port, slow.metrics_port) == (defaults.api_port, defaults.metrics_port)
+    assert [slow.controller[p] for p in ports] == [defaults.api_port, defaults.metrics_port]
     plain = base_settings(EmulationRequest(["echelon"]), "runs/x")
-    assert (plain.api_port, plain.metrics_port) == (0, 0)  # a free port per controller
+    assert [plain.controller[p] for p in ports] == [0, 0]  # a free port per controller
 
 
 def test_faults_from_the_command_line_are_added_to_a_new_list_in_time_order():
