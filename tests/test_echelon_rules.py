@@ -9,9 +9,10 @@
 * **Smith's order or BSSI's, whichever the estimate prefers.**  Smith's rule on each group's own
   bottleneck does not see that a wide Coflow holds three ports that three narrow ones each need; Sincronia's
   BSSI does, and echelon keeps its order when its list-schedule estimate is lower.
-* **A Coflow's flows as soon as possible.**  MADD slows every flow of a Coflow down to its bottleneck;
+* **Every group's flows as soon as possible.**  MADD slows every flow of a Coflow down to its bottleneck;
   the Coflow ends no later when its flows go one after another, and a flow that feeds a consumer of its
-  own lets that consumer start earlier.
+  own lets that consumer start earlier.  (For a staggered EchelonFlow, the decision itself is pinned in
+  ``tests/test_schedulers.py``: earliest due first at full rate, not the sketch's just-in-time rates.)
 """
 
 from __future__ import annotations

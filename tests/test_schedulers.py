@@ -178,12 +178,17 @@ def test_echelon_reaches_optimal_max_tardiness_on_one_link(sizes, offsets, ref) 
 
 
 def test_fig2_worked_table_at_t3() -> None:
-    """docs/scheduler-design.md, Fig. 2 at t=3: remaining (1/2, 3/2, 2) of B=1 -> rates 1/4, 1/2, 1/4."""
+    """docs/scheduler-design.md, Fig. 2 at t=3: remaining (1/2, 3/2, 2) of B=1.  The paper's sketch
+    (``echelon-varys``) gives the just-in-time rates of the paper's table, 1/4, 1/2, 1/4; ``echelon``
+    serves them earliest due first, as soon as possible: 1, 0, 0 (due 1, 2, 3; done at 3.5, 5 and 7:
+    the least largest tardiness, 4, by Jackson's rule)."""
     link = ("h1", "s1")
     remaining = [0.5, 1.5, 2.0]
     flows = [ActiveFlow(f"f{i}", "g", (link,), rem, 1 + i, float(i), 1.0) for i, rem in enumerate(remaining)]
+    sketch = decide_snapshot(EchelonVarysScheduler(), Snapshot(3.0, {link: 8.0}, flows))
+    assert [sketch.rate_bps[f"f{i}"] / 8 for i in range(3)] == pytest.approx([0.25, 0.5, 0.25])
     decision = decide_snapshot(EchelonScheduler(), Snapshot(3.0, {link: 8.0}, flows))
-    assert [decision.rate_bps[f"f{i}"] / 8 for i in range(3)] == pytest.approx([0.25, 0.5, 0.25])
+    assert [decision.rate_bps[f"f{i}"] / 8 for i in range(3)] == pytest.approx([1.0, 0.0, 0.0])
     coflow = decide_snapshot(CoflowScheduler(), Snapshot(3.0, {link: 8.0}, flows))
     # Varys: MADD gives each flow remaining / Gamma with Gamma = 4 -> all finish together at 7
     assert [coflow.rate_bps[f"f{i}"] / 8 for i in range(3)] == pytest.approx([0.125, 0.375, 0.5])

@@ -13,16 +13,20 @@ Each decision (docs/scheduler-design.md works both rules through, with why and t
    Smith's rule looks at each group's own bottleneck only; where groups contend on several links at
    once (oversubscribed fabrics), Sincronia's BSSI order does better.  So the same groups are also
    ordered by BSSI on what they have left, with offsets (a group's seconds on a link:
-   ``max_j (C_j / c_l - (o_j - o_first))``), and that order is kept when a list-schedule estimate
-   of the weighted tardiness (each link serving the groups one after another) is lower than
-   Smith's.
-2. **Serve** in that order (flows of a group earliest due first), against what earlier groups left:
-   a *staggered* EchelonFlow's flows get just-in-time rates ``b_j / (d_j + t* - now)`` (its consumer
-   takes them in arrangement order, so a flow done before ``d_j + t*`` buys nothing and would only
-   take capacity from others); a *Coflow*'s flows go as soon as possible, one after another (each may
-   feed a consumer of its own: a ring step's flow starts the next step), or, when the caller does not
-   decide again at every flow finish (the coflow rescheduling rule), sharing their paths max-min fairly
-   so that no capacity idles until the next decision.
+   ``max_j (C_j / c_l - (o_j - o_first))``), and that order is kept when either of two list-schedule
+   estimates of the weighted tardiness (each link serving the groups one after another; a group
+   ahead of its arrangement holding all it has left, or only what its due times need) is lower
+   than Smith's.
+2. **Serve** in that order, against what earlier groups left, each group's flows as soon as possible,
+   one after another in earliest-due-first order (on one link, Jackson's rule: the least maximum
+   tardiness).  A flow done before its ideal finish time buys its own job nothing, but the capacity it
+   used is free once it is done, for whatever arrives next; holding a staggered EchelonFlow back to
+   just-in-time rates ``b_j / (d_j + t* - now)`` instead, as the paper sketches, lost 1-3 % of the
+   objective on every contended fabric measured and gained nowhere (docs/scheduler-design.md).  When
+   the caller does not decide again at every flow finish (the coflow rescheduling rule), one flow
+   after another would leave capacity idle until the next decision, so a Coflow's flows share their
+   paths max-min fairly and a staggered EchelonFlow's get the just-in-time rates, which keep all of
+   them moving.
 3. **Back-fill** what is left in the same global order (work conservation).
 
 ``echelon-varys`` (:class:`EchelonVarysScheduler`) is the paper's sketch taken literally, the
@@ -47,7 +51,7 @@ _ORDER_CODES = {"bottleneck": ek.ORDER_BOTTLENECK, "tardiness": ek.ORDER_TARDINE
 
 
 class EchelonScheduler(Scheduler):
-    """Whole-group residual-bottleneck order; Coflows as soon as possible, staggered flows just in time."""
+    """Whole-group residual-bottleneck (or BSSI) order; each group as soon as possible, earliest due first."""
 
     name = "echelon"
     enforces = True

@@ -5,8 +5,10 @@ Two algorithms share one prologue (each group's active flows in earliest-due-fir
 * :func:`echelon_decide`, the ``echelon`` scheduler (``schedulers/echelon.py`` and
   ``docs/scheduler-design.md`` say why it is built so): groups ordered by the residual bottleneck of
   everything they have left, declared flows that have not started included (or by BSSI with offsets
-  where a list-schedule estimate prefers that); then, in that order, a Coflow's flows as soon as
-  possible and a staggered EchelonFlow's flows just in time; then back-fill;
+  where a list-schedule estimate prefers that); then, in that order, each group's flows as soon as
+  possible in earliest-due-first order (under the coflow rescheduling rule, which does not decide at
+  every flow finish, a Coflow's flows share max-min and a staggered EchelonFlow's go just in time, so
+  that no capacity idles between decisions); then back-fill;
 * :func:`jit_decide`, the paper's sketch taken literally (``echelon-varys``, and ``coflow`` until it
   has a module of its own): Varys's smallest-effective-bottleneck-first order on the active flows,
   just-in-time rates (MADD for a Coflow) for every group, back-fill.
@@ -170,26 +172,30 @@ def _bssi_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset
 
 @jit
 def _estimated_tardiness(group_order, n_groups, sel, starts, due, group, idrank, weight, remaining,
-                         offset, path_ptr, path_links, capacity, members_ptr, members, now, ahead, cum, need,
-                         touched):
-    """The weighted tardiness of what is left if the groups went in ``group_order``, each link serving
-    them one after another (a list schedule; only for choosing between candidate orders).
+                         offset, path_ptr, path_links, capacity, members_ptr, members, now, ahead, held, cum,
+                         need, touched):
+    """Two estimates of the weighted tardiness of what is left if the groups went in ``group_order``,
+    each link serving them one after another (list schedules; only for choosing between candidate
+    orders).  Returns ``(served, held)``.
 
     Member j of group g ends at ``max_l (A_l + C_{j,l} / c_l)``: ``C_{j,l}`` the group's bits on l up
-    to j (members in offset order), ``A_l`` the seconds that the groups before g must have on l by
-    then; its tardiness is ``now + that - due_j``, the group's the largest of its members' (at least
-    0).  A group ahead of its arrangement is served just in time and keeps only what it must send
-    before its due times, ``max_j (C_{j,l} / c_l - (due_j - now))``, ahead of the groups after it.
-    ``ahead``, ``cum``, ``need``: zeros on entry, zeros on exit.
+    to j (members in offset order), ``A_l`` the seconds the groups before g hold on l; its tardiness is
+    ``now + that - due_j``, the group's the largest of its members' (at least 0).  The two differ in
+    what a group ahead of its arrangement holds: *served*, everything it has left (as
+    :func:`echelon_decide` serves it, as soon as possible); *held*, only what it must send before its
+    due times, ``max_j (C_{j,l} / c_l - (due_j - now))`` (what the groups after it could have at no
+    cost to it).  ``ahead``, ``held``, ``cum``, ``need``: zeros on entry, zeros on exit.
     """
     whole = len(members_ptr) > 0
-    total = 0.0
+    total_served = 0.0
+    total_held = 0.0
     for gi in range(n_groups):
         g = group_order[gi]
         a, b = starts[g], starts[g + 1]
         reference = due[a] - offset[sel[a]]
         lo, hi = _left_span(group[sel[a]], a, b, members_ptr, whole)
-        worst = 0.0
+        worst_served = 0.0
+        worst_held = 0.0
         n_touched = 0
         for e in range(lo, hi):
             f = members[e] if whole else sel[e]
@@ -198,29 +204,38 @@ def _estimated_tardiness(group_order, n_groups, sel, starts, due, group, idrank,
             slack = reference + offset[f] - now
             if slack < 0.0:
                 slack = 0.0
-            finish = 0.0
+            finish_served = 0.0
+            finish_held = 0.0
             for p in range(path_ptr[f], path_ptr[f + 1]):
                 li = path_links[p]
                 if cum[li] == 0.0:
                     touched[n_touched] = li
                     n_touched += 1
                 cum[li] = cum[li] + 8.0 * remaining[f] / capacity[li]
-                if ahead[li] + cum[li] > finish:
-                    finish = ahead[li] + cum[li]
+                if ahead[li] + cum[li] > finish_served:
+                    finish_served = ahead[li] + cum[li]
+                if held[li] + cum[li] > finish_held:
+                    finish_held = held[li] + cum[li]
                 if cum[li] - slack > need[li]:
                     need[li] = cum[li] - slack
-            late = now + finish - (reference + offset[f])
-            if late > worst:
-                worst = late
+            due_f = reference + offset[f]
+            if now + finish_served - due_f > worst_served:
+                worst_served = now + finish_served - due_f
+            if now + finish_held - due_f > worst_held:
+                worst_held = now + finish_held - due_f
         for t in range(n_touched):
             li = touched[t]
-            ahead[li] = ahead[li] + need[li]
+            ahead[li] = ahead[li] + cum[li]
+            held[li] = held[li] + need[li]
             need[li] = 0.0
             cum[li] = 0.0
-        total += worst * _group_weight(sel, a, b, idrank, weight)
+        w = _group_weight(sel, a, b, idrank, weight)
+        total_served += worst_served * w
+        total_held += worst_held * w
     for li in range(len(ahead)):
         ahead[li] = 0.0
-    return total
+        held[li] = 0.0
+    return total_served, total_held
 
 
 @jit
@@ -233,8 +248,9 @@ def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank
     ``members_ptr``/``members``: per group slot, every flow of the group in offset order (declared,
     active or finished; what is finished has no bytes left), or empty when the caller knows only the
     active flows.  ``every_flow``: the caller decides again at every flow start and finish; when it
-    does not (the coflow rescheduling rule), a Coflow's flows share its paths max-min fairly instead of
-    going one after another, so that no capacity idles between decisions.
+    does not (the coflow rescheduling rule), a Coflow's flows share its paths max-min fairly and a
+    staggered EchelonFlow's get just-in-time rates instead of going one after another, so that no
+    capacity idles between decisions.
     """
     n = len(active)
     sel = ints(n)
@@ -255,19 +271,20 @@ def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank
         keys[g] = _per_weight(key, _group_weight(sel, a, b, idrank, weight))
     group_order = stable_argsort(keys, n_groups)
     if n_groups > 1:
-        # the same groups in Sincronia's order, generalised to offsets: kept if the list-schedule
-        # estimate of the weighted tardiness says it is better (ties keep Smith's order)
+        # the same groups in Sincronia's order, generalised to offsets: kept where either list-schedule
+        # estimate says it is better (ties keep Smith's order; docs/scheduler-design.md, Rule 1b)
         other = _bssi_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset, path_ptr,
                              path_links, capacity, members_ptr, members)
         ahead = floats(n_links)
+        held = floats(n_links)
         need = floats(n_links)
-        smith = _estimated_tardiness(group_order, n_groups, sel, starts, due, group, idrank, weight,
-                                     remaining, offset, path_ptr, path_links, capacity, members_ptr, members,
-                                     now, ahead, cumulative, need, touched)
-        bssi = _estimated_tardiness(other, n_groups, sel, starts, due, group, idrank, weight, remaining,
-                                    offset, path_ptr, path_links, capacity, members_ptr, members, now, ahead,
-                                    cumulative, need, touched)
-        if bssi < smith:
+        smith_served, smith_held = _estimated_tardiness(
+            group_order, n_groups, sel, starts, due, group, idrank, weight, remaining, offset, path_ptr,
+            path_links, capacity, members_ptr, members, now, ahead, held, cumulative, need, touched)
+        bssi_served, bssi_held = _estimated_tardiness(
+            other, n_groups, sel, starts, due, group, idrank, weight, remaining, offset, path_ptr,
+            path_links, capacity, members_ptr, members, now, ahead, held, cumulative, need, touched)
+        if bssi_served < smith_served or bssi_held < smith_held:
             group_order = other
     bits = floats(m)
     for k in range(m):
@@ -284,9 +301,10 @@ def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank
             if offset[sel[k]] != offset[sel[a]]:
                 staggered = True
         t_star = INF
-        if staggered:
-            # just in time: every flow lands at d_j + t*, t* the least tardiness left on what remains
-            # (infinite when a link of the group is full already: then its other flows go at once)
+        if staggered and not every_flow:
+            # just in time, between decisions that come only at flow starts and group completions: every
+            # flow lands at d_j + t*, t* the least tardiness left on what remains, so the whole group
+            # keeps moving (infinite when a link of the group is full already: its flows go at once)
             t_star = _bottleneck(sel, bits, due, now, a, b, path_ptr, path_links, residual, cumulative,
                                  touched)
         if t_star < INF:
@@ -300,7 +318,7 @@ def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank
                     rate[f] = give
                     _consume(f, give, path_ptr, path_links, residual, capacity)
         elif every_flow or staggered:
-            for k in range(a, b):  # as soon as possible, one flow after another
+            for k in range(a, b):  # as soon as possible, one flow after another (earliest due first)
                 f = sel[k]
                 spare = _path_min(f, path_ptr, path_links, residual)
                 if spare > 0:
