@@ -21,7 +21,7 @@ the one human table that compares schedulers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -160,7 +160,15 @@ class RunResult:
 def job_completion_s(job: Job, finish_s: Mapping[str, float]) -> float:
     """How long ``job`` took from its arrival to its last task's finish (``finish_s`` keyed by
     ``job/task``); 0 for a job without tasks."""
-    last_s = max((finish_s[qualified(job.job_id, tid)] for tid in job.tasks), default=None)
+    return completion_after_arrival_s(job, (finish_s[qualified(job.job_id, tid)] for tid in job.tasks))
+
+
+def completion_after_arrival_s(job: Job, finish_s: Iterable[float]) -> float:
+    """How long ``job`` took from its arrival to the last of its tasks' ``finish_s``; 0 without tasks.
+
+    The one rule behind :func:`job_completion_s` and :func:`build_run_in_order`, so a caller holding
+    times by id and one holding them by task number get the same completion to the bit."""
+    last_s = max(finish_s, default=None)
     return 0.0 if last_s is None else last_s - job.arrival_s
 
 
@@ -174,6 +182,30 @@ def build_run(
 ) -> RunResult:
     """The result of one run from when each task started and finished (keys ``job/task``, seconds).
 
+    The times are put in task order and handed to :func:`build_run_in_order`, which computes
+    everything (see there).  Plain floats: a caller may hand numpy scalars, whose comparisons give
+    numpy booleans JSON refuses.
+    """
+    order = [qualified(job.job_id, tid) for job in jobs for tid in job.tasks]
+    return build_run_in_order(scheduler, jobs, [float(start_s[qid]) for qid in order],
+                              [float(finish_s[qid]) for qid in order], alone_s, echelons)
+
+
+def build_run_in_order(
+    scheduler: str,
+    jobs: Sequence[Job],
+    start_s: Sequence[float],
+    finish_s: Sequence[float],
+    alone_s: Mapping[str, float] | None = None,
+    echelons: Mapping[str, Mapping[str, EchelonSpec]] | None = None,
+) -> RunResult:
+    """The result of one run from each task's start and finish (seconds), listed job by job in
+    ``jobs`` order and within a job in ``job.tasks`` order: the simulator's task numbers.
+
+    Times by number, not by ``job/task`` id, because on a trace of 700,000 flows two dictionaries
+    keyed by id cost more memory than the result itself (docs/performance.md, "Memory").  Each task's
+    id is built once and shared by ``tasks``, ``flows`` and its EchelonFlow's list.
+
     For every EchelonFlow the reference time r comes from its flows' actual starts
     (:func:`echelonflow.echelon.reference_time`), each flow is due at r + o_j and the EchelonFlow's
     tardiness is its worst flow's lateness (Eq. 2); the objective is their sum weighted by each job's
@@ -182,40 +214,55 @@ def build_run(
     one.  ``echelons`` (job id -> :func:`~echelonflow.echelon.echelons_of`) saves recomputing the
     groups when the caller has them.
     """
-    # plain floats: a simulator may hand numpy scalars, whose comparisons give numpy booleans JSON refuses
-    start_s = {qid: float(v) for qid, v in start_s.items()}
-    finish_s = {qid: float(v) for qid, v in finish_s.items()}
     run = RunResult(scheduler)
     weights: list[float] = []  # each EchelonFlow's job weight, in run.echelonflows order (Eq. 4)
+    base = 0
     for job in jobs:
-        for task in job.tasks.values():
-            qid = qualified(job.job_id, task.task_id)
-            if isinstance(task, ComputeTask):
-                run.tasks[qid] = TaskResult("compute", start_s[qid], finish_s[qid], host=task.host)
-            else:
-                run.tasks[qid] = TaskResult("flow", start_s[qid], finish_s[qid], src=task.src, dst=task.dst)
+        count = len(job.tasks)
+        qids = _job_results(run, job, base, start_s, finish_s)
+        number = {tid: base + k for k, tid in enumerate(job.tasks)}
         specs = echelons[job.job_id] if echelons is not None else echelon_mod.echelons_of(job)
         for echelon_id, spec in specs.items():
-            eqid = qualified(job.job_id, echelon_id)
-            flow_qids = {fid: qualified(job.job_id, fid) for fid in spec.flow_ids}
-            reference_s = echelon_mod.reference_time(spec, {f: start_s[q] for f, q in flow_qids.items()})
-            assert reference_s is not None  # every flow of a finished run has started
-            for fid, qid in flow_qids.items():
-                flow = job.tasks[fid]
-                run.flows[qid] = FlowResult(
-                    start_s=start_s[qid], finish_s=finish_s[qid],
-                    ideal_finish_s=reference_s + spec.offsets_s[fid], src=flow.src, dst=flow.dst,
-                    size_bytes=flow.size_bytes, echelon=eqid,
-                )
-            tardiness_s = echelon_mod.echelon_tardiness(
-                spec, {f: finish_s[q] for f, q in flow_qids.items()}, reference_s)
-            run.echelonflows[eqid] = EchelonResult(tardiness_s, spec.kind, list(flow_qids.values()))
+            _echelon_result(run, job, qualified(job.job_id, echelon_id), spec,
+                            {fid: number[fid] for fid in spec.flow_ids}, qids, base, start_s, finish_s)
             weights.append(job.weight)
-        done_s = job_completion_s(job, finish_s)
+        done_s = completion_after_arrival_s(job, (float(finish_s[t]) for t in range(base, base + count)))
         base_s = (alone_s or {}).get(job.job_id, done_s)
         run.jobs[job.job_id] = JobResult(done_s, done_s / base_s if base_s > 0 else 1.0)
+        base += count
     run.objective_s = echelon_mod.total_tardiness((e.tardiness_s for e in run.echelonflows.values()), weights)
     return run
+
+
+def _job_results(run: RunResult, job: Job, base: int, start_s: Sequence[float],
+                 finish_s: Sequence[float]) -> list[str]:
+    """One task record per task of ``job`` (its tasks are numbers ``base...``); their ids, in order."""
+    qids = [qualified(job.job_id, tid) for tid in job.tasks]
+    for t, (qid, task) in enumerate(zip(qids, job.tasks.values()), start=base):
+        if isinstance(task, ComputeTask):
+            run.tasks[qid] = TaskResult("compute", float(start_s[t]), float(finish_s[t]), host=task.host)
+        else:
+            run.tasks[qid] = TaskResult("flow", float(start_s[t]), float(finish_s[t]), src=task.src,
+                                        dst=task.dst)
+    return qids
+
+
+def _echelon_result(run: RunResult, job: Job, eqid: str, spec: EchelonSpec, number: Mapping[str, int],
+                    qids: Sequence[str], base: int, start_s: Sequence[float],
+                    finish_s: Sequence[float]) -> None:
+    """The flow records of one EchelonFlow (``number``: its flow ids -> task numbers) and its tardiness."""
+    reference_s = echelon_mod.reference_time(spec, {f: float(start_s[t]) for f, t in number.items()})
+    assert reference_s is not None  # every flow of a finished run has started
+    for fid, t in number.items():
+        flow = job.tasks[fid]
+        run.flows[qids[t - base]] = FlowResult(
+            start_s=float(start_s[t]), finish_s=float(finish_s[t]),
+            ideal_finish_s=reference_s + spec.offsets_s[fid], src=flow.src, dst=flow.dst,
+            size_bytes=flow.size_bytes, echelon=eqid,
+        )
+    tardiness_s = echelon_mod.echelon_tardiness(spec, {f: float(finish_s[t]) for f, t in number.items()},
+                                                reference_s)
+    run.echelonflows[eqid] = EchelonResult(tardiness_s, spec.kind, [qids[t - base] for t in number.values()])
 
 
 @dataclass

@@ -43,17 +43,18 @@ byte delivered) are checked on every decision unless ``check_invariants=False``.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import copy
 import gc
 import heapq
 import math
 import multiprocessing
+from array import array
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ from echelonflow.errors import UserError
 from echelonflow.faults import FaultEvent
 from echelonflow.linkstate import LinkState
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
-from echelonflow.results import RunResult, build_run, job_completion_s
+from echelonflow.results import RunResult, build_run_in_order, completion_after_arrival_s
 from echelonflow.schedulers.base import ActiveFlow, FlowEvent, Scheduler, Snapshot
 from echelonflow.schedulers.columns import FlowTable, numbering
 from echelonflow.schedulers.view import FlowView, GroupView, check_decision
@@ -95,6 +96,7 @@ class _Echelon:
     weight: float = 1.0
     first_start_s: float = math.inf
     finished_bytes: float = 0.0  # wire bytes of its flows that have finished
+    eqid: str = ""  # its ``job/echelon`` id
 
 
 def check_placement(topology: Topology, jobs: Sequence[Job]) -> None:
@@ -172,7 +174,8 @@ def _simulate(
         check_placement(topology, jobs)
     pristine = copy.deepcopy(scheduler)
     specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
-    prepared: dict[str, _JobIndex] = {}  # filled by the together run, read by the alone runs
+    # filled by the together run, read by the alone runs (none: each job's index goes with the run)
+    prepared: dict[str, _JobIndex] | None = {} if alone_runs and len(jobs) > 1 else None
     every_flow = rescheduling == "every-flow"
     together = _Run(topology, jobs, scheduler, check_invariants, specs, events, prepared, every_flow)
     alone_s: dict[str, float] = {}
@@ -191,7 +194,11 @@ def _simulate(
         together.run()
         alone_s = dict(_alone(topology, job, pristine, check_invariants, specs, events, prepared, every_flow)
                        for job in jobs)
-    return build_run(scheduler.name, jobs, together.start_s, together.finish_s, alone_s, specs)
+    # Only the times outlive the run: its state goes before the result is built (the peak of a large
+    # trace is whichever of the two is larger, not their sum).
+    start_s, finish_s = together.start_s, together.finish_s
+    del together, prepared
+    return build_run_in_order(scheduler.name, jobs, start_s, finish_s, alone_s, specs)
 
 
 def _alone(
@@ -201,7 +208,7 @@ def _alone(
     """(job id, completion time) of ``job`` alone on the network, under a fresh copy of ``pristine``."""
     run = _Run(topology, [job], copy.deepcopy(pristine), check, specs, events, prepared, every_flow)
     run.run()
-    return job.job_id, job_completion_s(job, run.finish_s)
+    return job.job_id, completion_after_arrival_s(job, run.finish_s)
 
 
 #: What forked alone-run workers read (set just before the pool forks them; nothing is pickled).
@@ -222,37 +229,59 @@ class _JobIndex:
     """One job's tasks and flows as a run reads them, built once per :func:`simulate`.
 
     The run with all jobs together and the job's run alone index the same tasks, dependencies and
-    EchelonFlow rows and pin the same paths; building them once (qualified ids, dependency counts,
-    path link numbers, wire sizes) halves the set-up of a simulation with alone runs.  Runs only read
-    it: ``waiting`` is copied into each run, the dependant lists and rows are shared.
+    EchelonFlow rows and pin the same paths; building them once (dependency counts, path link numbers,
+    wire sizes) halves the set-up of a simulation with alone runs.  Runs only read it.
+
+    Tasks are numbered by declaration (``k``: ``tasks[k]``); a run adds the job's first task number.
+    Per-flow data are flat arrays and dependencies are kept only for tasks that have them, because
+    on a trace of 700,000 flows (FB2010) one Python object per flow and field cost more memory than
+    everything else in the run (docs/performance.md, "Memory").
     """
 
     def __init__(self, job: Job, specs: Mapping[str, EchelonSpec]) -> None:
         jid = job.job_id
+        self.job_id = jid
         self.tasks = list(job.tasks.values())
-        self.qids = [qualified(jid, task.task_id) for task in self.tasks]
-        self.waiting = {qid: len(set(task.deps)) for qid, task in zip(self.qids, self.tasks)}
-        self.dependants: dict[str, list[str]] = {qid: [] for qid in self.qids}
-        for qid, task in zip(self.qids, self.tasks):
-            for dep in dict.fromkeys(task.deps):
-                self.dependants[qualified(jid, dep)].append(qid)
-        self.roots = [qid for qid, task in zip(self.qids, self.tasks) if not task.deps]
+        number = {task.task_id: k for k, task in enumerate(self.tasks)}
+        #: task -> how many distinct tasks it waits for, and task -> its dependants (declaration order);
+        #: only tasks that have any (a trace's flows have none)
+        self.waiting: dict[int, int] = {}
+        self.dependants: dict[int, list[int]] = {}
+        for k, task in enumerate(self.tasks):
+            if task.deps:
+                unique = dict.fromkeys(task.deps)
+                self.waiting[k] = len(unique)
+                for dep in unique:
+                    self.dependants.setdefault(number[dep], []).append(k)
+        self.roots = array("q", (k for k, task in enumerate(self.tasks) if not task.deps))
         # echelons_of puts every flow in exactly one spec, so every flow gets a row below.
         self.echelons: list[tuple[str, EchelonSpec]] = []
-        # (qid, task, echelon qid, offset, delta) per flow
-        self.flows: list[tuple[str, FlowTask, str, float, float]] = []
-        for echelon_id, spec in specs.items():
-            eqid = qualified(jid, echelon_id)
-            self.echelons.append((eqid, spec))
+        rows, echelon_of, offsets, deltas = array("q"), array("q"), array("d"), array("d")
+        for echelon, (echelon_id, spec) in enumerate(specs.items()):
+            self.echelons.append((qualified(jid, echelon_id), spec))
             head_ideal = spec.ideal_start_s[spec.flow_ids[0]]
             for flow_id in spec.flow_ids:
+                rows.append(number[flow_id])
+                echelon_of.append(echelon)
+                offsets.append(spec.offsets_s[flow_id])
                 # r = min over started flows of start_j - delta_j (echelon.reference_time)
-                delta = spec.ideal_start_s[flow_id] - head_ideal
-                self.flows.append((qualified(jid, flow_id), job.tasks[flow_id], eqid, spec.offsets_s[flow_id],
-                                   delta))
-        #: per ``enforces``: each flow row's path as link numbers, pinned with nothing down (set-up)
-        self.paths: dict[bool, list[list[int]]] = {}
-        self.wire_bytes: list[float] | None = None
+                deltas.append(spec.ideal_start_s[flow_id] - head_ideal)
+        #: per flow row: its task, its EchelonFlow (index into ``echelons``), o_j and delta_j
+        self.flow_task = np.frombuffer(rows, dtype=np.int64)
+        self.flow_echelon = np.frombuffer(echelon_of, dtype=np.int64)
+        self.offset_s = np.frombuffer(offsets, dtype=np.float64)
+        self.delta_s = np.frombuffer(deltas, dtype=np.float64)
+        #: the rows in the order of their task ids (a run ranks flows by ``job/task`` id from it)
+        ids = [self.tasks[k].task_id for k in rows]
+        self.id_order = np.array(sorted(range(len(ids)), key=ids.__getitem__), dtype=np.int64)
+        #: per ``enforces``: each row's path as (link count per row, link numbers), pinned with nothing
+        #: down (set-up)
+        self.paths: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
+        self.wire_bytes: np.ndarray | None = None
+
+    def qid(self, k: int) -> str:
+        """The ``job/task`` id of task ``k`` (built on demand: errors, observers, snapshots)."""
+        return qualified(self.job_id, self.tasks[k].task_id)
 
 
 class _Run:
@@ -263,6 +292,12 @@ class _Run:
     array of flow numbers and a decision reads the table in place.  Every decision is one call of
     ``scheduler.decide`` on a :class:`FlowView` whose source is the run itself (:meth:`flow_ids`,
     :meth:`groups`, :meth:`snapshot`: a policy that decides on a snapshot gets one built here).
+
+    Tasks are numbered job by job in declaration order (``t``; the order :func:`build_run_in_order`
+    reads times in), flows by the table (``f``); ``start_s`` and ``finish_s`` are lists by task
+    number and per-flow state is arrays by flow number.  ``job/task`` ids are built only where one is
+    shown (errors, observers, snapshots): a run of FB2010's 700,000 flows held them and a dozen
+    per-flow dictionaries and lists, 800 MiB (docs/performance.md, "Memory").
     """
 
     def __init__(
@@ -278,98 +313,94 @@ class _Run:
         self.scheduler = scheduler
         self.check = check
         self.now_s = 0.0
-        self.task_of: dict[str, tuple[int, int, Any]] = {}  # qid -> (job index, declaration index, task)
-        self.waiting: dict[str, int] = {}
-        self.dependants: dict[str, list[str]] = {}
-        self.start_s: dict[str, float] = {}
-        self.finish_s: dict[str, float] = {}
-        self.host_ready: dict[str, list[tuple[int, int, str]]] = {}
+        self.tasks: list[ComputeTask | FlowTask] = []  # by task number
+        self.job_base: list[int] = []  # each job's first task number
+        self.roots: list[array] = []  # per job: its tasks without dependencies (numbers within the job)
+        self.waiting: dict[int, int] = {}  # task -> dependencies not yet done (tasks that have any)
+        self.dependants: dict[int, list[int]] = {}  # task -> the tasks that wait for it (if any)
+        # per host: heap of ready compute tasks (by number: job, then declaration order)
+        self.host_ready: dict[str, list[int]] = {}
         self.host_busy: dict[str, bool] = {}
-        self.running: list[tuple[float, int, str]] = []  # (finish_s, seq, qid) of computes
+        self.running: list[tuple[float, int, int]] = []  # (finish_s, seq, task) of computes
         self.echelons: dict[str, _Echelon] = {}
         # (arrival_s, job index) of jobs not yet arrived; their root tasks are released then.
         self.arrivals: list[tuple[float, int]] = []
         self.valid_until_s = math.inf
         self.observing = type(scheduler).observe is not Scheduler.observe
-        self.indexes: list[_JobIndex] = []
+        indexes: list[_JobIndex] = []
         for job_index, job in enumerate(self.jobs):
             index = prepared.get(job.job_id) if prepared is not None else None
             if index is None:
                 index = _JobIndex(job, specs[job.job_id])
                 if prepared is not None:
                     prepared[job.job_id] = index
-            self._index_job(job_index, job, index)
+            indexes.append(index)
+            self._index_job(job, index)
             heapq.heappush(self.arrivals, (float(job.arrival_s), job_index))
-        self._build_table([row for index in self.indexes for row in index.flows])
+        count = len(self.tasks)
+        self.start_s: list[float | None] = [None] * count  # by task number
+        self.finish_s: list[float | None] = [None] * count
+        self.task_starts = 0  # tasks started so far (computes' tie-break: who started first)
+        self._build_table(indexes)
 
     # ------------------------------------------------------------------ setup
-    def _index_job(self, job_index: int, job: Job, index: _JobIndex) -> None:
-        self.indexes.append(index)
-        entries = [(job_index, decl, task) for decl, task in enumerate(index.tasks)]
-        self.task_of.update(zip(index.qids, entries))
-        self.waiting.update(index.waiting)
-        self.dependants.update(index.dependants)  # shared lists: a run only reads them
+    def _index_job(self, job: Job, index: _JobIndex) -> None:
+        base = len(self.tasks)
+        self.job_base.append(base)
+        self.tasks.extend(index.tasks)
+        self.roots.append(index.roots)
+        self.waiting.update((base + k, n) for k, n in index.waiting.items())
+        self.dependants.update((base + k, [base + d for d in deps]) for k, deps in index.dependants.items())
         for eqid, spec in index.echelons:
-            self.echelons[eqid] = _Echelon(spec, job.job_id, -1, float(job.weight))
+            self.echelons[eqid] = _Echelon(spec, job.job_id, -1, float(job.weight), eqid=eqid)
 
-    def _build_table(self, flows: list) -> None:
+    def _build_table(self, indexes: list[_JobIndex]) -> None:
         """Number links, EchelonFlows and flows; pin each flow's path; order flows for the scheduler."""
         capacity = self.capacity_bps = self.topology.capacity_bps()
         self.link_ids = list(capacity)
-        link_index = self.link_index = {link: i for i, link in enumerate(self.link_ids)}
+        self.link_index = {link: i for i, link in enumerate(self.link_ids)}
         for slot, eqid in enumerate(sorted(self.echelons)):
             self.echelons[eqid].slot = slot
-        idrank = {qid: i for i, qid in enumerate(sorted(qid for qid, *_ in flows))}
-        path_ptr, path_links = [0], []
-        wire_bytes: list[float] = []
         enforces = bool(self.scheduler.enforces)
-        for index in self.indexes:
-            paths = index.paths.get(enforces)
-            if paths is None:  # nothing is down while a run is set up: the pinned paths
-                paths = index.paths[enforces] = [
-                    [link_index[link] for link in Topology.links_of(self._path(qid, task))]
-                    for qid, task, *_ in index.flows
-                ]
-            for links in paths:
-                path_links.extend(links)
-                path_ptr.append(len(path_links))
-            if index.wire_bytes is None:
-                # Links carry frames: the flow's payload plus its framing (Topology.wire_bytes).
-                index.wire_bytes = [self.topology.wire_bytes(task.size_bytes) for _, task, *_ in index.flows]
-            wire_bytes.extend(index.wire_bytes)
-        slots = [self.echelons[eqid].slot for _, _, eqid, _, _ in flows]
+        rows = [self._rows(index, base, enforces) for index, base in zip(indexes, self.job_base)]
+        count = sum(len(index.flow_task) for index in indexes)
         table = FlowTable(
             capacity=np.array([capacity[link] for link in self.link_ids], dtype=np.float64),
-            path_ptr=np.array(path_ptr, dtype=np.int64),
-            path_links=np.array(path_links, dtype=np.int64),
-            group=np.array(slots, dtype=np.int64),
-            offset=np.array([offset for *_, offset, _ in flows], dtype=np.float64),
-            idrank=np.array([idrank[qid] for qid, *_ in flows], dtype=np.int64),
-            ref_slot=np.array(slots, dtype=np.int64),
+            path_ptr=np.concatenate([[0], np.cumsum(np.concatenate([r["lengths"] for r in rows] or [[]]))]
+                                    ).astype(np.int64),
+            path_links=np.concatenate([r["links"] for r in rows] or [[]]).astype(np.int64),
+            group=np.concatenate([r["slot"] for r in rows] or [[]]).astype(np.int64),
+            offset=np.concatenate([index.offset_s for index in indexes] or [[]]).astype(np.float64),
+            idrank=self._idranks(indexes, count),
+            ref_slot=np.concatenate([r["slot"] for r in rows] or [[]]).astype(np.int64),
             reference=np.full(len(self.echelons), math.inf),
-            weight=np.array([self.echelons[eqid].weight for _, _, eqid, _, _ in flows], dtype=np.float64),
-            remaining=np.array(wire_bytes, dtype=np.float64),
+            weight=np.concatenate([r["weight"] for r in rows] or [[]]).astype(np.float64),
+            remaining=np.concatenate([index.wire_bytes for index in indexes] or [[]]).astype(np.float64),
         )
+        task_of_row = np.concatenate([r["task"] for r in rows] or [[]]).astype(np.int64)
+        delta_s = np.concatenate([index.delta_s for index in indexes] or [[]]).astype(np.float64)
+        del rows
         # Flows numbered in the order the scheduler wants its active flows, so ``active`` (kept sorted)
         # is already in that order and a decision reads the table in place.
-        order = numbering(table, self.scheduler.active_order)
-        perm = np.array(order, dtype=np.int64)
+        perm = np.array(numbering(table, self.scheduler.active_order), dtype=np.int64)
         self.table = _permuted(table, perm)
+        del table
         self._members()
-        self.flow_qid = [flows[i][0] for i in perm]
-        self.flow_of = {qid: f for f, qid in enumerate(self.flow_qid)}
-        self.flow_eqid = [flows[i][2] for i in perm]
-        self.delta_s = [flows[i][4] for i in perm]
-        # Per-event bookkeeping reads Python lists (a numpy scalar read costs more than the work):
-        # each flow's wire size and EchelonFlow state, each group's reference time (mirrored into
-        # ``table.reference``, which the kernels read, on every change).
-        self.wire = [wire_bytes[i] for i in perm]
-        self.wire_array = np.array(self.wire, dtype=np.float64)
+        # Per-event bookkeeping reads Python numbers out of these arrays through memoryviews (as fast as
+        # a list, 8 bytes a flow): each flow's task, wire size, delta_j and EchelonFlow slot.
+        self.flow_task_array = task_of_row[perm]
+        self.flow_task = memoryview(self.flow_task_array)
+        flow_of_task = np.full(len(self.tasks), -1, dtype=np.int64)  # -1: a compute task
+        flow_of_task[self.flow_task_array] = np.arange(count, dtype=np.int64)
+        self.flow_of_task = memoryview(flow_of_task)
+        self.delta_s = memoryview(delta_s[perm])
+        self.wire_array = self.table.remaining.copy()
+        self.wire = memoryview(self.wire_array)
+        self.flow_slot = memoryview(self.table.ref_slot)
         self.path_min_capacity: np.ndarray | None = None  # per flow: slowest link on its path (Aalo)
-        self.flow_state = [self.echelons[eqid] for eqid in self.flow_eqid]
-        self.flow_slot = self.table.ref_slot.tolist()
+        # each group's reference time as Python floats (mirrored into ``table.reference``, which the
+        # kernels read, on every change)
         self.reference = self.table.reference.tolist()
-        count = len(flows)
         self.rate = np.zeros(count)
         self.leftover = np.zeros(count)
         self.finished_buf = np.zeros(count, dtype=np.int64)
@@ -384,6 +415,58 @@ class _Run:
         # would on the network, in arrival order, whatever the table's numbering.
         self.start_seq = np.zeros(count, dtype=np.int64)
         self.started = 0
+
+    def _rows(self, index: _JobIndex, base: int, enforces: bool) -> dict[str, np.ndarray]:
+        """One job's flow rows for the table: task numbers, slots, weights and pinned paths (the paths
+        and wire sizes are computed once per job and kept in ``index``)."""
+        paths = index.paths.get(enforces)
+        if paths is None:  # nothing is down while a run is set up: the pinned paths
+            lengths, links = array("q"), array("q")
+            for k in index.flow_task.tolist():
+                pinned = self._path(index.qid(k), index.tasks[k])
+                path = [self.link_index[link] for link in Topology.links_of(pinned)]
+                lengths.append(len(path))
+                links.extend(path)
+            paths = index.paths[enforces] = (np.frombuffer(lengths, dtype=np.int64),
+                                             np.frombuffer(links, dtype=np.int64))
+        if index.wire_bytes is None:
+            # Links carry frames: the flow's payload plus its framing (Topology.wire_bytes).
+            index.wire_bytes = np.array([self.topology.wire_bytes(index.tasks[k].size_bytes)
+                                         for k in index.flow_task.tolist()], dtype=np.float64)
+        states = [self.echelons[eqid] for eqid, _ in index.echelons]
+        slot = np.array([state.slot for state in states], dtype=np.int64)[index.flow_echelon]
+        weight = np.array([state.weight for state in states], dtype=np.float64)[index.flow_echelon]
+        return {"lengths": paths[0], "links": paths[1], "slot": slot, "weight": weight,
+                "task": index.flow_task + base}
+
+    def _idranks(self, indexes: list[_JobIndex], count: int) -> np.ndarray:
+        """Each flow row's rank among every flow's ``job/task`` id, without building the ids: job ids
+        hold no '/', so ids sort as (job id + '/', task id) do."""
+        starts = np.cumsum([0] + [len(index.flow_task) for index in indexes])
+        idrank = np.empty(count, dtype=np.int64)
+        rank = 0
+        for j in sorted(range(len(indexes)), key=lambda j: indexes[j].job_id + "/"):
+            n = len(indexes[j].flow_task)
+            idrank[starts[j] + indexes[j].id_order] = np.arange(rank, rank + n, dtype=np.int64)
+            rank += n
+        return idrank
+
+    def qid(self, t: int) -> str:
+        """The ``job/task`` id of task ``t``."""
+        job_index = bisect.bisect_right(self.job_base, t) - 1
+        return qualified(self.jobs[job_index].job_id, self.tasks[t].task_id)
+
+    def flow_qid(self, f: int) -> str:
+        """The ``job/task`` id of flow ``f``."""
+        return self.qid(self.flow_task[f])
+
+    def flow_number(self, qid: str) -> int:
+        """Flow number of the flow ``job/task`` (tests; a linear search)."""
+        return next(f for f in range(len(self.flow_task)) if self.flow_qid(f) == qid)
+
+    def finish_of(self, qid: str) -> float | None:
+        """When task ``job/task`` finished (tests; a linear search)."""
+        return next(self.finish_s[t] for t in range(len(self.tasks)) if self.qid(t) == qid)
 
     def _members(self) -> None:
         """Every flow of each EchelonFlow in (offset, flow id) order (``FlowTable.members``): what the
@@ -412,9 +495,9 @@ class _Run:
             return False
         moved = False
         table = self.table
-        for f, qid in enumerate(self.flow_qid):
+        for f, t in enumerate(self.flow_task):
             start, stop = int(table.path_ptr[f]), int(table.path_ptr[f + 1])
-            path = self._path(qid, self.task_of[qid][2])
+            path = self._path(self.qid(t), self.tasks[t])
             links = [self.link_index[link] for link in Topology.links_of(path)]
             if links != table.path_links[start:stop].tolist():
                 table.path_links[start:stop] = links  # equal-cost paths have equal lengths
@@ -447,7 +530,7 @@ class _Run:
                     flows_changed = True  # the coflow rule left every active flow idle: decide now
                     continue
                 if len(self.active):
-                    starving = min(self.flow_qid[f] for f in self.active)
+                    starving = min(self.flow_qid(f) for f in self.active.tolist())
                     raise SimulationError(
                         f"scheduler {self.scheduler.name!r} gives every active flow rate 0 at "
                         f"t={self.now_s:.6f}s with nothing else pending ({len(self.active)} flows starve, "
@@ -457,10 +540,10 @@ class _Run:
             expired = self.now_s < self.valid_until_s <= next_s
             finished = self._advance(next_s)
             flows_changed = self._faults() | (self._complete(finished) or self._arrive()) or expired
-        undone = [qid for qid in self.task_of if qid not in self.finish_s]
+        undone = [t for t, finish_s in enumerate(self.finish_s) if finish_s is None]
         if undone:
             raise SimulationError(
-                f"{len(undone)} tasks never became ready (dependency cycle?), e.g. {undone[0]!r}"
+                f"{len(undone)} tasks never became ready (dependency cycle?), e.g. {self.qid(undone[0])!r}"
             )
         if self.check:
             self._check_delivered()
@@ -471,11 +554,12 @@ class _Run:
         tol = TIME_RTOL * max(1.0, self.now_s)
         while self.arrivals and self.arrivals[0][0] <= self.now_s + tol:
             _, job_index = heapq.heappop(self.arrivals)
-            released.extend(self.indexes[job_index].roots)
+            base = self.job_base[job_index]
+            released.extend(base + k for k in self.roots[job_index])
         return self._release(released)
 
-    def _advance(self, next_s: float) -> list[str]:
-        """Move the clock to ``next_s``; return the qids of flows and computes that finish then."""
+    def _advance(self, next_s: float) -> list[int]:
+        """Move the clock to ``next_s``; return the task numbers of flows and computes that finish then."""
         tol = TIME_RTOL * max(1.0, next_s)
         kept, done = fluid.advance(
             self.active, self.table.remaining, self.rate, self.leftover, self.now_s, next_s, tol, BYTES_ATOL,
@@ -486,70 +570,76 @@ class _Run:
         if done > 1:
             numbers = numbers[np.argsort(self.start_seq[numbers])]
         numbers = numbers.tolist()
-        finished = [self.flow_qid[f] for f in numbers]
+        flow_task = self.flow_task
+        finished = [flow_task[f] for f in numbers]
         self.now_s = next_s
         while self.running and self.running[0][0] <= next_s + tol:
-            _, _, qid = heapq.heappop(self.running)
-            finished.append(qid)
+            _, _, t = heapq.heappop(self.running)
+            finished.append(t)
         return finished
 
-    def _complete(self, qids: list[str]) -> bool:
+    def _complete(self, finished: list[int]) -> bool:
         """Finish tasks at ``now``; release their dependants.  True when the active flow set changed."""
         changed = False
-        now_s, finish_s, task_of = self.now_s, self.finish_s, self.task_of
-        for qid in qids:
-            finish_s[qid] = now_s
-            task = task_of[qid][2]
-            if isinstance(task, ComputeTask):
-                self.host_busy[task.host] = False
+        now_s, finish_s = self.now_s, self.finish_s
+        flow_of_task, flow_slot = self.flow_of_task, self.flow_slot
+        wire, state_by_slot, group_active = self.wire, self.state_by_slot, self.group_active
+        for t in finished:
+            finish_s[t] = now_s
+            f = flow_of_task[t]
+            if f < 0:
+                self.host_busy[self.tasks[t].host] = False
             else:
-                f = self.flow_of[qid]
-                self.flow_state[f].finished_bytes += self.wire[f]
+                slot = flow_slot[f]
+                state_by_slot[slot].finished_bytes += wire[f]
                 if self.observing:
-                    self._observe("finish", qid, task, float(task.size_bytes))
-                slot = self.flow_slot[f]
-                self.group_active[slot] -= 1
+                    task = self.tasks[t]
+                    self._observe("finish", t, task, float(task.size_bytes))
+                group_active[slot] -= 1
                 # the coflow rule decides again only once the flow's whole EchelonFlow is done
-                changed = changed or self.every_flow or self.group_active[slot] == 0
+                changed = changed or self.every_flow or group_active[slot] == 0
         released = []
         waiting, dependants = self.waiting, self.dependants
-        for qid in qids:
-            for dep in dependants[qid]:
-                left = waiting[dep] - 1
-                waiting[dep] = left
-                if left == 0:
-                    released.append(dep)
+        if dependants:
+            for t in finished:
+                for dep in dependants.get(t, ()):
+                    left = waiting[dep] - 1
+                    waiting[dep] = left
+                    if left == 0:
+                        released.append(dep)
         return self._release(released) or changed
 
-    def _release(self, qids: list[str]) -> bool:
+    def _release(self, released: Iterable[int]) -> bool:
         """Tasks whose dependencies are all done: computes queue on their host, flows start now."""
         changed = False
-        pending = deque(qids)
-        now_s, task_of, flow_of, start_seq = self.now_s, self.task_of, self.flow_of, self.start_seq
+        pending = deque(released)
+        now_s, tasks, flow_of_task, start_seq = self.now_s, self.tasks, self.flow_of_task, self.start_seq
+        start_s, flow_slot, group_active = self.start_s, self.flow_slot, self.group_active
         while pending:
-            qid = pending.popleft()
-            job_index, decl, task = task_of[qid]
-            if isinstance(task, ComputeTask):
-                heapq.heappush(self.host_ready.setdefault(task.host, []), (job_index, decl, qid))
+            t = pending.popleft()
+            task = tasks[t]
+            f = flow_of_task[t]
+            if f < 0:  # a compute task: the smallest task number (job, then declaration) runs first
+                heapq.heappush(self.host_ready.setdefault(task.host, []), t)
                 continue
-            self.start_s[qid] = now_s
-            f = flow_of[qid]
+            start_s[t] = now_s
+            self.task_starts += 1
             start_seq[f] = self.started
             self.started += 1
-            self._note_start(f, qid, task)
+            self._note_start(f, t, task)
             if task.size_bytes <= 0:  # nothing to move: done the instant it starts
-                self.finish_s[qid] = self.now_s
-                for dep in self.dependants[qid]:
+                self.finish_s[t] = self.now_s
+                for dep in self.dependants.get(t, ()):
                     self.waiting[dep] -= 1
                     if self.waiting[dep] == 0:
                         pending.append(dep)
                 continue
             self.arrived.append(f)
-            self.group_active[self.flow_slot[f]] += 1
+            group_active[flow_slot[f]] += 1
             changed = True
         return changed
 
-    def _note_start(self, f: int, qid: str, task: FlowTask) -> None:
+    def _note_start(self, f: int, t: int, task: FlowTask) -> None:
         """Re-anchor the flow's EchelonFlow: r = min over its started flows of start_j - delta_j."""
         slot = self.flow_slot[f]
         now_s = self.now_s
@@ -557,25 +647,26 @@ class _Run:
         if candidate < self.reference[slot]:
             self.reference[slot] = candidate
             self.table.reference[slot] = candidate
-        state = self.flow_state[f]
+        state = self.state_by_slot[slot]
         if now_s < state.first_start_s:  # the clock never goes back: the group's first start
             state.first_start_s = now_s
             self.group_start_s[slot] = now_s
         if self.observing:
-            self._observe("start", qid, task, 0.0)
+            self._observe("start", t, task, 0.0)
 
-    def _observe(self, kind: str, qid: str, task: FlowTask, size_bytes: float) -> None:
-        eqid = self.flow_eqid[self.flow_of[qid]]
-        self.scheduler.observe(FlowEvent(kind, qid, eqid, task.src, task.dst, self.now_s, size_bytes))
+    def _observe(self, kind: str, t: int, task: FlowTask, size_bytes: float) -> None:
+        eqid = self.state_by_slot[self.flow_slot[self.flow_of_task[t]]].eqid
+        self.scheduler.observe(FlowEvent(kind, self.qid(t), eqid, task.src, task.dst, self.now_s, size_bytes))
 
     def _dispatch_computes(self) -> None:
         for host, ready in self.host_ready.items():
             if ready and not self.host_busy.get(host, False):
-                _, _, qid = heapq.heappop(ready)
-                task = self.task_of[qid][2]
+                t = heapq.heappop(ready)
+                task = self.tasks[t]
                 self.host_busy[host] = True
-                self.start_s[qid] = self.now_s
-                heapq.heappush(self.running, (self.now_s + task.duration_s, len(self.start_s), qid))
+                self.start_s[t] = self.now_s
+                self.task_starts += 1
+                heapq.heappush(self.running, (self.now_s + task.duration_s, self.task_starts, t))
 
     # ------------------------------------------------------------------ scheduling
     def _decide(self) -> None:
@@ -591,7 +682,7 @@ class _Run:
 
     # ------------------------------------------------------------------ the view's source
     def flow_ids(self, numbers: Sequence[int]) -> list[str]:
-        return [self.flow_qid[f] for f in numbers]
+        return [self.flow_qid(f) for f in numbers]
 
     def groups(self, view: FlowView, seen: bool) -> GroupView:
         """The active flows cut into groups (flows are numbered group by group), with what the network
@@ -623,21 +714,22 @@ class _Run:
         table = self.table
         active = self.active[np.argsort(self.start_seq[self.active])].tolist()
         sent = {f: self.wire[f] - float(table.remaining[f]) for f in active}
+        eqid_of = {f: self.state_by_slot[self.flow_slot[f]].eqid for f in active}
         group_sent: dict[str, float] = {}
         for f in active:
-            group_sent[self.flow_eqid[f]] = group_sent.get(self.flow_eqid[f], 0.0) + sent[f]
+            group_sent[eqid_of[f]] = group_sent.get(eqid_of[f], 0.0) + sent[f]
         flows = []
         for f in active:
-            state = self.echelons[self.flow_eqid[f]]
+            state = self.echelons[eqid_of[f]]
             reference_s = float(table.reference[state.slot])
             offset_s = float(table.offset[f])
             links = table.path_links[table.path_ptr[f]:table.path_ptr[f + 1]].tolist()
             flows.append(ActiveFlow(
-                flow_id=self.flow_qid[f], echelon_id=self.flow_eqid[f],
+                flow_id=self.flow_qid(f), echelon_id=eqid_of[f],
                 path=tuple(self.link_ids[li] for li in links), remaining_bytes=float(table.remaining[f]),
                 ideal_finish_s=reference_s + offset_s, offset_s=offset_s, reference_s=reference_s,
                 weight=state.weight, sent_bytes=sent[f],
-                group_sent_bytes=state.finished_bytes + group_sent[self.flow_eqid[f]],
+                group_sent_bytes=state.finished_bytes + group_sent[eqid_of[f]],
                 group_start_s=state.first_start_s,
             ))
         return Snapshot(self.now_s, self.capacity_bps, flows)
@@ -645,9 +737,9 @@ class _Run:
     # ------------------------------------------------------------------ results
     def _check_delivered(self) -> None:
         for f, left in enumerate(self.leftover.tolist()):
-            size = self.task_of[self.flow_qid[f]][2].size_bytes
+            size = self.tasks[self.flow_task[f]].size_bytes
             if left > max(BYTES_ATOL, 1e-6 * size):
-                qid = self.flow_qid[f]
+                qid = self.flow_qid(f)
                 raise AssertionError(f"flow {qid}: {left} of {size} bytes undelivered at its finish")
 
 
@@ -656,10 +748,10 @@ def _permuted(table: FlowTable, perm: np.ndarray) -> FlowTable:
     lengths = np.diff(table.path_ptr)[perm]
     path_ptr = np.zeros(len(perm) + 1, dtype=np.int64)
     np.cumsum(lengths, out=path_ptr[1:])
-    starts = table.path_ptr[:-1][perm]
-    path_links = np.concatenate(
-        [table.path_links[s:s + n] for s, n in zip(starts.tolist(), lengths.tolist())]
-    ) if len(perm) else table.path_links
+    # new position p of every link number: the old start of its flow plus its place along the path
+    # (one gather instead of one slice per flow)
+    shift = np.repeat(table.path_ptr[:-1][perm] - path_ptr[:-1], lengths)
+    path_links = table.path_links[np.arange(int(path_ptr[-1]), dtype=np.int64) + shift]
     return FlowTable(
         capacity=table.capacity,
         path_ptr=path_ptr,
