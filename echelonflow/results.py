@@ -260,10 +260,13 @@ def _echelon_result(run: RunResult, job: Job, eqid: str, spec: EchelonSpec, numb
     assert reference_s is not None  # every flow of a finished run has started
     for fid, t in number.items():
         flow = job.tasks[fid]
+        offset_s = spec.offsets_s[fid]
+        # r + 0.0 is r bit for bit unless r is a zero: a Coflow's flows then share r's float object
+        # instead of one new float each (24 bytes a flow)
+        ideal_finish_s = reference_s if offset_s == 0.0 and reference_s != 0.0 else reference_s + offset_s
         run.flows[qids[t - base]] = FlowResult(
-            start_s=float(start_s[t]), finish_s=float(finish_s[t]),
-            ideal_finish_s=reference_s + spec.offsets_s[fid], src=flow.src, dst=flow.dst,
-            size_bytes=flow.size_bytes, echelon=eqid,
+            start_s=float(start_s[t]), finish_s=float(finish_s[t]), ideal_finish_s=ideal_finish_s,
+            src=flow.src, dst=flow.dst, size_bytes=flow.size_bytes, echelon=eqid,
         )
     tardiness_s = echelon_mod.echelon_tardiness(spec, {f: float(finish_s[t]) for f, t in number.items()},
                                                 reference_s)

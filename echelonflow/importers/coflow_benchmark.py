@@ -105,12 +105,16 @@ def read_coflow_benchmark(path: str | Path, ms_per_second: float = 1000.0,
     if len(body) != count:
         raise TraceError(f"{source}: the header announces {count} coflows, the file has {len(body)} lines")
     hosts = [host_of(p) for p in range(ports)]
+    # one id string per (mapper, reducer) port pair for the whole trace: FB2010 repeats 21,462 pairs
+    # over 700,000 flows; with one int per distinct size below, its jobs take 77 MiB instead of 135
+    # (tracemalloc; docs/performance.md, "Memory")
+    flow_ids: dict[tuple[int, int], str] = {}
     jobs: list[Job] = []
     seen: set[str] = set()
     flows = dropped = bytes_total = bytes_dropped = 0
     for number, line in body:
         job, kept, local, local_bytes, total = _coflow(line.split(), hosts, f"{source} line {number}",
-                                                       ms_per_second, admission_epoch_ms)
+                                                       ms_per_second, admission_epoch_ms, flow_ids)
         if job.job_id in seen:
             raise TraceError(f"{source} line {number}: coflow {job.job_id!r}: duplicate coflow id")
         seen.add(job.job_id)
@@ -121,7 +125,9 @@ def read_coflow_benchmark(path: str | Path, ms_per_second: float = 1000.0,
 
 
 def _coflow(tokens: list[str], hosts: list[str], where: str, ms_per_second: float,
-            admission_epoch_ms: float | None) -> tuple[Job, int, int, int, int]:
+            admission_epoch_ms: float | None,
+            flow_ids: dict[tuple[int, int], str]) -> tuple[Job, int, int, int, int]:
+    """One coflow line as a job; ``flow_ids`` (shared over the trace) keeps one id string per port pair."""
     if len(tokens) < 5:
         raise TraceError(f"{where}: expected '<id> <arrival_ms> <#mappers> <ports>... <#reducers> "
                          f"<port>:<MB>...', got {len(tokens)} fields")
@@ -157,11 +163,16 @@ def _coflow(tokens: list[str], hosts: list[str], where: str, ms_per_second: floa
         if total < n_mappers:
             raise TraceError(f"{where}: reducer {r} receives {mb_text} MB, less than one byte per mapper")
         total_bytes += total
+        sizes: dict[int, int] = {}  # a reducer's parts take two values: one int object for each
         for mapper, part in zip(mappers, split_bytes(total, n_mappers)):
             if mapper == port:
                 local, local_bytes = local + 1, local_bytes + part
                 continue
-            job.add(FlowTask(f"m{mapper}.r{port}", hosts[mapper], hosts[port], part, (), ECHELON_ID))
+            flow_id = flow_ids.get((mapper, port))
+            if flow_id is None:
+                flow_id = flow_ids[(mapper, port)] = f"m{mapper}.r{port}"
+            size_bytes = sizes.setdefault(part, part)
+            job.add(FlowTask(flow_id, hosts[mapper], hosts[port], size_bytes, (), ECHELON_ID))
             kept += 1
     if not kept:
         job.echelon_kinds.clear()
