@@ -13,10 +13,10 @@ documented in ``docs/results-format.md``.  Every time is in seconds from the run
                              | {"type": "flow", "src": h, "dst": h, "start_s": s, "finish_s": s}},
          "objective_s": sum of EchelonFlow tardiness times the job's weight (Eq. 4)}]}
 
-:func:`build_run` is the only place that turns task start and finish times into these numbers
+:func:`build_run_in_order` is the only place that turns task start and finish times into these numbers
 (reference times, ideal finish times, tardiness, the objective, completion and slowdown): the simulator
-feeds it simulated times, the emulation runner the agents' measured ones.  :func:`format_table` renders
-the one human table that compares schedulers.
+feeds it simulated times by task number, the emulation runner the agents' measured ones by id through
+:func:`build_run`.  :func:`format_table` renders the one human table that compares schedulers.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ EchelonFlow bookkeeping comes from ``echelonflow.echelon``: each flow's offset o
 reference time r recomputed from the actual starts whenever one of its flows starts, so a flow's
 ideal finish is r + o_j (the paper's arrangement function anchored at the head flow).  The scheduler
 sees that running r; the result (tardiness, objective, ideal finish times) is built from the final task
-times by ``echelonflow.results.build_run``, the same builder the emulation uses.
+times by ``echelonflow.results.build_run_in_order``, the same builder the emulation uses.
 
 Rescheduling.  By default (``rescheduling="every-flow"``) the scheduler decides again at every flow
 start and finish: the exact fluid model, and what the bundled results are.  ``rescheduling="coflow"``
