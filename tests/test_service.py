@@ -78,10 +78,14 @@ def test_fig2_rates_match_the_worked_example():
     reg.flow_progress("pp", "mb0", 1 * MB)
     reg.flow_started("pp", "mb1", 40001, 5201, 2.0)
     svc.on_arrival()
-    # docs/scheduler-design.md, Fig. 2 at t=2: t* = 3, f1 1/2, f2 2/3 capped to the 1/2 left
+    # docs/scheduler-design.md, Fig. 2 at t=2: earliest due first, as soon as possible: f1 all, f2 none
+    assert svc.allocation("pp/mb0")["rate_bps"] == pytest.approx(B_BPS)
+    assert svc.allocation("pp/mb1")["rate_bps"] == 0
+    assert svc.allocation("pp/mb0")["rank"] < svc.allocation("pp/mb1")["rank"]
+    svc.set_scheduler("echelon-varys")
+    # the paper's sketch at t=2: t* = 3, f1 1/2, f2 2/3 capped to the 1/2 left
     assert svc.allocation("pp/mb0")["rate_bps"] == pytest.approx(B_BPS / 2)
     assert svc.allocation("pp/mb1")["rate_bps"] == pytest.approx(B_BPS / 2)
-    assert svc.allocation("pp/mb0")["rank"] < svc.allocation("pp/mb1")["rank"]
 
 
 def test_arrival_installs_with_match_path_queue_and_meter():
@@ -106,6 +110,7 @@ def test_arrival_installs_with_match_path_queue_and_meter():
 def test_only_changes_are_pushed():
     reg, clock, port = fig2_registry(), Clock(1.0), RecordingPort()
     svc = SchedulingService(reg, port, now=clock, rate_tolerance=0.05)
+    svc.set_scheduler("echelon-varys")  # just-in-time rates: mb0's moves when mb1 arrives
     reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
     svc.on_arrival()
     assert [c[0] for c in port.take()] == ["install"]
@@ -268,6 +273,7 @@ def test_failed_push_is_retried_next_round():
 def test_flow_dropped_by_the_port_is_installed_again():
     reg, port = fig2_registry(), RecordingPort()
     svc = SchedulingService(reg, port, now=Clock(1.0))
+    svc.set_scheduler("echelon-varys")  # just-in-time rates: mb0's moves when mb1 arrives
     reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
     svc.on_arrival()
     port.take()
