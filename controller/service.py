@@ -16,7 +16,8 @@ Then it turns the ``Decision`` into enforcement through an :class:`EnforcementPo
   sending flow are ordered by the best (lowest) rank of their sending flows, the i-th gets queue
   ``1 + min(i, queues - 2)``, so the ``queues - 2`` most urgent groups each get a class of their own and
   every later group shares the last one.
-  Inside a group the scheduler's just-in-time rates already stagger the flows, so they share a class.
+  Inside a group the scheduler's rates already order the flows (earliest due first gets its path, the
+  ones after it what is left), so they share a class.
   A flow the scheduler gives (almost) no rate (its group is blocked, or it has no bytes left) goes to the
   last queue without a meter: it only gets what more urgent classes leave, and is never starved by a meter.
   With ``hold_paused`` (agents that hold a paused flow: it sends nothing) a paused flow keeps the class it
