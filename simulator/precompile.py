@@ -5,7 +5,7 @@ source (keyed on the source file's timestamp), so on a fresh checkout the first 
 scheduler pays the compilation: about 13 s for ``echelon`` alone, 20 s for all of them.  A controller
 that pays it inside its first API request overruns the request's 10 s limit, and an emulation that
 pays it on the clock measures the compiler.  ``bootstrap.sh`` runs this module after installing the
-project, so the cost falls on set-up; a warm cache makes it a two-second no-op.
+project, so the cost falls on set-up; with a warm cache it takes about a second.
 
 Simulating the bundled fig2 scenario under each scheduler calls every kernel with the argument types
 the controller uses too (the same flow table), which is what the cache is keyed on.

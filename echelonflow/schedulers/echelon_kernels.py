@@ -201,7 +201,8 @@ def _estimated_tardiness(group_order, n_groups, sel, starts, due, group, idrank,
             f = members[e] if whole else sel[e]
             if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
                 continue
-            slack = reference + offset[f] - now
+            due_f = reference + offset[f]
+            slack = due_f - now
             if slack < 0.0:
                 slack = 0.0
             finish_served = 0.0
@@ -218,11 +219,12 @@ def _estimated_tardiness(group_order, n_groups, sel, starts, due, group, idrank,
                     finish_held = held[li] + cum[li]
                 if cum[li] - slack > need[li]:
                     need[li] = cum[li] - slack
-            due_f = reference + offset[f]
-            if now + finish_served - due_f > worst_served:
-                worst_served = now + finish_served - due_f
-            if now + finish_held - due_f > worst_held:
-                worst_held = now + finish_held - due_f
+            late_served = now + finish_served - due_f
+            if late_served > worst_served:
+                worst_served = late_served
+            late_held = now + finish_held - due_f
+            if late_held > worst_held:
+                worst_held = late_held
         for t in range(n_touched):
             li = touched[t]
             ahead[li] = ahead[li] + cum[li]
