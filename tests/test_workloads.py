@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -164,7 +165,7 @@ def test_fig2_is_exactly_the_paper_example() -> None:
         ComputeTask("i0.s1.f1", "h2", 1.0, ("i0.s1.f0", "i0.a0.m1")),
         ComputeTask("i0.s1.f2", "h2", 1.0, ("i0.s1.f1", "i0.a0.m2")),
     ]
-    strip = [t.__class__(**{**t.__dict__, "label": ""}) for t in job.tasks.values()]
+    strip = [dataclasses.replace(t, label="") for t in job.tasks.values()]
     assert strip == expected
     spec = echelons_of(job)["i0.fwd.s0"]
     assert spec.offsets_s == {"i0.a0.m0": 0.0, "i0.a0.m1": 1.0, "i0.a0.m2": 2.0}
