@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from controller.registry_errors import ConflictError, NotFoundError, RegistryError, check_id, check_port
+from controller.registry_errors import ConflictError, RegistryError, check_id, check_port, found
 from echelonflow.fields import Check, show
 from echelonflow.linkstate import LinkState
 from echelonflow.topology import Topology
@@ -77,10 +77,7 @@ class Channels(Mapping):
 
     def lookup(self, channel_id: Any) -> ChannelRecord:
         check_id("channel_id", channel_id)
-        try:
-            return self._records[channel_id]
-        except KeyError:
-            raise NotFoundError("channel_id", f"no channel {channel_id!r}") from None
+        return found(self._records, channel_id, "channel_id", f"no channel {channel_id!r}")
 
     def add(self, channel_id: Any, src: Any, dst: Any, src_port: Any, dst_port: Any,
             path: Any = None) -> ChannelRecord:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from controller.channels import ChannelRecord, Channels, TupleOwners
-from controller.registry_errors import ConflictError, NotFoundError, RegistryError, check_id, check_port
+from controller.registry_errors import ConflictError, RegistryError, check_id, check_port, found
 from echelonflow.echelon import KINDS, FlowStart, infer_kind, reference_time_from_starts
 from echelonflow.fields import Field, array, integer, nullable, number, one_of, read, show
 from echelonflow.linkstate import LinkState
@@ -239,26 +239,19 @@ class Registry:
     # ------------------------------------------------------------------ lookups
     def job(self, job_id: Any) -> JobRecord:
         check_id("job_id", job_id)
-        try:
-            return self.jobs[job_id]
-        except KeyError:
-            raise NotFoundError("job_id", f"no job {job_id!r}") from None
+        return found(self.jobs, job_id, "job_id", f"no job {job_id!r}")
 
     def echelon(self, job_id: Any, echelon_id: Any) -> EchelonRecord:
         self.job(job_id)
         check_id("echelon_id", echelon_id)
-        try:
-            return self.echelons[qualified(job_id, echelon_id)]
-        except KeyError:
-            raise NotFoundError("echelon_id", f"job {job_id!r} has no EchelonFlow {echelon_id!r}") from None
+        return found(self.echelons, qualified(job_id, echelon_id), "echelon_id",
+                     f"job {job_id!r} has no EchelonFlow {echelon_id!r}")
 
     def flow(self, job_id: Any, flow_id: Any) -> FlowRecord:
         self.job(job_id)
         check_id("flow_id", flow_id)
-        try:
-            return self.flows[qualified(job_id, flow_id)]
-        except KeyError:
-            raise NotFoundError("flow_id", f"job {job_id!r} has no flow {flow_id!r}") from None
+        return found(self.flows, qualified(job_id, flow_id), "flow_id",
+                     f"job {job_id!r} has no flow {flow_id!r}")
 
     def flows_of(self, echelon_key: str) -> list[FlowRecord]:
         return [self.flows[k] for k in self.members.get(echelon_key, ())]

@@ -9,7 +9,12 @@ Kept Python 3.9 compatible: the controller imports it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TypeVar
+
 from echelonflow.fields import FieldError, identifier, integer
+
+Record = TypeVar("Record")
 
 check_id = identifier()
 check_port = integer(1, 65535)
@@ -31,3 +36,11 @@ class NotFoundError(RegistryError):
 class ConflictError(RegistryError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(field, problem, 409)
+
+
+def found(records: Mapping[str, Record], key: str, field: str, missing: str) -> Record:
+    """``records[key]``, or the 404 that names ``field`` and says what is ``missing``."""
+    try:
+        return records[key]
+    except KeyError:
+        raise NotFoundError(field, missing) from None

@@ -8,7 +8,8 @@ import os
 import pytest
 
 from controller import views
-from controller.registry import ConflictError, NotFoundError, Registry, RegistryError
+from controller.registry import Registry
+from controller.registry_errors import ConflictError, NotFoundError, RegistryError
 from controller.store import Store, StoreError, open_registry
 from echelonflow.fields import FieldError
 from echelonflow.topology import fattree, two_hosts
