@@ -13,10 +13,11 @@ Each decision (docs/scheduler-design.md works both rules through, with why and t
    Smith's rule looks at each group's own bottleneck only; where groups contend on several links at
    once (oversubscribed fabrics), Sincronia's BSSI order does better.  So the same groups are also
    ordered by BSSI on what they have left, with offsets (a group's seconds on a link:
-   ``max_j (C_j / c_l - (o_j - o_first))``), and that order is kept when either of two list-schedule
+   ``max_j (C_j / c_l - (o_j - o_first))``), and that order is kept unless two list-schedule
    estimates of the weighted tardiness (each link serving the groups one after another; a group
-   ahead of its arrangement holding all it has left, or only what its due times need) is lower
-   than Smith's.
+   ahead of its arrangement holding all it has left, or only what its due times need) both put
+   Smith's lower by more than ``BSSI_MARGIN`` (2 %: the estimates miss by about that much where
+   groups share several links, and near ties go to the order with a worst-case bound).
 2. **Serve** in that order, against what earlier groups left, each group's flows as soon as possible,
    one after another in earliest-due-first order (on one link, Jackson's rule: the least maximum
    tardiness).  A flow done before its ideal finish time buys its own job nothing, but the capacity it
