@@ -9,7 +9,7 @@
 * **Smith's order or BSSI's, whichever the estimate prefers.**  Smith's rule on each group's own
   bottleneck does not see that a wide Coflow holds three ports that three narrow ones each need; Sincronia's
   BSSI does, and echelon keeps its order unless its list-schedule estimates both prefer Smith's by
-  more than a small margin (they miss by about that much where groups share several links).
+  more than a small margin (list schedules' near ties say little).
 * **Every group's flows as soon as possible.**  MADD slows every flow of a Coflow down to its bottleneck;
   the Coflow ends no later when its flows go one after another, and a flow that feeds a consumer of its
   own lets that consumer start earlier.  (For a staggered EchelonFlow, the decision itself is pinned in

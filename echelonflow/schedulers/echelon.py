@@ -16,8 +16,8 @@ Each decision (docs/scheduler-design.md works both rules through, with why and t
    ``max_j (C_j / c_l - (o_j - o_first))``), and that order is kept unless two list-schedule
    estimates of the weighted tardiness (each link serving the groups one after another; a group
    ahead of its arrangement holding all it has left, or only what its due times need) both put
-   Smith's lower by more than ``BSSI_MARGIN`` (2 %: the estimates miss by about that much where
-   groups share several links, and near ties go to the order with a worst-case bound).
+   Smith's lower by more than ``BSSI_MARGIN`` (2 %, measured on the scheduler matrix: list
+   schedules' near ties say little, and they go to BSSI's order).
 2. **Serve** in that order, against what earlier groups left, each group's flows as soon as possible,
    one after another in earliest-due-first order (on one link, Jackson's rule: the least maximum
    tardiness).  A flow done before its ideal finish time buys its own job nothing, but the capacity it

@@ -5,7 +5,7 @@ Two algorithms share one prologue (each group's active flows in earliest-due-fir
 * :func:`echelon_decide`, the ``echelon`` scheduler (``schedulers/echelon.py`` and
   ``docs/scheduler-design.md`` say why it is built so): groups ordered by the residual bottleneck of
   everything they have left, declared flows that have not started included (or by BSSI with offsets
-  where a list-schedule estimate prefers that); then, in that order, each group's flows as soon as
+  unless list-schedule estimates clearly prefer Smith's); then, in that order, each group's flows as soon as
   possible in earliest-due-first order (under the coflow rescheduling rule, which does not decide at
   every flow finish, a Coflow's flows share max-min and a staggered EchelonFlow's go just in time, so
   that no capacity idles between decisions); then back-fill;
@@ -39,10 +39,10 @@ from echelonflow.schedulers.kernels import (
 
 EPS_BYTES = 1e-9
 #: BSSI's order is kept unless Smith's is estimated better by more than this fraction under both
-#: estimates.  The estimates are list schedules (each link serving groups one after another) and miss
-#: by about this much where many groups share several links; BSSI's order, the one with a worst-case
-#: bound (Sincronia's 4-approximation), takes near ties.  Measured, not derived: 0.02 kept every matrix
-#: cell within 1 % of the best other scheduler, 0.05 did not (docs/scheduler-design.md, Rule 1b).
+#: estimates.  The estimates are list schedules (each link serving groups one after another), so near
+#: ties say little; they go to BSSI's order (for Coflows, Sincronia's 4-approximation).  Measured, not
+#: derived: 0.02 kept every matrix cell within 1 % of the best other scheduler, 0.05 did not
+#: (docs/scheduler-design.md, Rule 1b).
 BSSI_MARGIN = 0.02
 #: ``order_by`` codes of :func:`jit_decide` (names in schedulers.echelon.ORDERINGS).
 ORDER_BOTTLENECK, ORDER_TARDINESS, ORDER_VOLUME = 0, 1, 2
