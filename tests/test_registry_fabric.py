@@ -145,11 +145,14 @@ def test_registered_flows_are_enforced_in_scheduler_order(env):
             meter_kbps = _meters(switches[0])[int(first["meter"])]
             assert_within(meter_kbps * 1e3, alloc[fid]["meter_rate_bps"], 0.8, 1.25, f"{fid} meter")
         assert all(r["meter"] is None for s, r in rules.items() if s != switches[0])
-    # The scheduler's order is the queue order: by rank, queues never go down; rank 0 has the smallest.
-    by_rank = sorted(alloc.values(), key=lambda a: a["rank"])
-    queues = [a["queue"] for a in by_rank]
-    assert queues == sorted(queues), by_rank
-    assert by_rank[0]["queue"] == min(queues)
+    # The scheduler's order is the queue order: among flows given a rate, by rank, queues never go down
+    # and rank 0 has the smallest; a flow told to wait (no meter) sits in the last class, whatever its rank.
+    sending = sorted((a for a in alloc.values() if a["meter_rate_bps"] is not None), key=lambda a: a["rank"])
+    queues = [a["queue"] for a in sending]
+    assert sending and queues == sorted(queues), sending
+    assert sending[0]["rank"] == min(a["rank"] for a in alloc.values()) and sending[0]["queue"] == 1
+    waiting = [a for a in alloc.values() if a["meter_rate_bps"] is None]
+    assert all(a["queue"] == 3 for a in waiting), waiting
     # each EchelonFlow is a group with its own class (the scheduler orders groups, e.g. SEBF)
     assert alloc["c0"]["queue"] == alloc["c1"]["queue"] != alloc["s0"]["queue"], alloc
     print({fid: (a["rank"], a["queue"], a["meter_rate_bps"]) for fid, a in alloc.items()})
