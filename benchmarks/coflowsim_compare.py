@@ -4,8 +4,9 @@ CoflowSim (github.com/coflow/coflowsim) is run where it is built, as a peer, nev
 its folder with ``--coflowsim DIR`` (``javac`` output with ``coflowsim/CoflowSim.class``, or a Maven
 build's ``target/classes`` or ``target/coflowsim-*.jar``).  Pairs compared (docs/baselines.md):
 
-* ``coflow`` vs CoflowSim's SEBF (Varys) and ``fifo`` vs its FIFO, both under our simulator's coflow
-  rescheduling rule (rates recomputed at flow starts and coflow completions, as CoflowSim does);
+* ``coflow`` and ``coflow-static`` (SEBF keys fixed at admission, as CoflowSim keeps them) vs
+  CoflowSim's SEBF (Varys), and ``fifo`` vs its FIFO, all under our simulator's coflow rescheduling
+  rule (rates recomputed at flow starts and coflow completions, as CoflowSim does);
 * ``port-fair`` vs its FAIR, under the exact rule (CoflowSim recomputes FAIR's shares every 8 ms step,
   so a finished flow's share goes to the others at once).
 
@@ -54,7 +55,8 @@ from echelonflow.shared_data import shared_path  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = "coflow-benchmark/FB2010-1Hr-150-0.txt"
 #: our scheduler -> (CoflowSim's policy, our rescheduling rule)
-PAIRS = {"coflow": ("SEBF", "coflow"), "fifo": ("FIFO", "coflow"), "port-fair": ("FAIR", "every-flow")}
+PAIRS = {"coflow": ("SEBF", "coflow"), "coflow-static": ("SEBF", "coflow"), "fifo": ("FIFO", "coflow"),
+         "port-fair": ("FAIR", "every-flow")}
 #: CoflowSim's milliseconds per second of port time (its ``SIMULATION_SECOND_MILLIS``)
 COFLOWSIM_MS_PER_S = 1024.0
 

@@ -12,6 +12,7 @@ import pytest
 from echelonflow.model import FlowTask, Job
 from echelonflow.schedulers import get_scheduler
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
+from echelonflow.schedulers.live import LiveFlowTable
 from echelonflow.schedulers.view import decide_snapshot
 from echelonflow.topology import bigswitch
 from simulator.engine import simulate
@@ -134,3 +135,51 @@ def test_fifo_serves_coflows_in_arrival_order_coflow_smallest_bottleneck_first()
         cct[name] = {job: result.completion_s / second for job, result in run.jobs.items()}
     assert cct["fifo"] == pytest.approx({"big": 4.0, "small": 4.0})
     assert cct["coflow"] == pytest.approx({"big": 5.0, "small": 1.0})
+
+
+def test_coflow_static_keeps_the_key_a_coflow_had_when_admitted() -> None:
+    """One downlink (h2's) of 1 MB/s: "big" (4 MB from h1) at 0, "mid" (2 MB from h3) at 3 s, when big
+    has 1 MB left.  coflow orders on the bytes left (big's 1 s before mid's 2 s): big completes at 4 s,
+    mid at 6 s (CCT 3 s).  coflow-static, like CoflowSim, keeps big's admission key (4 s): mid first,
+    complete at 5 s (CCT 2 s), big at 6 s."""
+    topology = bigswitch(8e6, 3)
+    second = 1 / topology.payload_fraction
+
+    def jobs() -> list[Job]:
+        big, mid = Job("big"), Job("mid", arrival_s=3.0 * second)
+        big.add(FlowTask("f", "h1", "h2", 4 * MB, (), "shuffle"))
+        mid.add(FlowTask("f", "h3", "h2", 2 * MB, (), "shuffle"))
+        return [big, mid]
+
+    cct = {}
+    for name in ("coflow", "coflow-static"):
+        run = simulate(topology, jobs(), get_scheduler(name), alone_runs=False, rescheduling="coflow")
+        cct[name] = {job: result.completion_s / second for job, result in run.jobs.items()}
+    assert cct["coflow"] == pytest.approx({"big": 4.0, "mid": 3.0})
+    assert cct["coflow-static"] == pytest.approx({"big": 6.0, "mid": 2.0})
+
+
+def test_coflow_static_keeps_the_key_on_the_controllers_live_table() -> None:
+    """The controller's table outlives a decision, so the key fixed at the first one is kept (the same
+    two coflows as above, as the registry would feed them); a table built per snapshot has no memory."""
+    link = ("h2-port", "h2")
+    table = LiveFlowTable({link: 8e6})
+    static, dynamic = get_scheduler("coflow-static"), get_scheduler("coflow")
+
+    def first(scheduler, now_s: float) -> str:
+        view = table.view(now_s, scheduler.active_order)
+        rank = view.decision_of(scheduler.decide(view)).rank
+        return min(rank, key=rank.get)
+
+    table.add("big/f", "big", [link], 0.0, 1.0, 4 * MB)
+    table.set_reference("big", 0.0)
+    assert first(static, 0.0) == "big/f"
+    table.set_remaining("big/f", 1 * MB)
+    table.add("mid/f", "mid", [link], 0.0, 1.0, 2 * MB)
+    table.set_reference("mid", 3.0)
+    assert first(dynamic, 3.0) == "big/f"
+    assert first(static, 3.0) == "mid/f"
+    snapshot = Snapshot(3.0, {link: 8e6}, [ActiveFlow("big/f", "big", (link,), 1 * MB, 0.0, 0.0, 0.0),
+                                          ActiveFlow("mid/f", "mid", (link,), 2 * MB, 3.0, 0.0, 3.0)])
+    rank = decide_snapshot(static, snapshot).rank
+    assert min(rank, key=rank.get) == "big/f"

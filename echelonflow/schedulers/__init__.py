@@ -12,7 +12,12 @@ from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
 from echelonflow.schedulers.fair import FairScheduler
 from echelonflow.schedulers.fifo import FifoPriorityScheduler
 from echelonflow.schedulers.sincronia import SincroniaScheduler
-from echelonflow.schedulers.varys import CoflowScheduler, FifoScheduler, PortFairScheduler
+from echelonflow.schedulers.varys import (
+    CoflowScheduler,
+    CoflowStaticScheduler,
+    FifoScheduler,
+    PortFairScheduler,
+)
 
 SCHEDULERS: dict[str, type[Scheduler]] = {
     "fair": FairScheduler,
@@ -24,6 +29,7 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     "echelon-online": EchelonOnlineScheduler,
     "echelon-varys": EchelonVarysScheduler,
     "port-fair": PortFairScheduler,
+    "coflow-static": CoflowStaticScheduler,
     "fifo-priority": FifoPriorityScheduler,
 }
 

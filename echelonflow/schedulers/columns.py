@@ -45,6 +45,16 @@ class FlowTable:
     #: numbers; a finished flow has no bytes left).  Empty when the caller knows only active flows.
     members_ptr: Any = ()
     members: Any = ()
+    #: Per reference slot, a group's key fixed by a policy the first time it orders the group (-1: not
+    #: yet; ``coflow-static``).  Lives as long as the table; a caller that rebuilds the table for each
+    #: decision from longer-lived columns passes its own (the controller's ``LiveFlowTable``).
+    admission_key: Any = None
+
+    def admission_keys(self) -> Any:
+        """:attr:`admission_key`, made (all -1) on first use."""
+        if self.admission_key is None or len(self.admission_key) != len(self.reference):
+            self.admission_key = kernels.float_array([-1.0] * len(self.reference))
+        return self.admission_key
 
     @classmethod
     def of_flows(cls, snapshot: Snapshot, flows: list[ActiveFlow], links: LinkNumbering) -> FlowTable:

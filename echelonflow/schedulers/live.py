@@ -130,6 +130,7 @@ class LiveFlowTable:
         self.remaining = _Column("float")
         self.weight = _Column("float")
         self.reference = _Column("float")  # per group slot
+        self.admission_key = _Column("float")  # per group slot (FlowTable.admission_key)
         self.row_ids: list[str | None] = []  # flow id per row (None: dead)
         self.row_of: dict[str, int] = {}
         self.group_slot: dict[str, int] = {}
@@ -253,6 +254,7 @@ class LiveFlowTable:
             group=self.group.view(), offset=self.offset.view(), idrank=self.idrank.view(),
             ref_slot=self.group.view(), reference=self.reference.view(), remaining=self.remaining.view(),
             weight=self.weight.view(), members_ptr=members_ptr, members=members,
+            admission_key=self.admission_key.view(),
         )
 
     def _members(self) -> tuple[Any, Any]:
@@ -302,6 +304,7 @@ class LiveFlowTable:
         if slot is None:
             slot = self.group_slot[group_id] = len(self.group_label)
             self.reference.append(0.0)
+            self.admission_key.append(-1.0)
             self.group_label.append(0)
             self.slot_members.append([])
             self.slot_ids.append(group_id)

@@ -4,6 +4,8 @@ two CoflowSim baselines that share its machinery: FIFO (MADD in arrival order) a
 * ``coflow`` (:class:`CoflowScheduler`): coflows smallest-effective-bottleneck-first (SEBF) on the
   bytes they have left, MADD rates (every flow of a coflow finishes when its bottleneck does), the
   coflows MADD had to skip share the spare capacity evenly per link, then greedy back-fill;
+* ``coflow-static`` (:class:`CoflowStaticScheduler`): the same with each coflow's SEBF key fixed the
+  first time it is ordered, as CoflowSim sorts a coflow once, when it is admitted;
 * ``fifo`` (:class:`FifoScheduler`): the same with coflows in arrival order, which is CoflowSim's FIFO
   (its coflow-level schedulers differ only in the order they hand MADD);
 * ``port-fair`` (:class:`PortFairScheduler`): CoflowSim's FAIR, each flow at the smallest over its
@@ -37,6 +39,7 @@ class VarysScheduler(Scheduler):
         count = varys_kernels.varys_decide(
             view.active, table.remaining, table.group, table.reference, table.ref_slot, table.idrank,
             table.weight, table.path_ptr, table.path_links, table.capacity, self.order_by, view.rate, order,
+            table.admission_keys(),
         )
         return Allocation(view.rate, order, count)
 
@@ -45,6 +48,21 @@ class CoflowScheduler(VarysScheduler):
     """Varys: SEBF order on the bytes left, weighted by the job's weight (Smith's rule)."""
 
     name = "coflow"
+
+
+class CoflowStaticScheduler(VarysScheduler):
+    """CoflowSim's SEBF: a coflow's key is its bottleneck on the bytes it has when first ordered, kept.
+
+    CoflowSim computes a coflow's ``alpha`` (its largest per-port byte count) when the coflow is
+    admitted and inserts it into a sorted list it never re-sorts; ``coflow`` recomputes the key on the
+    bytes left at each decision, so a coflow that has progressed moves up.  The key is kept where the
+    caller keeps its flow table between decisions (the simulator's run, the controller's registry); a
+    table built per snapshot starts afresh, and there this is ``coflow``.  For matching CoflowSim
+    (docs/baselines.md): on the bundled DAG scenarios the recomputed order is the better one.
+    """
+
+    name = "coflow-static"
+    order_by = varys_kernels.ORDER_SEBF_ADMITTED
 
 
 class FifoScheduler(VarysScheduler):

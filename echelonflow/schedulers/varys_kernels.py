@@ -30,20 +30,22 @@ from echelonflow.schedulers.kernels import (
 )
 
 #: ``order_by`` codes of :func:`varys_decide`: smallest effective bottleneck first (Varys's SEBF, on
-#: the bytes left), or arrival order (the group's reference time; CoflowSim's FIFO).
-ORDER_SEBF, ORDER_ARRIVAL = 0, 1
+#: the bytes left), arrival order (the group's reference time; CoflowSim's FIFO), or SEBF on the bytes
+#: a group had when it was first ordered, kept from then on (CoflowSim's SEBF: its ``alpha``).
+ORDER_SEBF, ORDER_ARRIVAL, ORDER_SEBF_ADMITTED = 0, 1, 2
 
 
 @jit
 def varys_decide(active, remaining, group, reference, ref_slot, idrank, weight, path_ptr, path_links,
-                 capacity, order_by, rate, order):
+                 capacity, order_by, rate, order, admission_key):
     """Varys's rates for the ``active`` flows; returns how many flows were ranked into ``order``.
 
     ``active`` must list each group's flows contiguously, groups in group-id order, and inside a group
     in ``idrank`` order (flow id).  Flows with no bytes left or no path get rate 0 and no rank.
 
     1. Groups are ordered by ``order_by`` (SEBF: ``max_l C_l / c_l`` on full capacity, divided by the
-       job's weight; arrival: the group's reference time); ties by group id.
+       job's weight; arrival: the group's reference time; SEBF at admission: ``admission_key`` at the
+       group's reference slot, set to the SEBF key the first time it is -1); ties by group id.
     2. MADD, group by group: every flow of a group gets ``bits / Gamma`` where ``Gamma`` is the group's
        bottleneck time on the capacity the groups before it left, so all its flows finish together.
        A group with a flow on a link that has nothing left is skipped.
@@ -77,6 +79,10 @@ def varys_decide(active, remaining, group, reference, ref_slot, idrank, weight, 
         if order_by == ORDER_ARRIVAL:
             keys[g] = reference[ref_slot[sel[a]]]
             continue
+        slot = ref_slot[sel[a]]
+        if order_by == ORDER_SEBF_ADMITTED and admission_key[slot] >= 0.0:
+            keys[g] = admission_key[slot]
+            continue
         key = _bottleneck(sel, bits, no_slack, 0.0, a, b, path_ptr, path_links, capacity, cumulative,
                           touched)
         last = sel[a]  # the weight of the group's last flow by id, as echelon_decide reads it
@@ -84,6 +90,8 @@ def varys_decide(active, remaining, group, reference, ref_slot, idrank, weight, 
             if idrank[sel[k]] > idrank[last]:
                 last = sel[k]
         keys[g] = key / weight[last]
+        if order_by == ORDER_SEBF_ADMITTED:
+            admission_key[slot] = keys[g]
     group_order = stable_argsort(keys, n_groups)
 
     residual = _copied(capacity)
