@@ -1,12 +1,12 @@
 """The CoflowSim-matched baselines on the first 100 FB2010 coflows: pinned, and still matching CoflowSim.
 
 ``tests/reference/fb2010-first100-coflowsim.json`` (made by ``tests/reference/make_coflowsim_prefix.py``;
-its ``provenance`` says how) holds our simulator's CCT per coflow for ``coflow``, ``fifo`` (coflow
-rescheduling rule) and ``port-fair`` (exact rule), with CoflowSim's arrival model, and the CCTs CoflowSim
-itself gave the same coflows.  Re-simulated here, every CCT must equal the pinned one (relative 1e-6),
-and each baseline's average must stay within 1.5 % of CoflowSim's with a Spearman rank correlation of
-at least 0.99 (measured: coflow +0.7 %, fifo +0.2 %, port-fair +0.1 %; without the spare split coflow is
-+2.5 %; docs/baselines.md).
+its ``provenance`` says how) holds our simulator's CCT per coflow for ``coflow``, ``coflow-static``,
+``fifo`` (coflow rescheduling rule) and ``port-fair`` (exact rule), with CoflowSim's arrival model, and
+the CCTs CoflowSim itself gave the same coflows. Re-simulated here, every CCT must equal the pinned one
+(relative 1e-6), and each baseline's average must stay within 1.5 % of CoflowSim's with a Spearman rank
+correlation of at least 0.99 (measured: coflow and coflow-static +0.7 %, fifo +0.2 %, port-fair +0.1 %;
+without the spare split coflow is +2.5 %; docs/baselines.md).
 """
 
 from __future__ import annotations

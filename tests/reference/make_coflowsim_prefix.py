@@ -3,9 +3,10 @@
 Run: ``.venv/bin/python tests/reference/make_coflowsim_prefix.py`` after
 ``.venv/bin/python benchmarks/coflowsim_compare.py --coflowsim DIR --max-coflows 100`` has put
 CoflowSim's own CCTs for the same coflows into ``benchmarks/results/coflowsim/results.json``.  Writes
-``tests/reference/fb2010-first100-coflowsim.json``: our simulator's CCT per coflow for ``coflow`` and
-``fifo`` (coflow rule) and ``port-fair`` (exact rule), all with CoflowSim's arrival model, beside
-CoflowSim's SEBF, FIFO and FAIR CCTs for the same coflows (numbers it printed, not its code).
+``tests/reference/fb2010-first100-coflowsim.json``: our simulator's CCT per coflow for ``coflow``,
+``coflow-static`` and ``fifo`` (coflow rule) and ``port-fair`` (exact rule), all with CoflowSim's
+arrival model, beside CoflowSim's SEBF, FIFO and FAIR CCTs for the same coflows (numbers it printed, not
+its code).
 ``tests/test_coflowsim_match.py`` re-simulates and compares.  Regenerate only when a change of these
 baselines' semantics is intended, and say so in the commit.
 """
