@@ -115,24 +115,27 @@ def test_under_the_coflow_rule_the_split_keeps_a_skipped_coflows_ports_busy() ->
     assert finish == pytest.approx({"A/a1": 4.0, "B/b1": 5.0, "B/b2": 6.0, "B/b3": 6.0})
 
 
+def race_on_one_downlink(late: str, late_mb: int, late_at_s: float, names: tuple[str, ...]) -> dict:
+    """CCT per scheduler (coflow rule; seconds of payload at 1 MB/s) of two one-flow coflows into h2: "big"
+    (4 MB from h1) at 0 and ``late`` (``late_mb`` MB from h3) at ``late_at_s``."""
+    topology = bigswitch(8e6, 3)
+    second = 1 / topology.payload_fraction  # links carry frames: every time stretches alike
+    cct = {}
+    for name in names:
+        big, other = Job("big"), Job(late, arrival_s=late_at_s * second)
+        big.add(FlowTask("f", "h1", "h2", 4 * MB, (), "shuffle"))
+        other.add(FlowTask("f", "h3", "h2", late_mb * MB, (), "shuffle"))
+        run = simulate(topology, [big, other], get_scheduler(name), alone_runs=False, rescheduling="coflow")
+        cct[name] = {job: result.completion_s / second for job, result in run.jobs.items()}
+    return cct
+
+
 def test_fifo_serves_coflows_in_arrival_order_coflow_smallest_bottleneck_first() -> None:
     """One downlink (h2's) of 1 MB/s: "big" (4 MB from h1) arrives at 0, "small" (1 MB from h3) at 1 s.
     FIFO keeps big first (small waits: its only link is full, so no split either): big completes at
     4 s, small at 5 s (CCT 4 s).  coflow puts small first at 1 s (1 s against big's 3 s left): small
     completes at 2 s (CCT 1 s), big at 5 s."""
-    topology = bigswitch(8e6, 3)
-    second = 1 / topology.payload_fraction
-
-    def jobs() -> list[Job]:
-        big, small = Job("big"), Job("small", arrival_s=1.0 * second)
-        big.add(FlowTask("f", "h1", "h2", 4 * MB, (), "shuffle"))
-        small.add(FlowTask("f", "h3", "h2", 1 * MB, (), "shuffle"))
-        return [big, small]
-
-    cct = {}
-    for name in ("fifo", "coflow"):
-        run = simulate(topology, jobs(), get_scheduler(name), alone_runs=False, rescheduling="coflow")
-        cct[name] = {job: result.completion_s / second for job, result in run.jobs.items()}
+    cct = race_on_one_downlink("small", 1, 1.0, ("fifo", "coflow"))
     assert cct["fifo"] == pytest.approx({"big": 4.0, "small": 4.0})
     assert cct["coflow"] == pytest.approx({"big": 5.0, "small": 1.0})
 
@@ -142,19 +145,7 @@ def test_coflow_static_keeps_the_key_a_coflow_had_when_admitted() -> None:
     has 1 MB left.  coflow orders on the bytes left (big's 1 s before mid's 2 s): big completes at 4 s,
     mid at 6 s (CCT 3 s).  coflow-static, like CoflowSim, keeps big's admission key (4 s): mid first,
     complete at 5 s (CCT 2 s), big at 6 s."""
-    topology = bigswitch(8e6, 3)
-    second = 1 / topology.payload_fraction
-
-    def jobs() -> list[Job]:
-        big, mid = Job("big"), Job("mid", arrival_s=3.0 * second)
-        big.add(FlowTask("f", "h1", "h2", 4 * MB, (), "shuffle"))
-        mid.add(FlowTask("f", "h3", "h2", 2 * MB, (), "shuffle"))
-        return [big, mid]
-
-    cct = {}
-    for name in ("coflow", "coflow-static"):
-        run = simulate(topology, jobs(), get_scheduler(name), alone_runs=False, rescheduling="coflow")
-        cct[name] = {job: result.completion_s / second for job, result in run.jobs.items()}
+    cct = race_on_one_downlink("mid", 2, 3.0, ("coflow", "coflow-static"))
     assert cct["coflow"] == pytest.approx({"big": 4.0, "mid": 3.0})
     assert cct["coflow-static"] == pytest.approx({"big": 6.0, "mid": 2.0})
 
