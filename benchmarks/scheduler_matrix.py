@@ -75,11 +75,12 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
                                "samples": max(len(r["objective_s"]) for r in by_scheduler.values()),
                                "schedulers": {}}
         for name, value in medians.items():
-            others = [v for other, v in medians.items() if other != name]
+            others = {other: v for other, v in medians.items() if other != name}
             entry = dict(value)
             for metric in ("objective_s", "mean_completion_s"):
-                best = min((v[metric] for v in others), default=float("nan"))
+                best = min((v[metric] for v in others.values()), default=float("nan"))
                 entry[f"{metric}_vs_best_other"] = value[metric] / best if best > 0 else float("nan")
+            entry["best_other"] = min(others, key=lambda n: others[n]["objective_s"], default=None)
             row["schedulers"][name] = entry
         cells.append(row)
     cells.sort(key=lambda c: (c["cell"], c["noise_ms"]))
@@ -132,8 +133,7 @@ def by_scenario(summary: dict[str, Any], focus: str) -> list[str]:
     for (family, noise_ms), cells in sorted(families.items(),
                                             key=lambda kv: (kv[0][0].startswith("multi"), kv[0])):
         ratios = [c["schedulers"][focus]["objective_s_vs_best_other"] for c in cells]
-        best = Counter(min((n for n in c["schedulers"] if n != focus),
-                           key=lambda n, c=c: c["schedulers"][n]["objective_s"]) for c in cells)
+        best = Counter(c["schedulers"][focus]["best_other"] for c in cells)
         named = ", ".join(f"{n} ({k})" if len(cells) > 1 else n for n, k in best.most_common())
         geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))
         jct = max(c["schedulers"][focus]["mean_completion_s_vs_best_other"] for c in cells)
