@@ -48,9 +48,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.fb2010 import BINS, bin_of  # noqa: E402
+from echelonflow.data_files import data_path  # noqa: E402
 from echelonflow.errors import UserError  # noqa: E402
 from echelonflow.scenario import load_scenario  # noqa: E402
-from echelonflow.shared_data import shared_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = "coflow-benchmark/FB2010-1Hr-150-0.txt"
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         cp = classpath(args.coflowsim)
         if shutil.which("java") is None:
             raise UserError("no 'java' on PATH: CoflowSim needs a Java runtime")
-        trace = shared_path(TRACE)
+        trace = data_path(TRACE)
     except UserError as exc:
         print(f"coflowsim_compare: {exc}", file=sys.stderr)
         return 2

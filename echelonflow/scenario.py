@@ -206,13 +206,13 @@ def _timed(job: Job, fields: dict[str, Any]) -> Job:
 
 
 def _data_path(rel: Any, path: Path, label: str) -> Path:
-    """A path named in a scenario: ``../shared/data/...`` is the shared data folder (next to the
-    repository), any other relative path is relative to the scenario file."""
-    from echelonflow.shared_data import resolve_shared
+    """A path named in a scenario: ``data:...`` is the project's data folder (echelonflow/data_files.py),
+    any other relative path is relative to the scenario file."""
+    from echelonflow.data_files import resolve_data
 
     rel = text()(label, rel)
     try:
-        shared = resolve_shared(rel)
+        shared = resolve_data(rel)
     except UserError as exc:
         raise FieldError(label, str(exc)) from None
     if shared is not None:

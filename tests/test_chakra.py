@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from echelonflow.data_files import data_path
 from echelonflow.errors import TraceError
 from echelonflow.importers.chakra import read_chakra
 from echelonflow.model import ComputeTask, FlowTask
 from echelonflow.schedulers import get_scheduler
-from echelonflow.shared_data import shared_path
 from echelonflow.topology import build
 from simulator.engine import simulate
 from tests.conftest import need
@@ -36,7 +36,7 @@ def hosts(n: int) -> list[str]:
     ("all_reduce", 4, 6), ("all_reduce", 8, 14), ("all_gather", 4, 3), ("all_gather", 8, 7),
     ("reduce_scatter", 4, 3), ("reduce_scatter", 8, 7), ("all_to_all", 4, 1), ("all_to_all", 8, 1)])
 def test_astra_sim_microbenchmarks_expand_into_our_collectives(kind: str, n: int, steps: int) -> None:
-    folder = shared_path(f"chakra/astra-sim/microbenchmarks/{kind}/{n}npus_1MB")
+    folder = data_path(f"chakra/astra-sim/microbenchmarks/{kind}/{n}npus_1MB")
     job, summary = read_chakra("mb", folder, hosts(n))
     assert summary.ranks == n and summary.collective_kinds == {kind: 1}
     flows = job.flows
@@ -56,7 +56,7 @@ def test_astra_sim_microbenchmarks_expand_into_our_collectives(kind: str, n: int
 
 
 def test_ring_all_reduce_written_as_send_recv_and_compute() -> None:
-    folder = shared_path("chakra/astra-sim/custom_ring_allreduce_8npus_1MB")
+    folder = data_path("chakra/astra-sim/custom_ring_allreduce_8npus_1MB")
     job, summary = read_chakra("ring", folder, hosts(8))
     assert (summary.ranks, summary.flows, summary.computes, summary.collectives) == (8, 112, 56, 0)
     sends = {(f.src, f.dst) for f in job.flows}
@@ -69,7 +69,7 @@ def test_ring_all_reduce_written_as_send_recv_and_compute() -> None:
 
 
 def test_one_pytorch_rank_replicated_over_four_hosts() -> None:
-    job, summary = read_chakra("pt", shared_path("chakra/pytorch/chakra.0.et"), hosts(4))
+    job, summary = read_chakra("pt", data_path("chakra/pytorch/chakra.0.et"), hosts(4))
     assert summary.ranks == 4 and summary.nodes == 4 * 3664
     assert summary.collective_kinds == {"broadcast": 2, "all_reduce": 5}
     computes = [t for t in job.tasks.values() if isinstance(t, ComputeTask)]
@@ -185,7 +185,7 @@ def test_folders_need_every_rank_and_one_host_each(tmp_path: Path) -> None:
 def test_scenario_entry_and_cli_error(tmp_path: Path) -> None:
     from echelonflow.scenario import load_scenario
 
-    entry = {"id": "ar", "chakra": "../shared/data/chakra/astra-sim/microbenchmarks/all_reduce/4npus_1MB",
+    entry = {"id": "ar", "chakra": "data:chakra/astra-sim/microbenchmarks/all_reduce/4npus_1MB",
              "hosts": ["h1", "h5", "h9", "h13"], "arrival_s": 0.5, "weight": 2}
     doc = {"topology": {"kind": "fattree", "k": 4, "rate_mbps": 100}, "jobs": [entry]}
     (tmp_path / "s.json").write_text(json.dumps(doc))

@@ -1,20 +1,20 @@
-"""Coflow-Benchmark import: the shared FB2010 trace read in place; malformed traces fail in one line."""
+"""Coflow-Benchmark import: the FB2010 trace shipped in data/; malformed traces fail in one line."""
 
 from __future__ import annotations
 
 import pytest
 
+from echelonflow.data_files import data_path
 from echelonflow.errors import TraceError
 from echelonflow.importers.coflow_benchmark import BYTES_PER_MB, read_coflow_benchmark
 from echelonflow.model import ComputeTask, FlowTask
-from echelonflow.shared_data import shared_path
 
 FB2010 = "coflow-benchmark/FB2010-1Hr-150-0.txt"
 
 
 @pytest.fixture(scope="module")
 def fb2010():
-    return read_coflow_benchmark(shared_path(FB2010))
+    return read_coflow_benchmark(data_path(FB2010))
 
 
 def test_fb2010_is_526_coflows_on_150_ports(fb2010) -> None:

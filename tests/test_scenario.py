@@ -11,7 +11,7 @@ from echelonflow.errors import ScenarioError
 from echelonflow.scenario import bundled_names, load_scenario
 
 GOOD_JOB = {"id": "p", "generator": "fig2", "hosts": ["h1", "h2"], "params": {"micro_batches": 2}}
-FB2010 = "../shared/data/coflow-benchmark/FB2010-1Hr-150-0.txt"
+FB2010 = "data:coflow-benchmark/FB2010-1Hr-150-0.txt"
 
 
 def write(tmp_path: Path, doc, name: str = "s.json") -> str:
@@ -97,8 +97,8 @@ def test_trace_jobs_load_relative_to_the_scenario_and_simulate(tmp_path: Path) -
         (base(jobs=[{**GOOD_JOB, "weight": 0}]), r"jobs\[0\]\.weight: must be a number > 0, got 0"),
         (base(jobs=[{**GOOD_JOB, "weight": True}]), r"jobs\[0\]\.weight: must be a number > 0, got true"),
         (base(jobs=[{"coflow_benchmark": "nope.txt"}]), r"jobs\[0\]\.coflow_benchmark: .*cannot read"),
-        (base(jobs=[{"coflow_benchmark": "../shared/data/no-such.txt"}]),
-         r"jobs\[0\]\.coflow_benchmark: shared data 'no-such.txt' is missing"),
+        (base(jobs=[{"coflow_benchmark": "data:no-such.txt"}]),
+         r"jobs\[0\]\.coflow_benchmark: data 'no-such.txt' is missing"),
         (base(jobs=[{"coflow_benchmark": "x.txt", "arrival_s": 3}]), r"jobs\[0\]\.arrival_s: unknown field"),
         (base(jobs=[{"coflow_benchmark": FB2010, "max_coflows": 0}]), r"jobs\[0\]\.max_coflows: must be a"),
         (base(jobs=[{"coflow_benchmark": FB2010, "max_coflows": 3}]), r"task .* uses host 'h2\d', not in"),
