@@ -61,6 +61,10 @@ MAX_SIZE_BYTES = 10**15
 MAX_OFFSET_S = 7 * 24 * 3600.0
 #: Latest time accepted for a start or finish (seconds on the controller's clock, about year 33658).
 MAX_TIME_S = 1e12
+#: How far a reported time may lie ahead of the controller's clock, or before its job's registration:
+#: agents share the controller host's clock (Mininet), so this only absorbs rounding and a remote
+#: agent's NTP error; a start hours ahead would hold its 5-tuple until then (docs/api.md, "Times").
+CLOCK_SKEW_S = 5.0
 #: Least payload a flow of undeclared size counts as having left when its scheduler has no estimate.
 UNDECLARED_LEFT_BYTES = 1 << 20
 
@@ -80,15 +84,21 @@ FLOW_FIELDS = (
 # --------------------------------------------------------------------------- records
 @dataclass(frozen=True)
 class JobRecord:
+    """A job; ``registered_s`` (the controller's clock when it was registered; None for a job registered
+    without a clock) bounds its flows' reported times from below, ``aborted_s`` is set for good by
+    :meth:`Registry.abort_job`."""
+
     job_id: str
     weight: float = 1.0
+    registered_s: float | None = None
+    aborted_s: float | None = None
 
 
 @dataclass(frozen=True)
 class EchelonRecord:
     job_id: str
     echelon_id: str
-    kind: str  # "coflow" (every offset 0) or "staggered"
+    kind: str | None  # "coflow" (every offset 0) or "staggered"; None until its first flows are declared
 
     @property
     def key(self) -> str:
@@ -291,20 +301,23 @@ class Registry:
         return MAX_SIZE_BYTES if flow.size_bytes is None else flow.size_bytes
 
     # ------------------------------------------------------------------ mutations
-    def add_job(self, job_id: Any, weight: Any = 1.0) -> JobRecord:
+    def add_job(self, job_id: Any, weight: Any = 1.0, registered_s: float | None = None) -> JobRecord:
+        """A new job; ``registered_s`` is the controller's clock now (the API gives it), the earliest
+        time its flows may report (less :data:`CLOCK_SKEW_S`)."""
         check_id("job_id", job_id)
         weight_f = check_weight("weight", weight)
         if job_id in self.jobs:
             raise ConflictError("job_id", f"job {job_id!r} is already registered")
-        record = JobRecord(job_id, weight_f)
+        record = JobRecord(job_id, weight_f, registered_s)
         self._commit(jobs=[record])
         self.jobs[job_id] = record
         return record
 
     def add_echelon(self, job_id: Any, echelon_id: Any, kind: Any = None,
                     flows: Any = ()) -> tuple[EchelonRecord, list[FlowRecord]]:
-        """Register an EchelonFlow and (optionally) its flows in one step."""
-        self.job(job_id)
+        """Register an EchelonFlow and (optionally) its flows in one step.  Its kind, when not given, is
+        inferred from its first flows (:meth:`add_flows` when it is declared without any)."""
+        self._live_job(job_id)
         check_id("echelon_id", echelon_id)
         key = qualified(job_id, echelon_id)
         if key in self.echelons:
@@ -312,7 +325,7 @@ class Registry:
         if kind is not None:
             one_of(*KINDS)("kind", kind)
         new_flows = self._parse_flows(job_id, echelon_id, flows, kind)
-        if kind is None:
+        if kind is None and new_flows:
             kind = infer_kind(f.offset_s for f in new_flows)
         record = EchelonRecord(job_id, echelon_id, kind)
         self._commit(echelons=[record], flows=new_flows)
@@ -322,26 +335,60 @@ class Registry:
         return record, new_flows
 
     def add_flows(self, job_id: Any, echelon_id: Any, flows: Any) -> list[FlowRecord]:
-        """Declare more flows of an existing EchelonFlow (all or none)."""
+        """Declare more flows of an existing EchelonFlow (all or none); the first ones declared decide
+        the kind of an EchelonFlow registered without flows and kind."""
         ech = self.echelon(job_id, echelon_id)
+        self._live_job(job_id)
         array(nonempty=True, of="of flow objects")("flows", flows)
         new_flows = self._parse_flows(job_id, echelon_id, flows, ech.kind)
-        self._commit(flows=new_flows)
+        decided = []
+        if ech.kind is None:
+            decided = [replace(ech, kind=infer_kind(f.offset_s for f in new_flows))]
+        self._commit(echelons=decided, flows=new_flows)
+        for record in decided:
+            self.echelons[record.key] = record
         self._apply_new_flows(new_flows)
         return new_flows
 
+    def _live_job(self, job_id: Any) -> JobRecord:
+        """The job, refusing (409) one that was aborted: aborted is for good, it takes no new work."""
+        job = self.job(job_id)
+        if job.aborted_s is not None:
+            raise ConflictError("job_id", f"job {job_id!r} was aborted at {job.aborted_s!r}; it takes no "
+                                          "new EchelonFlows or flows (register the retry as a new job)")
+        return job
+
+    def _reported_time(self, field: str, value: Any, job_id: str, now_s: float | None) -> float:
+        """A time an agent reports (a start, finish or abort), checked against the controller's clock
+        ``now_s`` when given: at most :data:`CLOCK_SKEW_S` ahead of it, and not earlier than the job's
+        registration less the same skew (a flow cannot have run before its job was known)."""
+        value_s = check_time(field, value)
+        if now_s is None:
+            return value_s
+        if value_s > now_s + CLOCK_SKEW_S:
+            raise RegistryError(field, f"{value_s!r} is {value_s - now_s:.3g} s ahead of the controller's "
+                                       f"clock ({now_s!r}); at most {CLOCK_SKEW_S:g} s is allowed")
+        registered_s = self.jobs[job_id].registered_s
+        if registered_s is not None and value_s < registered_s - CLOCK_SKEW_S:
+            raise RegistryError(field, f"{value_s!r} is {registered_s - value_s:.3g} s before job "
+                                       f"{job_id!r} was registered ({registered_s!r}); at most "
+                                       f"{CLOCK_SKEW_S:g} s is allowed")
+        return value_s
+
     def flow_started(self, job_id: Any, flow_id: Any, src_port: Any, dst_port: Any,
-                     start_s: Any, channel_id: Any = None) -> FlowRecord:
-        """A flow starts on its own 5-tuple (``src_port``/``dst_port``) or on a registered channel."""
+                     start_s: Any, channel_id: Any = None, now_s: float | None = None) -> FlowRecord:
+        """A flow starts on its own 5-tuple (``src_port``/``dst_port``) or on a registered channel;
+        ``now_s`` (the controller's clock) bounds ``start_s`` (:meth:`_reported_time`)."""
         flow = self.flow(job_id, flow_id)
         if channel_id is not None:
             if src_port is not None or dst_port is not None:
                 raise RegistryError("channel_id", "give either channel_id or src_port and dst_port, not both")
             channel = self.channels.lookup(channel_id)
-            return self._start_on_channel(flow, channel, check_time("start_s", start_s))
+            start = self._reported_time("start_s", start_s, job_id, now_s)
+            return self._start_on_channel(flow, channel, start)
         sport = check_port("src_port", src_port)
         dport = check_port("dst_port", dst_port)
-        start = check_time("start_s", start_s)
+        start = self._reported_time("start_s", start_s, job_id, now_s)
         if flow.state != "declared":
             raise ConflictError("flow_id", f"flow {flow.key!r} is already {flow.state}")
         updated = replace(flow, state="active", src_port=sport, dst_port=dport, start_s=start)
@@ -424,9 +471,14 @@ class Registry:
         self._table.set_remaining(flow.key, self._wire_left(updated))
         return updated
 
-    def flow_finished(self, job_id: Any, flow_id: Any, finish_s: Any, bytes_sent: Any = None) -> FlowRecord:
+    def flow_finished(self, job_id: Any, flow_id: Any, finish_s: Any, bytes_sent: Any = None,
+                      now_s: float | None = None) -> FlowRecord:
+        """An active flow delivered its bytes at ``finish_s`` (None with ``now_s``: now, or the flow's
+        start when that is later: a start reported within the clock skew ahead)."""
         flow = self.flow(job_id, flow_id)
-        finish = check_time("finish_s", finish_s)
+        if finish_s is None and now_s is not None:
+            finish_s = max(now_s, flow.start_s or now_s)
+        finish = self._reported_time("finish_s", finish_s, job_id, now_s)
         sent = flow.size_bytes
         if bytes_sent is not None:
             sent = integer(0, self._size_cap(flow))("bytes_sent", bytes_sent)
@@ -442,17 +494,28 @@ class Registry:
         self._retire(flow, updated)
         return updated
 
-    def abort_job(self, job_id: Any, at_s: Any) -> list[FlowRecord]:
+    def abort_job(self, job_id: Any, at_s: Any, now_s: float | None = None) -> list[FlowRecord]:
         """Release every flow of the job that has not finished (an agent of it died, the job failed):
         they become ``aborted`` at ``at_s``, their 5-tuples and channels are free again, and the
-        scheduler stops seeing them (the caller's next round removes their enforcement).  A second call
-        finds nothing left and changes nothing."""
-        self.job(job_id)
-        at = check_time("at_s", at_s)
+        scheduler stops seeing them (the caller's next round removes their enforcement).  The job takes
+        no new EchelonFlows or flows afterwards.  A second call finds nothing left and changes nothing.
+        ``at_s`` is not before the start of any flow it ends (None with ``now_s``: now, or the latest
+        such start when that is later)."""
+        job = self.job(job_id)
         victims = [f for f in self.flows.values() if f.job_id == job_id and f.state not in DONE_STATES]
+        if at_s is None and now_s is not None:
+            at_s = max([now_s, *(f.start_s for f in victims if f.start_s is not None)])
+        at = self._reported_time("at_s", at_s, job_id, now_s)
+        if job.aborted_s is not None:
+            return []
+        for flow in victims:
+            if flow.start_s is not None and at < flow.start_s:
+                raise RegistryError("at_s", f"{at!r} is before the start {flow.start_s!r} of active flow "
+                                            f"{flow.key!r}")
         updated = [replace(f, state="aborted", finish_s=at) for f in victims]
-        if updated:
-            self._commit(flows=updated)
+        aborted_job = replace(job, aborted_s=at)
+        self._commit(jobs=[aborted_job], flows=updated)
+        self.jobs[job_id] = aborted_job
         for old, new in zip(victims, updated):
             self._retire(old, new)
         return updated

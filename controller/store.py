@@ -7,7 +7,8 @@ from.  Rows are whole records written with upserts, so a commit never depends on
 Default location ``/var/lib/echelon/registry.sqlite`` (directory created 0700, file 0600: it holds the
 cluster's traffic plan).  Switch byte counters are not stored: after a restart the switches report them
 again.  A flow of undeclared size (``size_bytes`` None) is stored with size 0, which no declared flow has
-(sizes start at 1), so stores written before undeclared sizes existed need no migration.
+(sizes start at 1), so stores written before undeclared sizes existed need no migration; likewise an
+EchelonFlow whose kind is not decided yet (declared without flows) is stored with kind ``''``.
 
 Kept Python 3.9 compatible; stdlib only.
 """
@@ -27,7 +28,9 @@ DEFAULT_PATH = "/var/lib/echelon/registry.sqlite"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
-    weight REAL NOT NULL
+    weight REAL NOT NULL,
+    registered_s REAL,
+    aborted_s REAL
 );
 CREATE TABLE IF NOT EXISTS echelons (
     job_id TEXT NOT NULL REFERENCES jobs(job_id),
@@ -73,6 +76,11 @@ FLOW_COLUMNS = ("job_id", "flow_id", "echelon_id", "src", "dst", "size_bytes", "
                 "seq", "state", "src_port", "dst_port", "bytes_sent", "start_s", "finish_s", "channel_id")
 #: ``size_bytes`` of a flow registered without a size (declared sizes are >= 1).
 UNDECLARED_SIZE = 0
+#: ``kind`` of an EchelonFlow declared without flows (decided by its first ones).
+UNDECIDED_KIND = ""
+#: Columns added to a table after stores were first written: added to an older store when it is opened.
+ADDED_COLUMNS = (("flows", "channel_id", "TEXT"), ("jobs", "registered_s", "REAL"),
+                 ("jobs", "aborted_s", "REAL"))
 CHANNEL_COLUMNS = ("channel_id", "src", "dst", "src_port", "dst_port", "path")
 
 
@@ -100,9 +108,10 @@ class Store(StorePort):
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.executescript(SCHEMA)
-            columns = {row[1] for row in self._db.execute("PRAGMA table_info(flows)")}
-            if "channel_id" not in columns:  # a store written before channels existed
-                self._db.execute("ALTER TABLE flows ADD COLUMN channel_id TEXT")
+            for table, column, sql_type in ADDED_COLUMNS:
+                columns = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+                if column not in columns:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open registry store {path!r}: {exc}") from None
 
@@ -122,12 +131,15 @@ class Store(StorePort):
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.executemany("INSERT INTO jobs (job_id, weight) VALUES (?, ?) "
-                               "ON CONFLICT (job_id) DO UPDATE SET weight = excluded.weight",
-                               [(j.job_id, j.weight) for j in jobs])
+                db.executemany("INSERT INTO jobs (job_id, weight, registered_s, aborted_s) "
+                               "VALUES (?, ?, ?, ?) "
+                               "ON CONFLICT (job_id) DO UPDATE SET weight = excluded.weight, "
+                               "registered_s = excluded.registered_s, aborted_s = excluded.aborted_s",
+                               [(j.job_id, j.weight, j.registered_s, j.aborted_s) for j in jobs])
                 db.executemany("INSERT INTO echelons (job_id, echelon_id, kind) VALUES (?, ?, ?) "
                                "ON CONFLICT (job_id, echelon_id) DO UPDATE SET kind = excluded.kind",
-                               [(e.job_id, e.echelon_id, e.kind) for e in echelons])
+                               [(e.job_id, e.echelon_id, UNDECIDED_KIND if e.kind is None else e.kind)
+                                for e in echelons])
                 db.executemany(
                     "INSERT OR REPLACE INTO flows ({}) VALUES ({})".format(
                         ", ".join(FLOW_COLUMNS), ", ".join("?" * len(FLOW_COLUMNS))),
@@ -151,9 +163,10 @@ class Store(StorePort):
                             list[ChannelRecord]]:
         db = self._db
         try:
-            jobs = [JobRecord(job_id, weight) for job_id, weight in
-                    db.execute("SELECT job_id, weight FROM jobs ORDER BY rowid")]
-            echelons = [EchelonRecord(*row) for row in
+            jobs = [JobRecord(*row) for row in
+                    db.execute("SELECT job_id, weight, registered_s, aborted_s FROM jobs ORDER BY rowid")]
+            echelons = [EchelonRecord(job_id, echelon_id, None if kind == UNDECIDED_KIND else kind)
+                        for job_id, echelon_id, kind in
                         db.execute("SELECT job_id, echelon_id, kind FROM echelons ORDER BY rowid")]
             flows = [_flow_record(row) for row in
                      db.execute("SELECT {} FROM flows ORDER BY seq".format(", ".join(FLOW_COLUMNS)))]
