@@ -26,7 +26,6 @@ import logging
 import re
 from http import HTTPStatus
 from typing import Any, Callable
-from urllib.parse import parse_qs
 
 from controller import views
 from controller.auth import bearer_ok
@@ -37,7 +36,16 @@ from controller.live_view import LiveView
 from controller.registry import STATES
 from controller.service import RECENT_ROUNDS, SchedulingService
 from controller.store import StoreError
-from controller.validation import ApiError, fields
+from controller.validation import (
+    BODY_LIMIT_KEY,
+    REFUSED_KEY,
+    ApiError,
+    choice,
+    count,
+    fields,
+    read_query,
+    seconds,
+)
 from echelonflow.fields import FieldError
 from echelonflow.fileio import JsonLimitError, loads_strict
 
@@ -83,6 +91,23 @@ ROUTES: list[tuple[re.Pattern[str], dict[str, tuple[str, bool]]]] = [
 ]
 
 
+#: Longest ``?wait_s=`` accepted (a request holds its connection while it waits).
+MAX_WAIT_S = 60.0
+_WAIT = {"wait_s": seconds(0.0, MAX_WAIT_S, above=True)}
+#: The query parameters each endpoint takes, by handler, each with its one reader
+#: (``controller.validation.read_query``); a name not listed is refused on every endpoint.
+QUERY_PARAMETERS: dict[str, dict[str, Any]] = {
+    "list_flows": {"state": choice(*STATES)},
+    "list_all_flows": {"state": choice(*STATES)},
+    "get_allocations": {"src": lambda _name, text: text, "after": count(0, 10**18 - 1),
+                        "wait_s": seconds(0.0, MAX_WAIT_S)},
+    "get_echelons": {"recent_s": seconds(0.0, 86400.0)},
+    "get_rounds": {"limit": count(1, RECENT_ROUNDS)},
+    **{name: _WAIT for name in ("post_enforcement", "put_scheduler", "post_channel", "delete_channel",
+                                "post_start", "post_finish", "post_abort")},
+}
+
+
 class Api:
     """WSGI callable over one registry and its scheduling service."""
 
@@ -105,10 +130,19 @@ class Api:
 
     # ------------------------------------------------------------------ WSGI entry
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        """The answer; to ``HEAD`` (answered wherever ``GET`` is) the same status and headers with no
+        body (``Content-Length`` still the GET's, as RFC 9110 9.3.2 allows)."""
+        body = self._answer(environ, start_response)
+        return [b""] if environ.get("REQUEST_METHOD", "GET").upper() == "HEAD" else body
+
+    def _answer(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
         path = environ.get("PATH_INFO", "")
-        if path == UI_PREFIX or path.startswith(UI_PREFIX + "/"):
+        if REFUSED_KEY not in environ and (path == UI_PREFIX or path.startswith(UI_PREFIX + "/")):
             return self.dashboard(environ, start_response)
         try:
+            refused = environ.get(REFUSED_KEY)
+            if refused is not None:  # the HTTP server's own refusal of the request's framing
+                raise refused
             status, payload = self._dispatch(environ)
             headers: list[tuple[str, str]] = []
         except FieldError as err:  # the request's fault: ApiError, RegistryError, a refused value
@@ -128,6 +162,8 @@ class Api:
     def _dispatch(self, environ: dict[str, Any]) -> tuple[int, Any]:
         path = environ.get("PATH_INFO", "") or "/"
         method = environ.get("REQUEST_METHOD", "GET").upper()
+        if method == "HEAD":
+            method = "GET"  # the same answer; __call__ drops its body
         if not path.startswith(PREFIX + "/"):
             raise ApiError(404, "path", f"no such endpoint {path!r} (the API lives under {PREFIX}/)")
         route = path[len(PREFIX):]
@@ -136,7 +172,7 @@ class Api:
             if match is None:
                 continue
             if method not in methods:
-                allow = ", ".join(sorted(methods))
+                allow = ", ".join(sorted([*methods, "HEAD"] if "GET" in methods else methods))
                 raise ApiError(405, "method", f"{method} is not allowed on {path} (allowed: {allow})",
                                [("Allow", allow)])
             handler_name, needs_auth = methods[method]
@@ -145,7 +181,7 @@ class Api:
                                [("WWW-Authenticate", 'Bearer realm="echelon"')])
             limit = max(self.max_body_bytes, BODY_LIMITS.get(handler_name, 0))
             body = self._body(environ, limit) if method in ("POST", "PUT") else None
-            query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+            query = read_query(environ.get("QUERY_STRING", ""), QUERY_PARAMETERS.get(handler_name, {}))
             return getattr(self, handler_name)(*match.groups(), body=body, query=query)
         raise ApiError(404, "path", f"no such endpoint {path!r}")
 
@@ -165,6 +201,9 @@ class Api:
                 raise ApiError(413, "body", f"{length} bytes is over the limit of {limit}")
             raw = _read_exactly(stream, length)
         else:
+            announce_limit = environ.get(BODY_LIMIT_KEY)
+            if announce_limit is not None:  # a chunk announcing more is refused before its bytes arrive
+                announce_limit(limit)
             raw = _read(stream, limit + 1)
             if len(raw) > limit:
                 raise ApiError(413, "body", f"over the limit of {limit} bytes")
@@ -220,13 +259,13 @@ class Api:
 
     def list_flows(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
         self.registry.job(job_id)
-        state = _state_filter(query)
+        state = query.get("state")
         flows = [f for f in self.registry.flows.values()
                  if f.job_id == job_id and (state is None or f.state == state)]
         return 200, {"flows": [views.flow_view(self.registry, f) for f in flows]}
 
     def list_all_flows(self, body: Any, query: Any) -> tuple[int, Any]:
-        state = _state_filter(query)
+        state = query.get("state")
         flows = [f for f in self.registry.flows.values() if state is None or f.state == state]
         return 200, {"flows": [views.flow_view(self.registry, f) for f in flows]}
 
@@ -240,47 +279,32 @@ class Api:
         """Long-poll of one host's allocations: answers once a round changed the class or meter of one of
         its flows after the round numbered ``after`` (or after ``wait_s``), with the number to pass next
         (``controller.allocation_watch``)."""
-        allowed = ("src", "after", "wait_s")
-        for name, values in query.items():
-            if name not in allowed:
-                raise ApiError(400, name, f"unknown query parameter (allowed: {', '.join(allowed)})")
-            if len(values) != 1:
-                raise ApiError(400, name, f"give it once, got {values!r}")
-        src = query.get("src", [""])[0]
+        src = query.get("src", "")
         if src not in self.registry.topology.hosts:
             raise ApiError(400, "src", f"must be a host of the topology, got {src!r}")
-        after_text = query.get("after", ["0"])[0]
-        if not after_text.isdigit() or len(after_text) > 18:
-            raise ApiError(400, "after", f"must be a round number (an integer >= 0), got {after_text!r}")
-        wait_s = _number_param({"wait_s": query["wait_s"]} if "wait_s" in query else {}, "wait_s",
-                               0.0, MAX_WAIT_S) or 0.0
-        seq = self.service.watch.wait(src, int(after_text), wait_s)
+        seq = self.service.watch.wait(src, query.get("after", 0), query.get("wait_s", 0.0))
         return 200, {"seq": seq, "allocations": self.service.allocations_of(src)}
 
     def get_topology(self, body: Any, query: Any) -> tuple[int, Any]:
-        _no_query(query)
         return 200, self.live.topology()
 
     def get_links(self, body: Any, query: Any) -> tuple[int, Any]:
-        _no_query(query)
         return 200, self.live.links()
 
     def get_echelons(self, body: Any, query: Any) -> tuple[int, Any]:
-        return 200, self.live.echelons(_number_param(query, "recent_s", 0.0, 86400.0))
+        return 200, self.live.echelons(query.get("recent_s"))
 
     def get_rounds(self, body: Any, query: Any) -> tuple[int, Any]:
-        limit = _number_param(query, "limit", 1, RECENT_ROUNDS)
-        return 200, self.live.rounds(20 if limit is None else int(limit))
+        return 200, self.live.rounds(query.get("limit", 20))
 
     def get_enforcement(self, body: Any, query: Any) -> tuple[int, Any]:
-        _no_query(query)
         return 200, self._enforcement().live()
 
     # ------------------------------------------------------------------ writes
     def post_enforcement(self, body: Any, query: Any) -> tuple[int, Any]:
         """Low-level install/update/remove (or a batch of them); ``?wait_s=`` waits for barrier acks."""
         enforcement = self._enforcement()
-        return 200, enforcement.apply(body, _wait_filter(query))
+        return 200, enforcement.apply(body, query.get("wait_s"))
 
     def _enforcement(self) -> EnforcementEndpoints:
         if self.enforcement is None:
@@ -290,7 +314,7 @@ class Api:
 
     def put_scheduler(self, body: Any, query: Any) -> tuple[int, Any]:
         fields(body, ("scheduler",))
-        wait_s = _wait_filter(query)
+        wait_s = query.get("wait_s")
         report = self.service.set_scheduler(body["scheduler"])
         answer = {**self._scheduler_view(),
                   "pushed": {"installs": report.installs, "updates": report.updates,
@@ -299,7 +323,7 @@ class Api:
 
     def post_job(self, body: Any, query: Any) -> tuple[int, Any]:
         fields(body, ("job_id",), ("weight",))
-        job = self.registry.add_job(body["job_id"], body.get("weight", 1.0))
+        job = self.registry.add_job(body["job_id"], body.get("weight", 1.0), registered_s=self.service.now())
         return 201, views.job_view(self.registry, job)
 
     def post_echelon(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
@@ -316,7 +340,6 @@ class Api:
         return 201, {"flows": [views.flow_view(self.registry, f) for f in flows]}
 
     def list_channels(self, body: Any, query: Any) -> tuple[int, Any]:
-        _no_query(query)
         channels = self.registry.channels.values()
         return 200, {"channels": [views.channel_view(self.registry, c) for c in channels]}
 
@@ -326,14 +349,14 @@ class Api:
 
     def post_channel(self, body: Any, query: Any) -> tuple[int, Any]:
         fields(body, ("channel_id", "src", "dst", "src_port", "dst_port"), ("path",))
-        wait_s = _wait_filter(query)
+        wait_s = query.get("wait_s")
         channel = self.registry.channels.add(body["channel_id"], body["src"], body["dst"], body["src_port"],
                                              body["dst_port"], body.get("path"))
         self.service.reschedule("channel")  # its rules go to the switches now, before any flow uses it
         return 201, self._waited({"channel": views.channel_view(self.registry, channel)}, wait_s)
 
     def delete_channel(self, channel_id: str, body: Any, query: Any) -> tuple[int, Any]:
-        wait_s = _wait_filter(query)
+        wait_s = query.get("wait_s")
         channel = self.registry.channels.remove(channel_id)
         self.service.reschedule("channel")
         return 200, self._waited({"channel": views.channel_view(self.registry, channel)}, wait_s)
@@ -344,11 +367,12 @@ class Api:
             fields(body, ("channel_id",), ("start_s",))
         else:
             fields(body, ("src_port", "dst_port"), ("start_s",))
-        wait_s = _wait_filter(query)
+        wait_s = query.get("wait_s")
+        now_s = self.service.now()
         start_s = body.get("start_s")
         flow = self.registry.flow_started(job_id, flow_id, body.get("src_port"), body.get("dst_port"),
-                                          self.service.now() if start_s is None else start_s,
-                                          channel_id=body.get("channel_id"))
+                                          now_s if start_s is None else start_s,
+                                          channel_id=body.get("channel_id"), now_s=now_s)
         self.service.on_arrival(flow.key)
         return 200, self._waited({"flow": views.flow_view(self.registry, self.registry.flows[flow.key]),
                                   "allocation": self.service.allocation(flow.key)}, wait_s)
@@ -364,11 +388,9 @@ class Api:
     def post_finish(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
         self.registry.flow(job_id, flow_id)
         fields(body, (), ("finish_s", "bytes_sent"))
-        finish_s = body.get("finish_s")
-        if finish_s is None:
-            finish_s = self.service.now()
-        wait_s = _wait_filter(query)
-        flow = self.registry.flow_finished(job_id, flow_id, finish_s, body.get("bytes_sent"))
+        wait_s = query.get("wait_s")
+        flow = self.registry.flow_finished(job_id, flow_id, body.get("finish_s"), body.get("bytes_sent"),
+                                           now_s=self.service.now())
         self.service.on_departure(flow.key)
         return 200, self._waited({"flow": views.flow_view(self.registry, flow)}, wait_s)
 
@@ -376,9 +398,8 @@ class Api:
         """The job failed (an agent of it died): release its unfinished flows and their enforcement."""
         self.registry.job(job_id)
         fields(body, (), ("at_s",))
-        wait_s = _wait_filter(query)
-        at_s = body.get("at_s")
-        flows = self.registry.abort_job(job_id, self.service.now() if at_s is None else at_s)
+        wait_s = query.get("wait_s")
+        flows = self.registry.abort_job(job_id, body.get("at_s"), now_s=self.service.now())
         if flows:
             self.service.on_departure()
         return 200, self._waited({"job_id": job_id, "aborted": [f.flow_id for f in flows]}, wait_s)
@@ -411,55 +432,3 @@ def _read(stream: Any, size: int) -> bytes:
         return stream.read(size)
     except (OSError, ValueError) as exc:  # timeout, reset, or a broken chunked encoding
         raise ApiError(400, "body", f"could not be read whole ({type(exc).__name__})") from None
-
-
-#: Longest ``?wait_s=`` accepted (a request holds its connection while it waits).
-MAX_WAIT_S = 60.0
-
-
-def _wait_filter(query: dict[str, list[str]]) -> float | None:
-    """The optional ``wait_s`` query parameter of state-changing calls (seconds, 0 < wait_s <= 60)."""
-    wait_s = _one_number(query, "wait_s")
-    if wait_s is not None and not 0 < wait_s <= MAX_WAIT_S:  # also refuses NaN
-        raise ApiError(400, "wait_s", f"must be one number of seconds in (0, {MAX_WAIT_S:g}], "
-                                      f"got {query['wait_s']!r}")
-    return wait_s
-
-
-def _one_number(query: dict[str, list[str]], name: str) -> float | None:
-    """The only query parameter allowed, ``name``, as a number (NaN when it is not exactly one number)."""
-    for other in query:
-        if other != name:
-            raise ApiError(400, other, f"unknown query parameter (allowed: {name})")
-    values = query.get(name)
-    if not values:
-        return None
-    try:
-        return float(values[0]) if len(values) == 1 else float("nan")
-    except ValueError:
-        return float("nan")
-
-
-def _no_query(query: dict[str, list[str]]) -> None:
-    for name in query:
-        raise ApiError(400, name, "unknown query parameter (this endpoint takes none)")
-
-
-def _number_param(query: dict[str, list[str]], name: str, low: float, high: float) -> float | None:
-    """The one optional numeric query parameter ``name`` (low <= value <= high) of a read endpoint."""
-    value = _one_number(query, name)
-    if value is not None and not low <= value <= high:  # also refuses NaN
-        raise ApiError(400, name, f"must be one number in [{low:g}, {high:g}], got {query[name]!r}")
-    return value
-
-
-def _state_filter(query: dict[str, list[str]]) -> str | None:
-    for name in query:
-        if name != "state":
-            raise ApiError(400, name, "unknown query parameter (allowed: state)")
-    values = query.get("state")
-    if not values:
-        return None
-    if len(values) != 1 or values[0] not in STATES:
-        raise ApiError(400, "state", f"must be one of {', '.join(STATES)}, got {values!r}")
-    return values[0]

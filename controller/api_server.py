@@ -55,6 +55,7 @@ import warnings
 from typing import Any, Callable
 
 from controller.config import default_socket_path
+from controller.validation import BODY_LIMIT_KEY, REFUSED_KEY, ApiError
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # eventlet >= 0.36 warns that it is in maintenance mode
@@ -140,13 +141,77 @@ class _DeadlineInput:
         return getattr(self._stream, name)
 
 
+class _ChunkSizeGuard:
+    """The connection's reader under a chunked body: refuses (413) a chunk-size line announcing more
+    bytes, with the chunks before it, than the app's body limit, as soon as the line is read.
+
+    eventlet reads every chunk-size line, and the line ending each chunk's data, with ``readline``; the
+    data itself with ``read`` (the app reads with ``read``), so each line parsed here as a hexadecimal
+    size is a chunk's announcement; an empty line (a chunk's end) or a trailer field is not."""
+
+    def __init__(self, rfile: Any) -> None:
+        self._rfile = rfile
+        self.limit_bytes: int | None = None
+        self._announced_bytes = 0
+
+    def readline(self, *args: Any) -> bytes:
+        line = self._rfile.readline(*args)
+        if self.limit_bytes is not None:
+            try:
+                size = int(line.split(b";", 1)[0], 16)
+            except ValueError:
+                return line
+            self._announced_bytes += size
+            if self._announced_bytes > self.limit_bytes:
+                raise ApiError(413, "body", f"a chunk announces {size} bytes, which takes the body over the "
+                                            f"limit of {self.limit_bytes}")
+        return line
+
+    def set_limit(self, limit_bytes: int) -> None:
+        self.limit_bytes = int(limit_bytes)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rfile, name)
+
+
+def framing_problem(headers: Any) -> ApiError | None:
+    """What is wrong with how a request says where its body ends (RFC 9112 6.1-6.3), or None.
+
+    Refused, because a front end and this server could read the same bytes as different requests
+    (request smuggling): ``Content-Length`` given with different values (the same value repeated is
+    one length) or not as plain digits (Python's ``int`` would take ``+5`` and ``5_0``); a
+    ``Transfer-Encoding`` other than exactly ``chunked``; and ``Content-Length`` together with
+    ``Transfer-Encoding`` (RFC 9112 6.3 lets a server go by the encoding; refusing is the safe choice).
+    """
+    lengths = [value.strip() for header in headers.get_all("content-length") or ()
+               for value in header.split(",")]
+    for value in lengths:
+        if not value.isdigit() or not value.isascii():
+            return ApiError(400, "Content-Length", f"must be decimal digits, got {value!r}")
+    if len({int(value) for value in lengths}) > 1:
+        return ApiError(400, "Content-Length", f"given with different values {lengths!r}")
+    encodings = headers.get_all("transfer-encoding")
+    if encodings is not None:
+        coding = ",".join(encodings).strip().lower()
+        if coding != "chunked":
+            return ApiError(400, "Transfer-Encoding", f"only 'chunked' is understood, got {coding!r}")
+        if lengths:
+            return ApiError(400, "Content-Length", "not allowed together with Transfer-Encoding")
+    return None
+
+
 class _DeadlineProtocol(eventlet.wsgi.HttpProtocol):
     """eventlet's HTTP protocol with deadlines per request (``request_timeout_s``, set by
     :func:`_protocol`): the head must be in that long after the wait for it began, and body reads fail
-    with a timeout once that long has passed since the head came in."""
+    with a timeout once that long has passed since the head came in.
+
+    It also checks the request's framing (:func:`framing_problem`) and, for a chunked body, the sizes
+    its chunks announce (:class:`_ChunkSizeGuard`); a refused request is answered by the app in JSON
+    (``REFUSED_KEY``) and its connection closed lingering."""
 
     request_timeout_s = DEFAULT_REQUEST_TIMEOUT_S
     _linger = False
+    reject_bad_requests = False  # framing_problem refuses them, answered in JSON like every refusal
 
     def handle_one_request(self) -> None:
         # socket.timeout is what eventlet's server expects from a slow client: it just closes the socket
@@ -160,8 +225,17 @@ class _DeadlineProtocol(eventlet.wsgi.HttpProtocol):
         self._head_timer.cancel()  # the head is in; the app runs without a deadline of its own
         environ = super().get_environ()
         deadline = time.monotonic() + self.request_timeout_s
-        environ["wsgi.input"] = _DeadlineInput(environ["wsgi.input"], deadline, self)
+        raw = environ["wsgi.input"]
+        if raw.chunked_input:
+            guard = _ChunkSizeGuard(raw.rfile)
+            raw.rfile = guard
+            environ[BODY_LIMIT_KEY] = guard.set_limit
+        environ["wsgi.input"] = _DeadlineInput(raw, deadline, self)
         environ[LINGER_KEY] = self._close_lingering
+        refused = framing_problem(self.headers)
+        if refused is not None:  # the body is never read: no keep-alive reuse of a desynchronised stream
+            environ[REFUSED_KEY] = refused
+            self._close_lingering()
         return environ
 
     def _close_lingering(self) -> None:
@@ -252,6 +326,24 @@ class ApiServer:
     def tcp_address(self) -> tuple[str, int]:
         return self.host, self.port
 
+    def check(self) -> None:
+        """Refuse (:class:`ServerError`) what :meth:`start` would refuse, writing nothing: a TCP port in
+        use, a socket path that is not a socket or is served by a live process, or one whose directory
+        cannot be made.  A program calls it before it writes anything (its token file, its store), so a
+        refused start leaves no trace; :meth:`start` checks again as it binds."""
+        if self.port:
+            probe = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+            try:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as eventlet.listen binds
+                probe.bind((self.host, self.port))
+            except OSError as exc:
+                raise ServerError(f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
+            finally:
+                probe.close()
+        if self.unix:
+            path = self.socket_path if self.socket_path is not None else default_socket_path(self.port)
+            _check_socket_path(path)
+
     def start(self) -> None:
         """Bind both listeners (errors raise :class:`ServerError` before anything is served)."""
         try:
@@ -317,11 +409,23 @@ class ApiServer:
             self._socket_inode = None
 
 
-def _remove_stale_socket(path: str) -> None:
+def _check_socket_path(path: str) -> bool:
+    """Whether ``path`` holds a dead process's socket (to replace); None there is fine; a live socket,
+    anything else at the path, or a directory that cannot be made raise :class:`ServerError`."""
     try:
         mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    if mode is None:
+        directory = os.path.dirname(os.path.abspath(path))
+        while not os.path.isdir(directory):  # the nearest existing ancestor must take the new folders
+            if os.path.lexists(directory):
+                raise ServerError(f"cannot create socket directory for {path!r}: {directory!r} is not a "
+                                  "directory")
+            directory = os.path.dirname(directory)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise ServerError(f"cannot listen on unix socket {path!r}: {directory!r} is not writable")
+        return False
     if not stat.S_ISSOCK(mode):
         raise ServerError(f"{path!r} exists and is not a socket; refusing to replace it")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -330,12 +434,16 @@ def _remove_stale_socket(path: str) -> None:
         probe.connect(path)
     except OSError as exc:
         if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
-            os.unlink(path)  # a dead controller's leftover
-            return
+            return True  # a dead controller's leftover
         raise ServerError(f"unix socket {path!r} is unusable: {exc.strerror}") from None
     finally:
         probe.close()
     raise ServerError(f"another process is serving on {path!r}")
+
+
+def _remove_stale_socket(path: str) -> None:
+    if _check_socket_path(path):
+        os.unlink(path)
 
 
 class ThreadedServer:
@@ -405,12 +513,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         topo = topology_from_arguments(args)
+        if not args.interval_s > 0:
+            raise ValueError(f"--interval-s must be > 0, got {args.interval_s!r}")
+        for what, path in (("--store", args.store), ("--token-file", args.token_file)):
+            if path and os.path.isdir(path):
+                raise ValueError(f"{what} {path} is a directory; give a file path")
+        server = ApiServer(None, host=args.host, port=args.port, socket_path=args.socket)
+        server.check()  # everything that can be refused is, before the first write (locks, store, token)
         locks = own_store_and_token(args.store or ":memory:", args.token_file)  # noqa: F841 - held till exit
         registry = open_registry(topo, args.store) if args.store else Registry(topo)
         service = SchedulingService(registry, None, interval_s=args.interval_s, event_factory=GreenEvent)
         token = generate_token()
         write_token(args.token_file, token)
-        server = ApiServer(Api(service, token), host=args.host, port=args.port, socket_path=args.socket)
+        server.app = Api(service, token)
         server.start()
     except Exception as exc:  # noqa: BLE001 - a bad topology, port or store: one line, no traceback
         print(f"error: {exc}", file=sys.stderr)

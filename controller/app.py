@@ -48,7 +48,7 @@ if _ROOT not in sys.path:
 from controller import compat  # noqa: E402
 from controller import flowmods as fm  # noqa: E402
 from controller.api import Api  # noqa: E402
-from controller.api_server import ApiServer  # noqa: E402
+from controller.api_server import ApiServer, ServerError  # noqa: E402
 from controller.auth import TokenError, generate_token, write_token  # noqa: E402
 from controller.compat import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, ofp_event, set_ev_cls  # noqa: E402
 from controller.config import START_ERROR_PREFIX, ControllerConfig, oslo_options  # noqa: E402
@@ -79,12 +79,21 @@ class EchelonApp(compat.BaseApp):
         try:
             self.config = config = ControllerConfig.load(os.environ, compat.cfg.CONF.echelon)
             self.topology = config.build_topology()
+            # what can be refused is, before the first write: a refused start leaves no trace
+            for what, path in (("registry store", config.store), ("API token file", config.token_file)):
+                if os.path.isdir(path):
+                    raise UserError(f"{what} {path} is a directory; give a file path")
+            api_host, api_port = config.api_host, config.api_port
+            ApiServer(None, host=api_host, port=api_port, socket_path=config.socket_path).check()
+            if config.metrics_port is not None:
+                ApiServer(None, host=config.metrics_host, port=config.metrics_port, unix=False).check()
             # one controller per store and per token file, for this process's whole life (owner_lock)
             self._owner_locks = own_store_and_token(config.store, config.token_file)
             self.registry = open_registry(self.topology, config.store)
             token = generate_token()
             write_token(config.token_file, token)
-        except (UserError, StoreError, TokenError) as exc:  # bad setting, spec, store, token: one line
+        except (UserError, StoreError, TokenError, ServerError) as exc:  # a bad setting, spec, store,
+            # token or address: one line
             print(f"{START_ERROR_PREFIX}{exc}", file=sys.stderr, flush=True)
             os._exit(2)
         #: Links and switches down now; the router, the registry and the primitives route around them.

@@ -8,10 +8,19 @@ Stdlib only, Python 3.9 compatible.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Callable
+from urllib.parse import parse_qsl
 
 from echelonflow.fields import Field, FieldError, read
+
+#: environ key under which the HTTP server puts an :class:`ApiError` for a request it refuses before the
+#: app reads it (conflicting ``Content-Length``, an unsupported ``Transfer-Encoding``): the app answers it.
+REFUSED_KEY = "echelon.refused"
+#: environ key of a callable the app calls with its body limit in bytes before reading a chunked body:
+#: the server then refuses (413) a chunk-size line that announces more, before waiting for its bytes.
+BODY_LIMIT_KEY = "echelon.body_limit"
 
 
 class ApiError(FieldError):
@@ -37,3 +46,64 @@ def fields(
     declared = [Field(name, required=True) for name in required] + [Field(name) for name in optional]
     read(body, declared, prefix)
     return body
+
+
+# --------------------------------------------------------------------------- query parameters
+#: Parses one query parameter's text (its name given for the error) into its value.
+QueryParser = Callable[[str, str], Any]
+_DIGITS = re.compile(r"[0-9]{1,18}")
+_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+
+
+def count(low: int, high: int) -> QueryParser:
+    """A count: decimal digits only (``1.5``, ``1e2``, ``+3`` and ``0x10`` are refused), low..high."""
+
+    def parse(name: str, text: str) -> int:
+        value = int(text) if _DIGITS.fullmatch(text) else None
+        if value is None or not low <= value <= high:
+            raise ApiError(400, name, f"must be an integer in {low}..{high} (digits only), got {text!r}")
+        return value
+
+    return parse
+
+
+def seconds(low: float, high: float, above: bool = False) -> QueryParser:
+    """A duration in seconds: a plain decimal number (an exponent allowed; no ``nan``, ``inf`` or
+    ``1_0``) in [low, high], or (low, high] with ``above``."""
+
+    def parse(name: str, text: str) -> float:
+        value = float(text) if _DECIMAL.fullmatch(text) else None
+        if value is None or not (low < value if above else low <= value) or value > high:
+            span = f"({low:g}, {high:g}]" if above else f"[{low:g}, {high:g}]"
+            raise ApiError(400, name, f"must be a number of seconds in {span}, got {text!r}")
+        return value
+
+    return parse
+
+
+def choice(*options: str) -> QueryParser:
+    def parse(name: str, text: str) -> str:
+        if text not in options:
+            raise ApiError(400, name, f"must be one of {', '.join(options)}, got {text!r}")
+        return text
+
+    return parse
+
+
+def read_query(query_string: str, allowed: Mapping[str, QueryParser]) -> dict[str, Any]:
+    """The request's query parameters, each read by its endpoint's parser: every name must be one the
+    endpoint takes and appear once; the endpoint sees only parsed values (absent ones are absent)."""
+    try:
+        pairs = parse_qsl(query_string, keep_blank_values=True, strict_parsing=True, max_num_fields=16)
+    except ValueError as exc:
+        raise ApiError(400, "query", f"malformed query string: {exc}") from None
+    values: dict[str, Any] = {}
+    for name, text in pairs:
+        parser = allowed.get(name)
+        if parser is None:
+            takes = f"allowed: {', '.join(allowed)}" if allowed else "this endpoint takes none"
+            raise ApiError(400, name or "query", f"unknown query parameter ({takes})")
+        if name in values:
+            raise ApiError(400, name, "give it once")
+        values[name] = parser(name, text)
+    return values
