@@ -82,12 +82,15 @@ def flows(*specs):
 def test_lifecycle_over_the_unix_socket_and_tcp(served):
     c = served.unix
     assert c.health()["status"] == "ok"
-    assert c.register_job("j1", 2.0) == {"job_id": "j1", "weight": 2.0, "echelons": []}
+    job = c.register_job("j1", 2.0)
+    assert job == {"job_id": "j1", "weight": 2.0, "registered_s": pytest.approx(time.time(), abs=5),
+                   "aborted_s": None, "echelons": []}
+    t0 = job["registered_s"]
     ech = c.register_echelon("j1", "e1", flows(("f1", "h1", "h5", 10**6)))
     assert ech["kind"] == "coflow" and ech["flows"][0]["state"] == "declared"
     added = c.add_flows("j1", "e1", [{"flow_id": "f2", "src": "h2", "dst": "h5", "size_bytes": 10**6}])
     assert [f["flow_id"] for f in added["flows"]] == ["f2"]
-    started = served.tcp.flow_started("j1", "f1", 40000, 5201, start_s=100.0)
+    started = served.tcp.flow_started("j1", "f1", 40000, 5201, start_s=t0 + 0.5)
     assert started["flow"]["state"] == "active" and started["flow"]["src_ip"] == "10.0.0.2"
     alloc = started["allocation"]
     assert alloc["enforced"] and alloc["queue"] == 1 and alloc["rate_bps"] == pytest.approx(20e6)
@@ -96,8 +99,8 @@ def test_lifecycle_over_the_unix_socket_and_tcp(served):
     assert c.flow_progress("j1", "f1", 4000)["flow"]["bytes_sent"] == 4000
     assert c.flows(state="active")[0]["flow_id"] == "f1"
     assert [f["flow_id"] for f in c.flows("j1")] == ["f1", "f2"]
-    assert c.echelon("j1", "e1")["reference_s"] == 100.0
-    assert c.flow_finished("j1", "f1", finish_s=101.0)["flow"]["state"] == "finished"
+    assert c.echelon("j1", "e1")["reference_s"] == t0 + 0.5
+    assert c.flow_finished("j1", "f1", finish_s=t0 + 1.5)["flow"]["state"] == "finished"
     assert ("remove", "j1/f1") in served.port.calls
     assert c.jobs()[0]["echelons"] == ["e1"] and c.job("j1")["weight"] == 2.0
     assert c.echelons("j1")[0]["echelon_id"] == "e1"
@@ -276,7 +279,7 @@ def test_raw_http_error_shape_and_headers(served):
     conn.request("DELETE", "/v1/scheduler")
     resp = conn.getresponse()
     body = json.loads(resp.read())
-    assert resp.status == 405 and resp.getheader("Allow") == "GET, PUT"
+    assert resp.status == 405 and resp.getheader("Allow") == "GET, HEAD, PUT"
     assert resp.getheader("Content-Type") == "application/json"
     assert set(body) == {"error"} and set(body["error"]) == {"field", "problem"}
     conn.request("POST", "/v1/jobs", body=b'{"job_id": "j"}', headers={"Content-Type": "application/json"})
