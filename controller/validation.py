@@ -93,6 +93,8 @@ def choice(*options: str) -> QueryParser:
 def read_query(query_string: str, allowed: Mapping[str, QueryParser]) -> dict[str, Any]:
     """The request's query parameters, each read by its endpoint's parser: every name must be one the
     endpoint takes and appear once; the endpoint sees only parsed values (absent ones are absent)."""
+    if not query_string:  # Python 3.9's strict parse_qsl refuses the empty string
+        return {}
     try:
         pairs = parse_qsl(query_string, keep_blank_values=True, strict_parsing=True, max_num_fields=16)
     except ValueError as exc:

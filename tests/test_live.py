@@ -220,7 +220,7 @@ def test_bad_query_parameters_are_refused_with_the_field(live, path, field) -> N
 
 def test_live_views_are_read_only(live) -> None:
     status, headers, _body = request(live.api.port, "POST", "/v1/topology")
-    assert status == 405 and headers["Allow"] == "GET"
+    assert status == 405 and headers["Allow"] == "GET, HEAD"
 
 
 # --------------------------------------------------------------------------- dashboard files

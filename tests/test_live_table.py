@@ -76,6 +76,9 @@ def random_run(seed: int, events: int, check: Callable[[Registry, float, str], l
         kind = rng.random()
         if kind < 0.15 or not declared:
             job = f"j{rng.randrange(3)}"
+            if reg.jobs[job].aborted_s is not None:  # aborted for good: its retry is a new job
+                job = f"{job}r{step}"
+                reg.add_job(job, rng.choice([1.0, 2.0, 0.5]))
             ech = f"e{n_groups}"
             n_groups += 1
             coflow = rng.random() < 0.3
@@ -113,7 +116,7 @@ def random_run(seed: int, events: int, check: Callable[[Registry, float, str], l
                 sent = None if rng.random() < 0.5 else min(flow.size_bytes, sent)
             reg.flow_finished(flow.job_id, flow.flow_id, now, sent)
         elif kind < 0.88:
-            job = f"j{rng.randrange(3)}"
+            job = rng.choice(list(reg.jobs))
             reg.abort_job(job, now)
             declared = [(j, f) for j, f in declared if j != job]
         elif kind < 0.91:
