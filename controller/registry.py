@@ -63,7 +63,8 @@ MAX_OFFSET_S = 7 * 24 * 3600.0
 MAX_TIME_S = 1e12
 #: How far a reported time may lie ahead of the controller's clock, or before its job's registration:
 #: agents share the controller host's clock (Mininet), so this only absorbs rounding and a remote
-#: agent's NTP error; a start hours ahead would hold its 5-tuple until then (docs/api.md, "Times").
+#: agent's NTP error; a start hours ahead would hold its 5-tuple until then (docs/api.md, "Reported
+#: times").
 CLOCK_SKEW_S = 5.0
 #: Least payload a flow of undeclared size counts as having left when its scheduler has no estimate.
 UNDECLARED_LEFT_BYTES = 1 << 20
@@ -477,7 +478,7 @@ class Registry:
         start when that is later: a start reported within the clock skew ahead)."""
         flow = self.flow(job_id, flow_id)
         if finish_s is None and now_s is not None:
-            finish_s = max(now_s, flow.start_s or now_s)
+            finish_s = now_s if flow.start_s is None else max(now_s, flow.start_s)
         finish = self._reported_time("finish_s", finish_s, job_id, now_s)
         sent = flow.size_bytes
         if bytes_sent is not None:
