@@ -28,7 +28,7 @@ from tests.fabric_helpers import (
     static_flow_table,
 )
 from topologies import ovs, qos
-from topologies.fabric import Fabric, FabricError, fabric_lock
+from topologies.fabric import Fabric, FabricError, build_deadline_s, fabric_lock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -365,3 +365,52 @@ def test_kill9_then_echelon_fabric_clean_removes_everything(require_fabric):
     assert out.returncode == 0, out.stderr
     assert "removed" in out.stdout
     assert_nothing_left(*owned)
+
+
+# --------------------------------------------------------------------------- a fabric that fails fast
+#: ``mnexec`` as it behaves where namespaces cannot be made (a chroot, a container without
+#: CAP_SYS_ADMIN): it fails, and a Mininet node waiting for its shell's prompt would wait forever.
+FAILING_MNEXEC = '#!/bin/sh\necho "mnexec: setns: Operation not permitted" >&2\nexit 1\n'
+#: The same, except that the pre-flight check passes: only the build's deadline can stop the hang.
+HANGING_MNEXEC = ('#!/bin/sh\nif [ "$*" = "-cdn true" ]; then exit 0; fi\n'
+                  'echo "mnexec: setns: Operation not permitted" >&2\nexit 1\n')
+
+
+def _with_mnexec(script: str, tmp_path, monkeypatch) -> None:
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "mnexec").write_text(script)
+    (folder / "mnexec").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+
+
+@pytest.mark.fabric
+def test_a_node_that_cannot_be_made_fails_in_seconds(require_fabric, tmp_path, monkeypatch):
+    _with_mnexec(FAILING_MNEXEC, tmp_path, monkeypatch)
+    fab = Fabric(two_hosts(RATE_BPS), controller_port=None, fail_mode="standalone")
+    t0 = time.monotonic()
+    with pytest.raises(FabricError, match=r"no node can be made here: `mnexec -cdn true` failed \(exit 1\): "
+                                          r"mnexec: setns: Operation not permitted"):
+        fab.start()
+    assert time.monotonic() - t0 < 15
+    assert fab.net is None and fab.state is None
+    assert_nothing_left(fab.tag, fab.bridges, fab.interfaces, [])
+
+
+@pytest.mark.fabric
+def test_a_build_that_hangs_is_stopped_at_its_deadline_naming_the_node(require_fabric, tmp_path, monkeypatch):
+    _with_mnexec(HANGING_MNEXEC, tmp_path, monkeypatch)
+    fab = Fabric(two_hosts(RATE_BPS), controller_port=None, fail_mode="standalone", build_timeout_s=3)
+    t0 = time.monotonic()
+    with pytest.raises(FabricError, match=r"creating node h1 took over 3 s"):
+        fab.start()
+    assert time.monotonic() - t0 < 20
+    assert fab.net is None and fab.state is None
+    assert_nothing_left(fab.tag, fab.bridges, fab.interfaces, [])
+
+
+def test_the_build_deadline_grows_with_the_topology_and_is_checked():
+    assert build_deadline_s(fattree(RATE_BPS, k=8)) > build_deadline_s(fattree(RATE_BPS, k=4))
+    for bad in (0, -1, "5", 1e9):
+        with pytest.raises(FabricError, match="build_timeout_s must be a number in"):
+            Fabric(two_hosts(RATE_BPS), build_timeout_s=bad)

@@ -34,7 +34,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -127,6 +127,7 @@ class Fabric:
         tcp_rto_min_ms: int | None = None,
         host_sysctls: Mapping[str, str | int] | None = None,
         cluster: Sequence[str] | None = None,
+        build_timeout_s: float | None = None,
     ) -> None:
         """``controller_port=None`` starts the switches without a controller (for static flows or
         ``fail_mode="standalone"`` learning-switch tests); otherwise start() waits for every switch to
@@ -137,7 +138,9 @@ class Fabric:
         docs/emulation.md.  ``host_sysctls`` (name -> value, e.g. ``net.ipv4.tcp_reordering``) are set in
         every host's namespace on top of the fabric's own.  ``cluster`` builds the network through
         Mininet's cluster mode (``mininet.examples.cluster.MininetCluster``) on these servers; only
-        ``localhost`` is supported (see :func:`cluster_problem`)."""
+        ``localhost`` is supported (see :func:`cluster_problem`).  ``build_timeout_s`` bounds the creation
+        of every node and link (default :func:`build_deadline_s` of the topology): Mininet waits forever for
+        a node whose shell never starts."""
         if not isinstance(topology, Topology):
             raise FabricError(f"Fabric needs an echelonflow.topology.Topology, got {type(topology).__name__}")
         if controller_port is not None and (
@@ -181,6 +184,11 @@ class Fabric:
         self.lock_timeout_s = lock_timeout_s
         self.packet_in_limit = packet_in_limit
         self.cluster = list(cluster) if cluster is not None else None
+        if build_timeout_s is not None and not (isinstance(build_timeout_s, (int, float))
+                                                and 0 < build_timeout_s <= 3600):
+            raise FabricError(f"build_timeout_s must be a number in (0, 3600] or None, "
+                              f"got {build_timeout_s!r}")
+        self.build_timeout_s = build_timeout_s or build_deadline_s(topology)
         self._made_dirs: list[str] = []  # folders Mininet's cluster mode made (its ssh control folder)
         self.net: Any = None
         self.watchdog: qos.FilterWatchdog | None = None
@@ -273,11 +281,14 @@ class Fabric:
                 bridges=self.bridges, interfaces=self.interfaces,
             )
             self.state.save()
-            self._build(datapath)
+            _check_node_creation()
+            with _deadline(self.build_timeout_s, self._build_stall):
+                self._build(datapath)
             self.timings_s["build"] = time.monotonic() - t0
             self._configure_hosts()
             self.timings_s["hosts"] = time.monotonic() - t0
-            self.net.start()
+            with _deadline(self.build_timeout_s, self._start_stall):
+                self.net.start()
             self.timings_s["switches"] = time.monotonic() - t0
             self._apply_qos()
             self.timings_s["qos"] = time.monotonic() - t0
@@ -391,6 +402,19 @@ class Fabric:
         nodes = list(self.net.hosts) + list(self.net.switches) + list(self.net.controllers)
         self.state.pids = [ownership.proc_record(n.pid) for n in nodes if n.pid]
         self.state.save()
+
+    def _build_stall(self) -> str:
+        """What the build was doing when its deadline passed: the first node Mininet had not made."""
+        made = set()
+        if self.net is not None:
+            made = {node.name for node in list(self.net.hosts) + list(self.net.switches)}
+        waiting = [name for name in [*self.topology.hosts, *self.topology.switches] if name not in made]
+        what = f"creating node {waiting[0]}" if waiting else "linking the nodes"
+        return (f"{what} took over {self.build_timeout_s:.0f} s (Mininet waits forever for a node whose "
+                "shell never starts: can `mnexec -cdn bash` run here?)")
+
+    def _start_stall(self) -> str:
+        return f"starting the switches took over {self.build_timeout_s:.0f} s (is ovsdb-server answering?)"
 
     def _cluster_network(self) -> tuple[Any, dict[str, Any]]:
         """Mininet's cluster mode: ``MininetCluster`` places the nodes on ``self.cluster`` (switches in
@@ -536,6 +560,64 @@ def _check_prerequisites() -> None:
             "the mininet Python module is not importable; use a venv made with --system-site-packages "
             "from Debian's /usr/bin/python3 (bash bootstrap.sh)"
         ) from None
+
+
+#: Creating one node (a shell in new namespaces, or a bridge) takes well under this, even loaded.
+NODE_BUILD_S = 0.5
+#: Set-up of Mininet itself, whatever the size.
+BUILD_BASE_S = 30.0
+
+
+def build_deadline_s(topology: Topology) -> float:
+    """How long creating ``topology``'s nodes and links may take before the fabric gives up."""
+    return BUILD_BASE_S + NODE_BUILD_S * (len(topology.hosts) + len(topology.switches))
+
+
+def _check_node_creation(timeout_s: float = 10.0) -> None:
+    """Fail in seconds, naming the cause, where Mininet would hang: ``mnexec`` (which puts every node's
+    shell into its own namespaces) must be able to run a command in new namespaces.  In a chroot, a
+    container without CAP_SYS_ADMIN or a kernel without network namespaces it cannot, and Mininet then
+    waits for the node's shell prompt forever."""
+    command = ["mnexec", "-cdn", "true"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        raise FabricError("mnexec is not on PATH (Debian's mininet package has it): "
+                          "no node can be made") from None
+    except subprocess.TimeoutExpired:
+        raise FabricError(f"`{' '.join(command)}` did not return within {timeout_s:.0f} s: "
+                          "no node can be made here") from None
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise FabricError(f"no node can be made here: `{' '.join(command)}` failed (exit {done.returncode})"
+                          + (f": {said[-1]}" if said else ""))
+
+
+class _DeadlinePassedError(Exception):
+    """Raised inside a build that ran past its deadline (turned into a FabricError naming the stall)."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float, stall: Callable[[], str]) -> Iterator[None]:
+    """Interrupt the body after ``seconds`` with a FabricError saying ``stall()``.  A real-time timer
+    signal is the one way to interrupt Mininet's blocking reads; it exists only in the main thread, so
+    elsewhere the body runs unbounded (the pre-flight check above still catches the usual cause)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        raise _DeadlinePassedError
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except _DeadlinePassedError:
+        raise FabricError(stall()) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 _SWITCH_CLASS: Any = None
