@@ -10,8 +10,8 @@ MADD-served coflow completes).  Pairs compared (docs/baselines.md, "Matching Sin
 * ``sincronia`` vs ``PD GREEDY``, under our exact rule (decisions at every flow start and finish, as
   its greedy loop re-decides at every flow finish);
 * ``coflow`` (and ``coflow-static``, whose SEBF keys stay those of admission as theirs do) vs ``SEBF
-  MADD``, under our coflow rule (decisions at coflow completions: with every arrival at 0 that is
-  exactly when its MADD loop re-decides).
+  MADD``, under our coflow rule (with every arrival at 0, decisions at coflow completions; its MADD
+  loop re-decides when a MADD-served coflow completes, ours also when a skipped one does).
 
 ``--rescheduling RULE`` runs ours under another rule instead, to show what an unfaithful rule costs.
 
@@ -26,8 +26,9 @@ of the per-coflow CCTs.
     .venv/bin/python benchmarks/sincronia_compare.py --offlinesim PATH [--scheduler NAME]...
         [--max-coflows N] [--rescheduling RULE] [--cache DIR] [--out DIR]
 
-Their runs are cached under ``--cache`` (default ``~/.cache/echelonflow/offlinesim``), keyed by
-ordering, rates, the input and the binary; ours run in this process.  The numbers go to
+Without ``--offlinesim`` it says it skipped and exits 0.  Their runs are cached under ``--cache``
+(default ``~/.cache/echelonflow/offlinesim``), keyed by ordering, rates, the input and the binary; ours
+run in this process.  The numbers go to
 ``DIR/results.json`` and ``DIR/results.md`` (default ``benchmarks/results/sincronia``).
 """
 
