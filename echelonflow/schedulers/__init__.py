@@ -71,7 +71,8 @@ def coflow_rule_warning(names: Iterable[str]) -> str | None:
     A warning, not a refusal: the rule is how Varys and CoflowSim run, and reproducing a number taken
     under it (or measuring what it costs a greedy allocator) is legitimate; comparing schedulers under it
     is not (docs/performance.md, "The coflow rescheduling rule")."""
-    unfaithful = [name for name in dict.fromkeys(names) if not SCHEDULERS[name].coflow_rule_faithful]
+    unfaithful = [name for name in dict.fromkeys(names)  # an unknown name is refused where it is checked
+                  if name in SCHEDULERS and not SCHEDULERS[name].coflow_rule_faithful]
     if not unfaithful:
         return None
     faithful = ", ".join(name for name, cls in SCHEDULERS.items() if cls.coflow_rule_faithful)
