@@ -14,18 +14,19 @@ C5 (Table 2).  With ε the same schedules give 3.6 + 0.8 ε and 2.6 + ε.
 *The order.*  Every one of the 8 ports carries 4 + ε units, so BSSI's first step (the most loaded
 port) is a tie.  The paper breaks it towards the ingress port with the largest index (port 4: C5
 last); ``kernels.bssi_order`` breaks it towards the link used first (coflows in id order, flows as
-listed).  C1's flows are therefore listed from port 4 down; listed from port 1 (as above), both ours
-and the authors' simulator pick port 1 first and give the mirror order C5, C4, C3, C1, C2.
+listed).  C1's flows are therefore listed from port 4 down; listed from port 1 (as above), ours picks
+port 1 first and gives the mirror order C5, C4, C3, C1, C2.  The authors' simulator breaks the tie on
+the lowest port index whatever the listing, so it gives the mirror order for both listings.
 
 *Sincronia's 2.6 is its greedy rates, not its order.*  With the paper's order C1's seven flows left at
 2 + ε contend on every port.  Greedy rates (the paper's Algorithm 2, offlinesim's ``GREEDY``: each flow
 in the listed order takes all its two ports have left) run C1 as two matchings, leave egress 8 to C5,
 and finish C5 at 3 + ε and C1 at 4 + ε: 2.6.  Our ``sincronia`` serves its order as priority classes
 over TCP would (``schedulers/priority.py``: max-min inside a coflow), which gives every C1 flow half a
-port, so C5 gets the other half of egress 8 and finishes with C1 at 4 + ε: 2.8 + ε.  Greedy itself
-depends on the listing: the authors' offlinesim (PD GREEDY, sizes 1000 and 2001 units) gives 2,601
-units for the listing here and 2,801 (C1 and C2 at 4,001) for the paper's own listing, where its BSSI
-takes the mirror order.  So 2.8 is what we pin for ``sincronia``; ``echelon`` (whose rates inside a
+port, so C5 gets the other half of egress 8 and finishes with C1 at 4 + ε: 2.8 + ε.  Greedy's 2.6
+needs the listing to suit the order: the authors' offlinesim (PD GREEDY, sizes 1000 and 2001 units, its
+mirror order) gives 2,601 units for C1 listed from port 4 and 2,801 (C1 and C2 at 4,001) for the
+paper's own listing.  So 2.8 is what we pin for ``sincronia``; ``echelon`` (whose rates inside a
 coflow follow the offsets, ``tests/test_echelon_rules.py``) reaches the paper's 2.6.
 
 *Varys.*  SEBF puts C1 first (bottleneck 2 < 2 + ε); MADD gives its flows half a port each, so it ends
@@ -97,8 +98,8 @@ def test_bssi_orders_the_coflows_as_the_paper_does() -> None:
 
 
 def test_bssi_breaks_the_port_tie_on_the_link_listed_first() -> None:
-    """Listed from port 1, the same instance mirrored: port 1 first, C2 last (the authors' simulator
-    does the same)."""
+    """Listed from port 1, the same instance mirrored: port 1 first, C2 last (the order the authors'
+    simulator gives for either listing)."""
     assert first_bssi_order(fig1(sorted(C1_FROM_PORT_4))) == ["C5", "C4", "C3", "C1", "C2"]
 
 
