@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from echelonflow.errors import UserError  # noqa: E402
 from echelonflow.fileio import write_text_atomic  # noqa: E402
+from echelonflow.schedulers import coflow_rule_warning  # noqa: E402
 from simulator.grid import Grid, load_grid  # noqa: E402
 from simulator.sweep import read_records, run_sweep  # noqa: E402
 
@@ -191,6 +192,9 @@ def main() -> int:
     try:
         for name in args.grid or GRIDS:
             grid: Grid = load_grid(str(HERE / "matrix" / f"{name}.json"))
+            warning = coflow_rule_warning(c.scheduler for c in grid.cells if c.rescheduling == "coflow")
+            if warning:
+                print(f"scheduler_matrix: grid {name}: {warning}", file=sys.stderr)
             folder = out / name
             if args.summary_only:
                 done = read_records(str(folder))

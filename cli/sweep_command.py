@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,10 +48,14 @@ def _positive(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from echelonflow.fileio import check_output_dir
+    from echelonflow.schedulers import coflow_rule_warning
     from simulator.grid import load_grid
     from simulator.sweep import CSV_FILE, run_sweep
 
     grid = load_grid(args.grid)
+    warning = coflow_rule_warning(c.scheduler for c in grid.cells if c.rescheduling == "coflow")
+    if warning:
+        print(f"echelon sweep: grid {grid.name}: {warning}", file=sys.stderr)
     out_dir = args.out or f"sweep-{grid.name}"
     check_output_dir(out_dir, "sweep folder")
     backend = "ray" if args.ray else args.backend

@@ -32,8 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rescheduling", choices=("every-flow", "coflow"), default="every-flow",
                         help="when the scheduler decides again: at every flow start and finish (every-flow, "
                              "exact, the default), or at flow starts and coflow/EchelonFlow completions only "
-                             "(coflow: Varys's and CoflowSim's rule, for coflow traces such as fb2010; it "
-                             "distorts staggered EchelonFlows, docs/performance.md)")
+                             "(coflow: Varys's and CoflowSim's rule, for coflow traces such as fb2010; "
+                             "faithful only to coflow, coflow-static and fifo, it idles the bandwidth other "
+                             "schedulers free and distorts staggered EchelonFlows, docs/performance.md)")
     parser.add_argument("--timing-noise-ms", type=jitter_ms_argument, metavar="MS",
                         help="also simulate with every compute up to MS ms longer (seeded samples) and show "
                              "the spread: whether a result survives events that no longer coincide exactly")
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from echelonflow.bounds import attach_lower_bounds
     from echelonflow.results import Results, format_table
     from echelonflow.scenario import load_scenario
-    from echelonflow.schedulers import check_names, get_scheduler
+    from echelonflow.schedulers import check_names, coflow_rule_warning, get_scheduler
     from simulator.engine import SimulationError, simulate
     from simulator.noise import DEFAULT_SAMPLES, format_noise_table, timing_noise_section
 
@@ -54,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
     if args.samples is not None and args.timing_noise_ms is None:
         raise UserError("--samples needs --timing-noise-ms")
     scenario = load_scenario(args.scenario)
+    warning = coflow_rule_warning(names or scenario.schedulers) if args.rescheduling == "coflow" else None
+    if warning:
+        print(f"echelon simulate: {warning}", file=sys.stderr)
     results = Results(scenario.name, "simulate",
                       rescheduling=None if args.rescheduling == "every-flow" else args.rescheduling)
     for name in names or scenario.schedulers:

@@ -35,7 +35,7 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
 
 __all__ = [
     "SCHEDULERS", "ActiveFlow", "Decision", "FlowEvent", "Scheduler", "Snapshot",
-    "check_names", "get_scheduler",
+    "check_names", "coflow_rule_warning", "get_scheduler",
 ]
 
 
@@ -62,3 +62,20 @@ def get_scheduler(name: str) -> Scheduler:
     except (KeyError, TypeError):
         raise _unknown(name) from None
     return cls()
+
+
+def coflow_rule_warning(names: Iterable[str]) -> str | None:
+    """The one line to show when the coflow rescheduling rule runs schedulers it is not faithful to
+    (``Scheduler.coflow_rule_faithful``), or None when it is faithful to all of ``names``.
+
+    A warning, not a refusal: the rule is how Varys and CoflowSim run, and reproducing a number taken
+    under it (or measuring what it costs a greedy allocator) is legitimate; comparing schedulers under it
+    is not (docs/performance.md, "The coflow rescheduling rule")."""
+    unfaithful = [name for name in dict.fromkeys(names)  # an unknown name is refused where it is checked
+                  if name in SCHEDULERS and not SCHEDULERS[name].coflow_rule_faithful]
+    if not unfaithful:
+        return None
+    faithful = ", ".join(name for name, cls in SCHEDULERS.items() if cls.coflow_rule_faithful)
+    return (f"warning: the coflow rescheduling rule is not faithful to {', '.join(unfaithful)}: it holds "
+            f"their rates until a coflow starts or completes, so the bandwidth of every flow that finishes "
+            f"earlier idles (it is faithful to {faithful} only); compare them under every-flow")

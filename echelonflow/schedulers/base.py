@@ -111,6 +111,13 @@ class Scheduler:
     name: str = ""
     enforces: bool = True
     clairvoyant: bool = True
+    #: Is the simulator's coflow rescheduling rule (decide at flow starts and coflow completions only)
+    #: faithful to this policy?  Only if the policy itself holds its rates until a coflow event, as
+    #: Varys does: MADD finishes a coflow's flows together and Varys re-decides on coflow arrival and
+    #: departure.  A policy that re-decides when any flow finishes (greedy or fair rates) would hand
+    #: that flow's bandwidth on at once; under the coflow rule it idles until the next coflow event
+    #: (docs/performance.md, "The coflow rescheduling rule").
+    coflow_rule_faithful: bool = False
     active_order: str = "id"
     _links: LinkNumbering | None = None
 

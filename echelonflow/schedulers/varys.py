@@ -29,6 +29,8 @@ class VarysScheduler(Scheduler):
     """MADD rates for coflows in the order ``order_by`` gives, spare split, back-fill (module docstring)."""
 
     enforces = True
+    #: Varys and CoflowSim re-decide only when a coflow arrives or departs (``Scheduler``)
+    coflow_rule_faithful = True
     #: ``varys_kernels.ORDER_SEBF`` or ``varys_kernels.ORDER_ARRIVAL``
     order_by = varys_kernels.ORDER_SEBF
     active_order = "group"
@@ -88,6 +90,9 @@ class PortFairScheduler(Scheduler):
     name = "port-fair"
     enforces = True
     active_order = "id"
+    #: not faithful: CoflowSim re-divides FAIR's shares every 8-ms step, so a finished flow's share goes
+    #: to the others at once (the exact rule is FAIR's)
+    coflow_rule_faithful = False
 
     def decide(self, view: FlowView) -> Allocation:
         table = view.table
