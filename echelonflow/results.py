@@ -13,6 +13,11 @@ documented in ``docs/results-format.md``.  Every time is in seconds from the run
                              | {"type": "flow", "src": h, "dst": h, "start_s": s, "finish_s": s}},
          "objective_s": sum of EchelonFlow tardiness times the job's weight (Eq. 4)}]}
 
+Without per-flow records (``to_json_dict(per_flow=False)``, ``echelon simulate --json``'s default) a
+run has no ``flows`` or ``tasks``, each EchelonFlow a ``flow_count`` instead of its ``flows`` and the run a
+``summary`` (:func:`run_summary`); :meth:`Results.write_json` streams the per-flow document and
+:meth:`Results.write_task_records` the records as JSON lines.
+
 :func:`build_run_in_order` is the only place that turns task start and finish times into these numbers
 (reference times, ideal finish times, tardiness, the objective, completion and slowdown): the simulator
 feeds it simulated times by task number, the emulation runner the agents' measured ones by id through
@@ -21,10 +26,12 @@ feeds it simulated times by task number, the emulation runner the agents' measur
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from echelonflow import echelon as echelon_mod
 from echelonflow.echelon import EchelonSpec
@@ -62,9 +69,14 @@ class EchelonResult:
     tardiness_s: float
     kind: str
     flows: list[str] = field(default_factory=list)
+    #: How many flows it has, where a document without per-flow records was read (``flows`` empty then).
+    flow_count: int | None = None
 
-    def to_json_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json_dict(self, per_flow: bool = True) -> dict[str, Any]:
+        if per_flow:
+            return {"tardiness_s": self.tardiness_s, "kind": self.kind, "flows": self.flows}
+        count = len(self.flows) if self.flow_count is None else self.flow_count
+        return {"tardiness_s": self.tardiness_s, "kind": self.kind, "flow_count": count}
 
 
 @dataclass(**_SLOTS)
@@ -125,17 +137,44 @@ class RunResult:
     faults: list[dict[str, Any]] | None = None
     failed_jobs: dict[str, str] | None = None
 
-    def to_json_dict(self) -> dict[str, Any]:
-        out = {
-            "scheduler": self.scheduler,
-            "jobs": {k: v.to_json_dict() for k, v in self.jobs.items()},
-            "echelonflows": {k: v.to_json_dict() for k, v in self.echelonflows.items()},
-            "flows": {k: v.to_json_dict() for k, v in self.flows.items()},
-            "tasks": {k: v.to_json_dict() for k, v in self.tasks.items()},
-            "objective_s": self.objective_s,
-        }
+    def to_json_dict(self, per_flow: bool = True) -> dict[str, Any]:
+        """The run as a document; without ``per_flow`` no ``flows`` or ``tasks`` records and no flow
+        lists, a ``summary`` instead (what a user opens first; a few MB for FB2010's 700,000 flows)."""
+        out = self._head(per_flow)
+        if per_flow:
+            out["flows"] = {k: v.to_json_dict() for k, v in self.flows.items()}
+            out["tasks"] = {k: v.to_json_dict() for k, v in self.tasks.items()}
+        out.update(self._tail(per_flow))
+        return out
+
+    def _head(self, per_flow: bool) -> dict[str, Any]:
+        """The keys before the per-flow records."""
+        return {"scheduler": self.scheduler,
+                "jobs": {k: v.to_json_dict() for k, v in self.jobs.items()},
+                "echelonflows": {k: v.to_json_dict(per_flow) for k, v in self.echelonflows.items()}}
+
+    def _tail(self, per_flow: bool) -> dict[str, Any]:
+        """The keys after the per-flow records."""
+        out: dict[str, Any] = {} if per_flow else {"summary": run_summary(self)}
+        out["objective_s"] = self.objective_s
         out.update({key: getattr(self, key) for key in EMULATION_RUN_KEYS if getattr(self, key) is not None})
         return out
+
+    def task_records(self) -> Iterable[dict[str, Any]]:
+        """One record per task (``--flows FILE``'s lines): its ``tasks`` entry under ``task``, with the
+        ``flows`` entry's ideal finish, size and EchelonFlow for a flow."""
+        flows = self.flows
+        for qid, task in self.tasks.items():
+            record = {"scheduler": self.scheduler}
+            if self.repeat is not None:
+                record["repeat"] = self.repeat
+            record["task"] = qid
+            record.update(task.to_json_dict())
+            flow = flows.get(qid)
+            if flow is not None:
+                record.update(ideal_finish_s=flow.ideal_finish_s, size_bytes=flow.size_bytes,
+                              echelon=flow.echelon)
+            yield record
 
     def job_tardiness_s(self, job_id: str) -> list[float]:
         """Tardiness of each of ``job_id``'s EchelonFlows (keys are ``job/echelon``; job ids have no '/')."""
@@ -153,13 +192,35 @@ class RunResult:
                 scheduler=data["scheduler"],
                 jobs={k: JobResult(**v) for k, v in data["jobs"].items()},
                 echelonflows={k: EchelonResult(**v) for k, v in data["echelonflows"].items()},
-                flows={k: FlowResult(**v) for k, v in data["flows"].items()},
-                tasks={k: TaskResult(**v) for k, v in data["tasks"].items()},
+                # a document without per-flow records (``echelon simulate --json``'s default) has none
+                flows={k: FlowResult(**v) for k, v in data.get("flows", {}).items()},
+                tasks={k: TaskResult(**v) for k, v in data.get("tasks", {}).items()},
                 objective_s=data["objective_s"],
                 **{key: data[key] for key in EMULATION_RUN_KEYS if key in data},
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise UserError(f"result run is malformed ({type(exc).__name__}: {exc})") from None
+
+
+def _spread(values: Sequence[float]) -> dict[str, float] | None:
+    """Mean, median, 99th percentile (nearest rank) and maximum of ``values`` (None when empty)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    n = len(ordered)
+    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    return {"mean": math.fsum(ordered) / n, "median": median,
+            "p99": ordered[max(0, math.ceil(0.99 * n) - 1)], "max": ordered[-1]}
+
+
+def run_summary(run: RunResult) -> dict[str, Any]:
+    """A run at a glance (derived from ``jobs`` and ``echelonflows``, so a document read back gives the
+    same): how many jobs, EchelonFlows and flows, and the spread of the jobs' completion and the
+    EchelonFlows' tardiness."""
+    flows = sum(len(e.flows) if e.flow_count is None else e.flow_count for e in run.echelonflows.values())
+    return {"jobs": len(run.jobs), "echelonflows": len(run.echelonflows), "flows": flows,
+            "completion_s": _spread([job.completion_s for job in run.jobs.values()]),
+            "tardiness_s": _spread([e.tardiness_s for e in run.echelonflows.values()])}
 
 
 def job_completion_s(job: Job, finish_s: Mapping[str, float]) -> float:
@@ -290,8 +351,15 @@ class Results:
     # Varys's); absent means every flow start and finish was a decision.
     rescheduling: str | None = None
 
-    def to_json_dict(self) -> dict[str, Any]:
-        out = {"scenario": self.scenario, "mode": self.mode, "runs": [r.to_json_dict() for r in self.runs]}
+    def to_json_dict(self, per_flow: bool = True) -> dict[str, Any]:
+        """The document; ``per_flow`` false: without per-flow records (:meth:`RunResult.to_json_dict`)."""
+        out = {"scenario": self.scenario, "mode": self.mode,
+               "runs": [r.to_json_dict(per_flow) for r in self.runs]}
+        out.update(self._extras())
+        return out
+
+    def _extras(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         if self.dilation is not None:
             out["dilation"] = self.dilation
         if self.timing_noise is not None:
@@ -299,6 +367,43 @@ class Results:
         if self.rescheduling is not None:
             out["rescheduling"] = self.rescheduling
         return out
+
+    def write_json(self, stream: IO[str], per_flow: bool = False) -> None:
+        """The document onto ``stream``, indented; with ``per_flow`` streamed record by record, so that
+        writing 700,000 flows (FB2010) never holds their records as one more dictionary beside the run's
+        (the run's own objects are the only per-flow memory).  Same JSON as :meth:`to_json_dict`."""
+        if not per_flow:
+            json.dump(self.to_json_dict(per_flow=False), stream, indent=1)
+            stream.write("\n")
+            return
+        dumps = json.dumps
+        stream.write(f'{{\n "scenario": {dumps(self.scenario)},\n "mode": {dumps(self.mode)},\n "runs": [')
+        for n, run in enumerate(self.runs):
+            stream.write(",\n  {" if n else "\n  {")
+            for key, value in run._head(True).items():
+                stream.write(f"\n   {dumps(key)}: {dumps(value)},")
+            for key, records in (("flows", run.flows), ("tasks", run.tasks)):
+                stream.write(f"\n   {dumps(key)}: {{")
+                for k, (qid, record) in enumerate(records.items()):
+                    stream.write(f"{',' if k else ''}\n    {dumps(qid)}: {dumps(record.to_json_dict())}")
+                stream.write("\n   },")
+            tail = run._tail(True)
+            stream.write(",".join(f"\n   {dumps(key)}: {dumps(value)}" for key, value in tail.items()))
+            stream.write("\n  }")
+        stream.write("\n ]")
+        for key, value in self._extras().items():
+            stream.write(f",\n {dumps(key)}: {dumps(value)}")
+        stream.write("\n}\n")
+
+    def write_task_records(self, stream: IO[str]) -> int:
+        """Every run's task records (:meth:`RunResult.task_records`) as JSON lines; returns how many."""
+        count = 0
+        for run in self.runs:
+            for record in run.task_records():
+                stream.write(json.dumps(record))
+                stream.write("\n")
+                count += 1
+        return count
 
     @classmethod
     def from_json_dict(cls, data: dict[str, Any]) -> Results:

@@ -10,7 +10,8 @@ Layout of ``runs/<YYYYmmdd-HHMMSS>-<scenario>/``::
                              faults a run had, in words, in its rows' ``faults`` column
     fidelity.md, fidelity.png   emulated vs simulated per job, the objective, echelon's gains (from medians)
     timeline-<mode>-<scheduler>.png   per host: compute, outgoing and incoming flows over time (paper Fig. 2);
-                             with repeats, the run with the median objective
+                             with repeats, the run with the median objective; none for a document without
+                             per-task records (``echelon simulate --json`` without ``--per-flow``)
     jct.png                  job completion time and slowdown per scheduler (emulated medians with their
                              min..max, simulated side by side)
     logs/, captures/         agents' and controllers' logs, monitor samples; pcaps of ``--capture`` runs
@@ -210,6 +211,8 @@ def _render(folder: RunFolder, documents: Sequence[Results], plots: bool) -> Non
     for results in documents:
         for scheduler, runs in runs_by_scheduler(results).items():
             run = representative(runs)
+            if not run.tasks:  # a document without per-flow records (``echelon simulate --json``'s default)
+                continue
             path = os.path.join(folder.path, timeline_file(results.mode, scheduler))
             which = f", repeat {run.repeat + 1} of {len(runs)} (median objective)" if len(runs) > 1 else ""
             title = f"{results.scenario}: {scheduler} ({results.mode}{which})"

@@ -2,14 +2,18 @@
 
 Human output is one table (per job completion, slowdown, EchelonFlow tardiness); ``--json`` prints
 one document in the result shape of ``echelonflow.results`` (the same one ``echelon emulate`` writes),
-each job also with its scheduler-independent lower bound (``echelonflow.bounds``).
+each job also with its scheduler-independent lower bound (``echelonflow.bounds``).  By default that
+document has no per-flow records (jobs, EchelonFlows and a summary: a few MB for FB2010's 700,000
+flows, where every flow's record made 529 MB); ``--per-flow`` puts them in it (streamed), and
+``--flows FILE`` writes them as JSON lines beside it (docs/results-format.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
+from typing import IO
 
 from echelonflow.errors import UserError
 from simulator.noise import jitter_ms_argument, samples_argument
@@ -28,7 +32,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="scheduler to run (repeatable; default: the scenario's list, normally fair, coflow, echelon)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON result document on stdout")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON result document on stdout: jobs, EchelonFlows and a summary per "
+                             "scheduler (every flow and task too with --per-flow)")
+    parser.add_argument("--per-flow", action="store_true",
+                        help="with --json: every flow's and task's record in the document as well")
+    parser.add_argument("--flows", metavar="FILE",
+                        help="write every task's record (flows: start, finish, ideal finish, size, "
+                             "EchelonFlow) to FILE as JSON lines, one per task and scheduler")
     parser.add_argument("--rescheduling", choices=("every-flow", "coflow"), default="every-flow",
                         help="when the scheduler decides again: at every flow start and finish (every-flow, "
                              "exact, the default), or at flow starts and coflow/EchelonFlow completions only "
@@ -52,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
     from simulator.noise import DEFAULT_SAMPLES, format_noise_table, timing_noise_section
 
     names = check_names(args.scheduler or [])
+    if args.per_flow and not args.json:
+        raise UserError("--per-flow needs --json (or write the records with --flows FILE)")
+    flows_out = _open_flows_file(args.flows) if args.flows else None
     if args.samples is not None and args.timing_noise_ms is None:
         raise UserError("--samples needs --timing-noise-ms")
     scenario = load_scenario(args.scenario)
@@ -71,12 +85,24 @@ def run(args: argparse.Namespace) -> int:
         results.timing_noise = timing_noise_section(
             scenario.topology, scenario.jobs, [run.scheduler for run in results.runs],
             args.timing_noise_ms / 1e3, args.samples or DEFAULT_SAMPLES, scenario.events)
+    if flows_out is not None:
+        with flows_out:
+            results.write_task_records(flows_out)
     if args.json:
-        json.dump(results.to_json_dict(), sys.stdout, indent=1, sort_keys=False)
-        sys.stdout.write("\n")
+        results.write_json(sys.stdout, per_flow=args.per_flow)
     else:
         print(format_table(results))
         if results.timing_noise is not None:
             print()
             print(format_noise_table(results.timing_noise, {run.scheduler: run for run in results.runs}))
     return 0
+
+
+def _open_flows_file(path: str) -> IO[str]:
+    """``--flows FILE`` opened for writing before the simulation runs, so a bad path fails at once."""
+    if os.path.isdir(path):
+        raise UserError(f"--flows {path}: is a directory")
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"--flows {path}: cannot write ({exc.strerror})") from None

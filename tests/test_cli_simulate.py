@@ -20,7 +20,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_fig2_json_reproduces_the_paper_via_console_script() -> None:
-    proc = run_cli("simulate", "fig2", "--json")
+    proc = run_cli("simulate", "fig2", "--json", "--per-flow")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["scenario"] == "fig2" and doc["mode"] == "simulate"
@@ -45,7 +45,7 @@ def test_human_table_and_scheduler_selection(capsys) -> None:
 
 
 def test_multi_job_fattree_scenario_json(capsys) -> None:
-    assert main(["simulate", "fattree-gpipe-ring", "--json"]) == 0
+    assert main(["simulate", "fattree-gpipe-ring", "--json", "--per-flow"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [run["scheduler"] for run in doc["runs"]] == ["fair", "coflow", "echelon"]
     for run in doc["runs"]:
@@ -72,6 +72,9 @@ def test_multi_job_fattree_scenario_json(capsys) -> None:
         (["simulate", "fig2", "--scheduler", "varys"], "unknown scheduler 'varys'"),
         (["simulate", "/no/such.json"], "does not exist"),
         (["simulate", "fig2", "--rescheduling", "sometimes"], "--rescheduling: invalid choice: 'sometimes'"),
+        (["simulate", "fig2", "--per-flow"], "--per-flow needs --json"),
+        (["simulate", "fig2", "--flows", "/"], "--flows /: is a directory"),
+        (["simulate", "fig2", "--flows", "/no/such/f.jsonl"], "--flows /no/such/f.jsonl: cannot write"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, message) -> None:
@@ -90,9 +93,9 @@ def test_bad_scenario_file_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 def test_a_reader_that_goes_away_stops_it_quietly() -> None:
-    """``echelon simulate ... --json | head -c 10``: no traceback when the pipe closes early."""
-    proc = subprocess.Popen([ECHELON, "simulate", "fattree-fsdp-ps", "--json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    """``echelon simulate ... --json --per-flow | head -c 10``: no traceback when the pipe closes early."""
+    proc = subprocess.Popen([ECHELON, "simulate", "fattree-fsdp-ps", "--json", "--per-flow"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.read(10) == b'{\n "scenar'
     proc.stdout.close()  # the reader is gone before the document is written out
     _, err = proc.communicate(timeout=120)
