@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from echelonflow.schedulers.kernels import (
     INF,
+    TINY_S,
     _backfill,
     _bottleneck,
     _consume,
@@ -247,6 +248,158 @@ def _estimated_tardiness(group_order, n_groups, sel, starts, due, group, idrank,
 
 
 @jit
+def _walk_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset, path_ptr, path_links,
+                 capacity, members_ptr, members):
+    """Rule 1's three readings of what each group has left, in one walk over its members (each flow
+    with bytes left, each link of its path): the same operations in the same order as
+    :func:`_residual_bottleneck`, :func:`_bssi_groups` (through ``kernels.group_demands``) and the
+    per-link seconds of :func:`_estimated_tardiness`, so every number is theirs bit for bit
+    (``tests/test_echelon_walk.py``).  Those three define the rule and walked the members four times
+    per decision (bench-k8 at 20 iterations: some 1,800 members for 40 active flows).
+
+    Returns ``(keys, w, order_bssi, m_flow, m_ptr, e_link, e_cum, g_mptr, g_lptr, gl_link, gl_cum)``:
+    each group's Smith key (its residual bottleneck per weight) and weight, BSSI's group order, and for the
+    estimates the members walked (``m_flow[g_mptr[g]:g_mptr[g + 1]]``), each one's links and
+    cumulative seconds on them (``e_link``/``e_cum[m_ptr[k]:m_ptr[k + 1]]``) and each group's links
+    with its total seconds on them (``gl_link``/``gl_cum[g_lptr[g]:g_lptr[g + 1]]``).
+    """
+    whole = len(members_ptr) > 0
+    n_global = len(capacity)
+    n_members = 0
+    n_entries = 0
+    for g in range(n_groups):
+        lo, hi = _left_span(group[sel[starts[g]]], starts[g], starts[g + 1], members_ptr, whole)
+        for e in range(lo, hi):
+            f = members[e] if whole else sel[e]
+            if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+                continue
+            n_members += 1
+            n_entries += path_ptr[f + 1] - path_ptr[f]
+    keys = floats(n_groups)
+    w = floats(n_groups)
+    m_flow = ints(n_members)
+    m_ptr = ints(n_members + 1)
+    e_link = ints(n_entries)
+    e_cum = floats(n_entries)
+    g_mptr = ints(n_groups + 1)
+    g_lptr = ints(n_groups + 1)
+    gl_link = ints(n_entries)
+    gl_cum = floats(n_entries)
+    dem_link = ints(n_entries)
+    dem_time = floats(n_entries)
+    bits_on = floats(n_global)  # per link: the group's bits so far (the residual bottleneck's sum)
+    cum = floats(n_global)  # per link: its seconds so far (BSSI's demand and the estimates' sum)
+    most = floats(n_global)
+    seen = ints(n_global)
+    local_of = _unnumbered(n_global)
+    n_local = 0
+    n_m = 0
+    n_e = 0
+    n_gl = 0
+    for g in range(n_groups):
+        a, b = starts[g], starts[g + 1]
+        w[g] = _group_weight(sel, a, b, idrank, weight)
+        lo, hi = _left_span(group[sel[a]], a, b, members_ptr, whole)
+        worst = -INF
+        o_first = INF
+        first = n_gl
+        for e in range(lo, hi):
+            f = members[e] if whole else sel[e]
+            if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+                continue
+            if o_first == INF:
+                o_first = offset[f]
+            bits = 8.0 * remaining[f]
+            m_flow[n_m] = f
+            for p in range(path_ptr[f], path_ptr[f + 1]):
+                li = path_links[p]
+                c = bits_on[li] + bits
+                bits_on[li] = c
+                value = c / capacity[li] - offset[f]
+                if value > worst:
+                    worst = value
+                if local_of[li] < 0:
+                    local_of[li] = n_local
+                    n_local += 1
+                if seen[li] == 0:
+                    seen[li] = 1
+                    gl_link[n_gl] = li
+                    n_gl += 1
+                t = cum[li] + 8.0 * remaining[f] / capacity[li]
+                cum[li] = t
+                if t - (offset[f] - o_first) > most[li]:
+                    most[li] = t - (offset[f] - o_first)
+                e_link[n_e] = li
+                e_cum[n_e] = t
+                n_e += 1
+            n_m += 1
+            m_ptr[n_m] = n_e
+        g_mptr[g + 1] = n_m
+        for d in range(first, n_gl):
+            li = gl_link[d]
+            # a link the group is early on still carries its bytes: a sliver keeps it a user there
+            dem_time[d] = most[li] if most[li] > TINY_S else TINY_S
+            dem_link[d] = local_of[li]
+            gl_cum[d] = cum[li]
+            bits_on[li] = 0.0
+            cum[li] = 0.0
+            most[li] = 0.0
+            seen[li] = 0
+        g_lptr[g + 1] = n_gl
+        keys[g] = _per_weight(worst, w[g])
+    order_bssi = bssi_from_demands(g_lptr, dem_link, dem_time, n_local, w) if n_groups > 1 else ints(0)
+    return keys, w, order_bssi, m_flow, m_ptr, e_link, e_cum, g_mptr, g_lptr, gl_link, gl_cum
+
+
+@jit
+def _estimates_walked(group_order, n_groups, sel, starts, due, offset, w, now, m_flow, m_ptr, e_link,
+                      e_cum, g_mptr, g_lptr, gl_link, gl_cum, ahead, held, need):
+    """:func:`_estimated_tardiness` on what :func:`_walk_groups` kept: the same numbers, without
+    walking the members' paths again.  ``ahead``, ``held``, ``need``: zeros on entry and on exit."""
+    total_served = 0.0
+    total_held = 0.0
+    for gi in range(n_groups):
+        g = group_order[gi]
+        a = starts[g]
+        reference = due[a] - offset[sel[a]]
+        worst_served = 0.0
+        worst_held = 0.0
+        for k in range(g_mptr[g], g_mptr[g + 1]):
+            due_f = reference + offset[m_flow[k]]
+            slack = due_f - now
+            if slack < 0.0:
+                slack = 0.0
+            finish_served = 0.0
+            finish_held = 0.0
+            for q in range(m_ptr[k], m_ptr[k + 1]):
+                li = e_link[q]
+                t = e_cum[q]
+                if ahead[li] + t > finish_served:
+                    finish_served = ahead[li] + t
+                if held[li] + t > finish_held:
+                    finish_held = held[li] + t
+                if t - slack > need[li]:
+                    need[li] = t - slack
+            late_served = now + finish_served - due_f
+            if late_served > worst_served:
+                worst_served = late_served
+            late_held = now + finish_held - due_f
+            if late_held > worst_held:
+                worst_held = late_held
+        for d in range(g_lptr[g], g_lptr[g + 1]):
+            li = gl_link[d]
+            ahead[li] = ahead[li] + gl_cum[d]
+            held[li] = held[li] + need[li]
+            need[li] = 0.0
+        total_served += worst_served * w[g]
+        total_held += worst_held * w[g]
+    for li in range(len(ahead)):
+        ahead[li] = 0.0
+        held[li] = 0.0
+    return total_served, total_held
+
+
+@jit
 def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank, weight, path_ptr,
                    path_links, capacity, members_ptr, members, now, every_flow, rate, order):
     """The ``echelon`` scheduler (module docstring; ``schedulers/echelon.py``).  Returns the count of
@@ -271,27 +424,24 @@ def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank
     touched = ints(n_links)
     residual = _copied(capacity)
 
-    keys = floats(n_groups)
-    for g in range(n_groups):
-        a, b = starts[g], starts[g + 1]
-        key = _residual_bottleneck(group[sel[a]], sel, a, b, remaining, offset, path_ptr, path_links,
-                                   capacity, members_ptr, members, cumulative, touched)
-        keys[g] = _per_weight(key, _group_weight(sel, a, b, idrank, weight))
-    group_order = stable_argsort(keys, n_groups)
+    group_order = ints(n_groups)  # one group (or none): nothing to order
     if n_groups > 1:
-        # the same groups in Sincronia's order, generalised to offsets: kept unless both list-schedule
-        # estimates say Smith's is better by more than BSSI_MARGIN (docs/scheduler-design.md, Rule 1b)
-        other = _bssi_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset, path_ptr,
-                             path_links, capacity, members_ptr, members)
+        # Smith's order, and the same groups in Sincronia's order generalised to offsets: BSSI's kept
+        # unless both list-schedule estimates say Smith's is better by more than BSSI_MARGIN
+        # (docs/scheduler-design.md, Rule 1b); one walk over the members gives all three readings
+        (keys, w, other, m_flow, m_ptr, e_link, e_cum, g_mptr, g_lptr, gl_link,
+         gl_cum) = _walk_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset, path_ptr,
+                                path_links, capacity, members_ptr, members)
+        group_order = stable_argsort(keys, n_groups)
         ahead = floats(n_links)
         held = floats(n_links)
         need = floats(n_links)
-        smith_served, smith_held = _estimated_tardiness(
-            group_order, n_groups, sel, starts, due, group, idrank, weight, remaining, offset, path_ptr,
-            path_links, capacity, members_ptr, members, now, ahead, held, cumulative, need, touched)
-        bssi_served, bssi_held = _estimated_tardiness(
-            other, n_groups, sel, starts, due, group, idrank, weight, remaining, offset, path_ptr,
-            path_links, capacity, members_ptr, members, now, ahead, held, cumulative, need, touched)
+        smith_served, smith_held = _estimates_walked(
+            group_order, n_groups, sel, starts, due, offset, w, now, m_flow, m_ptr, e_link, e_cum, g_mptr,
+            g_lptr, gl_link, gl_cum, ahead, held, need)
+        bssi_served, bssi_held = _estimates_walked(
+            other, n_groups, sel, starts, due, offset, w, now, m_flow, m_ptr, e_link, e_cum, g_mptr,
+            g_lptr, gl_link, gl_cum, ahead, held, need)
         keep = 1.0 + BSSI_MARGIN
         if bssi_served < smith_served * keep or bssi_held < smith_held * keep:
             group_order = other
