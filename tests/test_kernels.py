@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SEEDS = range(40)
 
 # Runs in a child process with numba made unimportable: the kernels fall back to Python lists.  Each
-# variant sets the fair filling's shortcut (kernels.SCAN_FACTOR): as it is, forced to the heap of fair
-# shares, forced to the scan of the links.
+# variant sets the shortcuts of fair's filling (kernels.SCAN_FACTOR) and of BSSI (kernels.BSSI_SCAN_FACTOR):
+# as they are, both forced to their heaps, both forced to their scans of the links.
 _INTERPRETED = """
 import json, sys
 sys.modules["numba"] = None
@@ -42,10 +42,11 @@ from echelonflow.schedulers.view import decide_snapshot
 assert not kernels.HAVE_NUMBA
 from tests.test_kernels import SEEDS, schedulers
 from tests.test_schedulers import _random_instance
-variants = {{"as-is": kernels.SCAN_FACTOR, "heap": 0, "scan": 10**9}}
+variants = {{"as-is": (kernels.SCAN_FACTOR, kernels.BSSI_SCAN_FACTOR), "heap": (0, 0),
+            "scan": (10**9, 10**9)}}
 out = {{}}
-for variant, scan_factor in variants.items():
-    kernels.SCAN_FACTOR = scan_factor
+for variant, (scan_factor, bssi_factor) in variants.items():
+    kernels.SCAN_FACTOR, kernels.BSSI_SCAN_FACTOR = scan_factor, bssi_factor
     for seed in SEEDS:
         snap = _random_instance(seed, 1 + seed % 25)
         for key, sched in schedulers():
@@ -103,6 +104,7 @@ def test_compiled_and_interpreted_kernels_agree_bit_for_bit() -> None:
 
 @pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not installed in this venv")
 def test_shortcuts_give_the_same_decisions_as_the_plain_loops() -> None:
-    """Fair's filling with the heap forced and with the scan forced: the very same decisions."""
+    """Fair's filling and BSSI with their heaps forced and with their scans forced: the very same
+    decisions."""
     assert_compiled_equal_interpreted(("heap", "scan"))
 

@@ -47,6 +47,11 @@ TINY_S = 1e-12
 #: the scan was 1.7-3.7x faster up to a ratio links^2 / path links of 326 (bench-k8's decisions sit
 #: near 44), the heap 1.25-2.6x faster from 644 on (k=16 with 200-10,000 flows); docs/performance.md.
 SCAN_FACTOR = 400
+#: BSSI (:func:`bssi_from_demands`) scans the links for the most loaded one instead of keeping a heap
+#: when groups^2 <= BSSI_SCAN_FACTOR x links.  On echelon's decisions of bench-k8 at 20 iterations (about
+#: 7 groups on 390 links) the scan took 8.6 us per order against the heap's 42 (CPU time, 1,623
+#: decisions); with many groups on few ports (FB2010 on its big switch) the heap stays.
+BSSI_SCAN_FACTOR = 1
 
 
 def jit(func):
@@ -469,21 +474,37 @@ def bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights):
         else:  # nothing left: first, in id order
             out[n_out] = g
             n_out += 1
-    heap_cap = n_local + 1  # one entry per link at most: a popped link is pushed back at most once
+    # The next bottleneck is the live link with the largest load, ties to the smaller number; a link
+    # whose users are all ordered is dead.  A lazy heap finds it (a stale entry, above its link's load
+    # since loads only fall, is put back at the current load when it reaches the top); with few groups
+    # a scan of the links is cheaper and picks the same link at every step (the first valid entry the
+    # heap pops is exactly that link), so the order is the same.
+    scan = n_groups * n_groups <= BSSI_SCAN_FACTOR * n_local
+    heap_cap = 1 if scan else n_local + 1  # one entry per link at most
     hs = floats(heap_cap)
     hl = ints(heap_cap)
     size = 0
+    alive = ints(n_local)
+    n_alive = n_local
     for li in range(n_local):
-        size = _heap_push(hs, hl, size, -load[li], li)
+        alive[li] = 1
+        if not scan:
+            size = _heap_push(hs, hl, size, -load[li], li)
     back = n_groups
-    while left > 0 and size > 0:
-        size = _heap_pop(hs, hl, size)
-        neg, b = hs[size], hl[size]
-        if -neg != load[b]:
-            # stale: loads only fall, so an entry is at least its link's load; put it back at the
-            # current load (lazily: only links that reach the top are ever re-keyed)
-            size = _heap_push(hs, hl, size, -load[b], b)
-            continue
+    while left > 0 and (n_alive > 0 if scan else size > 0):
+        if scan:
+            b = -1
+            for li in range(n_local):
+                if alive[li] == 1 and (b < 0 or load[li] > load[b]):
+                    b = li
+        else:
+            size = _heap_pop(hs, hl, size)
+            neg, b = hs[size], hl[size]
+            if -neg != load[b]:
+                # stale: loads only fall, so an entry is at least its link's load; put it back at the
+                # current load (lazily: only links that reach the top are ever re-keyed)
+                size = _heap_push(hs, hl, size, -load[b], b)
+                continue
         last = -1
         best = 0.0
         last_time = 0.0
@@ -495,7 +516,9 @@ def bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights):
             if last < 0 or value <= best:  # ties: the larger group index goes last
                 last, best, last_time = g, value, user_time[q]
         if last < 0:
-            continue  # every user of b is ordered already; the link is done
+            alive[b] = 0  # every user of b is ordered already; the link is done
+            n_alive -= 1
+            continue
         ratio = weight[last] / last_time
         for q in range(user_ptr[b], user_ptr[b + 1]):
             g = user_group[q]
@@ -507,7 +530,8 @@ def bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights):
         out[back] = last
         for d in range(dem_ptr[last], dem_ptr[last + 1]):
             load[dem_link[d]] -= dem_time[d]
-        size = _heap_push(hs, hl, size, -load[b], b)
+        if not scan:
+            size = _heap_push(hs, hl, size, -load[b], b)
     # idle groups first, then the ordered ones (written from the back)
     for k in range(back, n_groups):
         out[n_out] = out[k]
