@@ -28,6 +28,16 @@ MADD with back-fill every flow of a coflow finishes at its own instant, so the e
 decision per flow; on the FB2010 trace (700,000 flows, up to 160,000 active) that is hours, while the
 coflow rule makes about one per coflow arrival and completion (docs/performance.md).
 
+Skipped decisions.  Flows that finish at one instant are one event and one decision.  A decision is
+skipped where it provably changes nothing: the scheduler is ``blind_to_bytes`` (its rates depend on
+which flows are active and their paths, never on bytes left or the clock: fair, port-fair,
+fifo-priority), nothing started, no fault and no expiry came, and every flow that finished leaves its
+links without any active flow.  Progressive filling (or a per-link share) then gives every other flow
+the same rate bit for bit: the finished flows' links were theirs alone, the other links see the same
+operations in the same order, ties between links keep their order.  A scheduler that reads bytes left
+(SEBF, MADD, BSSI, echelon's order and estimates) or the clock is asked at every such event, since its
+numbers move with them (docs/performance.md, "Decisions that change nothing").
+
 A job's completion time counts from its arrival.  Slowdown of a job = its completion time with all jobs
 together / its completion time when it runs alone on the same network with the same scheduler (one
 extra run per job when there are several).
@@ -300,6 +310,10 @@ class _Run:
     per-flow dictionaries and lists, 800 MiB (docs/performance.md, "Memory").
     """
 
+    #: Skip the decisions that change nothing (``Scheduler.blind_to_bytes``); False only to compare with
+    #: the loop that makes every one (tests).
+    skip_unchanged = True
+
     def __init__(
         self, topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, check: bool,
         specs: Mapping[str, Mapping[str, EchelonSpec]], events: Sequence[FaultEvent] = (),
@@ -406,6 +420,13 @@ class _Run:
         self.finished_buf = np.zeros(count, dtype=np.int64)
         self.active = np.zeros(0, dtype=np.int64)
         self.arrived: list[int] = []
+        # Decisions that change nothing are skipped (module docstring, "Skipped decisions"): per link, how
+        # many active flows cross it, and whether the flows of the last step left their links empty.
+        self.skipping = self.skip_unchanged and bool(self.scheduler.blind_to_bytes)
+        self.link_users = np.zeros(len(self.link_ids), dtype=np.int64)
+        self.left_alone = False
+        self.decisions = 0
+        self.skipped = 0
         by_slot = self.state_by_slot = sorted(self.echelons.values(), key=lambda state: state.slot)
         self.group_weight = np.array([state.weight for state in by_slot], dtype=np.float64)
         self.group_start_s = np.full(len(by_slot), math.inf)
@@ -504,6 +525,9 @@ class _Run:
                 moved = True
         if moved:
             self.path_min_capacity = None
+            self.link_users[:] = 0
+            fluid.count_links(self.active, len(self.active), table.path_ptr, table.path_links,
+                              self.link_users, 1)
         return moved
 
     # ------------------------------------------------------------------ main loop
@@ -539,7 +563,11 @@ class _Run:
                 break
             expired = self.now_s < self.valid_until_s <= next_s
             finished = self._advance(next_s)
-            flows_changed = self._faults() | (self._complete(finished) or self._arrive()) or expired
+            faulted = self._faults()
+            flows_changed = faulted | (self._complete(finished) or self._arrive()) or expired
+            if flows_changed and self.left_alone and not (faulted or expired or self.arrived):
+                flows_changed = False  # only flows alone on their links finished: same rates for the rest
+                self.skipped += 1
         undone = [t for t, finish_s in enumerate(self.finish_s) if finish_s is None]
         if undone:
             raise SimulationError(
@@ -566,6 +594,13 @@ class _Run:
             self.finished_buf,
         )
         self.active = self.active[:kept]
+        if self.skipping and done:
+            table = self.table
+            fluid.count_links(self.finished_buf, done, table.path_ptr, table.path_links, self.link_users, -1)
+            self.left_alone = fluid.links_free(self.finished_buf, done, table.path_ptr, table.path_links,
+                                               self.link_users)
+        else:
+            self.left_alone = False
         numbers = self.finished_buf[:done]
         if done > 1:
             numbers = numbers[np.argsort(self.start_seq[numbers])]
@@ -670,10 +705,15 @@ class _Run:
 
     # ------------------------------------------------------------------ scheduling
     def _decide(self) -> None:
+        self.decisions += 1
         if self.arrived:
             self.arrived.sort()
-            self.active = fluid.merged(self.active, np.array(self.arrived, dtype=np.int64))
+            arrived = np.array(self.arrived, dtype=np.int64)
+            self.active = fluid.merged(self.active, arrived)
             self.arrived = []
+            if self.skipping:
+                table = self.table
+                fluid.count_links(arrived, len(arrived), table.path_ptr, table.path_links, self.link_users, 1)
         view = FlowView(self.now_s, self.table, self.active, self, self.rate, self.every_flow)
         allocation = self.scheduler.decide(view)
         self.valid_until_s = allocation.valid_until_s

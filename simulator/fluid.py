@@ -87,3 +87,23 @@ def merged(active, arrived):
             out[k] = arrived[j]
             j += 1
     return out
+
+
+@jit
+def count_links(flows, count, path_ptr, path_links, users, delta):
+    """Add ``delta`` to ``users[l]`` for every link l of the first ``count`` flows of ``flows``."""
+    for k in range(count):
+        f = flows[k]
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            users[path_links[p]] += delta
+
+
+@jit
+def links_free(flows, count, path_ptr, path_links, users):
+    """Whether no link of the first ``count`` flows of ``flows`` has a user left (``users`` 0 there)."""
+    for k in range(count):
+        f = flows[k]
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            if users[path_links[p]] != 0:
+                return False
+    return True

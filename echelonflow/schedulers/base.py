@@ -119,6 +119,12 @@ class Scheduler:
     #: (docs/performance.md, "The coflow rescheduling rule").
     coflow_rule_faithful: bool = False
     active_order: str = "id"
+    #: The decision depends only on which flows are active, their paths and their groups' first starts
+    #: (never on bytes left or sent, nor on the clock), and a flow alone on its links changes no other
+    #: flow's rate (progressive filling, per-link shares).  The simulator then skips the decision after
+    #: finishes of flows that leave their links empty: it would give every other flow the same rate,
+    #: bit for bit (docs/performance.md, "Decisions that change nothing").
+    blind_to_bytes: bool = False
     _links: LinkNumbering | None = None
 
     def decide(self, view: Any) -> Any:

@@ -25,6 +25,7 @@ class FairScheduler(Scheduler):
     """Max-min fair rates over directed links; no ranking (every flow shares one class)."""
 
     name = "fair"
+    blind_to_bytes = True  # max-min filling
     enforces = False
     active_order = "id"
 

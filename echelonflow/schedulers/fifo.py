@@ -21,6 +21,7 @@ class FifoPriorityScheduler(GroupOrderScheduler):
     """Coflows in arrival order, strict priority between them."""
 
     name = "fifo-priority"
+    blind_to_bytes = True  # max-min filling per class, classes by first start
     enforces = True
     clairvoyant = False
 

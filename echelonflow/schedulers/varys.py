@@ -88,6 +88,7 @@ class PortFairScheduler(Scheduler):
     """
 
     name = "port-fair"
+    blind_to_bytes = True  # each flow from its own links: capacity / flows on the link
     enforces = True
     active_order = "id"
     #: not faithful: CoflowSim re-divides FAIR's shares every 8-ms step, so a finished flow's share goes

@@ -1,0 +1,96 @@
+"""Skipping the decisions that change nothing changes no result (``simulator.engine``, "Skipped
+decisions"): on random DAG workloads, every scheduler, every task's start and finish equal to the loop
+that decides at every event."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from echelonflow import echelon as echelon_mod
+from echelonflow.model import ComputeTask, FlowTask, Job
+from echelonflow.schedulers import SCHEDULERS, get_scheduler
+from echelonflow.topology import bigswitch, dumbbell, fattree
+from simulator import engine
+
+TOPOLOGIES = {"bigswitch": lambda: bigswitch(1e9, hosts=6), "dumbbell": lambda: dumbbell(1e9, 3),
+              "fattree": lambda: fattree(1e9, k=4)}
+SIZES_BYTES = (0, 125_000, 250_000, 250_000, 1_000_000, 3_000_000)
+
+
+@st.composite
+def workloads(draw) -> tuple[str, list[Job]]:
+    kind = draw(st.sampled_from(sorted(TOPOLOGIES)))
+    hosts = TOPOLOGIES[kind]().hosts
+    jobs = []
+    for j in range(draw(st.integers(1, 3))):
+        job = Job(f"j{j}", arrival_s=draw(st.sampled_from([0.0, 0.0, 0.001, 0.004])))
+        names: list[str] = []
+        for k in range(draw(st.integers(1, 9))):
+            deps = tuple(sorted(set(draw(st.lists(st.sampled_from(names), max_size=2))))) if names else ()
+            if draw(st.integers(0, 3)) == 0:
+                task = ComputeTask(f"c{k}", draw(st.sampled_from(hosts)),
+                                   draw(st.sampled_from([0.0005, 0.001, 0.002])), deps)
+            else:
+                src, dst = draw(st.lists(st.sampled_from(hosts), min_size=2, max_size=2, unique=True))
+                task = FlowTask(f"f{k}", src, dst, draw(st.sampled_from(SIZES_BYTES)), deps,
+                                echelon_id=f"e{draw(st.integers(0, 2))}")
+            job.add(task)
+            names.append(task.task_id)
+        jobs.append(job)
+    return kind, jobs
+
+
+def _times(kind: str, jobs: list[Job], name: str, skip: bool) -> tuple[list, list, int]:
+    topology = TOPOLOGIES[kind]()
+    specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
+    run = engine._Run(topology, jobs, get_scheduler(name), True, specs)
+    run.skip_unchanged = skip
+    run.skipping = skip and bool(run.scheduler.blind_to_bytes)
+    run.run()
+    return run.start_s, run.finish_s, run.skipped
+
+
+def _assert_same(got: list, expected: list) -> None:
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert a == pytest.approx(b, rel=1e-9, abs=0.0), (got, expected)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_every_scheduler_gives_the_same_times_with_and_without_skipping(workload) -> None:
+    kind, jobs = workload
+    try:
+        engine.check_placement(TOPOLOGIES[kind](), jobs)
+    except Exception:
+        return
+    for name in SCHEDULERS:
+        start, finish, skipped = _times(kind, jobs, name, True)
+        start_all, finish_all, none = _times(kind, jobs, name, False)
+        assert none == 0
+        assert skipped == 0 or SCHEDULERS[name].blind_to_bytes
+        _assert_same(start, start_all)
+        _assert_same(finish, finish_all)
+
+
+@pytest.mark.parametrize("name", ["fair", "port-fair", "fifo-priority"])
+def test_a_flow_finishing_alone_on_its_links_is_not_decided_again(name) -> None:
+    """Two pairs of hosts on a big switch, a short and a long flow each, one EchelonFlow: the short
+    ones finish alone on their ports (no decision), then the long ones (the last: nothing is left)."""
+    job = Job("j")
+    for k, (src, dst) in enumerate([("h1", "h2"), ("h3", "h4")]):
+        job.add(FlowTask(f"short{k}", src, dst, 125_000 * (k + 1), echelon_id="e"))
+        job.add(FlowTask(f"long{k}", f"h{5 + 2 * k}", f"h{6 + 2 * k}", 1_250_000 * (k + 1), echelon_id="e"))
+    topology = bigswitch(1e9, hosts=8)
+    specs = {"j": echelon_mod.echelons_of(job)}
+    runs = {}
+    for skip in (True, False):
+        run = engine._Run(topology, [job], get_scheduler(name), True, specs)
+        run.skipping = skip
+        run.run()
+        runs[skip] = run
+    assert runs[True].skipped == 4 and runs[False].skipped == 0
+    assert runs[True].decisions == 1 and runs[False].decisions == 4  # the last finish leaves nothing
+    assert runs[True].finish_s == runs[False].finish_s
