@@ -8,6 +8,9 @@ parameter (bench-k8: 5 -> 13,280 flows, 20 -> 53,120 flows).  The first (untimed
 scenario loads the compiled kernels, so the numbers exclude numba's one-off compilation.
 
 ``gc_s`` is the time Python's cyclic garbage collector spent inside the timed call (``gc.callbacks``).
+``cpu_s`` is the process's CPU time for the call (``time.process_time``): on a shared machine it moves
+far less with the load than the wall time does, so runs of two checkouts compare by it.  ``x_calib`` is
+the wall time over that of a fixed pure-Python loop timed just before (:func:`calibration_s`).
 ``--profile N`` runs each timed call under cProfile instead (wall times then include the profiler's
 overhead) and prints its N functions with the most own time, and N by cumulative time.
 """
@@ -41,6 +44,18 @@ def load(name: str, iterations: int | None):
     return parse_scenario(data, path)
 
 
+def calibration_s(rounds: int = 3) -> float:
+    """The best of ``rounds`` timings of a fixed pure-Python loop (3,000,000 additions and modulos)."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(3_000_000):
+            total += i % 7
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario", nargs="?", default="bench-k8")
@@ -61,14 +76,16 @@ def main() -> int:
     n_flows = sum(len(job.flows) for job in scenario.jobs)
     n_tasks = sum(len(job.tasks) for job in scenario.jobs)
     print(f"scenario {scenario.name}: {len(scenario.jobs)} jobs, {n_tasks} tasks, {n_flows} flows")
-    print(f"{'scheduler':<10} {'wall_s':>8} {'objective_s':>12} {'max_completion_s':>17} {'gc_s':>6}  "
-          f"target < {args.target_s:g} s")
+    print(f"{'scheduler':<10} {'wall_s':>8} {'cpu_s':>7} {'objective_s':>12} {'max_completion_s':>17} "
+          f"{'gc_s':>6} {'x_calib':>8}  target < {args.target_s:g} s")
     pauses: list[float] = []
     gc.callbacks.append(lambda phase, info: pauses.append(time.perf_counter()))
     worst = 0.0
     for sched in args.scheduler or scenario.schedulers:
         profiler = cProfile.Profile() if args.profile else None
         pauses.clear()
+        calibration = calibration_s()
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         if profiler:
             profiler.enable()
@@ -76,10 +93,12 @@ def main() -> int:
         if profiler:
             profiler.disable()
         wall = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
         gc_s = sum(stop - start for start, stop in zip(pauses[::2], pauses[1::2]))
         worst = max(worst, wall)
         done = max(j.completion_s for j in result.jobs.values())
-        print(f"{sched:<10} {wall:>8.2f} {result.objective_s:>12.3f} {done:>17.3f} {gc_s:>6.2f}", flush=True)
+        print(f"{sched:<10} {wall:>8.2f} {cpu:>7.2f} {result.objective_s:>12.3f} {done:>17.3f} {gc_s:>6.2f} "
+              f"{wall / calibration:>8.2f}", flush=True)
         if profiler:
             stats = pstats.Stats(profiler, stream=sys.stdout)
             stats.sort_stats("tottime").print_stats(args.profile)

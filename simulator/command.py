@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import IO
 
 from echelonflow.errors import UserError
 from simulator.noise import jitter_ms_argument, samples_argument
@@ -65,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     names = check_names(args.scheduler or [])
     if args.per_flow and not args.json:
         raise UserError("--per-flow needs --json (or write the records with --flows FILE)")
-    flows_out = _open_flows_file(args.flows) if args.flows else None
+    if args.flows:
+        _check_flows_file(args.flows)
     if args.samples is not None and args.timing_noise_ms is None:
         raise UserError("--samples needs --timing-noise-ms")
     scenario = load_scenario(args.scenario)
@@ -85,9 +85,12 @@ def run(args: argparse.Namespace) -> int:
         results.timing_noise = timing_noise_section(
             scenario.topology, scenario.jobs, [run.scheduler for run in results.runs],
             args.timing_noise_ms / 1e3, args.samples or DEFAULT_SAMPLES, scenario.events)
-    if flows_out is not None:
-        with flows_out:
-            results.write_task_records(flows_out)
+    if args.flows:
+        try:
+            with open(args.flows, "w", encoding="utf-8") as flows_out:
+                results.write_task_records(flows_out)
+        except OSError as exc:
+            raise UserError(f"--flows {args.flows}: cannot write ({exc.strerror})") from None
     if args.json:
         results.write_json(sys.stdout, per_flow=args.per_flow)
     else:
@@ -98,11 +101,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_flows_file(path: str) -> IO[str]:
-    """``--flows FILE`` opened for writing before the simulation runs, so a bad path fails at once."""
+def _check_flows_file(path: str) -> None:
+    """``--flows FILE`` checked before the simulation runs (a bad path fails at once, and nothing is
+    created before the records exist)."""
     if os.path.isdir(path):
         raise UserError(f"--flows {path}: is a directory")
-    try:
-        return open(path, "w", encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"--flows {path}: cannot write ({exc.strerror})") from None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UserError(f"--flows {path}: cannot write (no folder {folder})")
+    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        raise UserError(f"--flows {path}: cannot write (permission denied)")

@@ -589,18 +589,12 @@ class _Run:
     def _advance(self, next_s: float) -> list[int]:
         """Move the clock to ``next_s``; return the task numbers of flows and computes that finish then."""
         tol = TIME_RTOL * max(1.0, next_s)
-        kept, done = fluid.advance(
-            self.active, self.table.remaining, self.rate, self.leftover, self.now_s, next_s, tol, BYTES_ATOL,
-            self.finished_buf,
+        table = self.table
+        kept, done, self.left_alone = fluid.advance(
+            self.active, table.remaining, self.rate, self.leftover, self.now_s, next_s, tol, BYTES_ATOL,
+            self.finished_buf, self.skipping, table.path_ptr, table.path_links, self.link_users,
         )
         self.active = self.active[:kept]
-        if self.skipping and done:
-            table = self.table
-            fluid.count_links(self.finished_buf, done, table.path_ptr, table.path_links, self.link_users, -1)
-            self.left_alone = fluid.links_free(self.finished_buf, done, table.path_ptr, table.path_links,
-                                               self.link_users)
-        else:
-            self.left_alone = False
         numbers = self.finished_buf[:done]
         if done > 1:
             numbers = numbers[np.argsort(self.start_seq[numbers])]
@@ -708,12 +702,10 @@ class _Run:
         self.decisions += 1
         if self.arrived:
             self.arrived.sort()
-            arrived = np.array(self.arrived, dtype=np.int64)
-            self.active = fluid.merged(self.active, arrived)
+            table = self.table
+            self.active = fluid.merged(self.active, np.array(self.arrived, dtype=np.int64), self.skipping,
+                                       table.path_ptr, table.path_links, self.link_users)
             self.arrived = []
-            if self.skipping:
-                table = self.table
-                fluid.count_links(arrived, len(arrived), table.path_ptr, table.path_links, self.link_users, 1)
         view = FlowView(self.now_s, self.table, self.active, self, self.rate, self.every_flow)
         allocation = self.scheduler.decide(view)
         self.valid_until_s = allocation.valid_until_s

@@ -36,13 +36,16 @@ def next_finish(active, remaining, rate, now):
 
 
 @jit
-def advance(active, remaining, rate, leftover, now, next_s, tol, bytes_atol, finished):
+def advance(active, remaining, rate, leftover, now, next_s, tol, bytes_atol, finished, counting, path_ptr,
+            path_links, users):
     """Move every active flow to ``next_s``; compact ``active`` in place to the ones still running.
 
     Flows due by ``next_s + tol`` (or with at most ``bytes_atol`` left) finish: their flow numbers go
     to ``finished``, and to ``leftover`` the bytes the step would not have covered beyond what the
     time tolerance itself explains (``rate * tol``; the delivery check looks for more than dust
-    there).  Returns (flows still active, flows finished).
+    there).  With ``counting``, the finished flows also come off ``users`` (active flows per link, kept
+    for skipped decisions: ``engine``).  Returns (flows still active, flows finished, whether some
+    finished and every link of theirs is left without a user; False without ``counting``).
     """
     dt = next_s - now
     kept = 0
@@ -69,13 +72,19 @@ def advance(active, remaining, rate, leftover, now, next_s, tol, bytes_atol, fin
                 continue
         active[kept] = f
         kept += 1
-    return kept, done
+    alone = False
+    if counting and done > 0:
+        alone = left_alone(finished, done, path_ptr, path_links, users)
+    return kept, done, alone
 
 
 @jit
-def merged(active, arrived):
+def merged(active, arrived, counting, path_ptr, path_links, users):
     """The increasing flow numbers of ``active`` and ``arrived`` (both increasing, disjoint) in one
-    new array: what sorting their concatenation gives, in one pass."""
+    new array: what sorting their concatenation gives, in one pass.  With ``counting`` the arrived
+    flows are added to ``users`` (active flows per link)."""
+    if counting:
+        count_links(arrived, len(arrived), path_ptr, path_links, users, 1)
     n, m = len(active), len(arrived)
     out = np.empty(n + m, np.int64)
     i = j = 0
@@ -99,8 +108,10 @@ def count_links(flows, count, path_ptr, path_links, users, delta):
 
 
 @jit
-def links_free(flows, count, path_ptr, path_links, users):
-    """Whether no link of the first ``count`` flows of ``flows`` has a user left (``users`` 0 there)."""
+def left_alone(flows, count, path_ptr, path_links, users):
+    """The first ``count`` flows of ``flows`` leave: take them off ``users`` (active flows per link) and
+    say whether they leave every one of their links without a user (one call per step)."""
+    count_links(flows, count, path_ptr, path_links, users, -1)
     for k in range(count):
         f = flows[k]
         for p in range(path_ptr[f], path_ptr[f + 1]):

@@ -106,6 +106,10 @@ def _per_weight(key, w):
 
 
 # --------------------------------------------------------------------------- echelon
+# Rule 1's three readings of what a group has left are defined one at a time by _residual_bottleneck,
+# _bssi_groups and _estimated_tardiness, plain Python that no decision runs: echelon_decide gets the
+# same numbers from one walk (_walk_groups, _estimates_walked), which tests/test_echelon_walk.py compares
+# with these definitions bit for bit.  A change of the rule changes both.
 @jit
 def _left_span(slot, a, b, members_ptr, whole):
     """Where group ``slot``'s flows are listed for what it has left: ``members[lo:hi]`` when the caller
@@ -115,7 +119,6 @@ def _left_span(slot, a, b, members_ptr, whole):
     return a, b
 
 
-@jit
 def _residual_bottleneck(slot, sel, a, b, remaining, offset, path_ptr, path_links, capacity, members_ptr,
                          members, cumulative, touched):
     """max over links l and earliest-due prefixes j of ``C_j / c_l - o_j`` over what group ``slot``
@@ -148,7 +151,6 @@ def _residual_bottleneck(slot, sel, a, b, remaining, offset, path_ptr, path_link
     return worst
 
 
-@jit
 def _bssi_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset, path_ptr, path_links,
                  capacity, members_ptr, members):
     """Sincronia's BSSI order of the decision's groups on what they have left (as for
@@ -177,7 +179,6 @@ def _bssi_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset
     return bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, w)
 
 
-@jit
 def _estimated_tardiness(group_order, n_groups, sel, starts, due, group, idrank, weight, remaining,
                          offset, path_ptr, path_links, capacity, members_ptr, members, now, ahead, held, cum,
                          need, touched):
