@@ -52,7 +52,7 @@ def main() -> int:
                     for job, base in zip(jobs, run.job_base)]
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             print(f"{count:>7} {name:<10} {wall:>8.1f} {cpu:>8.1f} {run.decisions:>9} {run.skipped:>7} "
-                  f"{flows:>7} {sum(ccts) / len(ccts):>9.3f} {peak:>8.0f}", flush=True)
+                  f"{flows:>7} {sum(ccts) / len(ccts):>9.5f} {peak:>8.0f}", flush=True)
     return 0
 
 
