@@ -31,7 +31,7 @@ from echelonflow.topology import two_hosts
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_a_controller_started_from_a_thread_that_ends_keeps_serving():
+def test_a_controller_started_from_a_thread_that_ends_keeps_serving(require_controller):
     started: list[ControllerProcess] = []
     thread = threading.Thread(target=lambda: started.append(
         ControllerProcess(two_hosts(10e6), local_config(metrics_port=None),
