@@ -58,8 +58,11 @@ JOBS = {"jobs": [
                                "deps": ["c"]}]},
 ]}
 #: Before the small flow's start (the big one mid-transfer), during the big one's pause, and at the
-#: small flow's start (its start report meets the dying controller).
-INSTANTS = ("0.5s", "1.5s", "1s")
+#: small flow's start (its start report meets the dying controller).  The default suite restarts during
+#: the pause (a paused flow must be released by the successor: where the stall showed); the other two
+#: instants are in the reference tier (tests/run --full).
+INSTANTS = (pytest.param("0.5s", marks=pytest.mark.reference), "1.5s",
+            pytest.param("1s", marks=pytest.mark.reference))
 
 
 @pytest.mark.fabric
