@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import TIERS, UNIT, tier_markers
+from tests.conftest import TIERS, UNIT, over_budget, tier_markers
 from tests.test_layering import PACKAGES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,8 +137,8 @@ def _run_probe(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_unit_tier_test_over_its_budget_fails_naming_itself(tmp_path):
-    """The quick tier's time guard: a unit-tier test over its CPU budget (or six times that of wall
-    time) fails with its name and time; the same work marked ``slow`` or in another tier passes, and a
+    """The quick tier's time guard: a unit-tier test over its CPU budget (or idle for six times that
+    of wall time) fails with its name and time; the same work marked ``slow`` or in another tier passes, and a
     reference test is left out unless asked for."""
     result = _run_probe(tmp_path)
     out = result.stdout
@@ -151,6 +151,13 @@ def test_a_unit_tier_test_over_its_budget_fails_naming_itself(tmp_path):
 
     full = _run_probe(tmp_path, "--full", "-m", "reference")
     assert full.returncode == 0 and "1 passed, 5 deselected" in full.stdout, full.stdout
+
+
+def test_a_starved_test_is_not_taken_for_an_idle_one():
+    assert over_budget(cpu_s=2.0, wall_s=25.0) == ""  # ten-fold stretched by a busy machine: on CPU 8 %
+    assert "waiting or sleeping" in over_budget(cpu_s=0.5, wall_s=65.0)
+    assert "of CPU" in over_budget(cpu_s=10.5, wall_s=11.0)
+    assert over_budget(cpu_s=30.0, wall_s=99.0, budget_s=0) == ""  # ECHELON_UNIT_BUDGET_S=0: off
 
 
 def test_tiers_follow_the_fixtures_a_test_uses():
