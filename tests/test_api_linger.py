@@ -23,7 +23,7 @@ TRIES = 40
 
 
 @pytest.fixture(scope="module")
-def controller():
+def controller(require_controller):
     ctl = ControllerProcess(two_hosts(10e6), local_config(metrics_port=None), ofp_port=free_tcp_port())
     ctl.start()
     yield ctl

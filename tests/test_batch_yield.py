@@ -22,7 +22,7 @@ OPS = 10_000
 
 
 @pytest.fixture(scope="module")
-def controller():
+def controller(require_controller):
     ctl = ControllerProcess(fattree(10e6, k=4), local_config(metrics_port=None, stats_interval_s=0),
                             ofp_port=free_tcp_port())
     ctl.start()

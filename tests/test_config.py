@@ -92,7 +92,7 @@ def test_config_file_section_through_oslo_config(tmp_path):
         ControllerConfig.load({}, conf.echelon)
 
 
-def test_launcher_passes_its_settings_as_one_config(tmp_path):
+def test_launcher_passes_its_settings_as_one_config(require_controller, tmp_path):
     config = local_config(queues=3, interval_s=0.25, min_rate_bps=1.44e6, api_port=8555, metrics_port=None)
     ctl = ControllerProcess(fattree(10e6, 4), config, ofp_port=free_tcp_port(), workdir=str(tmp_path))
     again = ControllerConfig.load(ctl.app_config().to_env())
@@ -119,7 +119,7 @@ def _conf(tmp_path, **extra) -> tuple[str, dict[str, str]]:
     return str(path), values
 
 
-def test_plain_manager_with_a_config_file_runs_the_default_fat_tree(tmp_path):
+def test_plain_manager_with_a_config_file_runs_the_default_fat_tree(require_controller, tmp_path):
     conf, values = _conf(tmp_path)
     argv = manager_command() + ["--ofp-tcp-listen-port", str(free_tcp_port()), "--ofp-listen-host",
                                 "127.0.0.1", "--config-file", conf, APP]
@@ -142,7 +142,7 @@ def test_plain_manager_with_a_config_file_runs_the_default_fat_tree(tmp_path):
     assert not os.path.exists(values["api_socket"])
 
 
-def test_a_bad_config_file_value_stops_the_app_with_one_line(tmp_path):
+def test_a_bad_config_file_value_stops_the_app_with_one_line(require_controller, tmp_path):
     conf, _values = _conf(tmp_path, interval_s="soon")
     argv = manager_command() + ["--ofp-tcp-listen-port", str(free_tcp_port()), "--config-file", conf, APP]
     proc = subprocess.run(argv, cwd=str(tmp_path), env=_clean_env(), capture_output=True, text=True,

@@ -1,4 +1,5 @@
-"""docs/CONTRACTS.md names every module of the project's packages, and only modules that exist.
+"""docs/CONTRACTS.md names every module of the project's packages, and only modules that exist; the
+test tiers of docs/testing.md hold (a unit-tier test over its time budget fails, naming itself).
 
 It is where a newcomer learns who owns what, so a module added without a line there (or removed while
 its line stays) fails here.  The convention the test reads: in the "Layout" section each package has a
@@ -9,9 +10,13 @@ folder's modules by their own file names.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+from tests.conftest import TIERS, UNIT, over_budget, tier_markers
 from tests.test_layering import PACKAGES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,3 +80,99 @@ prose `i.py`
 """
     assert listed_modules(section) == {"pkg": {"a.py", "b/c.py", "d.py", "sub/f.py", "sub/__init__.py"},
                                        "other": {"g.py", "h.py"}}
+
+
+# ---------------------------------------------------------------------------------------- test tiers
+TESTING = ROOT / "docs" / "testing.md"
+
+_TIER_PROBE = '''
+import time
+
+import pytest
+
+
+def _burn(cpu_s):
+    end = time.process_time() + cpu_s
+    while time.process_time() < end:
+        pass
+
+
+def test_burns_cpu():
+    _burn(0.6)
+
+
+def test_sleeps():
+    time.sleep(2.0)
+
+
+@pytest.mark.slow
+def test_slow_and_marked_so():
+    _burn(0.6)
+
+
+def test_in_the_controller_tier(require_controller):
+    _burn(0.6)
+
+
+def test_cheap():
+    pass
+
+
+@pytest.mark.reference
+def test_full_size():
+    pass
+'''
+
+
+def _run_probe(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """pytest on ``_TIER_PROBE`` with this suite's conftest and a unit-tier budget of 0.3 s."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "conftest.py").write_text("from tests.conftest import *  # noqa: F403\n")
+    (tmp_path / "test_probe.py").write_text(_TIER_PROBE)
+    env = dict(os.environ, ECHELON_UNIT_BUDGET_S="0.3",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    argv = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-p", "no:xdist",
+            "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path), *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+
+
+def test_a_unit_tier_test_over_its_budget_fails_naming_itself(tmp_path):
+    """The quick tier's time guard: a unit-tier test over its CPU budget (or idle for six times that
+    of wall time) fails with its name and time; the same work marked ``slow`` or in another tier passes, and a
+    reference test is left out unless asked for."""
+    result = _run_probe(tmp_path)
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    assert "2 failed, 3 passed, 1 deselected" in out, out
+    failed = sorted(line.split()[1] for line in out.splitlines() if line.startswith("FAILED"))
+    assert failed == ["test_probe.py::test_burns_cpu", "test_probe.py::test_sleeps"], out
+    assert "test_probe.py::test_burns_cpu is in the unit tier (tests/run --quick) but took 0." in out
+    assert "s of wall time (only 0.0 s of CPU: waiting or sleeping?)" in out
+
+    full = _run_probe(tmp_path, "--full", "-m", "reference")
+    assert full.returncode == 0 and "1 passed, 5 deselected" in full.stdout, full.stdout
+
+
+def test_a_starved_test_is_not_taken_for_an_idle_one():
+    assert over_budget(cpu_s=2.0, wall_s=25.0) == ""  # ten-fold stretched by a busy machine: on CPU 8 %
+    assert "waiting or sleeping" in over_budget(cpu_s=0.5, wall_s=65.0)
+    assert "of CPU" in over_budget(cpu_s=10.5, wall_s=11.0)
+    assert over_budget(cpu_s=30.0, wall_s=99.0, budget_s=0) == ""  # ECHELON_UNIT_BUDGET_S=0: off
+
+
+def test_tiers_follow_the_fixtures_a_test_uses():
+    assert tier_markers({"tmp_path"}, set()) == {"unit"}
+    assert tier_markers({"fabric", "require_fabric"}, set()) == {"fabric"}
+    assert tier_markers({"require_fabric", "require_controller"}, {"slow"}) == {"fabric", "controller",
+                                                                               "slow"}
+    assert tier_markers({"venv39"}, set()) == {"py39"}
+    assert tier_markers({"require_browser"}, {"reference"}) == {"browser", "reference"}
+    assert tier_markers(set(), {"parametrize"}) == {"unit"}
+
+
+def test_every_tier_is_described_in_docs_testing():
+    text = TESTING.read_text(encoding="utf-8")
+    for marker in [*TIERS, UNIT]:
+        assert f"`{marker}`" in text, f"docs/testing.md does not describe the tier marker {marker!r}"
+    for command in ("tests/run --quick", "tests/run --full", "tests/run "):
+        assert command in text, command

@@ -31,7 +31,7 @@ from echelonflow.topology import two_hosts
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_a_controller_started_from_a_thread_that_ends_keeps_serving():
+def test_a_controller_started_from_a_thread_that_ends_keeps_serving(require_controller):
     started: list[ControllerProcess] = []
     thread = threading.Thread(target=lambda: started.append(
         ControllerProcess(two_hosts(10e6), local_config(metrics_port=None),
@@ -58,8 +58,11 @@ JOBS = {"jobs": [
                                "deps": ["c"]}]},
 ]}
 #: Before the small flow's start (the big one mid-transfer), during the big one's pause, and at the
-#: small flow's start (its start report meets the dying controller).
-INSTANTS = ("0.5s", "1.5s", "1s")
+#: small flow's start (its start report meets the dying controller).  The default suite restarts during
+#: the pause (a paused flow must be released by the successor: where the stall showed); the other two
+#: instants are in the reference tier (tests/run --full).
+INSTANTS = (pytest.param("0.5s", marks=pytest.mark.reference), "1.5s",
+            pytest.param("1s", marks=pytest.mark.reference))
 
 
 @pytest.mark.fabric

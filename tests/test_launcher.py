@@ -20,7 +20,7 @@ from controller.launcher import (
 from tests.controller_helpers import TOPO, ip
 
 
-def test_launcher_runs_real_manager_and_enforcement_api(tmp_path):
+def test_launcher_runs_real_manager_and_enforcement_api(require_controller, tmp_path):
     """The real manager (os-ken here, ryu-manager 4.34 under tests/test_py39.py) serves the enforcement
     primitives on its one HTTP API; with no switch connected an install resolves as unreachable."""
     assert default_manager_name() == compat.MANAGER

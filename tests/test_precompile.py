@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNEL_MODULES = ("kernels", "echelon_kernels", "varys_kernels")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not installed in this venv")
 def test_precompile_reaches_every_kernel(tmp_path):
     from numba.core.registry import CPUDispatcher

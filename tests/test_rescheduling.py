@@ -96,6 +96,7 @@ def test_the_coflow_rule_is_not_for_staggered_echelonflows() -> None:
     assert completion["every-flow", "coflow"] == pytest.approx(10.0) == completion["coflow", "coflow"]
 
 
+@pytest.mark.slow
 def test_fb2010_prefix_under_the_coflow_rule_stays_close_to_the_exact_model() -> None:
     """The first 20 coflows of FB2010 (31,560 flows): every byte delivered and every rate within
     capacity on every decision; the average CCT within 2 % of the exact model's (measured +0.4 %):

@@ -21,6 +21,7 @@ from controller.launcher import ControllerError, ControllerProcess, free_tcp_por
 from controller.owner_lock import OwnerLock, OwnerLockError, owner_pid
 from echelonflow.topology import two_hosts
 
+pytestmark = pytest.mark.usefixtures("require_controller")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -206,7 +206,7 @@ def _controller_app(tmp_path, env: dict[str, str], config_file: str | None = Non
     return errors[0]
 
 
-def test_controller_settings_deep_json_dev_zero_and_huge_topology_are_one_line(tmp_path):
+def test_controller_settings_deep_json_dev_zero_and_huge_topology_are_one_line(require_controller, tmp_path):
     line = _controller_app(tmp_path, {"ECHELON_TOPOLOGY_PARAMS": DEEP})
     assert "ECHELON_TOPOLOGY_PARAMS: nested deeper than 64 levels" in line
     config = _write(tmp_path / "echelon.conf", f"[echelon]\ntopology_params = {DEEP}\n")
