@@ -79,7 +79,7 @@ def _start_cli_controller(tmp_path):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_signalled_cli_controller_takes_its_manager_and_files_with_it(tmp_path, signum):
+def test_signalled_cli_controller_takes_its_manager_and_files_with_it(tmp_path, signum, require_controller):
     """``kill -TERM`` of ``echelon controller`` used to leave osken-manager serving."""
     proc, child, workdir, files = _start_cli_controller(tmp_path)
     try:
@@ -100,7 +100,7 @@ def test_signalled_cli_controller_takes_its_manager_and_files_with_it(tmp_path, 
             os.kill(child, signal.SIGKILL)
 
 
-def test_dead_manager_is_reported_by_its_signal_not_a_log_tail(tmp_path):
+def test_dead_manager_is_reported_by_its_signal_not_a_log_tail(tmp_path, require_controller):
     proc, child, _workdir, _files = _start_cli_controller(tmp_path)
     try:
         os.kill(child, signal.SIGKILL)
@@ -113,7 +113,7 @@ def test_dead_manager_is_reported_by_its_signal_not_a_log_tail(tmp_path):
             proc.wait()
 
 
-def test_openflow_listens_on_loopback_only():
+def test_openflow_listens_on_loopback_only(require_controller):
     """The OpenFlow port was bound to 0.0.0.0 (the API was already loopback only)."""
     ctl = ControllerProcess(two_hosts(10e6), ofp_port=free_tcp_port())
     with ctl:
@@ -139,7 +139,7 @@ KILLED_RUN = textwrap.dedent("""
 """)
 
 
-def test_killed_run_leaves_nothing_after_clean():
+def test_killed_run_leaves_nothing_after_clean(require_controller):
     """SIGKILL of a run left its controller serving and its folder (token, registry) behind.
 
     The controller dies with its parent (parent-death signal); a child that ignores SIGTERM and the

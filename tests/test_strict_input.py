@@ -219,7 +219,7 @@ def test_controller_settings_deep_json_dev_zero_and_huge_topology_are_one_line(r
     assert "fat-tree k=400 would have 16,000,000 hosts" in line
 
 
-def test_a_refused_controller_start_writes_nothing(tmp_path):
+def test_a_refused_controller_start_writes_nothing(tmp_path, require_controller):
     """A socket path that is a regular file, a busy API port, a token file that is a folder: refused in
     one line before the app takes its locks, opens its store or writes its token."""
     token = tmp_path / "token"
