@@ -48,6 +48,7 @@ from echelonflow.linkstate import LinkState
 from echelonflow.model import qualified
 from echelonflow.schedulers import kernels
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
+from echelonflow.schedulers.crux import bottleneck_s, gpu_intensity
 from echelonflow.schedulers.live import LiveFlowTable, table_groups
 from echelonflow.schedulers.view import FlowView, GroupView
 from echelonflow.topology import Topology
@@ -66,6 +67,8 @@ UNDECLARED_LEFT_BYTES = 1 << 20
 
 check_time = number(0.0, MAX_TIME_S)
 check_weight = number(0.0, 1e6, above=True)
+#: A job's declared compute (seconds of GPU time over all its hosts; ``crux`` reads it): up to a year.
+check_compute = nullable(number(0.0, 365 * 24 * 3600.0))
 #: A flow as declared (``src``/``dst`` are then checked against the topology's hosts).
 FLOW_FIELDS = (
     Field("flow_id", check_id, required=True),
@@ -82,6 +85,8 @@ FLOW_FIELDS = (
 class JobRecord:
     job_id: str
     weight: float = 1.0
+    #: The job's compute, seconds summed over its hosts (Crux's W_j); None: not declared.
+    compute_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,8 @@ class Registry:
         #: (:meth:`scheduling_table`), so a decision does not convert the registry first.
         self._table = LiveFlowTable(self._capacity_bps)
         self._undeclared: set[str] = set()  # active flows of undeclared size: estimates move
+        #: Each job's GPU intensity (:meth:`job_intensity`), until its flows or the routes change.
+        self._intensity: dict[str, float] = {}
         if loaded is not None:
             self._load(*loaded)
 
@@ -291,12 +298,13 @@ class Registry:
         return MAX_SIZE_BYTES if flow.size_bytes is None else flow.size_bytes
 
     # ------------------------------------------------------------------ mutations
-    def add_job(self, job_id: Any, weight: Any = 1.0) -> JobRecord:
+    def add_job(self, job_id: Any, weight: Any = 1.0, compute_s: Any = None) -> JobRecord:
         check_id("job_id", job_id)
         weight_f = check_weight("weight", weight)
+        compute = check_compute("compute_s", compute_s)
         if job_id in self.jobs:
             raise ConflictError("job_id", f"job {job_id!r} is already registered")
-        record = JobRecord(job_id, weight_f)
+        record = JobRecord(job_id, weight_f, None if compute is None else float(compute))
         self._commit(jobs=[record])
         self.jobs[job_id] = record
         return record
@@ -406,6 +414,7 @@ class Registry:
                 if channel is None:
                     flows.append(key)
         channels = self.channels.reroute(self.links)
+        self._intensity.clear()
         if flows or channels:
             self.version += 1
         return flows, channels
@@ -456,6 +465,21 @@ class Registry:
         for old, new in zip(victims, updated):
             self._retire(old, new)
         return updated
+
+    def job_intensity(self, job_id: str) -> float:
+        """The job's GPU intensity for ``crux`` (``echelonflow.schedulers.crux``): its declared
+        ``compute_s`` over the seconds its declared flows' wire bytes take on its most loaded link (each
+        flow on its pinned path, or its channel's once it started on one).  0 without ``compute_s``;
+        flows registered without a size count for nothing."""
+        known = self._intensity.get(job_id)
+        if known is None:
+            job = self.jobs[job_id]
+            flows = [self.flows[key] for ech in self.echelons.values() if ech.job_id == job_id
+                     for key in self.members[ech.key]]
+            bottleneck = bottleneck_s(((self._paths[f.key][1], self.topology.wire_bytes(f.size_bytes))
+                                       for f in flows if f.size_bytes is not None), self._capacity_bps)
+            known = self._intensity[job_id] = gpu_intensity(job.compute_s or 0.0, bottleneck)
+        return known
 
     def _retire(self, flow: FlowRecord, updated: FlowRecord) -> None:
         """``flow`` (declared or active) reached a done state: apply ``updated`` and free what it held."""
@@ -589,6 +613,7 @@ class Registry:
         return out
 
     def _apply_new_flows(self, flows: Sequence[FlowRecord]) -> None:
+        self._intensity.clear()
         for flow in flows:
             self._paths[flow.key] = self._path(flow.key, flow.src, flow.dst, "flow")
             self.flows[flow.key] = flow
@@ -675,3 +700,8 @@ class _RegistrySource:
 
     def snapshot(self, view: FlowView) -> Any:
         return self.registry.snapshot(view.now_s)
+
+    def job_intensity(self, view: FlowView, groups: GroupView) -> list[float] | None:
+        registry = self.registry
+        slot_ids = registry._table.slot_ids
+        return [registry.job_intensity(slot_ids[head].split("/", 1)[0]) for head in groups.heads]

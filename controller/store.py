@@ -27,7 +27,8 @@ DEFAULT_PATH = "/var/lib/echelon/registry.sqlite"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
-    weight REAL NOT NULL
+    weight REAL NOT NULL,
+    compute_s REAL
 );
 CREATE TABLE IF NOT EXISTS echelons (
     job_id TEXT NOT NULL REFERENCES jobs(job_id),
@@ -103,6 +104,9 @@ class Store(StorePort):
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(flows)")}
             if "channel_id" not in columns:  # a store written before channels existed
                 self._db.execute("ALTER TABLE flows ADD COLUMN channel_id TEXT")
+            job_columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+            if "compute_s" not in job_columns:  # a store written before jobs declared their compute
+                self._db.execute("ALTER TABLE jobs ADD COLUMN compute_s REAL")
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open registry store {path!r}: {exc}") from None
 
@@ -122,9 +126,10 @@ class Store(StorePort):
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.executemany("INSERT INTO jobs (job_id, weight) VALUES (?, ?) "
-                               "ON CONFLICT (job_id) DO UPDATE SET weight = excluded.weight",
-                               [(j.job_id, j.weight) for j in jobs])
+                db.executemany("INSERT INTO jobs (job_id, weight, compute_s) VALUES (?, ?, ?) "
+                               "ON CONFLICT (job_id) DO UPDATE SET weight = excluded.weight, "
+                               "compute_s = excluded.compute_s",
+                               [(j.job_id, j.weight, j.compute_s) for j in jobs])
                 db.executemany("INSERT INTO echelons (job_id, echelon_id, kind) VALUES (?, ?, ?) "
                                "ON CONFLICT (job_id, echelon_id) DO UPDATE SET kind = excluded.kind",
                                [(e.job_id, e.echelon_id, e.kind) for e in echelons])
@@ -151,8 +156,8 @@ class Store(StorePort):
                             list[ChannelRecord]]:
         db = self._db
         try:
-            jobs = [JobRecord(job_id, weight) for job_id, weight in
-                    db.execute("SELECT job_id, weight FROM jobs ORDER BY rowid")]
+            jobs = [JobRecord(job_id, weight, compute_s) for job_id, weight, compute_s in
+                    db.execute("SELECT job_id, weight, compute_s FROM jobs ORDER BY rowid")]
             echelons = [EchelonRecord(*row) for row in
                         db.execute("SELECT job_id, echelon_id, kind FROM echelons ORDER BY rowid")]
             flows = [_flow_record(row) for row in

@@ -67,6 +67,7 @@ from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.results import RunResult, build_run_in_order, completion_after_arrival_s
 from echelonflow.schedulers.base import ActiveFlow, FlowEvent, Scheduler, Snapshot
 from echelonflow.schedulers.columns import FlowTable, numbering
+from echelonflow.schedulers.crux import bottleneck_s, gpu_intensity, job_compute_s
 from echelonflow.schedulers.view import FlowView, GroupView, check_decision
 from echelonflow.topology import Topology
 from simulator import fluid
@@ -398,6 +399,7 @@ class _Run:
         self.wire = memoryview(self.wire_array)
         self.flow_slot = memoryview(self.table.ref_slot)
         self.path_min_capacity: np.ndarray | None = None  # per flow: slowest link on its path (Aalo)
+        self.group_intensity: np.ndarray | None = None  # per EchelonFlow slot: its job's (crux)
         # each group's reference time as Python floats (mirrored into ``table.reference``, which the
         # kernels read, on every change)
         self.reference = self.table.reference.tolist()
@@ -708,6 +710,27 @@ class _Run:
             slowest = self.path_min_capacity[self.active]
             out.slowest_bps = float(slowest.min()) if len(slowest) else math.inf
         return out
+
+    def job_intensity(self, view: FlowView, groups: GroupView) -> list[float] | None:
+        """Each group's job's GPU intensity (``echelonflow.schedulers.crux``), computed once per run."""
+        if self.group_intensity is None:
+            self.group_intensity = self._group_intensities()
+        return self.group_intensity[groups.heads].tolist()
+
+    def _group_intensities(self) -> np.ndarray:
+        """Per EchelonFlow slot, its job's W_j / t_j: the job's compute seconds over its wire bytes' time
+        on its most loaded link (pinned paths, the links' rates when the run starts)."""
+        table = self.table
+        flow_job = np.searchsorted(np.array(self.job_base), self.flow_task_array, side="right") - 1
+        path_ptr, path_links, wire = table.path_ptr.tolist(), table.path_links, self.wire_array
+        by_job: dict[str, float] = {}
+        for j, job in enumerate(self.jobs):
+            compute_s = job_compute_s(job)
+            flows = np.flatnonzero(flow_job == j).tolist() if compute_s > 0.0 else []
+            by_job[job.job_id] = gpu_intensity(compute_s, bottleneck_s(
+                ((path_links[path_ptr[f]:path_ptr[f + 1]].tolist(), float(wire[f])) for f in flows),
+                table.capacity))
+        return np.array([by_job[state.job_id] for state in self.state_by_slot], dtype=np.float64)
 
     def snapshot(self, view: FlowView) -> Snapshot:
         """The active flows as a :class:`Snapshot` (listed in start order), as the controller makes one."""

@@ -361,6 +361,9 @@ class TableSource:
     def snapshot(self, view: FlowView) -> Snapshot:
         raise ValueError("a table alone makes no snapshot")
 
+    def job_intensity(self, view: FlowView, groups: GroupView) -> list[float] | None:
+        return None  # a table alone knows flows, not the jobs' compute
+
 
 def table_groups(view: FlowView, start_s: Sequence[float]) -> GroupView:
     """The view's active rows cut into groups (``active_order`` "group" or "group-offset"), each with its

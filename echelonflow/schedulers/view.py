@@ -64,6 +64,8 @@ class ViewSource(Protocol):
 
     def groups(self, view: FlowView, seen: bool) -> GroupView: ...
 
+    def job_intensity(self, view: FlowView, groups: GroupView) -> list[float] | None: ...
+
 
 @dataclass
 class Allocation:
@@ -100,6 +102,13 @@ class FlowView:
 
     def flow_ids(self, numbers: Sequence[int]) -> list[str]:
         return self.source.flow_ids(numbers)
+
+    def job_intensity(self, groups: GroupView) -> list[float] | None:
+        """Per group of ``groups``, its job's GPU intensity (Crux's I_j = W_j / t_j,
+        ``echelonflow.schedulers.crux``): the job's declared compute over the seconds its declared bytes
+        take on its most loaded link.  None where the caller does not know the jobs' compute (a view of a
+        bare snapshot)."""
+        return self.source.job_intensity(self, groups)
 
     def ranking(self, count: int) -> Any:
         """A buffer for up to ``count`` ranked flow numbers."""
@@ -168,6 +177,9 @@ class SnapshotSource:
 
     def snapshot(self, view: FlowView) -> Snapshot:
         return self.snap
+
+    def job_intensity(self, view: FlowView, groups: GroupView) -> list[float] | None:
+        return None  # a snapshot holds flows, not the jobs' compute
 
     def groups(self, view: FlowView, seen: bool) -> GroupView:
         active = kernels.to_list(view.active, len(view.active))
