@@ -26,6 +26,9 @@ them.
 
     .venv/bin/python benchmarks/scheduler_matrix.py [--grid NAME]... [--workers N] [--out DIR]
         [--summary-only] [--focus NAME]
+
+``--grid smoke --out /tmp/smoke`` runs a few cells in seconds (not part of the matrix; keep it out of
+the kept results folder).
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ from simulator.sweep import read_records, run_sweep  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 GRIDS = ("bundled", "multitenant-k8", "multitenant-k16", "fb2010")
+#: Grids run only when named: ``smoke``, a few cells to check the metrics and the verdict in seconds.
+EXTRA_GRIDS = ("smoke",)
 OUT_DIR = HERE / "results" / "scheduler-matrix"
 #: Echelon's objective may be at most this much above the best other scheduler's in a cell.
 TARGET_RATIO = 1.01
@@ -296,7 +301,8 @@ def where(judged: tuple[float, str, float] | None) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grid", action="append", choices=GRIDS, help="one of the grids (repeatable; all)")
+    parser.add_argument("--grid", action="append", choices=GRIDS + EXTRA_GRIDS,
+                        help=f"one of the grids (repeatable; default: {', '.join(GRIDS)})")
     parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
     parser.add_argument("--out", default=str(OUT_DIR), help="the matrix folder (a sweep folder per grid)")
     parser.add_argument("--summary-only", action="store_true", help="summarise what the folder holds")
