@@ -170,3 +170,22 @@ def test_summary_only_without_folders_or_matrix_is_one_line(tmp_path: Path) -> N
                            capture_output=True, text=True, timeout=300)
     assert child.returncode == 2
     assert child.stderr.startswith("scheduler_matrix: no sweep folder") and child.stderr.count("\n") == 1
+
+
+def test_the_emulate_table_shows_mean_jct_beside_the_objective() -> None:
+    """``echelon emulate``'s, ``echelon demo``'s and ``echelon report``'s table: a ``(mean JCT)`` row per
+    scheduler, the emulated median over its runs beside the simulated value; the summary has it too."""
+    from reports.fidelity import summarize
+    from reports.table import format_report
+
+    simulated = Results("fig2", "simulate", [_fig2("echelon"), _fig2("sincronia")])
+    slower = _fig2("coflow")  # as if sincronia had run as coflow does on the fabric: the job ends at 10 s
+    slower.scheduler = "sincronia"
+    emulated = Results("fig2", "emulate", [_fig2("echelon"), slower])
+    rows = {(row[0], row[1]): row for row in (line.split() for line in format_report(emulated, simulated)
+                                              .splitlines()) if len(row) > 2}
+    assert rows[("echelon", "(mean")][3:5] == ["1", "8.000"]
+    assert rows[("sincronia", "(mean")][3:5] == ["1", "10.000"]
+    assert rows[("sincronia", "(mean")][7:9] == ["8.500", "+17.6%"]  # the simulated 8.5 s, the gap
+    assert summarize(emulated)["sincronia"]["jct_mean_s"]["median"] == pytest.approx(10.0)
+    assert summarize(emulated)["echelon"]["gpu_busy_fraction"]["median"] == pytest.approx(0.375)
