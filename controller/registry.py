@@ -48,9 +48,9 @@ from echelonflow.linkstate import LinkState
 from echelonflow.model import qualified
 from echelonflow.schedulers import kernels
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
-from echelonflow.schedulers.crux import bottleneck_s, gpu_intensity
+from echelonflow.schedulers.crux import job_profile
 from echelonflow.schedulers.live import LiveFlowTable, table_groups
-from echelonflow.schedulers.view import FlowView, GroupView
+from echelonflow.schedulers.view import FlowView, GroupView, JobProfile
 from echelonflow.topology import Topology
 
 STATES = ("declared", "active", "finished", "aborted")
@@ -193,8 +193,8 @@ class Registry:
         #: (:meth:`scheduling_table`), so a decision does not convert the registry first.
         self._table = LiveFlowTable(self._capacity_bps)
         self._undeclared: set[str] = set()  # active flows of undeclared size: estimates move
-        #: Each job's GPU intensity (:meth:`job_intensity`), until its flows or the routes change.
-        self._intensity: dict[str, float] = {}
+        #: Each job's profile for ``crux`` (:meth:`job_profile`), until its flows or the routes change.
+        self._profiles: dict[str, JobProfile] = {}
         if loaded is not None:
             self._load(*loaded)
 
@@ -414,7 +414,7 @@ class Registry:
                 if channel is None:
                     flows.append(key)
         channels = self.channels.reroute(self.links)
-        self._intensity.clear()
+        self._profiles.clear()
         if flows or channels:
             self.version += 1
         return flows, channels
@@ -466,19 +466,21 @@ class Registry:
             self._retire(old, new)
         return updated
 
-    def job_intensity(self, job_id: str) -> float:
-        """The job's GPU intensity for ``crux`` (``echelonflow.schedulers.crux``): its declared
-        ``compute_s`` over the seconds its declared flows' wire bytes take on its most loaded link (each
-        flow on its pinned path, or its channel's once it started on one).  0 without ``compute_s``;
-        flows registered without a size count for nothing."""
-        known = self._intensity.get(job_id)
+    def job_profile(self, job_id: str) -> JobProfile:
+        """The job as ``crux`` knows it (``echelonflow.schedulers.crux``): its GPU intensity, declared
+        ``compute_s`` over the seconds its declared flows' wire bytes take on its most loaded link, and
+        those flows' links (each flow on its pinned path, or its channel's if it started on one when
+        the profile was made).  Intensity 0 without ``compute_s``; flows registered without a size count
+        for nothing."""
+        known = self._profiles.get(job_id)
         if known is None:
             job = self.jobs[job_id]
             flows = [self.flows[key] for ech in self.echelons.values() if ech.job_id == job_id
                      for key in self.members[ech.key]]
-            bottleneck = bottleneck_s(((self._paths[f.key][1], self.topology.wire_bytes(f.size_bytes))
-                                       for f in flows if f.size_bytes is not None), self._capacity_bps)
-            known = self._intensity[job_id] = gpu_intensity(job.compute_s or 0.0, bottleneck)
+            known = self._profiles[job_id] = job_profile(
+                job_id, job.compute_s or 0.0,
+                ((self._paths[f.key][1], self.topology.wire_bytes(f.size_bytes))
+                 for f in flows if f.size_bytes is not None), self._capacity_bps)
         return known
 
     def _retire(self, flow: FlowRecord, updated: FlowRecord) -> None:
@@ -613,7 +615,7 @@ class Registry:
         return out
 
     def _apply_new_flows(self, flows: Sequence[FlowRecord]) -> None:
-        self._intensity.clear()
+        self._profiles.clear()
         for flow in flows:
             self._paths[flow.key] = self._path(flow.key, flow.src, flow.dst, "flow")
             self.flows[flow.key] = flow
@@ -701,7 +703,7 @@ class _RegistrySource:
     def snapshot(self, view: FlowView) -> Any:
         return self.registry.snapshot(view.now_s)
 
-    def job_intensity(self, view: FlowView, groups: GroupView) -> list[float] | None:
+    def job_profiles(self, view: FlowView, groups: GroupView) -> list[JobProfile] | None:
         registry = self.registry
         slot_ids = registry._table.slot_ids
-        return [registry.job_intensity(slot_ids[head].split("/", 1)[0]) for head in groups.heads]
+        return [registry.job_profile(slot_ids[head].split("/", 1)[0]) for head in groups.heads]

@@ -14,7 +14,14 @@ from controller.store import Store, open_registry
 from echelonflow.errors import UserError
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.schedulers import get_scheduler
-from echelonflow.schedulers.crux import LEVELS, bottleneck_s, compress, gpu_intensity, job_compute_s
+from echelonflow.schedulers.crux import (
+    LEVELS,
+    compress,
+    contention_edges,
+    gpu_intensity,
+    job_compute_s,
+    job_profile,
+)
 from echelonflow.topology import build
 from simulator.engine import simulate
 from tests.test_service import RecordingPort
@@ -73,12 +80,19 @@ def test_flows_of_one_job_share_max_min_fairly() -> None:
 def test_intensity_is_compute_over_the_most_loaded_link() -> None:
     job = _sender_job("a", {"f1": "h2", "f2": "h3"}, 4.0)
     assert job_compute_s(job) == 4.0
-    # 1 MB on each of two links, 2 MB on the shared one, at 1 MB/s: t = 2 s
+    # 1 MB on each of two links, 2 MB on the shared one, at 1 MB/s: t = 2 s, I = 4 / 2
     flows = [(("up", "x"), MB), (("up", "y"), MB)]
-    assert bottleneck_s(flows, {"up": B_BPS, "x": B_BPS, "y": B_BPS}) == pytest.approx(2.0)
+    profile = job_profile("a", 4.0, flows, {"up": B_BPS, "x": B_BPS, "y": B_BPS})
+    assert profile.intensity == pytest.approx(2.0)
+    assert profile.links == {"up", "x", "y"}
     assert gpu_intensity(4.0, 2.0) == 2.0
     assert gpu_intensity(0.0, 2.0) == 0.0  # no compute: nothing to keep busy
     assert gpu_intensity(4.0, 0.0) == float("inf")  # no traffic: never waits on the network
+
+
+def test_jobs_contend_where_their_links_meet() -> None:
+    links = [frozenset({1, 2}), frozenset({3}), frozenset({2, 3})]
+    assert contention_edges(links) == [(0, 2), (1, 2)]
 
 
 def test_up_to_eight_jobs_each_get_a_level() -> None:
@@ -133,7 +147,7 @@ def test_the_controller_runs_crux_by_the_declared_compute(compute_hi: float, com
     assert rate[f"{first}/f"] == pytest.approx(B_BPS) and rate[f"{second}/f"] == 0.0
     installs = {call[1]: call for call in port.take() if call[0] == "install"}
     assert installs[f"{first}/f"][4] < installs[f"{second}/f"][4]
-    assert registry.job_intensity(first) == pytest.approx(max(compute_hi, compute_lo) / 1.0)
+    assert registry.job_profile(first).intensity == pytest.approx(max(compute_hi, compute_lo) / 1.0)
 
 
 def test_the_declared_compute_survives_a_restart(tmp_path) -> None:
@@ -141,7 +155,7 @@ def test_the_declared_compute_survives_a_restart(tmp_path) -> None:
     _controller(4.0, 1.0, Store(path))
     registry = open_registry(build("two_hosts", B_BPS, mtu_bytes=None), path)
     assert registry.jobs["hi"].compute_s == 4.0 and registry.jobs["lo"].compute_s == 1.0
-    assert registry.job_intensity("hi") == pytest.approx(4.0)
+    assert registry.job_profile("hi").intensity == pytest.approx(4.0)
 
 
 def test_a_store_from_before_compute_s_opens_and_reads_none(tmp_path) -> None:
@@ -153,7 +167,7 @@ def test_a_store_from_before_compute_s_opens_and_reads_none(tmp_path) -> None:
     db.close()
     registry = open_registry(build("two_hosts", B_BPS, mtu_bytes=None), path)
     assert registry.jobs["old"].compute_s is None and registry.jobs["old"].weight == 2.0
-    assert registry.job_intensity("old") == 0.0
+    assert registry.job_profile("old").intensity == 0.0
 
 
 def test_a_bad_compute_is_refused_with_the_field_named() -> None:

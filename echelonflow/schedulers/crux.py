@@ -19,25 +19,28 @@ traffic takes on its most loaded link, t_j = max_e M_{j,e} / B_e (its Eq. 2).  T
    (``priority.serve_classes``).
 
 Crux's path selection (§4.1) is not done: paths here are pinned per flow, the same in the simulator
-and on the fabric.  W_j and t_j come from the flow view's source (``FlowView.job_intensity``): W_j is
-the job's declared compute (its compute tasks' seconds; the controller's ``compute_s`` of the job) and
-t_j its declared bytes over its pinned paths, both summed over the whole job, which for a job of equal
-iterations is the same ratio as per iteration.  A source that knows neither (a bare snapshot) gives
-every job intensity 0: jobs then go in job-id order.
+and on the fabric.  What Crux profiles comes from the flow view's source (``FlowView.job_profiles``,
+built by :func:`job_profile`): W_j is the job's declared compute (its compute tasks' seconds; the
+controller's ``compute_s`` of the job), t_j its declared bytes over their pinned paths, both summed over
+the whole job (for a job of equal iterations the same ratio as per iteration), and the links those bytes
+cross say which jobs contend.  So the levels change only when a job starts or stops having active
+flows, as Crux re-decides at job arrivals and completions.  A source that knows no job (a bare
+snapshot) gives every job intensity 0: jobs then go in job-id order.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from echelonflow.model import Job
-from echelonflow.schedulers import kernels
 from echelonflow.schedulers.base import Scheduler
 from echelonflow.schedulers.priority import serve_classes
-from echelonflow.schedulers.view import Allocation, FlowView, GroupView
+from echelonflow.schedulers.view import Allocation, FlowView, GroupView, JobProfile
 
 #: Priority levels (the switches' queues; Crux's simulator assumes 8).
 LEVELS = 8
@@ -57,24 +60,24 @@ def gpu_intensity(compute_s: float, bottleneck_s: float) -> float:
     return math.inf if bottleneck_s <= 0.0 else compute_s / bottleneck_s
 
 
-def bottleneck_s(flows: Iterable[tuple[Iterable[Hashable], float]], capacity_bps: Any) -> float:
-    """t_j: the seconds a job's traffic takes on its most loaded link, ``flows`` as (the links of a
-    flow's path, its wire bytes), ``capacity_bps`` indexed by link."""
+def job_profile(job_id: str, compute_s: float, flows: Iterable[tuple[Iterable[Hashable], float]],
+                capacity_bps: Any) -> JobProfile:
+    """A job's intensity and links from its compute seconds and its traffic: ``flows`` as (the links of
+    a flow's path, its wire bytes), ``capacity_bps`` indexed by link.  t_j is the seconds its bytes take
+    on its most loaded link."""
     bits: dict[Hashable, float] = {}
     for links, wire_bytes in flows:
         for link in links:
             bits[link] = bits.get(link, 0.0) + 8.0 * wire_bytes
-    return max((load / float(capacity_bps[link]) for link, load in bits.items()), default=0.0)
+    bottleneck_s = max((load / float(capacity_bps[link]) for link, load in bits.items()), default=0.0)
+    return JobProfile(job_id, gpu_intensity(compute_s, bottleneck_s), frozenset(bits))
 
 
-def contention_edges(order: Sequence[str], links: Mapping[str, set]) -> dict[tuple[int, int], None]:
-    """The contention DAG's edges (positions in ``order``, the priority order): a before b sharing a link."""
-    edges: dict[tuple[int, int], None] = {}
-    for a in range(len(order)):
-        for b in range(a + 1, len(order)):
-            if not links[order[a]].isdisjoint(links[order[b]]):
-                edges[(a, b)] = None
-    return edges
+def contention_edges(links: Sequence[frozenset]) -> list[tuple[int, int]]:
+    """The contention DAG's edges, jobs by position in the priority order with the links each uses:
+    (a, b) for a before b sharing a link."""
+    return [(a, b) for a in range(len(links)) for b in range(a + 1, len(links))
+            if not links[a].isdisjoint(links[b])]
 
 
 def compress(intensity: Sequence[float], edges: Iterable[tuple[int, int]], levels: int = LEVELS,
@@ -86,11 +89,12 @@ def compress(intensity: Sequence[float], edges: Iterable[tuple[int, int]], level
         return list(range(n))
     out_edges: list[list[int]] = [[] for _ in range(n)]
     indegree = [0] * n
+    weight = np.zeros((n, n))
     for a, b in edges:
         out_edges[a].append(b)
         indegree[b] += 1
-    weight = [0.0 if math.isinf(w) else w for w in intensity]  # a job without traffic contends with none
-    if not any(weight[a] > 0.0 for a in range(n) if out_edges[a]):
+        weight[a, b] = 0.0 if math.isinf(intensity[a]) else intensity[a]  # no traffic: contends with none
+    if not weight.any():
         # nothing to lose anywhere (no job with compute contends): every cut is worth 0, and the dynamic
         # programme's first one is the priority order with a level for each of the first K - 1 jobs
         return [min(p, levels - 1) for p in range(n)]
@@ -98,7 +102,7 @@ def compress(intensity: Sequence[float], edges: Iterable[tuple[int, int]], level
     best_value, best_level = -1.0, list(range(n))
     for attempt in range(tries):
         order = _topological_order(out_edges, indegree, rng if attempt else None)
-        value, level = _max_k_cut(order, out_edges, weight, levels)
+        value, level = _max_k_cut(order, weight, levels)
         if value > best_value:
             best_value, best_level = value, level
     return best_level
@@ -124,43 +128,31 @@ def _topological_order(out_edges: list[list[int]], indegree: Sequence[int],
     return order
 
 
-def _max_k_cut(order: list[int], out_edges: list[list[int]], weight: Sequence[float],
-               levels: int) -> tuple[float, list[int]]:
-    """The best cut of ``order`` into ``levels`` consecutive blocks: the summed weight of edges between
-    blocks, and each job's block.  C(j, i): weight of edges from order[:j] into order[j:i]."""
+def _max_k_cut(order: list[int], weight: np.ndarray, levels: int) -> tuple[float, list[int]]:
+    """The best cut of ``order`` into ``levels`` consecutive blocks: the summed weight of the edges
+    between blocks, and each job's block.  ``weight[a, b]``: the edge a -> b's weight (0: none).  With
+    C(j, i) the weight of edges from order[:j] into order[j:i], f(i, k) = max_j f(j, k - 1) + C(j, i)."""
     n = len(order)
-    position = {v: p for p, v in enumerate(order)}
-    into = [[0.0] * (n + 1) for _ in range(n + 1)]  # into[j][i]: edge weight from order[:j] to order[i-1]
-    for v in range(n):
-        for w in out_edges[v]:
-            into[position[v] + 1][position[w] + 1] += weight[v]
-    for j in range(1, n + 1):
-        for i in range(n + 1):
-            into[j][i] += into[j - 1][i]
-    cut = [[0.0] * (n + 1) for _ in range(n + 1)]  # cut[j][i] = C(j, i), j < i
-    for j in range(n + 1):
-        running = 0.0
-        for i in range(j + 1, n + 1):
-            running += into[j][i]
-            cut[j][i] = running
-    minus = -math.inf
-    best = [[minus] * (levels + 1) for _ in range(n + 1)]
-    back = [[0] * (levels + 1) for _ in range(n + 1)]
-    best[0][0] = 0.0
+    edges = weight[np.ix_(order, order)]  # by position in ``order``
+    into = np.vstack([np.zeros(n), np.cumsum(edges, axis=0)])  # into[j, q]: from order[:j] to order[q]
+    into[np.arange(n + 1)[:, None] > np.arange(n)[None, :]] = 0.0  # only q >= j: into the new block
+    cut = np.hstack([np.zeros((n + 1, 1)), np.cumsum(into, axis=1)])  # cut[j, i] = C(j, i)
+    cut[np.arange(n + 1)[:, None] >= np.arange(n + 1)[None, :]] = -np.inf  # a block is never empty
+    best = np.full(n + 1, -np.inf)
+    best[0] = 0.0
+    back = np.zeros((levels + 1, n + 1), dtype=np.int64)
     for k in range(1, levels + 1):
-        for i in range(1, n + 1):
-            for j in range(k - 1, i):
-                if best[j][k - 1] > minus and best[j][k - 1] + cut[j][i] > best[i][k]:
-                    best[i][k], back[i][k] = best[j][k - 1] + cut[j][i], j
-    k = min(levels, n)
+        candidates = best[:, None] + cut
+        back[k] = np.argmax(candidates, axis=0)  # the first best j, as the paper's scan finds it
+        best = candidates.max(axis=0)
     level = [0] * n
     i = n
-    while k > 0:
-        j = back[i][k]
+    for k in range(levels, 0, -1):
+        j = int(back[k, i])
         for p in range(j, i):
             level[order[p]] = k - 1
-        i, k = j, k - 1
-    return best[n][min(levels, n)], level
+        i = j
+    return float(best[n]), level
 
 
 class CruxScheduler(Scheduler):
@@ -169,8 +161,8 @@ class CruxScheduler(Scheduler):
     name = "crux"
     enforces = True
     active_order = "group"
-    #: The last compression, by its input (jobs in priority order, their intensities, the contention
-    #: edges): between two arrivals or departures of a job the same jobs contend the same way.
+    #: The last compression, by its input (the jobs with active flows, in priority order, and their
+    #: intensities): the jobs' links are fixed, so only an arrival or a departure changes it.
     _last: tuple[Any, list[int]] | None = None
 
     def decide(self, view: FlowView) -> Allocation:
@@ -183,19 +175,18 @@ class CruxScheduler(Scheduler):
         active = view.active
         heads = [int(active[ptr[g]]) for g in range(len(ptr) - 1)]
         job_of = [fid.split("/", 1)[0] for fid in view.flow_ids(heads)]  # job ids hold no '/'
-
-        known = view.job_intensity(groups)
-        by_job = {job: 0.0 if known is None else float(known[g]) for g, job in enumerate(job_of)}
-        jobs = sorted(by_job, key=lambda j: (-by_job[j], j))
+        known = view.job_profiles(groups)
+        profile = {job: None if known is None else known[g] for g, job in enumerate(job_of)}
+        jobs = sorted(profile, key=lambda j: (-intensity_of(profile[j]), j))
         rank = {job: r for r, job in enumerate(jobs)}
-        intensity = [by_job[j] for j in jobs]
+        intensity = [intensity_of(profile[j]) for j in jobs]
         if len(jobs) <= LEVELS or not any(i > 0.0 for i in intensity):
             level = compress(intensity, ())
         else:
-            edges = contention_edges(jobs, _links_by_job(view, ptr, job_of))
-            key = (tuple(jobs), tuple(intensity), tuple(edges))
+            key = (tuple(jobs), tuple(intensity))
             if self._last is None or self._last[0] != key:
-                self._last = (key, compress(intensity, edges))
+                links = [profile[j].links if profile[j] is not None else frozenset() for j in jobs]
+                self._last = (key, compress(intensity, contention_edges(links)))
             level = self._last[1]
         classes: list[list[int]] = [[] for _ in range(max(level, default=-1) + 1)]
         for g in sorted(range(len(job_of)), key=lambda g: (rank[job_of[g]], g)):
@@ -203,16 +194,6 @@ class CruxScheduler(Scheduler):
         return [members for members in classes if members]
 
 
-def _links_by_job(view: FlowView, group_ptr: Sequence[int], job_of: Sequence[str]) -> dict[str, set]:
-    """The links each job's active flows with bytes left cross (link numbers of the view's table)."""
-    table = view.table
-    active = kernels.to_list(view.active, len(view.active))
-    path_ptr = kernels.to_list(table.path_ptr, len(table.path_ptr))
-    path_links = table.path_links
-    links: dict[str, set] = {job: set() for job in job_of}
-    for g, job in enumerate(job_of):
-        mine = links[job]
-        for f in active[group_ptr[g]:group_ptr[g + 1]]:
-            if table.remaining[f] > 0.0:
-                mine.update(int(li) for li in path_links[path_ptr[f]:path_ptr[f + 1]])
-    return links
+def intensity_of(profile: JobProfile | None) -> float:
+    """A job's intensity, 0 where the view's source does not know it."""
+    return 0.0 if profile is None else profile.intensity
