@@ -157,15 +157,15 @@ def judge(summary: dict[str, Any], focus: str) -> dict[str, Any]:
     """The focus scheduler against the targets: worst ratio to the best other, cells above 1.01 (objective)
     and 1.005 (mean JCT), cells where another scheduler keeps the GPUs busier, and per scenario cell the
     share of its exact gain over coflow (1 - objective / coflow's) kept under each noise level."""
-    ratios = [(c["schedulers"][focus]["objective_s_vs_best_other"], c["cell"], c["noise_ms"])
-              for c in summary["cells"] if focus in c["schedulers"]]
 
     def judged(metric: str) -> list[tuple[float, str, float]]:
+        """(ratio to the best other, cell, noise) wherever the focus's ratio is known."""
         return [(c["schedulers"][focus][f"{metric}_vs_best_other"], c["cell"], c["noise_ms"])
                 for c in summary["cells"] if focus in c["schedulers"]
                 and c["schedulers"][focus].get(f"{metric}_vs_best_other") is not None]
 
-    jct, p95, gpu = judged("mean_completion_s"), judged("p95_completion_s"), judged("gpu_busy_fraction")
+    ratios, jct = judged("objective_s"), judged("mean_completion_s")
+    p95, gpu = judged("p95_completion_s"), judged("gpu_busy_fraction")
     by_cell: dict[str, dict[float, dict[str, Any]]] = defaultdict(dict)
     for c in summary["cells"]:
         by_cell[c["cell"]][c["noise_ms"]] = c["schedulers"]
@@ -212,12 +212,14 @@ def by_scenario(summary: dict[str, Any], focus: str) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for (family, noise_ms), cells in sorted(families.items(),
                                             key=lambda kv: (kv[0][0].startswith("multi"), kv[0])):
-        ratios = [c["schedulers"][focus]["objective_s_vs_best_other"] for c in cells]
-        best = Counter(c["schedulers"][focus]["best_other"] for c in cells)
-        named = ", ".join(f"{n} ({k})" if len(cells) > 1 else n for n, k in best.most_common())
+        ratios = known(cells, focus, "objective_s")
+        best = Counter(c["schedulers"][focus]["best_other"] for c in cells
+                       if c["schedulers"][focus]["best_other"] is not None)
+        named = ", ".join(f"{n} ({k})" if len(cells) > 1 else n for n, k in best.most_common()) or "-"
         jct = known(cells, focus, "mean_completion_s")
         lines.append(f"| {family} | {noise_ms:g} ms | {cells[0]['samples']} x {len(cells)} cells | "
-                     f"{max(ratios):.3f} | {geomean(ratios):.3f} | {named} | "
+                     f"{cell_text(max(ratios, default=None))} | "
+                     f"{cell_text(geomean(ratios) if ratios else None)} | {named} | "
                      f"{cell_text(max(jct, default=None))} | "
                      f"{cell_text(geomean(jct) if jct else None)} | "
                      f"{cell_text(max(known(cells, focus, 'p95_completion_s'), default=None))} | "
@@ -243,22 +245,15 @@ def cell_text(value: float | None, digits: int = 3) -> str:
 def render(summary: dict[str, Any], verdict: dict[str, Any], names: list[str]) -> str:
     head = f"| cell | noise | n | {' | '.join(names)} |"
     lines = [f"Per scenario, {verdict['focus']} against the best other scheduler of each cell:", "",
-             *by_scenario(summary, verdict["focus"]), "",
-             "Objective (median over the samples, seconds) and, in brackets, its ratio to the best other "
-             "scheduler of the cell.", "", head, "|" + "---|" * (3 + len(names))]
-    for c in summary["cells"]:
-        parts = []
-        for name in names:
-            entry = c["schedulers"].get(name)
-            parts.append("" if entry is None else
-                         f"{entry['objective_s']:.2f} ({entry['objective_s_vs_best_other']:.3f})")
-        lines.append(f"| {c['cell']} | {c['noise_ms']:g} | {c['samples']} | {' | '.join(parts)} |")
-    for metric, title in (("mean_completion_s", "Mean job (coflow) completion time"),
-                          ("p95_completion_s", "95th-percentile job completion time (nearest rank)"),
-                          ("gpu_busy_fraction", "GPU-busy fraction (higher is better; - for FB2010, "
-                                                "whose jobs have no compute, and for records without it)")):
-        lines += ["", f"{title}: median and, in brackets, its ratio to the best other scheduler.", "",
-                  head, "|" + "---|" * (3 + len(names))]
+             *by_scenario(summary, verdict["focus"])]
+    for metric, title, digits in (
+            ("objective_s", "Objective (seconds)", 2),
+            ("mean_completion_s", "Mean job (coflow) completion time", 3),
+            ("p95_completion_s", "95th-percentile job completion time (nearest rank)", 3),
+            ("gpu_busy_fraction", "GPU-busy fraction (higher is better; - for FB2010, whose jobs have no "
+                                  "compute, and for records without it)", 3)):
+        lines += ["", f"{title}: median over the samples and, in brackets, its ratio to the best other "
+                  "scheduler of the cell.", "", head, "|" + "---|" * (3 + len(names))]
         for c in summary["cells"]:
             parts = []
             for name in names:
@@ -267,7 +262,7 @@ def render(summary: dict[str, Any], verdict: dict[str, Any], names: list[str]) -
                     parts.append("" if entry is None else "-")
                 else:
                     ratio = entry.get(f"{metric}_vs_best_other")
-                    parts.append(f"{cell_text(entry[metric])} ({cell_text(ratio)})")
+                    parts.append(f"{cell_text(entry[metric], digits)} ({cell_text(ratio)})")
             lines.append(f"| {c['cell']} | {c['noise_ms']:g} | {c['samples']} | {' | '.join(parts)} |")
     focus = verdict["focus"]
     lines += ["", f"**{focus}**: {verdict['cells']} cells; worst objective ratio to the best other scheduler "

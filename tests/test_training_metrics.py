@@ -189,3 +189,11 @@ def test_the_emulate_table_shows_mean_jct_beside_the_objective() -> None:
     assert rows[("sincronia", "(mean")][7:9] == ["8.500", "+17.6%"]  # the simulated 8.5 s, the gap
     assert summarize(emulated)["sincronia"]["jct_mean_s"]["median"] == pytest.approx(10.0)
     assert summarize(emulated)["echelon"]["gpu_busy_fraction"]["median"] == pytest.approx(0.375)
+
+
+def test_a_cell_with_the_focus_alone_has_no_ratio_and_no_crash() -> None:
+    summary = scheduler_matrix.summarise([_record("echelon", 10.0, [10.0], gpu=0.5)])
+    assert summary["cells"][0]["schedulers"]["echelon"]["objective_s_vs_best_other"] is None
+    verdict = scheduler_matrix.judge(summary, "echelon")
+    assert verdict["worst"] is None and verdict["above_target"] == []
+    assert "| s | 0 | 1 | 10.00 (-) |" in scheduler_matrix.render(summary, verdict, ["echelon"])
