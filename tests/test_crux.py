@@ -175,3 +175,22 @@ def test_a_bad_compute_is_refused_with_the_field_named() -> None:
     with pytest.raises(UserError, match="compute_s"):
         registry.add_job("j", compute_s=-1.0)
     assert "j" not in registry.jobs
+
+
+def test_the_api_takes_compute_s_with_the_job_and_shows_it(tmp_path) -> None:
+    """``POST /v1/jobs`` with ``compute_s`` (what the traffic agents send), through the real client and
+    server; a bad one is refused with the field named and nothing registered."""
+    from controller.client import ApiClientError
+    from tests.test_api import Served
+
+    served = Served(tmp_path)
+    try:
+        client = served.unix
+        assert client.register_job("gpt", 1.0, compute_s=12.5)["compute_s"] == 12.5
+        assert served.registry.jobs["gpt"].compute_s == 12.5
+        assert "compute_s" not in client.register_job("plain")  # not declared: not shown
+        with pytest.raises(ApiClientError, match="compute_s") as refused:
+            client.register_job("bad", compute_s=-1.0)
+        assert refused.value.status == 400 and "bad" not in served.registry.jobs
+    finally:
+        served.stop()
