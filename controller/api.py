@@ -322,8 +322,9 @@ class Api:
         return 200, self._waited(answer, wait_s)
 
     def post_job(self, body: Any, query: Any) -> tuple[int, Any]:
-        fields(body, ("job_id",), ("weight",))
-        job = self.registry.add_job(body["job_id"], body.get("weight", 1.0), registered_s=self.service.now())
+        fields(body, ("job_id",), ("weight", "compute_s"))
+        job = self.registry.add_job(body["job_id"], body.get("weight", 1.0), body.get("compute_s"),
+                                    registered_s=self.service.now())
         return 201, views.job_view(self.registry, job)
 
     def post_echelon(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:

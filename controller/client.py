@@ -193,8 +193,12 @@ class EchelonClient:
         """Switch policy; with ``wait_s`` the answer's ``enforcement`` says whether the switches acked."""
         return self.request("PUT", "/scheduler" + _wait(wait_s), {"scheduler": name}, auth=True)
 
-    def register_job(self, job_id: str, weight: float = 1.0) -> dict[str, Any]:
-        return self.request("POST", "/jobs", {"job_id": job_id, "weight": weight}, auth=True)
+    def register_job(self, job_id: str, weight: float = 1.0,
+                     compute_s: float | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"job_id": job_id, "weight": weight}
+        if compute_s is not None:
+            body["compute_s"] = compute_s
+        return self.request("POST", "/jobs", body, auth=True)
 
     def register_echelon(self, job_id: str, echelon_id: str, flows: Sequence[Mapping[str, Any]] = (),
                          kind: str | None = None) -> dict[str, Any]:

@@ -48,8 +48,9 @@ from echelonflow.linkstate import LinkState
 from echelonflow.model import qualified
 from echelonflow.schedulers import kernels
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
+from echelonflow.schedulers.crux import job_profile
 from echelonflow.schedulers.live import LiveFlowTable, table_groups
-from echelonflow.schedulers.view import FlowView, GroupView
+from echelonflow.schedulers.view import FlowView, GroupView, JobProfile
 from echelonflow.topology import Topology
 
 STATES = ("declared", "active", "finished", "aborted")
@@ -71,6 +72,8 @@ UNDECLARED_LEFT_BYTES = 1 << 20
 
 check_time = number(0.0, MAX_TIME_S)
 check_weight = number(0.0, 1e6, above=True)
+#: A job's declared compute (seconds of GPU time over all its hosts; ``crux`` reads it): up to a year.
+check_compute = nullable(number(0.0, 365 * 24 * 3600.0))
 #: A flow as declared (``src``/``dst`` are then checked against the topology's hosts).
 FLOW_FIELDS = (
     Field("flow_id", check_id, required=True),
@@ -93,6 +96,8 @@ class JobRecord:
     weight: float = 1.0
     registered_s: float | None = None
     aborted_s: float | None = None
+    #: The job's compute, seconds summed over its hosts (Crux's W_j); None: not declared.
+    compute_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -199,6 +204,8 @@ class Registry:
         #: (:meth:`scheduling_table`), so a decision does not convert the registry first.
         self._table = LiveFlowTable(self._capacity_bps)
         self._undeclared: set[str] = set()  # active flows of undeclared size: estimates move
+        #: Each job's profile for ``crux`` (:meth:`job_profile`), until its flows or the routes change.
+        self._profiles: dict[str, JobProfile] = {}
         if loaded is not None:
             self._load(*loaded)
 
@@ -302,14 +309,16 @@ class Registry:
         return MAX_SIZE_BYTES if flow.size_bytes is None else flow.size_bytes
 
     # ------------------------------------------------------------------ mutations
-    def add_job(self, job_id: Any, weight: Any = 1.0, registered_s: float | None = None) -> JobRecord:
+    def add_job(self, job_id: Any, weight: Any = 1.0, compute_s: Any = None,
+                registered_s: float | None = None) -> JobRecord:
         """A new job; ``registered_s`` is the controller's clock now (the API gives it), the earliest
-        time its flows may report (less :data:`CLOCK_SKEW_S`)."""
+        time its flows may report (less :data:`CLOCK_SKEW_S`); ``compute_s`` its declared compute."""
         check_id("job_id", job_id)
         weight_f = check_weight("weight", weight)
+        compute = check_compute("compute_s", compute_s)
         if job_id in self.jobs:
             raise ConflictError("job_id", f"job {job_id!r} is already registered")
-        record = JobRecord(job_id, weight_f, registered_s)
+        record = JobRecord(job_id, weight_f, registered_s, None, None if compute is None else float(compute))
         self._commit(jobs=[record])
         self.jobs[job_id] = record
         return record
@@ -454,6 +463,7 @@ class Registry:
                 if channel is None:
                     flows.append(key)
         channels = self.channels.reroute(self.links)
+        self._profiles.clear()
         if flows or channels:
             self.version += 1
         return flows, channels
@@ -520,6 +530,23 @@ class Registry:
         for old, new in zip(victims, updated):
             self._retire(old, new)
         return updated
+
+    def job_profile(self, job_id: str) -> JobProfile:
+        """The job as ``crux`` knows it (``echelonflow.schedulers.crux``): its GPU intensity, declared
+        ``compute_s`` over the seconds its declared flows' wire bytes take on its most loaded link, and
+        those flows' links (each flow on its pinned path, or its channel's if it started on one when
+        the profile was made).  Intensity 0 without ``compute_s``; flows registered without a size count
+        for nothing."""
+        known = self._profiles.get(job_id)
+        if known is None:
+            job = self.jobs[job_id]
+            flows = [self.flows[key] for ech in self.echelons.values() if ech.job_id == job_id
+                     for key in self.members[ech.key]]
+            known = self._profiles[job_id] = job_profile(
+                job_id, job.compute_s or 0.0,
+                ((self._paths[f.key][1], self.topology.wire_bytes(f.size_bytes))
+                 for f in flows if f.size_bytes is not None), self._capacity_bps)
+        return known
 
     def _retire(self, flow: FlowRecord, updated: FlowRecord) -> None:
         """``flow`` (declared or active) reached a done state: apply ``updated`` and free what it held."""
@@ -653,6 +680,7 @@ class Registry:
         return out
 
     def _apply_new_flows(self, flows: Sequence[FlowRecord]) -> None:
+        self._profiles.clear()
         for flow in flows:
             self._paths[flow.key] = self._path(flow.key, flow.src, flow.dst, "flow")
             self.flows[flow.key] = flow
@@ -739,3 +767,8 @@ class _RegistrySource:
 
     def snapshot(self, view: FlowView) -> Any:
         return self.registry.snapshot(view.now_s)
+
+    def job_profiles(self, view: FlowView, groups: GroupView) -> list[JobProfile] | None:
+        registry = self.registry
+        slot_ids = registry._table.slot_ids
+        return [registry.job_profile(slot_ids[head].split("/", 1)[0]) for head in groups.heads]

@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
     weight REAL NOT NULL,
     registered_s REAL,
-    aborted_s REAL
+    aborted_s REAL,
+    compute_s REAL
 );
 CREATE TABLE IF NOT EXISTS echelons (
     job_id TEXT NOT NULL REFERENCES jobs(job_id),
@@ -80,7 +81,7 @@ UNDECLARED_SIZE = 0
 UNDECIDED_KIND = ""
 #: Columns added to a table after stores were first written: added to an older store when it is opened.
 ADDED_COLUMNS = (("flows", "channel_id", "TEXT"), ("jobs", "registered_s", "REAL"),
-                 ("jobs", "aborted_s", "REAL"))
+                 ("jobs", "aborted_s", "REAL"), ("jobs", "compute_s", "REAL"))
 CHANNEL_COLUMNS = ("channel_id", "src", "dst", "src_port", "dst_port", "path")
 
 
@@ -131,11 +132,12 @@ class Store(StorePort):
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.executemany("INSERT INTO jobs (job_id, weight, registered_s, aborted_s) "
-                               "VALUES (?, ?, ?, ?) "
+                db.executemany("INSERT INTO jobs (job_id, weight, registered_s, aborted_s, compute_s) "
+                               "VALUES (?, ?, ?, ?, ?) "
                                "ON CONFLICT (job_id) DO UPDATE SET weight = excluded.weight, "
-                               "registered_s = excluded.registered_s, aborted_s = excluded.aborted_s",
-                               [(j.job_id, j.weight, j.registered_s, j.aborted_s) for j in jobs])
+                               "registered_s = excluded.registered_s, aborted_s = excluded.aborted_s, "
+                               "compute_s = excluded.compute_s",
+                               [(j.job_id, j.weight, j.registered_s, j.aborted_s, j.compute_s) for j in jobs])
                 db.executemany("INSERT INTO echelons (job_id, echelon_id, kind) VALUES (?, ?, ?) "
                                "ON CONFLICT (job_id, echelon_id) DO UPDATE SET kind = excluded.kind",
                                [(e.job_id, e.echelon_id, UNDECIDED_KIND if e.kind is None else e.kind)
@@ -164,7 +166,8 @@ class Store(StorePort):
         db = self._db
         try:
             jobs = [JobRecord(*row) for row in
-                    db.execute("SELECT job_id, weight, registered_s, aborted_s FROM jobs ORDER BY rowid")]
+                    db.execute("SELECT job_id, weight, registered_s, aborted_s, compute_s FROM jobs "
+                               "ORDER BY rowid")]
             echelons = [EchelonRecord(job_id, echelon_id, None if kind == UNDECIDED_KIND else kind)
                         for job_id, echelon_id, kind in
                         db.execute("SELECT job_id, echelon_id, kind FROM echelons ORDER BY rowid")]

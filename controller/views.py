@@ -17,8 +17,11 @@ from controller.registry import STATES, EchelonRecord, FlowRecord, JobRecord, Re
 
 def job_view(registry: Registry, job: JobRecord) -> dict[str, Any]:
     ids = [e.echelon_id for e in registry.echelons.values() if e.job_id == job.job_id]
-    return {"job_id": job.job_id, "weight": job.weight, "registered_s": job.registered_s,
-            "aborted_s": job.aborted_s, "echelons": ids}
+    view: dict[str, Any] = {"job_id": job.job_id, "weight": job.weight, "registered_s": job.registered_s,
+                            "aborted_s": job.aborted_s, "echelons": ids}
+    if job.compute_s is not None:  # declared (``crux`` reads it)
+        view["compute_s"] = job.compute_s
+    return view
 
 
 def echelon_view(registry: Registry, ech: EchelonRecord, with_flows: bool = True) -> dict[str, Any]:

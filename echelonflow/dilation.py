@@ -76,9 +76,9 @@ def dilate_jobs(jobs: Sequence[Job], factor: float) -> list[Job]:
 
 def contract_run(run: RunResult, factor: float) -> RunResult:
     """A run measured on the dilated scenario, in the undilated scenario's time scale: every time divided
-    by ``factor`` (task and flow times, ideal finishes, completions, tardiness, the objective); slowdowns
-    unchanged; what the run carries about the machine (fidelity monitor, wire check) is wall-clock and
-    kept as it is."""
+    by ``factor`` (task and flow times, ideal finishes, completions, tardiness, the objective, the
+    training metrics); slowdowns unchanged; what the run carries about the machine (fidelity monitor,
+    wire check) is wall-clock and kept as it is."""
     factor = check_factor(factor)
     out = copy.deepcopy(run)
     for job in out.jobs.values():
@@ -93,4 +93,5 @@ def contract_run(run: RunResult, factor: float) -> RunResult:
         task.start_s /= factor
         task.finish_s /= factor
     out.objective_s /= factor
+    out.set_training_metrics()
     return out

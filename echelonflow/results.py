@@ -11,7 +11,8 @@ documented in ``docs/results-format.md``.  Every time is in seconds from the run
                                 "size_bytes": n, "echelon": "job/ech"}},
          "tasks": {"job/task": {"type": "compute", "host": h, "start_s": s, "finish_s": s}
                              | {"type": "flow", "src": h, "dst": h, "start_s": s, "finish_s": s}},
-         "objective_s": sum of EchelonFlow tardiness times the job's weight (Eq. 4)}]}
+         "objective_s": sum of EchelonFlow tardiness times the job's weight (Eq. 4),
+         "jct_mean_s": s, "jct_p95_s": s, "gpu_busy_fraction": x (absent without compute tasks)}]}
 
 Without per-flow records (``to_json_dict(per_flow=False)``, ``echelon simulate --json``'s default) a
 run has no ``flows`` or ``tasks``, each EchelonFlow a ``flow_count`` instead of its ``flows`` and the run a
@@ -19,7 +20,8 @@ run has no ``flows`` or ``tasks``, each EchelonFlow a ``flow_count`` instead of 
 :meth:`Results.write_task_records` the records as JSON lines.
 
 :func:`build_run_in_order` is the only place that turns task start and finish times into these numbers
-(reference times, ideal finish times, tardiness, the objective, completion and slowdown): the simulator
+(reference times, ideal finish times, tardiness, the objective, completion and slowdown, and through
+:func:`training_metrics` the mean and 95th-percentile completion and the GPU-busy fraction): the simulator
 feeds it simulated times by task number, the emulation runner the agents' measured ones by id through
 :func:`build_run`.  :func:`format_table` renders the one human table that compares schedulers.
 """
@@ -120,6 +122,10 @@ class TaskResult:
 EMULATION_RUN_KEYS = ("repeat", "trusted", "fidelity_monitor", "wire_check", "faults", "failed_jobs")
 
 
+#: A run's training metrics (:func:`training_metrics`), from its jobs and tasks; absent where undefined.
+TRAINING_KEYS = ("jct_mean_s", "jct_p95_s", "gpu_busy_fraction")
+
+
 @dataclass
 class RunResult:
     """One scheduler's run of a scenario."""
@@ -130,6 +136,10 @@ class RunResult:
     flows: dict[str, FlowResult] = field(default_factory=dict)
     tasks: dict[str, TaskResult] = field(default_factory=dict)
     objective_s: float = 0.0
+    #: What users train for (:func:`training_metrics`): None when the run has no job (or no compute task).
+    jct_mean_s: float | None = None
+    jct_p95_s: float | None = None
+    gpu_busy_fraction: float | None = None
     repeat: int | None = None
     trusted: bool | None = None
     fidelity_monitor: dict[str, Any] | None = None
@@ -157,6 +167,7 @@ class RunResult:
         """The keys after the per-flow records."""
         out: dict[str, Any] = {} if per_flow else {"summary": run_summary(self)}
         out["objective_s"] = self.objective_s
+        out.update({key: getattr(self, key) for key in TRAINING_KEYS if getattr(self, key) is not None})
         out.update({key: getattr(self, key) for key in EMULATION_RUN_KEYS if getattr(self, key) is not None})
         return out
 
@@ -188,7 +199,7 @@ class RunResult:
                 "...); re-run the simulation or emulation to write the current format"
             )
         try:
-            return cls(
+            run = cls(
                 scheduler=data["scheduler"],
                 jobs={k: JobResult(**v) for k, v in data["jobs"].items()},
                 echelonflows={k: EchelonResult(**v) for k, v in data["echelonflows"].items()},
@@ -200,6 +211,50 @@ class RunResult:
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise UserError(f"result run is malformed ({type(exc).__name__}: {exc})") from None
+        if all(key in data for key in TRAINING_KEYS[:2]):  # written with them (and without per-flow records)
+            for key in TRAINING_KEYS:
+                setattr(run, key, data.get(key))
+        else:  # a document written before the training metrics existed: from its own jobs and tasks
+            run.set_training_metrics()
+        return run
+
+    def set_training_metrics(self) -> None:
+        """Fill :data:`TRAINING_KEYS` from the run's jobs and tasks (:func:`training_metrics`)."""
+        self.jct_mean_s, self.jct_p95_s, self.gpu_busy_fraction = training_metrics(self.jobs, self.tasks)
+
+
+def percentile_nearest_rank(values: Sequence[float], share: float) -> float:
+    """The nearest-rank percentile: the smallest value with at least ``share`` of ``values`` at or below
+    it (one of the values, no interpolation: with 20 jobs the p95 is the second slowest)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+
+def training_metrics(jobs: Mapping[str, JobResult],
+                     tasks: Mapping[str, TaskResult]) -> tuple[float | None, float | None, float | None]:
+    """(mean job completion, its 95th percentile (nearest rank), GPU-busy fraction) of a run.
+
+    GPU-busy fraction (docs/scheduler-design.md, "What users train for"): the compute time of every job
+    with compute tasks (each compute task's measured ``finish_s - start_s``) over the GPU time those jobs
+    held, each job holding every host it computes on from its arrival to its completion (hosts x
+    ``completion_s``).  Only the network decides it: the compute is the same under every scheduler, so a
+    scheduler raises the fraction exactly by finishing the GPU-heavy jobs sooner.  None without a compute
+    task (Coflow-Benchmark jobs are flows only); completions None without a job.
+    """
+    if not jobs:
+        return None, None, None
+    completions = [job.completion_s for job in jobs.values()]
+    compute_s: dict[str, float] = {}
+    hosts: dict[str, set[str]] = {}
+    for qid, task in tasks.items():
+        if task.type == "compute":
+            job_id = qid.split("/", 1)[0]
+            compute_s[job_id] = compute_s.get(job_id, 0.0) + (task.finish_s - task.start_s)
+            hosts.setdefault(job_id, set()).add(str(task.host))
+    held_s = sum(len(hosts[job_id]) * jobs[job_id].completion_s for job_id in compute_s if job_id in jobs)
+    busy_s = sum(spent for job_id, spent in compute_s.items() if job_id in jobs)
+    gpu = busy_s / held_s if held_s > 0 else None
+    return sum(completions) / len(completions), percentile_nearest_rank(completions, 0.95), gpu
 
 
 def _spread(values: Sequence[float]) -> dict[str, float] | None:
@@ -297,6 +352,7 @@ def build_run_in_order(
         run.jobs[job.job_id] = JobResult(done_s, done_s / base_s if base_s > 0 else 1.0)
         base += count
     run.objective_s = echelon_mod.total_tardiness((e.tardiness_s for e in run.echelonflows.values()), weights)
+    run.set_training_metrics()
     return run
 
 
@@ -428,7 +484,8 @@ class Results:
 
 
 def format_table(results: Results) -> str:
-    """One table comparing schedulers: per job completion and slowdown, EchelonFlow tardiness sum/max."""
+    """One table comparing schedulers: per job completion and slowdown, EchelonFlow tardiness sum/max; per
+    scheduler an ``(all)`` row with the mean job completion beside the objective."""
     header = ["scheduler", "job", "completion_s", "slowdown", "tardiness_sum_s", "tardiness_max_s"]
     rows: list[list[str]] = []
     for run in results.runs:
@@ -444,9 +501,15 @@ def format_table(results: Results) -> str:
                     f"{max(tard):.3f}" if tard else "-",
                 ]
             )
-        rows.append([run.scheduler, "(all)", "", "", f"{run.objective_s:.3f}", ""])
+        mean = "-" if run.jct_mean_s is None else f"{run.jct_mean_s:.3f}"
+        rows.append([run.scheduler, "(all)", mean, "", f"{run.objective_s:.3f}", ""])
     rule = f", {results.rescheduling} rescheduling rule" if results.rescheduling else ""
-    return render_table(f"scenario {results.scenario} ({results.mode}{rule})", header, rows)
+    table = render_table(f"scenario {results.scenario} ({results.mode}{rule})", header, rows)
+    return f"{table}\n{ALL_ROW_NOTE}"
+
+
+#: What the ``(all)`` rows of :func:`format_table` hold.
+ALL_ROW_NOTE = "(all): completion_s = mean job completion (JCT), tardiness_sum_s = objective (Eq. 4)"
 
 
 def render_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

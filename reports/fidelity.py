@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from echelonflow.faults import FaultEvent
-from echelonflow.results import Results, RunResult, render_table
+from echelonflow.results import TRAINING_KEYS, Results, RunResult, render_table
 
 #: The fidelity targets (docs/emulation.md): completion within 10 % of simulated, >= 75 % of the
 #: simulated gain kept, run-to-run spread (max - min over the median) at most 5 %.
@@ -70,7 +70,8 @@ def judged_runs(runs: Sequence[RunResult]) -> tuple[list[RunResult], bool]:
 
 def summarize(results: Results) -> dict[str, Any]:
     """Per scheduler: runs, trusted runs, whether the numbers are trusted, and the spread of each job's
-    completion, slowdown and tardiness (sum over its EchelonFlows) and of the objective."""
+    completion, slowdown and tardiness (sum over its EchelonFlows), of the objective and of the training
+    metrics (``TRAINING_KEYS``: ``n`` 0 where a run has none)."""
     out: dict[str, Any] = {}
     for scheduler, runs in runs_by_scheduler(results).items():
         used, trusted = judged_runs(runs)
@@ -89,6 +90,8 @@ def summarize(results: Results) -> dict[str, Any]:
             "numbers_trusted": trusted,
             "jobs": jobs,
             "objective_s": spread([run.objective_s for run in used]),
+            **{key: spread([getattr(run, key) for run in used if getattr(run, key) is not None])
+               for key in TRAINING_KEYS},
         }
     return out
 

@@ -56,7 +56,20 @@ def format_comparison(emulated: Results, simulated: Results) -> str:
                      _range(objective), f"{objective['stdev']:.3f}", _sim_objective(sim),
                      _objective_gap(objective, sim), *noisy_cell(scheduler, None),
                      "", "", "", ""])
+        rows.append(_mean_jct_row(scheduler, entry, sim, len(header) - 8))
     return render_table(f"scenario {emulated.scenario}: emulated vs simulated", header, rows)
+
+
+def _mean_jct_row(scheduler: str, entry: dict[str, Any], sim: RunResult | None, blanks: int) -> list[str]:
+    """The scheduler's mean job completion: emulated median over its runs beside the simulated one."""
+    jct = entry["jct_mean_s"]
+    if not jct["n"]:
+        return [scheduler, "(mean JCT)", runs_label(entry), "-", "", "", "-", "-", *[""] * blanks]
+    sim_s = None if sim is None else sim.jct_mean_s
+    gap = None if sim_s is None else relative_gap(jct["median"], sim_s)
+    return [scheduler, "(mean JCT)", runs_label(entry), f"{jct['median']:.3f}", _range(jct),
+            f"{jct['stdev']:.3f}", "-" if sim_s is None else f"{sim_s:.3f}",
+            "-" if gap is None else f"{gap:+.1%}", *[""] * blanks]
 
 
 def _range(stats: dict[str, Any]) -> str:

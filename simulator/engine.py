@@ -77,7 +77,8 @@ from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.results import RunResult, build_run_in_order, completion_after_arrival_s
 from echelonflow.schedulers.base import ActiveFlow, FlowEvent, Scheduler, Snapshot
 from echelonflow.schedulers.columns import FlowTable, numbering
-from echelonflow.schedulers.view import FlowView, GroupView, check_decision
+from echelonflow.schedulers.crux import job_compute_s, job_profile
+from echelonflow.schedulers.view import FlowView, GroupView, JobProfile, check_decision
 from echelonflow.topology import Topology
 from simulator import fluid
 
@@ -412,6 +413,7 @@ class _Run:
         self.wire = memoryview(self.wire_array)
         self.flow_slot = memoryview(self.table.ref_slot)
         self.path_min_capacity: np.ndarray | None = None  # per flow: slowest link on its path (Aalo)
+        self.slot_profiles: list[JobProfile] | None = None  # per EchelonFlow slot: its job's (crux)
         # each group's reference time as Python floats (mirrored into ``table.reference``, which the
         # kernels read, on every change)
         self.reference = self.table.reference.tolist()
@@ -740,6 +742,29 @@ class _Run:
             slowest = self.path_min_capacity[self.active]
             out.slowest_bps = float(slowest.min()) if len(slowest) else math.inf
         return out
+
+    def job_profiles(self, view: FlowView, groups: GroupView) -> list[JobProfile] | None:
+        """Each group's job's :class:`JobProfile` (``echelonflow.schedulers.crux``), made once per run."""
+        if self.slot_profiles is None:
+            self.slot_profiles = self._slot_profiles()
+        return [self.slot_profiles[head] for head in groups.heads]
+
+    def _slot_profiles(self) -> list[JobProfile]:
+        """Per EchelonFlow slot, its job's profile: compute seconds over its wire bytes' time on its most
+        loaded link, and its links (pinned paths, the links' rates when the run starts).  A job without
+        compute has intensity 0 whatever its traffic, so its flows are not walked (FB2010's coflows)."""
+        table = self.table
+        flow_job = np.searchsorted(np.array(self.job_base), self.flow_task_array, side="right") - 1
+        path_ptr, path_links, wire = table.path_ptr.tolist(), table.path_links, self.wire_array
+        by_job: dict[str, JobProfile] = {}
+        for j, job in enumerate(self.jobs):
+            compute_s = job_compute_s(job)
+            flows = np.flatnonzero(flow_job == j).tolist() if compute_s > 0.0 else []
+            by_job[job.job_id] = job_profile(
+                job.job_id, compute_s,
+                ((path_links[path_ptr[f]:path_ptr[f + 1]].tolist(), float(wire[f])) for f in flows),
+                table.capacity)
+        return [by_job[state.job_id] for state in self.state_by_slot]
 
     def snapshot(self, view: FlowView) -> Snapshot:
         """The active flows as a :class:`Snapshot` (listed in start order), as the controller makes one."""

@@ -62,7 +62,8 @@ def run_cell(cell: Cell) -> dict[str, Any]:
         message = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
         record.update(status="failed", error=message)
     else:
-        record.update(status="ok", objective_s=float(run.objective_s), jobs={
+        record.update(status="ok", objective_s=float(run.objective_s), jct_mean_s=run.jct_mean_s,
+                      jct_p95_s=run.jct_p95_s, gpu_busy_fraction=run.gpu_busy_fraction, jobs={
             job_id: {"completion_s": float(result.completion_s), "slowdown": float(result.slowdown),
                      "lower_bound_s": result.lower_bound_s,
                      "tardiness_s": float(sum(run.job_tardiness_s(job_id)))}

@@ -40,8 +40,11 @@ def test_the_default_document_has_jobs_echelonflows_and_a_summary_but_no_flow(ca
     full = _cli_json(capsys, "--json", "--per-flow")
     text = json.dumps(compact)
     for run, whole in zip(compact["runs"], full["runs"]):
-        assert set(run) == {"scheduler", "jobs", "echelonflows", "summary", "objective_s"}
+        assert set(run) == {"scheduler", "jobs", "echelonflows", "summary", "objective_s", "jct_mean_s",
+                            "jct_p95_s", "gpu_busy_fraction"}
         assert run["jobs"] == whole["jobs"] and run["objective_s"] == whole["objective_s"]
+        for key in ("jct_mean_s", "jct_p95_s", "gpu_busy_fraction"):  # kept, though no task is
+            assert run[key] == whole[key]
         for eqid, echelon in run["echelonflows"].items():
             assert echelon == {"tardiness_s": whole["echelonflows"][eqid]["tardiness_s"],
                                "kind": whole["echelonflows"][eqid]["kind"],

@@ -171,9 +171,10 @@ class RegistryLink(RegistryPort):
     # ------------------------------------------------------------------ before t0 (synchronous)
     def declare_job(self, job: Job) -> None:
         from echelonflow.echelon import echelons_of
+        from echelonflow.schedulers.crux import job_compute_s
 
         job_id = self.prefix + job.job_id
-        self._call("register_job", job_id, weight=job.weight)
+        self._call("register_job", job_id, weight=job.weight, compute_s=job_compute_s(job))
         for ech_id, spec in echelons_of(job).items():
             head_start = spec.ideal_start_s[spec.head]
             flows = [{"flow_id": fid, "src": job.tasks[fid].src, "dst": job.tasks[fid].dst}

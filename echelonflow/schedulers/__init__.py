@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from echelonflow.errors import UserError
 from echelonflow.schedulers.aalo import AaloScheduler
 from echelonflow.schedulers.base import ActiveFlow, Decision, FlowEvent, Scheduler, Snapshot
+from echelonflow.schedulers.crux import CruxScheduler
 from echelonflow.schedulers.echelon import EchelonScheduler, EchelonVarysScheduler
 from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
 from echelonflow.schedulers.fair import FairScheduler
@@ -31,6 +32,7 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     "port-fair": PortFairScheduler,
     "coflow-static": CoflowStaticScheduler,
     "fifo-priority": FifoPriorityScheduler,
+    "crux": CruxScheduler,
 }
 
 __all__ = [

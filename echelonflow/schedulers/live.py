@@ -31,7 +31,7 @@ from typing import Any
 from echelonflow.schedulers import kernels
 from echelonflow.schedulers.base import Snapshot
 from echelonflow.schedulers.columns import FlowTable
-from echelonflow.schedulers.view import FlowView, GroupView
+from echelonflow.schedulers.view import FlowView, GroupView, JobProfile
 
 #: Compact when dead rows exceed live ones and this many.
 COMPACT_SLACK = 1024
@@ -360,6 +360,9 @@ class TableSource:
 
     def snapshot(self, view: FlowView) -> Snapshot:
         raise ValueError("a table alone makes no snapshot")
+
+    def job_profiles(self, view: FlowView, groups: GroupView) -> list[JobProfile] | None:
+        return None  # a table alone knows flows, not the jobs' compute
 
 
 def table_groups(view: FlowView, start_s: Sequence[float]) -> GroupView:

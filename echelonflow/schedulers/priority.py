@@ -27,11 +27,20 @@ def serve(view: FlowView, groups: GroupView, order: Sequence[int]) -> Allocation
     """Rates into ``view.rate`` for the groups served in ``order`` (indices into ``groups``, each once);
     a flow's rank is its position in the global order (group order, then flow id), so the controller
     compresses it into one priority class per group, most urgent first."""
+    return serve_classes(view, groups, [[g] for g in order])
+
+
+def serve_classes(view: FlowView, groups: GroupView, classes: Sequence[Sequence[int]]) -> Allocation:
+    """:func:`serve` with several groups to a class (``crux``: every job of one priority level): the
+    classes get strict priority in the order given, and every flow of one class shares max-min fairly
+    with the class's other flows, whichever group it belongs to.  Ranks follow the classes, then the
+    groups in the order listed inside a class, then flow id."""
     ptr = groups.group_ptr
     active = view.active
+    order = [g for members in classes for g in members]
     served_ptr = [0]
-    for g in order:
-        served_ptr.append(served_ptr[-1] + ptr[g + 1] - ptr[g])
+    for members in classes:
+        served_ptr.append(served_ptr[-1] + sum(ptr[g + 1] - ptr[g] for g in members))
     if kernels.HAVE_NUMBA:
         pieces = [active[ptr[g]:ptr[g + 1]] for g in order]
         served = kernels.np.concatenate(pieces) if pieces else kernels.int_array([])

@@ -35,6 +35,18 @@ ACTIVE_ORDERS = ("id", "group", "group-offset")
 CAPACITY_RTOL = 1e-6
 
 
+@dataclass(frozen=True)
+class JobProfile:
+    """A job as ``crux`` knows it (``echelonflow.schedulers.crux.job_profile``): its GPU intensity
+    I_j = W_j / t_j (declared compute seconds over the seconds its declared bytes take on its most
+    loaded link) and the links its declared flows cross (in the caller's numbering; they say which
+    jobs contend).  Fixed for the job: the caller makes it once."""
+
+    job_id: str
+    intensity: float
+    links: frozenset
+
+
 @dataclass
 class GroupView:
     """The active flows cut into groups (EchelonFlows), with what each group is known by.
@@ -63,6 +75,8 @@ class ViewSource(Protocol):
     def snapshot(self, view: FlowView) -> Snapshot: ...
 
     def groups(self, view: FlowView, seen: bool) -> GroupView: ...
+
+    def job_profiles(self, view: FlowView, groups: GroupView) -> list[JobProfile] | None: ...
 
 
 @dataclass
@@ -100,6 +114,11 @@ class FlowView:
 
     def flow_ids(self, numbers: Sequence[int]) -> list[str]:
         return self.source.flow_ids(numbers)
+
+    def job_profiles(self, groups: GroupView) -> list[JobProfile] | None:
+        """Per group of ``groups``, its job's :class:`JobProfile` (what ``crux`` reads).  None where the
+        caller does not know the jobs (a view of a bare snapshot)."""
+        return self.source.job_profiles(self, groups)
 
     def ranking(self, count: int) -> Any:
         """A buffer for up to ``count`` ranked flow numbers."""
@@ -168,6 +187,9 @@ class SnapshotSource:
 
     def snapshot(self, view: FlowView) -> Snapshot:
         return self.snap
+
+    def job_profiles(self, view: FlowView, groups: GroupView) -> list[JobProfile] | None:
+        return None  # a snapshot holds flows, not the jobs' compute
 
     def groups(self, view: FlowView, seen: bool) -> GroupView:
         active = kernels.to_list(view.active, len(view.active))
