@@ -8,7 +8,6 @@ each job also with its scheduler-independent lower bound (``echelonflow.bounds``
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from echelonflow.errors import UserError
@@ -44,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from echelonflow.bounds import attach_lower_bounds
+    from echelonflow.fileio import dumps_strict
     from echelonflow.results import Results, format_table
     from echelonflow.scenario import load_scenario
     from echelonflow.schedulers import check_names, get_scheduler
@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
             scenario.topology, scenario.jobs, [run.scheduler for run in results.runs],
             args.timing_noise_ms / 1e3, args.samples or DEFAULT_SAMPLES, scenario.events)
     if args.json:
-        json.dump(results.to_json_dict(), sys.stdout, indent=1, sort_keys=False)
-        sys.stdout.write("\n")
+        sys.stdout.write(dumps_strict(results.to_json_dict(), f"scenario {scenario.name}: result", indent=1)
+                         + "\n")
     else:
         print(format_table(results))
         if results.timing_noise is not None:

@@ -241,3 +241,19 @@ class _Lines:
 
     def flush(self) -> None:
         pass
+
+
+def test_a_record_with_a_number_json_cannot_hold_is_logged_as_failed_and_read_back(tmp_path: Path) -> None:
+    """A cell record holding Infinity was written as-is, the strict reader skipped its line, and every
+    resume ran the finished cell again and appended a duplicate (issue 35, defect 2)."""
+    from simulator.sweep import _loggable
+
+    record = {"key": "k", "scenario": "s", "scheduler": "fair", "status": "ok", "objective_s": float("inf"),
+              "jobs": {"j": {"completion_s": 1.0}}, "wall_s": 0.1}
+    logged = _loggable(record)
+    assert logged["status"] == "failed" and "objective_s is inf" in logged["error"]
+    assert "objective_s" not in logged and "jobs" not in logged
+    (tmp_path / CELLS_FILE).write_text(json.dumps(logged, allow_nan=False) + "\n")
+    assert read_records(str(tmp_path))["k"]["status"] == "failed"
+    fine = {**record, "objective_s": 2.0}
+    assert _loggable(fine) is fine
