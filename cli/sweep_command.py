@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from simulator.grid import load_grid
     from simulator.sweep import CSV_FILE, run_sweep
 
-    grid = load_grid(args.grid)
+    grid = load_grid(args.grid, progress=sys.stdout)  # stderr keeps a refusal to one line
     out_dir = args.out or f"sweep-{grid.name}"
     check_output_dir(out_dir, "sweep folder")
     backend = "ray" if args.ray else args.backend
