@@ -233,15 +233,18 @@ def write_text_atomic(path: str, text: str, mode: int = 0o600) -> None:
 def dumps_strict(data: Any, what: str = "output", **options: Any) -> str:
     """``json.dumps`` that never writes ``NaN`` or ``Infinity`` (which the strict reader refuses, so a
     sweep's log would lose the line and run the cell again): a :class:`UserError` naming ``what`` and
-    the field instead.  ``options`` go to ``json.dumps``."""
-    try:
-        return json.dumps(data, allow_nan=False, **options)
-    except ValueError:
-        bad = _first_non_finite(data)
-        if bad is None:
-            raise
+    the field instead (:func:`check_finite`).  ``options`` go to ``json.dumps``."""
+    check_finite(data, what)
+    return json.dumps(data, allow_nan=False, **options)
+
+
+def check_finite(data: Any, what: str = "output") -> None:
+    """A :class:`UserError` naming ``what`` and the field when ``data`` holds ``NaN`` or an infinity: what
+    a writer streaming JSON (``json.dump(..., allow_nan=False)``) checks before its first byte."""
+    bad = _first_non_finite(data)
+    if bad is not None:
         field, value = bad
-        raise UserError(f"{what}: {field or 'the document'} is {value!r}, not a number JSON allows") from None
+        raise UserError(f"{what}: {field or 'the document'} is {value!r}, not a number JSON allows")
 
 
 def _first_non_finite(value: Any) -> tuple[str, float] | None:

@@ -8,6 +8,7 @@ each job also with its scheduler-independent lower bound (``echelonflow.bounds``
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from echelonflow.errors import UserError
@@ -43,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from echelonflow.bounds import attach_lower_bounds
-    from echelonflow.fileio import dumps_strict
+    from echelonflow.fileio import check_finite
     from echelonflow.results import Results, format_table
     from echelonflow.scenario import load_scenario
     from echelonflow.schedulers import check_names, get_scheduler
@@ -68,8 +69,10 @@ def run(args: argparse.Namespace) -> int:
             scenario.topology, scenario.jobs, [run.scheduler for run in results.runs],
             args.timing_noise_ms / 1e3, args.samples or DEFAULT_SAMPLES, scenario.events)
     if args.json:
-        sys.stdout.write(dumps_strict(results.to_json_dict(), f"scenario {scenario.name}: result", indent=1)
-                         + "\n")
+        document = results.to_json_dict()
+        check_finite(document, f"scenario {scenario.name}: result")  # before the first byte goes out
+        json.dump(document, sys.stdout, indent=1, allow_nan=False)
+        sys.stdout.write("\n")
     else:
         print(format_table(results))
         if results.timing_noise is not None:
