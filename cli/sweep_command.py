@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from simulator.grid import load_grid
     from simulator.sweep import CSV_FILE, run_sweep
 
-    grid = load_grid(args.grid)
+    grid = load_grid(args.grid, progress=sys.stdout)  # stderr keeps a refusal to one line
     warning = coflow_rule_warning(c.scheduler for c in grid.cells if c.rescheduling == "coflow")
     if warning:
         print(f"echelon sweep: grid {grid.name}: {warning}", file=sys.stderr)

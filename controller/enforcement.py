@@ -38,14 +38,16 @@ from typing import Callable
 from controller import flowmods as fm
 from controller.routing import Hop, path_hops
 from echelonflow.fields import Check, FieldError, integer, number, one_of, show
+from echelonflow.limits import RATE_BPS
 from echelonflow.queues import check_queues, dscp_for_queue
 from echelonflow.topology import Topology
 
 SendFn = Callable[[int, list[fm.Op]], None]
 IP_PROTO_TCP = 6
 IP_PROTO_UDP = 17
-#: Highest meter rate accepted (1 Tbit/s; OpenFlow meters count kbit/s in 32 bits, ~4.3 Tbit/s).
-MAX_RATE_BPS = 1e12
+#: Highest meter rate accepted (the one table of ranges: 1 Tbit/s; OpenFlow meters count kbit/s in 32
+#: bits, ~4.3 Tbit/s).
+MAX_RATE_BPS = RATE_BPS.high
 
 
 class EnforcementError(FieldError):
@@ -507,7 +509,7 @@ class Enforcer:
 #: Value checks of a flow's enforcement (the project's one field checker, echelonflow.fields).
 PORT = integer(1, 65535)
 IP_PROTO = one_of(IP_PROTO_TCP, IP_PROTO_UDP)
-RATE = number(1000.0, MAX_RATE_BPS, what="a rate in bit/s")
+RATE = number(RATE_BPS.low, MAX_RATE_BPS, what="a rate in bit/s")
 
 
 def _check(field: str, value: object, check: Check) -> None:

@@ -44,6 +44,7 @@ from controller.channels import ChannelRecord, Channels, TupleOwners
 from controller.registry_errors import ConflictError, RegistryError, check_id, check_port, found
 from echelonflow.echelon import KINDS, FlowStart, infer_kind, reference_time_from_starts
 from echelonflow.fields import Field, array, integer, nullable, number, one_of, read, show
+from echelonflow.limits import SECONDS, SIZE_BYTES, WEIGHT
 from echelonflow.linkstate import LinkState
 from echelonflow.model import qualified
 from echelonflow.schedulers import kernels
@@ -56,10 +57,9 @@ from echelonflow.topology import Topology
 STATES = ("declared", "active", "finished", "aborted")
 #: States a flow never leaves: it delivered every byte, or its job was aborted (an agent of it died).
 DONE_STATES = ("finished", "aborted")
-#: Largest flow size accepted (1 PB): anything bigger is a unit mistake, not a training flow.
-MAX_SIZE_BYTES = 10**15
-#: Largest ideal-finish offset accepted (one week).
-MAX_OFFSET_S = 7 * 24 * 3600.0
+#: Largest flow size and ideal-finish offset accepted: the project's one table of ranges.
+MAX_SIZE_BYTES = int(SIZE_BYTES.high)
+MAX_OFFSET_S = SECONDS.high
 #: Latest time accepted for a start or finish (seconds on the controller's clock, about year 33658).
 MAX_TIME_S = 1e12
 #: How far a reported time may lie ahead of the controller's clock, or before its job's registration:
@@ -71,7 +71,7 @@ CLOCK_SKEW_S = 5.0
 UNDECLARED_LEFT_BYTES = 1 << 20
 
 check_time = number(0.0, MAX_TIME_S)
-check_weight = number(0.0, 1e6, above=True)
+check_weight = number(WEIGHT.low, WEIGHT.high, above=WEIGHT.above)
 #: A job's declared compute (seconds of GPU time over all its hosts; ``crux`` reads it): up to a year.
 check_compute = nullable(number(0.0, 365 * 24 * 3600.0))
 #: A flow as declared (``src``/``dst`` are then checked against the topology's hosts).

@@ -24,6 +24,7 @@ import math
 from collections.abc import Sequence
 
 from echelonflow.errors import UserError
+from echelonflow.limits import DILATION, RATE_BPS, SECONDS
 from echelonflow.model import ComputeTask, Job
 from echelonflow.results import RunResult
 from echelonflow.topology import Topology
@@ -34,16 +35,45 @@ CALIBRATION_FACTORS = (1.0, 2.0, 4.0, 8.0, 16.0)
 
 
 class DilationError(UserError):
-    """A dilation factor that is not a finite number >= 1."""
+    """A dilation factor outside ``limits.DILATION``, or one that takes a scenario out of the ranges."""
 
 
 def check_factor(factor: object) -> float:
-    """``factor`` as a float, or :class:`DilationError` (dilating by less than 1 would speed a scenario up,
-    which is never what a machine that cannot keep up needs)."""
+    """``factor`` as a float, or :class:`DilationError`: within ``limits.DILATION`` (dilating by less
+    than 1 would speed a scenario up, which is never what a machine that cannot keep up needs; 1e6 would
+    build 10 bit/s links and 3e7 s timeouts, in effect a hang)."""
     ok = isinstance(factor, (int, float)) and not isinstance(factor, bool) and math.isfinite(factor)
-    if not ok or factor < 1:
-        raise DilationError(f"dilation factor must be a finite number >= 1, got {factor!r}")
+    if not ok or not DILATION.low <= factor <= DILATION.high:
+        raise DilationError(f"dilation factor must be a number from {DILATION.low:g} to {DILATION.high:g}, "
+                            f"got {factor!r}")
     return float(factor)
+
+
+def check_dilation(topology: Topology, jobs: Sequence[Job], fault_times_s: Sequence[float],
+                   factor: float) -> None:
+    """:class:`DilationError` unless the scenario dilated by ``factor`` stays within the table of ranges
+    (``echelonflow.limits``): its slowest link at least ``RATE_BPS.low``, every compute, arrival,
+    offset and fault time at most ``SECONDS.high`` (the agents read the dilated jobs back as a trace).
+    Checked before anything runs, the simulation included."""
+    factor = check_factor(factor)
+    slowest_bps = min(topology.capacity_bps().values(), default=topology.rate_bps)
+    if slowest_bps / factor < RATE_BPS.low:
+        raise DilationError(f"dilation x{factor:g} would run the slowest links at {slowest_bps / factor:g} "
+                            f"bit/s, below the {RATE_BPS.low:g} allowed (echelonflow/limits.py)")
+    for job in jobs:
+        times = [("arrival_s", job.arrival_s), *((f"offsets_s[{k!r}]", v) for k, v in
+                                                 job.explicit_offsets_s.items()),
+                 *((f"task {t.task_id!r} duration_s", t.duration_s) for t in job.tasks.values()
+                   if isinstance(t, ComputeTask))]
+        for name, seconds in times:
+            if seconds * factor > SECONDS.high:
+                raise DilationError(f"dilation x{factor:g}: job {job.job_id!r} {name} {seconds:g} s would "
+                                    f"become {seconds * factor:g} s, beyond the {SECONDS.high:g} s allowed "
+                                    "(echelonflow/limits.py)")
+    late = [t for t in fault_times_s if t * factor > SECONDS.high]
+    if late:
+        raise DilationError(f"dilation x{factor:g}: a fault at {late[0]:g} s would come at "
+                            f"{late[0] * factor:g} s, beyond the {SECONDS.high:g} s allowed")
 
 
 def dilate_topology(topology: Topology, factor: float) -> Topology:

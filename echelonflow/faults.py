@@ -14,14 +14,14 @@ Pure and Python 3.9 compatible.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from echelonflow.errors import UserError
-from echelonflow.fields import Field, FieldError, array, number, read, show, text
+from echelonflow.fields import Field, FieldError, array, ranged, read, show, text
+from echelonflow.limits import SECONDS
 from echelonflow.linkstate import LinkState
 from echelonflow.topology import Topology
 
@@ -172,8 +172,8 @@ def _seconds(value: str) -> float:
     if match is None:
         raise ValueError(f"a time is seconds like 3s, 2.5s or 500ms, got {value!r}")
     seconds = float(match.group(1)) / (1000.0 if match.group(2) == "ms" else 1.0)
-    if not math.isfinite(seconds):
-        raise ValueError(f"a time must be finite, got {value!r}")
+    if not SECONDS.low <= seconds <= SECONDS.high:  # also refuses an infinite one
+        raise ValueError(f"a time must be from {SECONDS.low:g} to {SECONDS.high:g} s, got {value!r}")
     return seconds
 
 
@@ -226,7 +226,8 @@ def read_events(value: Any, topology: Topology, field: str = "events") -> list[F
     """
     actions = {f"{name}_{way}": (kind, way == "up") for name, kind in FAULT_KINDS.items()
                for way in ("down", "up")}
-    declared = (Field("at_s", number(0.0), required=True), *(Field(name) for name in actions))
+    declared = (Field("at_s", ranged(SECONDS, "a number of seconds"), required=True),
+                *(Field(name) for name in actions))
     events = []
     for index, entry in enumerate(array(of="of event objects")(field, value)):
         where = f"{field}[{index}]"

@@ -5,7 +5,9 @@ bodies (the registry, the enforcement primitives), trace, scenario and topology-
 the controller's configuration.  Each declares its fields once (:class:`Field`: name, check, required or
 default) and reads them with :func:`read`, which refuses anything but an object with exactly the
 declared fields; values go through the same few checks (:func:`integer`, :func:`number`, :func:`text`,
-:func:`identifier`, :func:`boolean`, :func:`one_of`, ...).  So every refusal is a :class:`FieldError`
+:func:`identifier`, :func:`boolean`, :func:`one_of`, ...), and numbers of a kind the project knows
+(seconds, bytes, rates, weights) through :func:`ranged` and the one table of ranges in
+``echelonflow.limits``.  So every refusal is a :class:`FieldError`
 with one shape: the dotted path of the field (``flows[3].size_bytes``, ``registry.poll_interval_s``)
 and a problem worded the same way everywhere ("must be an integer between 1 and 65535, got 70000"),
 printed as one line ``<field>: <problem>`` after whatever names the document (a file, a job, a task).
@@ -25,9 +27,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from echelonflow.errors import UserError
+from echelonflow.limits import Range
 
-#: Ids of jobs, EchelonFlows and flows in the controller's registry (used with ``fullmatch``: a
-#: pattern ending in "$" would also accept the id followed by a newline).
+#: Ids of jobs, EchelonFlows and flows in the controller's registry, and of jobs, tasks and EchelonFlows
+#: in traces and scenarios, which become the registry's (used with ``fullmatch``: a pattern ending in "$"
+#: would also accept the id followed by a newline).
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 #: How much of a refused value a problem quotes (a refused value must not flood a one-line error).
 SHOW_CHARS = 40
@@ -124,6 +128,14 @@ def number(low: float | None = None, high: float | None = None, above: bool = Fa
         return result
 
     return check
+
+
+def ranged(kind: Range, what: str = "") -> Check:
+    """A number of one kind of the project's table of ranges (``echelonflow.limits``: ``SECONDS``,
+    ``SIZE_BYTES``, ``RATE_BPS``, ...), worded as ``what`` ("a number of seconds")."""
+    if kind.whole:
+        return integer(int(kind.low), int(kind.high), what or "an integer")
+    return number(kind.low, kind.high, kind.above, what or "a number")
 
 
 def text(nonempty: bool = True, without: str = "") -> Check:

@@ -22,7 +22,9 @@ far below: the FB2010 trace is 0.14 MB, the k=16 multi-tenant results 1.6 MB.
 
 Writing: results, run-specs and fabric state files are read by other processes while runs go on (another
 agent, the runner, a later ``echelon report``), so every one is written to a temporary file in the same
-directory and renamed over the target (rename is atomic there): a reader never sees half a file.
+directory and renamed over the target (rename is atomic there): a reader never sees half a file.  What
+the project writes as JSON goes through :func:`dumps_strict`, which refuses ``NaN`` and ``Infinity``
+as the reader does.
 """
 
 from __future__ import annotations
@@ -228,5 +230,36 @@ def write_text_atomic(path: str, text: str, mode: int = 0o600) -> None:
         raise
 
 
+def dumps_strict(data: Any, what: str = "output", **options: Any) -> str:
+    """``json.dumps`` that never writes ``NaN`` or ``Infinity`` (which the strict reader refuses, so a
+    sweep's log would lose the line and run the cell again): a :class:`UserError` naming ``what`` and
+    the field instead (:func:`check_finite`).  ``options`` go to ``json.dumps``."""
+    check_finite(data, what)
+    return json.dumps(data, allow_nan=False, **options)
+
+
+def check_finite(data: Any, what: str = "output") -> None:
+    """A :class:`UserError` naming ``what`` and the field when ``data`` holds ``NaN`` or an infinity: what
+    a writer streaming JSON (``json.dump(..., allow_nan=False)``) checks before its first byte."""
+    bad = _first_non_finite(data)
+    if bad is not None:
+        field, value = bad
+        raise UserError(f"{what}: {field or 'the document'} is {value!r}, not a number JSON allows")
+
+
+def _first_non_finite(value: Any) -> tuple[str, float] | None:
+    """(dotted path, value) of the first NaN or infinity in ``value``; only for error messages."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return where, node
+        if isinstance(node, dict):
+            stack.extend((item, f"{where}.{key}" if where else str(key)) for key, item in node.items())
+        elif isinstance(node, (list, tuple)):
+            stack.extend((item, f"{where}[{index}]") for index, item in enumerate(node))
+    return None
+
+
 def write_json_atomic(path: str, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+    write_text_atomic(path, dumps_strict(data, path, indent=1) + "\n")

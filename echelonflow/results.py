@@ -33,11 +33,27 @@ import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import IO, Any
 
 from echelonflow import echelon as echelon_mod
 from echelonflow.echelon import EchelonSpec
 from echelonflow.errors import UserError
+from echelonflow.fields import (
+    Field,
+    array,
+    boolean,
+    integer,
+    mapping,
+    nullable,
+    number,
+    one_of,
+    ranged,
+    read,
+    record,
+    text,
+)
+from echelonflow.limits import SIZE_BYTES
 from echelonflow.model import ComputeTask, Job, qualified
 
 #: ``__slots__`` on the per-task and per-flow records where dataclasses can add them (Python 3.10+): 48
@@ -46,6 +62,8 @@ _SLOTS = {"slots": True} if sys.version_info >= (3, 10) else {}
 
 #: Keys of the format before units were in the names (a run folder written then cannot be read).
 _OLD_RUN_KEYS = {"objective"}
+#: The rescheduling rules a document may name (absent: every flow start and finish was a decision).
+_RESCHEDULING = ("every-flow", "coflow")
 
 
 class OldFormatError(UserError):
@@ -192,12 +210,15 @@ class RunResult:
         return [e.tardiness_s for key, e in self.echelonflows.items() if key.split("/", 1)[0] == job_id]
 
     @classmethod
-    def from_json_dict(cls, data: dict[str, Any]) -> RunResult:
+    def from_json_dict(cls, data: dict[str, Any], where: str = "") -> RunResult:
+        """The run ``data`` holds, checked against the documented schema (``where``: its path in the
+        document, for the one-line error)."""
         if isinstance(data, dict) and _OLD_RUN_KEYS & set(data):
             raise OldFormatError(
                 "written in the older format without units in its keys ('objective', 'completion_time', "
                 "...); re-run the simulation or emulation to write the current format"
             )
+        read(data, RUN_FIELDS, where, "a run object")
         try:
             run = cls(
                 scheduler=data["scheduler"],
@@ -429,10 +450,10 @@ class Results:
         writing 700,000 flows (FB2010) never holds their records as one more dictionary beside the run's
         (the run's own objects are the only per-flow memory).  Same JSON as :meth:`to_json_dict`."""
         if not per_flow:
-            json.dump(self.to_json_dict(per_flow=False), stream, indent=1)
+            json.dump(self.to_json_dict(per_flow=False), stream, indent=1, allow_nan=False)
             stream.write("\n")
             return
-        dumps = json.dumps
+        dumps = partial(json.dumps, allow_nan=False)
         stream.write(f'{{\n "scenario": {dumps(self.scenario)},\n "mode": {dumps(self.mode)},\n "runs": [')
         for n, run in enumerate(self.runs):
             stream.write(",\n  {" if n else "\n  {")
@@ -440,8 +461,8 @@ class Results:
                 stream.write(f"\n   {dumps(key)}: {dumps(value)},")
             for key, records in (("flows", run.flows), ("tasks", run.tasks)):
                 stream.write(f"\n   {dumps(key)}: {{")
-                for k, (qid, record) in enumerate(records.items()):
-                    stream.write(f"{',' if k else ''}\n    {dumps(qid)}: {dumps(record.to_json_dict())}")
+                for k, (qid, entry) in enumerate(records.items()):
+                    stream.write(f"{',' if k else ''}\n    {dumps(qid)}: {dumps(entry.to_json_dict())}")
                 stream.write("\n   },")
             tail = run._tail(True)
             stream.write(",".join(f"\n   {dumps(key)}: {dumps(value)}" for key, value in tail.items()))
@@ -455,32 +476,85 @@ class Results:
         """Every run's task records (:meth:`RunResult.task_records`) as JSON lines; returns how many."""
         count = 0
         for run in self.runs:
-            for record in run.task_records():
-                stream.write(json.dumps(record))
+            for line in run.task_records():
+                stream.write(json.dumps(line, allow_nan=False))
                 stream.write("\n")
                 count += 1
         return count
 
     @classmethod
     def from_json_dict(cls, data: dict[str, Any]) -> Results:
-        if not isinstance(data, dict):
-            raise UserError("result document must be a JSON object")
-        for key in ("scenario", "mode", "runs"):
-            if key not in data:
-                raise UserError(f"result document has no {key!r} field")
-        if not isinstance(data["runs"], list):
-            raise UserError("result field 'runs' must be a list")
-        dilation = data.get("dilation")
-        if dilation is not None and not isinstance(dilation, dict):
-            raise UserError("result field 'dilation' must be an object")
-        noise = data.get("timing_noise")
-        if noise is not None and not isinstance(noise, dict):
-            raise UserError("result field 'timing_noise' must be an object")
-        rescheduling = data.get("rescheduling")
-        if rescheduling is not None and not isinstance(rescheduling, str):
-            raise UserError("result field 'rescheduling' must be a string")
-        runs = [RunResult.from_json_dict(r) for r in data["runs"]]
-        return cls(data["scenario"], data["mode"], runs, dilation, noise, rescheduling)
+        """The document ``data``, checked against docs/results-format.md: a
+        :class:`~echelonflow.fields.FieldError` names the first field that does not fit (``runs[0].jobs
+        ['fig2'].completion_s: must be a number, got 'soon'``)."""
+        top = read(data, DOCUMENT_FIELDS, what="a JSON object")
+        runs = [RunResult.from_json_dict(r, f"runs[{i}]") for i, r in enumerate(top["runs"])]
+        return cls(top["scenario"], top["mode"], runs, top["dilation"], top["timing_noise"],
+                   top["rescheduling"])
+
+
+# ------------------------------------------------------------------ the documented schema
+def _task(field: str, value: Any) -> dict[str, Any]:
+    """A ``tasks`` entry: a compute task's fields or a flow task's, by its ``type``."""
+    if isinstance(value, Mapping) and "type" in value:
+        one_of("compute", "flow")(f"{field}.type", value["type"])
+        return read(value, COMPUTE_TASK_FIELDS if value["type"] == "compute" else FLOW_TASK_FIELDS, field)
+    return read(value, (Field("type", required=True),), field, "a task object")
+
+
+_TIME = number(what="a number of seconds")  # finite; a tardiness may be negative
+_OBJECT = mapping()
+JOB_FIELDS = (Field("completion_s", _TIME, required=True), Field("slowdown", number(0.0), required=True),
+              Field("lower_bound_s", nullable(number(0.0, what="a number of seconds"))))
+ECHELON_FIELDS = (Field("tardiness_s", _TIME, required=True),
+                  Field("kind", one_of(*echelon_mod.KINDS), required=True),
+                  Field("flows", array(text(), of="of flow ids"), default=[]),
+                  Field("flow_count", nullable(integer(0))))
+FLOW_FIELDS = (Field("start_s", _TIME, required=True), Field("finish_s", _TIME, required=True),
+               Field("ideal_finish_s", _TIME, required=True), Field("src", text(), required=True),
+               Field("dst", text(), required=True),
+               Field("size_bytes", ranged(SIZE_BYTES, "a whole number of bytes"), required=True),
+               Field("echelon", text(), required=True))
+COMPUTE_TASK_FIELDS = (Field("type", required=True), Field("host", text(), required=True),
+                       Field("start_s", _TIME, required=True), Field("finish_s", _TIME, required=True))
+FLOW_TASK_FIELDS = (Field("type", required=True), Field("src", text(), required=True),
+                    Field("dst", text(), required=True), Field("start_s", _TIME, required=True),
+                    Field("finish_s", _TIME, required=True))
+#: One run (docs/results-format.md); the emulation's own keys hold the machine's measurements, whose
+#: inner shape is the emulation's (objects, checked as objects).
+RUN_FIELDS = (
+    Field("scheduler", text(), required=True),
+    Field("jobs", mapping(item=record(JOB_FIELDS, "a job result object")), required=True),
+    Field("echelonflows", mapping(item=record(ECHELON_FIELDS, "an EchelonFlow result object")),
+          required=True),
+    # a compact document (``echelon simulate --json``'s default) has no per-flow records, a summary instead
+    Field("flows", mapping(item=record(FLOW_FIELDS, "a flow result object")), default={}),
+    Field("tasks", mapping(item=_task), default={}),
+    Field("summary", nullable(_OBJECT)),
+    Field("objective_s", _TIME, required=True),
+    Field("jct_mean_s", nullable(number(0.0, what="a number of seconds"))),
+    Field("jct_p95_s", nullable(number(0.0, what="a number of seconds"))),
+    Field("gpu_busy_fraction", nullable(number(0.0, 1.0))),
+    Field("repeat", nullable(integer(0))),
+    Field("trusted", nullable(boolean())),
+    Field("fidelity_monitor", nullable(_OBJECT)),
+    Field("wire_check", nullable(_OBJECT)),
+    Field("faults", nullable(array(_OBJECT, of="of fault objects"))),
+    Field("failed_jobs", nullable(mapping(item=text()))),
+)
+#: The whole document: the runs, and what a run folder adds (status, summary, fidelity: bookkeeping and
+#: numbers ``echelon report`` recomputes).
+DOCUMENT_FIELDS = (
+    Field("scenario", text(), required=True),
+    Field("mode", one_of("simulate", "emulate"), required=True),
+    Field("runs", array(of="of run objects"), required=True),
+    Field("dilation", nullable(_OBJECT)),
+    Field("timing_noise", nullable(_OBJECT)),
+    Field("rescheduling", nullable(one_of(*_RESCHEDULING))),
+    Field("status", nullable(_OBJECT)),
+    Field("summary", nullable(_OBJECT)),
+    Field("fidelity", nullable(_OBJECT)),
+)
 
 
 def format_table(results: Results) -> str:

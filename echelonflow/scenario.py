@@ -20,17 +20,19 @@ from echelonflow.fields import (
     Field,
     FieldError,
     array,
+    identifier,
     integer,
     mapping,
     nullable,
     number,
     one_of,
+    ranged,
     read,
     show,
     text,
 )
 from echelonflow.fileio import read_json
-from echelonflow.limits import MAX_TASKS_PER_SCENARIO
+from echelonflow.limits import MAX_TASKS_PER_SCENARIO, RATE_BPS, SECONDS, SIZE_BYTES, WEIGHT
 from echelonflow.model import ComputeTask, Job
 from echelonflow.topology import Topology, TopologyError
 from echelonflow.topology_spec import TopologySpec
@@ -47,9 +49,9 @@ _TOP_FIELDS = (
           default=list(DEFAULT_SCHEDULERS)),
     Field("events", default=[]),
 )
-_JOB_ID = text(without="/")
-_WEIGHT = Field("weight", number(0.0, above=True))
-_TIMING = (Field("arrival_s", number(0.0)), _WEIGHT)
+_JOB_ID = identifier()
+_WEIGHT = Field("weight", ranged(WEIGHT))
+_TIMING = (Field("arrival_s", ranged(SECONDS, "a number of seconds")), _WEIGHT)
 _GENERATOR_JOB_FIELDS = (Field("id", _JOB_ID, required=True), Field("generator", text(), required=True),
                          Field("hosts", required=True), Field("params", mapping(), default={})) + _TIMING
 _TRACE_JOB_FIELDS = (Field("trace", required=True),)
@@ -129,8 +131,9 @@ def _topology(spec: Any) -> Topology:
     rates = [key for key in ("rate_mbps", "rate_bps") if key in spec]
     if len(rates) != 1:
         raise FieldError("topology.rate_mbps", "give exactly one of rate_mbps or rate_bps")
-    rate = number(0.0, above=True)(f"topology.{rates[0]}", spec[rates[0]])
-    rate_bps = rate * (1e6 if rates[0] == "rate_mbps" else 1.0)
+    scale = 1e6 if rates[0] == "rate_mbps" else 1.0
+    rate = number(RATE_BPS.low / scale, RATE_BPS.high / scale)(f"topology.{rates[0]}", spec[rates[0]])
+    rate_bps = rate * scale
     params = {k: v for k, v in spec.items() if k not in ("kind", "rate_mbps", "rate_bps")}
     try:
         return TopologySpec(kind, rate_bps, params).build()
@@ -160,6 +163,8 @@ def _jobs(entries: list[Any], topology: Topology, path: Path) -> list[Job]:
         else:
             fields = read(entry, _GENERATOR_JOB_FIELDS, label)
             jobs.append(_timed(_generated_job(fields, known_hosts, label), fields))
+        for job in jobs[before:]:
+            _check_values(job, label)
         tasks += sum(len(job.tasks) for job in jobs[before:])
         if tasks > MAX_TASKS_PER_SCENARIO:  # each entry is bounded on its own (per job, per file size)
             raise FieldError(label, f"the jobs up to here have {tasks:,} tasks, more than the "
@@ -173,6 +178,29 @@ def _jobs(entries: list[Any], topology: Topology, path: Path) -> list[Job]:
         seen.add(job.job_id)
         _check_hosts(job, host_set, topology)
     return jobs
+
+
+def _check_values(job: Job, label: str) -> None:
+    """Every number of ``job`` within the table of ranges (``echelonflow.limits``), whatever made it: a
+    generator's parameters, a Chakra or Coflow-Benchmark file and its time scale (``ms_per_second``),
+    a multi-tenant draw.  A trace's fields were checked as they were read; this catches what such
+    sources compute (``1e300`` MB in a Coflow-Benchmark line, ``compute_s: 1e308``)."""
+    where = f"{label}: job {job.job_id!r}"
+    seconds, size = ranged(SECONDS, "a number of seconds"), ranged(SIZE_BYTES, "a whole number of bytes")
+    _JOB_ID(f"{where}: id", job.job_id)
+    seconds(f"{where}: arrival_s", job.arrival_s)
+    ranged(WEIGHT)(f"{where}: weight", job.weight)
+    for task in job.tasks.values():
+        at = f"{where}: task {task.task_id!r}"
+        _JOB_ID(f"{at}: id", task.task_id)
+        if isinstance(task, ComputeTask):
+            seconds(f"{at}: duration_s", task.duration_s)
+        else:
+            size(f"{at}: size_bytes", task.size_bytes)
+            if task.echelon_id:
+                _JOB_ID(f"{at}: echelon", task.echelon_id)
+    for flow_id, offset_s in job.explicit_offsets_s.items():
+        seconds(f"{where}: offsets_s[{flow_id!r}]", offset_s)
 
 
 def _generated_job(fields: dict[str, Any], known_hosts: list[str], label: str) -> Job:

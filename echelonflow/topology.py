@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import networkx as nx
 
 from echelonflow.errors import UserError
-from echelonflow.limits import MAX_HOSTS, MAX_LINKS, MAX_SWITCHES
+from echelonflow.limits import MAX_HOSTS, MAX_LINKS, MAX_SWITCHES, OVERSUBSCRIPTION, RATE_BPS
 
 if TYPE_CHECKING:
     from echelonflow.linkstate import LinkState
@@ -376,8 +376,10 @@ def build(kind: str, rate_bps: float, mtu_bytes: int | None = DEFAULT_MTU_BYTES,
     ``mtu_bytes=None`` gives idealised links that move payload only (the paper's fluid model)."""
     if kind not in BUILDERS:
         raise TopologyError(f"unknown topology {kind!r}; choose one of {', '.join(sorted(BUILDERS))}")
-    if not isinstance(rate_bps, (int, float)) or isinstance(rate_bps, bool) or rate_bps <= 0:
-        raise TopologyError(f"link rate must be a positive number of bits/s, got {rate_bps!r}")
+    if (not isinstance(rate_bps, (int, float)) or isinstance(rate_bps, bool)
+            or not RATE_BPS.low <= rate_bps <= RATE_BPS.high):
+        raise TopologyError(f"link rate must be a number of bits/s from {RATE_BPS.low:g} to "
+                            f"{RATE_BPS.high:g} (echelonflow/limits.py), got {rate_bps!r}")
     if mtu_bytes is not None and (not isinstance(mtu_bytes, int) or isinstance(mtu_bytes, bool)
                                   or not MIN_MTU_BYTES <= mtu_bytes <= MAX_MTU_BYTES):
         raise TopologyError(f"mtu_bytes must be an integer from {MIN_MTU_BYTES} to {MAX_MTU_BYTES} "
@@ -387,6 +389,11 @@ def build(kind: str, rate_bps: float, mtu_bytes: int | None = DEFAULT_MTU_BYTES,
     except TypeError as exc:
         raise TopologyError(f"topology {kind!r}: bad parameters {params!r} ({exc})") from None
     topo.mtu_bytes = mtu_bytes
+    slowest_bps = min((data["rate_bps"] for _a, _b, data in topo.graph.edges(data=True)), default=rate_bps)
+    if slowest_bps < RATE_BPS.low:
+        raise TopologyError(f"topology {kind!r}: its slowest links would run at {slowest_bps:g} bit/s "
+                            f"(rate / oversubscription), below the {RATE_BPS.low:g} allowed "
+                            "(echelonflow/limits.py)")
     return topo
 
 
@@ -405,9 +412,10 @@ def _check_size(what: str, hosts: int, switches: int, links: int) -> None:
 
 
 def _check_ratio(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value < float("inf"):
-        raise TopologyError(f"oversubscription must be a finite number >= 1 (upper links run at rate / it), "
-                            f"got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not OVERSUBSCRIPTION.low <= value <= OVERSUBSCRIPTION.high):
+        raise TopologyError(f"oversubscription must be a number from {OVERSUBSCRIPTION.low:g} to "
+                            f"{OVERSUBSCRIPTION.high:g} (upper links run at rate / it), got {value!r}")
     return float(value)
 
 

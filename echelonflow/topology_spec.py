@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from echelonflow.errors import UserError
-from echelonflow.fields import Field, FieldError, mapping, number, read, text
+from echelonflow.fields import Field, FieldError, mapping, ranged, read, text
 from echelonflow.fileio import read_json
+from echelonflow.limits import RATE_BPS
 from echelonflow.topology import BUILDERS, DEFAULT_MTU_BYTES, Topology, TopologyError, build
 
 
@@ -30,7 +31,7 @@ class SpecError(UserError):
 
 #: The JSON form's fields (``mtu_bytes``: absent, the default MTU; null, idealised links; build() checks it).
 SPEC_FIELDS = (Field("kind", text(), required=True), Field("params", mapping(), default={}),
-               Field("rate_bps", number(0.0, above=True, what="a rate in bit/s"), required=True),
+               Field("rate_bps", ranged(RATE_BPS, "a rate in bit/s"), required=True),
                Field("mtu_bytes", default=DEFAULT_MTU_BYTES))
 
 #: The builders' parameters as command-line options: (option, parameter, type, default, kinds, help).

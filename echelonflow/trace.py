@@ -22,16 +22,17 @@ from echelonflow.fields import (
     Field,
     FieldError,
     array,
-    integer,
+    identifier,
     mapping,
     nullable,
-    number,
     one_of,
+    ranged,
     read,
     show,
     text,
 )
 from echelonflow.fileio import read_json
+from echelonflow.limits import SECONDS, SIZE_BYTES, WEIGHT
 from echelonflow.model import (
     ComputeTask,
     FlowTask,
@@ -40,24 +41,26 @@ from echelonflow.model import (
     echelon_members,
 )
 
-_ID = text()
-_SECONDS = number(0.0, what="a number of seconds")
+#: Job, task and EchelonFlow ids (and host names) follow the controller's id rule: an emulated trace
+#: becomes registry records with these ids, so a trace the API would refuse is refused here.
+_ID = identifier()
+_SECONDS = ranged(SECONDS, "a number of seconds")
 _DEPS = Field("deps", array(_ID, of="of task ids"), default=[])
 _LABEL = Field("label", text(nonempty=False), default="")
 TOP_FIELDS = (Field("jobs", array(nonempty=True, of="of jobs"), required=True),
               Field("description", text(nonempty=False)))
-JOB_FIELDS = (Field("id", text(without="/"), required=True),
+JOB_FIELDS = (Field("id", _ID, required=True),
               Field("tasks", array(nonempty=True, of="of tasks"), required=True),
               Field("echelons", mapping(what="an object (echelon id -> settings)"), default={}),
               Field("description", text(nonempty=False)),
               Field("arrival_s", _SECONDS, default=0.0),
-              Field("weight", number(0.0, above=True), default=1.0))
+              Field("weight", ranged(WEIGHT), default=1.0))
 COMPUTE_FIELDS = (Field("id", _ID, required=True), Field("type", required=True),
                   Field("host", _ID, required=True), Field("duration_s", _SECONDS, required=True),
                   _DEPS, _LABEL)
 FLOW_FIELDS = (Field("id", _ID, required=True), Field("type", required=True),
                Field("src", _ID, required=True), Field("dst", _ID, required=True),
-               Field("size_bytes", integer(1, what="a whole number of bytes"), required=True),
+               Field("size_bytes", ranged(SIZE_BYTES, "a whole number of bytes"), required=True),
                _DEPS, Field("echelon", _ID, default=""), _LABEL)
 ECHELON_FIELDS = (Field("kind", nullable(one_of(*KINDS))),
                   Field("offsets_s", mapping(item=_SECONDS, what="an object (flow id -> seconds)"),
@@ -133,7 +136,7 @@ def save_trace(path: str | Path, jobs: Iterable[Job]) -> None:
 
 def _parse_job(data: Any, where: str, source: str, hosts: set[str] | None) -> Job:
     if isinstance(data, Mapping) and "id" in data:
-        _value(text(without="/"), "id", data["id"], where)
+        _value(_ID, "id", data["id"], where)
         where = f"{source}: job {data['id']!r}"
     fields = _read(data, JOB_FIELDS, where, "a job object")
     job = Job(fields["id"])

@@ -30,6 +30,7 @@ from dataclasses import replace
 
 from echelonflow.errors import UserError
 from echelonflow.faults import FaultEvent, check_no_partition, flow_pairs, parse_fault
+from echelonflow.limits import DILATION
 from echelonflow.results import Results
 from echelonflow.scenario import Scenario, load_scenario
 from echelonflow.schedulers import check_names
@@ -50,15 +51,17 @@ def _positive_int(text: str) -> int:
 
 
 def _dilation(text: str) -> float | str:
-    """``auto`` or a factor >= 1."""
+    """``auto`` or a factor in ``limits.DILATION`` (checked as the arguments are read: before the
+    simulation side or any fabric runs)."""
     if text == "auto":
         return text
     try:
         value = float(text)
     except ValueError:
         value = 0.0
-    if not value >= 1 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be 'auto' or a number >= 1, got {text!r}")
+    if not DILATION.low <= value <= DILATION.high:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a number from {DILATION.low:g} to "
+                                         f"{DILATION.high:g}, got {text!r}")
     return value
 
 

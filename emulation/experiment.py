@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from controller.config import ControllerConfig
 from echelonflow.bounds import attach_lower_bounds
-from echelonflow.dilation import contract_run
+from echelonflow.dilation import check_dilation, contract_run
 from echelonflow.fileio import check_output_dir
 from echelonflow.results import Results, RunResult
 from echelonflow.scenario import Scenario
@@ -31,7 +31,7 @@ from echelonflow.schedulers import get_scheduler
 from echelonflow.topology import DEFAULT_MTU_BYTES
 from emulation.assemble import fault_records
 from emulation.calibrate import CalibrationError
-from emulation.dilation import Dilation, choose_dilation, dilated
+from emulation.dilation import MAX_DILATION, Dilation, choose_dilation, dilated
 from emulation.errors import EmulationError
 from emulation.progress import Say, completion_times, stderr_progress
 from emulation.run import emulate_scheduler
@@ -91,6 +91,8 @@ def emulate_and_report(scenario: Scenario, request: EmulationRequest,
     scenario = with_real_frames(scenario)
     run_dir = request.out or default_run_dir(scenario.name)
     check_output_dir(run_dir, "run folder")  # before the runs, which would have nowhere to go
+    check_dilation(scenario.topology, scenario.jobs, [e.at_s for e in scenario.events],
+                   MAX_DILATION if request.dilation == "auto" else request.dilation or 1.0)
     simulated = simulate_side(scenario, request)
     try:
         dilation = choose_dilation(request.dilation, scenario, run_dir, say)

@@ -55,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from echelonflow.bounds import attach_lower_bounds
+    from echelonflow.fileio import check_finite
     from echelonflow.results import Results, format_table
     from echelonflow.scenario import load_scenario
     from echelonflow.schedulers import check_names, coflow_rule_warning, get_scheduler
@@ -92,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UserError(f"--flows {args.flows}: cannot write ({exc.strerror})") from None
     if args.json:
+        # the compact document holds every number a run derives (objective, summaries): checked before
+        # the first byte goes out; per-flow records hold only simulated times
+        check_finite(results.to_json_dict(per_flow=False), f"scenario {scenario.name}: result")
         results.write_json(sys.stdout, per_flow=args.per_flow)
     else:
         print(format_table(results))

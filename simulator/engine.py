@@ -85,8 +85,17 @@ from simulator import fluid
 #: The simulator's result for one scheduler is exactly the shared result shape's run.
 SimulationResult = RunResult
 
-#: Relative tolerance: a flow whose finish lies within this fraction of a time step is finished.
+#: Relative tolerance: a flow or compute whose finish lies within this fraction of a time step after
+#: the step's end is finished at it (rounding accumulated in remaining bytes and rates).
 TIME_RTOL = 1e-9
+#: Absolute times round to units in the last place of the clock (15 us at t = 1e11 s): what is due
+#: within this many of them is due now.  Never a fraction of the clock itself: 1e-9 of t = 1e11 s is
+#: 100 s, and events that early let a job beat the time it needs alone on an empty network.
+CLOCK_ULPS = 16
+#: Steps in a row that only a decision's expiry triggers (no flow or compute finished, nothing
+#: arrived), per active flow: a scheduler asking to be woken again and again without anything
+#: happening is not progressing (Aalo changes a group's queue at most once per threshold).
+EXPIRIES_PER_FLOW = 64
 #: Bytes left below this count as delivered (floating-point dust).
 BYTES_ATOL = 1e-6
 #: When the scheduler decides again (module docstring, "Rescheduling").
@@ -95,6 +104,13 @@ RESCHEDULING = ("every-flow", "coflow")
 
 class SimulationError(RuntimeError):
     """The simulation cannot make progress (a scheduler starving every flow, or a dependency cycle)."""
+
+
+def due_tolerance_s(now_s: float, next_s: float) -> float:
+    """How far after ``next_s`` a finish or arrival still counts as due at a step from ``now_s`` to
+    ``next_s``: :data:`TIME_RTOL` of the step plus :data:`CLOCK_ULPS` units in the last place of the clock
+    (module constants say why not a fraction of the clock)."""
+    return TIME_RTOL * (next_s - now_s) + CLOCK_ULPS * math.ulp(next_s)
 
 
 @dataclass
@@ -510,7 +526,7 @@ class _Run:
 
     def _faults(self) -> bool:
         """Apply the events due now and re-pin every flow; True when a flow's path changed."""
-        tol = TIME_RTOL * max(1.0, self.now_s)
+        tol = due_tolerance_s(self.now_s, self.now_s)
         changed = False
         while self.events and self.events[0].at_s <= self.now_s + tol:
             changed = self.events.popleft().apply(self.links) or changed
@@ -536,6 +552,7 @@ class _Run:
     def run(self) -> None:
         """Simulate until every task is done; the times are then in ``start_s`` and ``finish_s``."""
         flows_changed = self._faults() | self._arrive()
+        idle_expiries = 0  # steps in a row that only a decision's expiry triggered
         while True:
             self._dispatch_computes()
             decided = flows_changed and bool(self.arrived or len(self.active))
@@ -546,7 +563,7 @@ class _Run:
             if self.arrivals and self.arrivals[0][0] < next_s:
                 next_s = self.arrivals[0][0]
             if len(self.active) and self.now_s < self.valid_until_s < next_s:
-                next_s = self.valid_until_s
+                next_s = min(next_s, max(self.valid_until_s, self._least_step_s()))
             if self.events and self.events[0].at_s < next_s and (len(self.active) or self.running
                                                                  or self.arrivals):
                 next_s = self.events[0].at_s
@@ -566,7 +583,14 @@ class _Run:
             expired = self.now_s < self.valid_until_s <= next_s
             finished = self._advance(next_s)
             faulted = self._faults()
-            flows_changed = faulted | (self._complete(finished) or self._arrive()) or expired
+            flows_changed = faulted | (self._complete(finished) or self._arrive())
+            idle_expiries = idle_expiries + 1 if expired and not (flows_changed or finished) else 0
+            if idle_expiries > EXPIRIES_PER_FLOW * max(1, len(self.active)):
+                raise SimulationError(
+                    f"scheduler {self.scheduler.name!r} asked to decide again {idle_expiries} times in a row "
+                    f"by t={self.now_s:.6f}s while no flow or compute finished and nothing arrived"
+                )
+            flows_changed = flows_changed or expired
             if flows_changed and self.left_alone and not (faulted or expired or self.arrived):
                 flows_changed = False  # only flows alone on their links finished: same rates for the rest
                 self.skipped += 1
@@ -578,10 +602,26 @@ class _Run:
         if self.check:
             self._check_delivered()
 
+    def _least_step_s(self) -> float:
+        """The earliest time a step can end and move the bytes of every active flow that has a rate: at
+        a tiny rate over a large flow, a decision's expiry (Aalo's next queue threshold) can lie closer
+        than one unit in the last place of the flow's remaining bytes, or of the clock, and a step to it
+        would change nothing, the same decision expiring again at the same distance, for ever.  The
+        expiry is late by at most two such units' worth of time, 2**-51 of a flow's remaining time."""
+        active = self.active
+        rate = self.rate[active]
+        moving = rate > 0
+        if not moving.any():
+            return math.inf
+        # two units in the last place of the remaining bytes: the subtraction then rounds to a change
+        bytes_step = 2.0 * np.spacing(self.table.remaining[active][moving])
+        least_s = self.now_s + float((8.0 * bytes_step / rate[moving]).max())
+        return max(least_s, math.nextafter(self.now_s, math.inf))
+
     def _arrive(self) -> bool:
         """Release the root tasks of every job whose arrival time has come; True when a flow started."""
         released = []
-        tol = TIME_RTOL * max(1.0, self.now_s)
+        tol = due_tolerance_s(self.now_s, self.now_s)
         while self.arrivals and self.arrivals[0][0] <= self.now_s + tol:
             _, job_index = heapq.heappop(self.arrivals)
             base = self.job_base[job_index]
@@ -590,7 +630,7 @@ class _Run:
 
     def _advance(self, next_s: float) -> list[int]:
         """Move the clock to ``next_s``; return the task numbers of flows and computes that finish then."""
-        tol = TIME_RTOL * max(1.0, next_s)
+        tol = due_tolerance_s(self.now_s, next_s)
         table = self.table
         kept, done, self.left_alone = fluid.advance(
             self.active, table.remaining, self.rate, self.leftover, self.now_s, next_s, tol, BYTES_ATOL,

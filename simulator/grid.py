@@ -25,9 +25,10 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from echelonflow.errors import UserError
 from echelonflow.fields import (
@@ -37,25 +38,27 @@ from echelonflow.fields import (
     boolean,
     integer,
     mapping,
-    number,
     one_of,
+    ranged,
     read,
     show,
     text,
 )
 from echelonflow.fileio import read_json
-from echelonflow.scenario import parse_scenario, resolve
+from echelonflow.limits import MAX_SWEEP_CELLS, NOISE_MS
+from echelonflow.scenario import DEFAULT_SCHEDULERS, parse_scenario, resolve
 from echelonflow.schedulers import check_names
 from simulator.engine import RESCHEDULING
 
 _GRID_FIELDS = (
-    Field("name", text(), default=""),
+    Field("name", text(without="/\\\0\n\r"), default=""),
     Field("description", text(nonempty=False), default=""),
     Field("scenarios", array(text(), nonempty=True, of="of scenario names or paths"), required=True),
     Field("schedulers", array(text(), nonempty=True, of="of scheduler names")),
     Field("parameters", mapping(), default={}),
     Field("alone_runs", boolean(), default=True),
-    Field("timing_noise_ms", array(number(0.0), nonempty=True, of="of milliseconds >= 0"), default=[0]),
+    Field("timing_noise_ms", array(ranged(NOISE_MS, "a number of milliseconds"), nonempty=True,
+                                   of="of milliseconds"), default=[0]),
     Field("samples", integer(1, 1000), default=10),
     Field("rescheduling", one_of(*RESCHEDULING), default="every-flow"),
 )
@@ -102,11 +105,14 @@ class Grid:
     description: str = ""
 
 
-def load_grid(path: str) -> Grid:
-    """Read, check and expand the grid file ``path`` (see module docstring)."""
+def load_grid(path: str, progress: TextIO | None = None) -> Grid:
+    """Read, check and expand the grid file ``path`` (see module docstring); ``progress`` hears the cell
+    count, computed before any cell is built (a grid beyond ``limits.MAX_SWEEP_CELLS`` is refused then)."""
     data = read_json(path, "grid", GridError)
     try:
         top = read(data, _GRID_FIELDS, what="a JSON object")
+        if top["name"] in (".", ".."):
+            raise FieldError("name", f"must be a plain file name, got {top['name']!r}")
         parameters = _parameters(top["parameters"])
         schedulers = check_names(top["schedulers"]) if top["schedulers"] is not None else None
         if schedulers is not None and len(schedulers) != len(top["schedulers"]):
@@ -115,12 +121,25 @@ def load_grid(path: str) -> Grid:
             raise FieldError("scenarios", "names a scenario twice")
     except (FieldError, UserError) as err:
         raise GridError(f"grid {path}: {err}") from None
-    cells: list[Cell] = []
     base = Path(path).resolve().parent
-    for index, name in enumerate(top["scenarios"]):
+    sources = [_scenario_source(name, base, f"grid {path}: scenarios[{index}]")
+               for index, name in enumerate(top["scenarios"])]
+    documents = [read_json(source, "scenario", GridError) for source in sources]
+    noise_levels = list(dict.fromkeys(float(v) for v in top["timing_noise_ms"]))
+    runs_per_combo = sum(top["samples"] if level else 1 for level in noise_levels)
+    combos_count = math.prod(len(values) for values in parameters.values())
+    count = sum(combos_count * runs_per_combo * len(schedulers or _listed_schedulers(document))
+                for document in documents)
+    if progress is not None:
+        print(f"grid {path}: {count:,} cells ({len(sources)} scenarios x {combos_count:,} parameter "
+              f"combinations x {runs_per_combo} runs with their noise x the schedulers)", file=progress,
+              flush=True)
+    if count > MAX_SWEEP_CELLS:
+        raise GridError(f"grid {path}: {count:,} cells, more than the {MAX_SWEEP_CELLS:,} allowed "
+                        "(echelonflow/limits.py); split it into smaller grids")
+    cells: list[Cell] = []
+    for index, (source, document) in enumerate(zip(sources, documents)):
         label = f"grid {path}: scenarios[{index}]"
-        source = _scenario_source(name, base, label)
-        document = read_json(source, "scenario", GridError)
         combos = [dict(zip(parameters, values)) for values in itertools.product(*parameters.values())]
         for combo in combos:
             cell_document = _with_values(document, combo, label)
@@ -129,7 +148,7 @@ def load_grid(path: str) -> Grid:
             except UserError as err:
                 where = f" with {_show_combo(combo)}" if combo else ""
                 raise GridError(f"{label}{where}: {err}") from None
-            for noise_ms in dict.fromkeys(float(v) for v in top["timing_noise_ms"]):
+            for noise_ms in noise_levels:
                 for sample in range(1, top["samples"] + 1) if noise_ms else [0]:
                     for scheduler in schedulers or scenario.schedulers:
                         cells.append(Cell(scenario.name, str(source), scheduler, combo, cell_document,
@@ -138,6 +157,8 @@ def load_grid(path: str) -> Grid:
 
 
 def _parameters(spec: dict[str, Any]) -> dict[str, list[Any]]:
+    """Each parameter's values, a value listed twice (``[0.3, 0.3]``, ``[1, 1.0]``) kept once: the same
+    cell twice would run twice under one key."""
     out: dict[str, list[Any]] = {}
     for path, values in spec.items():
         name = f"parameters.{path}"
@@ -145,8 +166,26 @@ def _parameters(spec: dict[str, Any]) -> dict[str, list[Any]]:
             raise FieldError(name, "must be a dotted path such as jobs.0.multi_tenant.load")
         if not isinstance(values, list) or not values:
             raise FieldError(name, f"must be a non-empty array of values, got {show(values)}")
-        out[path] = values
+        kept: dict[str, Any] = {}
+        for value in values:
+            kept.setdefault(_same_value(value), value)
+        out[path] = list(kept.values())
     return out
+
+
+def _same_value(value: Any) -> str:
+    """What makes two parameter values the same cell: numbers by value (1 and 1.0), anything else by its
+    JSON text with keys sorted."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(float(value))
+    return json.dumps(value, sort_keys=True)
+
+
+def _listed_schedulers(document: Any) -> list[Any]:
+    """The schedulers a scenario document lists (its loader's default when it lists none); only counted
+    here, the loader checks them."""
+    listed = document.get("schedulers") if isinstance(document, dict) else None
+    return listed if isinstance(listed, list) and listed else list(DEFAULT_SCHEDULERS)
 
 
 def _scenario_source(name: str, base: Path, label: str) -> Path:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from echelonflow.echelon import echelons_of
+from echelonflow.limits import NOISE_MS
 from echelonflow.model import ComputeTask, Job
 from echelonflow.results import RunResult
 from echelonflow.topology import Topology
@@ -119,13 +120,14 @@ def format_noise_table(section: dict[str, Any], exact: dict[str, RunResult]) -> 
 
 
 def jitter_ms_argument(text: str) -> float:
-    """argparse type of ``--timing-noise-ms``: milliseconds in [0, 10000] (0: no noisy samples)."""
+    """argparse type of ``--timing-noise-ms``: milliseconds in ``limits.NOISE_MS`` (0: no noisy samples)."""
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not 0 <= value <= 10_000:  # also refuses NaN
-        raise argparse.ArgumentTypeError(f"must be a number of milliseconds in [0, 10000], got {text!r}")
+    if not NOISE_MS.low <= value <= NOISE_MS.high:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"must be a number of milliseconds in [{NOISE_MS.low:g}, "
+                                         f"{NOISE_MS.high:g}], got {text!r}")
     return value
 
 

@@ -28,7 +28,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, TextIO
 
 from echelonflow.errors import UserError
-from echelonflow.fileio import loads_strict, write_text_atomic
+from echelonflow.fileio import dumps_strict, loads_strict, write_text_atomic
 from simulator.grid import Cell, Grid
 
 BACKENDS = ("local", "ray")
@@ -102,13 +102,26 @@ def run_sweep(grid: Grid, out_dir: str, backend: str = "local", workers: int | N
     with open(os.path.join(out_dir, CELLS_FILE), "a", encoding="utf-8") as log:
         runner = _ray_records if backend == "ray" else _local_records
         for cell, record in runner(pending, workers, ray_address):
-            log.write(json.dumps(record, sort_keys=True) + "\n")
+            record = _loggable(record)
+            log.write(dumps_strict(record, sort_keys=True) + "\n")
             log.flush()
             done[cell.key] = record
             meter.finished(cell, record)
     records = [done[cell.key] for cell in grid.cells]
     write_text_atomic(os.path.join(out_dir, CSV_FILE), tidy_csv(grid, records), mode=0o644)
     return records
+
+
+def _loggable(record: dict[str, Any]) -> dict[str, Any]:
+    """``record``, or when one of its numbers is not finite the cell's record as failed saying which:
+    ``Infinity`` in the log is a line the strict reader skips, so the finished cell would run again on
+    every resume and append a duplicate."""
+    try:
+        dumps_strict(record, f"cell {record['scenario']} {record['scheduler']}")
+    except UserError as exc:
+        kept = {key: value for key, value in record.items() if key not in ("objective_s", "jobs")}
+        return {**kept, "status": "failed", "error": str(exc)}
+    return record
 
 
 def _local_records(cells: list[Cell], workers: int, _address: str | None) -> Iterator[tuple[Cell, dict]]:

@@ -7,6 +7,7 @@ import pytest
 
 from echelonflow.dilation import (
     DilationError,
+    check_dilation,
     check_factor,
     contract_run,
     dilate_jobs,
@@ -16,6 +17,7 @@ from echelonflow.model import ComputeTask, FlowTask
 from echelonflow.results import Results
 from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import get_scheduler
+from echelonflow.topology import build
 from simulator.engine import simulate
 
 
@@ -71,11 +73,41 @@ def test_dilation_scales_rates_computes_arrivals_and_offsets_but_not_flows():
             assert isinstance(task, FlowTask) and slow.tasks[task_id] == task
 
 
-@pytest.mark.parametrize("bad", [0.5, 0, -2, float("nan"), float("inf"), True, "2"])
-def test_a_factor_below_one_or_not_a_number_is_refused(bad):
-    with pytest.raises(DilationError, match="dilation factor must be a finite number >= 1"):
+@pytest.mark.parametrize("bad", [0.5, 0, -2, float("nan"), float("inf"), True, "2", 64.5, 1e6, 1e308])
+def test_a_factor_outside_the_range_or_not_a_number_is_refused(bad):
+    with pytest.raises(DilationError, match="dilation factor must be a number from 1 to 64"):
         check_factor(bad)
-    assert check_factor(1) == 1.0
+    assert check_factor(1) == 1.0 and check_factor(64) == 64.0
+
+
+@pytest.mark.parametrize("text", ["1e308", "1e6", "65", "0.5", "nan", "inf", "fast"])
+def test_emulate_refuses_a_dilation_out_of_range_as_its_arguments_are_read(text, capsys):
+    """Issue 35: ``--dilation 1e308`` was an OverflowError traceback after the simulation side had run.
+    The argument is refused while the command line is parsed: nothing is simulated, no fabric starts."""
+    from cli.main import build_parser
+
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["emulate", "fig2", "--dilation", text])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--dilation: must be 'auto' or a number from 1 to 64" in err[0]
+    args = build_parser().parse_args(["emulate", "fig2", "--dilation", "64"])
+    assert args.dilation == 64.0
+
+
+def test_a_dilation_that_takes_the_scenario_out_of_the_ranges_is_refused_before_anything_runs():
+    scenario = load_scenario("fig2")
+    check_dilation(scenario.topology, scenario.jobs, [], 64)
+    slow = build("two_hosts", 1e4)
+    with pytest.raises(DilationError, match=r"dilation x16 would run the slowest links at 625 bit/s"):
+        check_dilation(slow, scenario.jobs, [], 16)
+    job = scenario.jobs[0]
+    late = dilate_jobs([job], 1)[0]
+    late.arrival_s = 20000.0
+    with pytest.raises(DilationError, match=r"job 'fig2' arrival_s 20000 s would become 1\.28e\+06 s"):
+        check_dilation(scenario.topology, [late], [], 64)
+    with pytest.raises(DilationError, match=r"a fault at 600000 s"):
+        check_dilation(scenario.topology, scenario.jobs, [600000.0], 2)
 
 
 def test_results_record_the_dilation_and_read_it_back():

@@ -11,9 +11,11 @@ import matplotlib.image as mpimg
 import pytest
 
 from cli.main import main
+from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.results import Results, RunResult, build_run
 from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import get_scheduler
+from echelonflow.topology import build
 from reports.plots import _lanes
 from reports.runfolder import (
     CSV_COLUMNS,
@@ -120,6 +122,18 @@ OLD_FORMAT = {"scenario": "fig2", "mode": "emulate", "runs": [{
     "objective": 4.5}]}
 
 
+def _fig2_with(run_dir, change) -> None:
+    """A run folder of fig2 simulated under fair, with ``change`` made to its run in results.json."""
+    run_dir.mkdir()
+    job = Job("fig2")
+    job.add(ComputeTask("w1_mb0", "h1", 1.0))
+    job.add(FlowTask("act0", "h1", "h2", 1000, ("w1_mb0",), echelon_id="act"))
+    doc = Results("fig2", "simulate", [simulate(build("two_hosts", 1e6), [job], get_scheduler("fair"))])
+    data = doc.to_json_dict()
+    change(data["runs"][0])
+    (run_dir / "results.json").write_text(json.dumps(data))
+
+
 @pytest.mark.parametrize(
     "setup, needle",
     [
@@ -127,13 +141,26 @@ OLD_FORMAT = {"scenario": "fig2", "mode": "emulate", "runs": [{
         (lambda d: d.mkdir(), "results.json: cannot read: No such file"),
         (lambda d: (d.mkdir(), (d / "results.json").write_text("{oops")), "results.json: not valid JSON"),
         (lambda d: (d.mkdir(), (d / "results.json").write_text('{"scenario": "x", "mode": "emulate"}')),
-         "no 'runs' field"),
+         "results.json: runs: missing"),
         (lambda d: (d.mkdir(), (d / "results.json").write_text(
-            '{"scenario": "x", "mode": "emulate", "runs": [{"scheduler": "fair"}]}')), "malformed"),
+            '{"scenario": "x", "mode": "emulate", "runs": [{"scheduler": "fair"}]}')),
+         "results.json: runs[0].jobs: missing"),
         (lambda d: (d.mkdir(), (d / "results.json").write_text(json.dumps(OLD_FORMAT))), "older format"),
+        (lambda d: _fig2_with(d, lambda run: run["jobs"]["fig2"].update(completion_s="soon")),
+         "results.json: runs[0].jobs['fig2'].completion_s: must be a number of seconds, got 'soon'"),
+        (lambda d: _fig2_with(d, lambda run: run["flows"]["fig2/act0"].update(size_bytes=1e300)),
+         "results.json: runs[0].flows['fig2/act0'].size_bytes: must be a whole number of bytes between 1"),
+        (lambda d: _fig2_with(d, lambda run: run["tasks"]["fig2/w1_mb0"].update(type="gpu")),
+         "results.json: runs[0].tasks['fig2/w1_mb0'].type: must be one of compute, flow, got 'gpu'"),
+        (lambda d: _fig2_with(d, lambda run: run.update(objective_s=[4.5])),
+         "results.json: runs[0].objective_s: must be a number of seconds, got [4.5]"),
+        (lambda d: _fig2_with(d, lambda run: run.update(colour="red")),
+         "results.json: runs[0].colour: unknown field (allowed: scheduler, jobs, "),
     ],
 )
 def test_report_on_a_bad_folder_is_one_line_exit_2(tmp_path, capsys, setup, needle):
+    """A results.json that does not fit docs/results-format.md is one line naming the file and the field
+    (issue 35: a string where a number belongs was a traceback)."""
     run_dir = tmp_path / "run"
     setup(run_dir)
     assert main(["report", str(run_dir)]) == 2

@@ -80,7 +80,7 @@ def test_trace_jobs_load_relative_to_the_scenario_and_simulate(tmp_path: Path) -
         (base(topology={"kind": "fattree", "k": 3, "rate_mbps": 10}), r"topology: fat-tree k must be"),
         (base(topology={"kind": "two_hosts"}), r"topology.rate_mbps: give exactly one"),
         (base(topology={"kind": "two_hosts", "rate_mbps": "fast"}),
-         r"topology\.rate_mbps: must be a number > 0, got 'fast'"),
+         r"topology\.rate_mbps: must be a number between 0\.001 and 1e\+06, got 'fast'"),
         (base(jobs=[]), r"jobs: must be a non-empty array of job entries, got \[\]"),
         (base(jobs=[{**GOOD_JOB, "generator": "magic"}]),
          r"jobs\[0\]\.generator: must be one of ring_allreduce, .*got 'magic'"),
@@ -93,9 +93,12 @@ def test_trace_jobs_load_relative_to_the_scenario_and_simulate(tmp_path: Path) -
         (base(jobs=[{**GOOD_JOB, "params": {"micro_batches": "x"}}]), r"jobs\[0\]\.params: .*micro_batches"),
         (base(jobs=[{**GOOD_JOB, "params": {"warp": 1}}]), r"jobs\[0\]\.params: .*warp"),
         (base(schedulers=["fair", "pfabric"]), r"schedulers: unknown scheduler 'pfabric'"),
-        (base(jobs=[{**GOOD_JOB, "arrival_s": -1}]), r"jobs\[0\]\.arrival_s: must be a number >= 0, got -1"),
-        (base(jobs=[{**GOOD_JOB, "weight": 0}]), r"jobs\[0\]\.weight: must be a number > 0, got 0"),
-        (base(jobs=[{**GOOD_JOB, "weight": True}]), r"jobs\[0\]\.weight: must be a number > 0, got true"),
+        (base(jobs=[{**GOOD_JOB, "arrival_s": -1}]),
+         r"jobs\[0\]\.arrival_s: must be a number of seconds between 0 and 604800, got -1"),
+        (base(jobs=[{**GOOD_JOB, "weight": 0}]),
+         r"jobs\[0\]\.weight: must be a number > 0 and <= 1e\+06, got 0"),
+        (base(jobs=[{**GOOD_JOB, "weight": True}]),
+         r"jobs\[0\]\.weight: must be a number > 0 and <= 1e\+06, got true"),
         (base(jobs=[{"coflow_benchmark": "nope.txt"}]), r"jobs\[0\]\.coflow_benchmark: .*cannot read"),
         (base(jobs=[{"coflow_benchmark": "data:no-such.txt"}]),
          r"jobs\[0\]\.coflow_benchmark: data 'no-such.txt' is missing"),
@@ -139,7 +142,7 @@ def test_trace_files_carry_arrival_and_weight(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text(text.replace('"weight": 0.5', '"weight": -1'))
     from echelonflow.errors import TraceError
 
-    with pytest.raises(TraceError, match="job 't': weight: must be a number > 0, got -1"):
+    with pytest.raises(TraceError, match="job 't': weight: must be a number > 0 and <= 1e\\+06, got -1"):
         load_trace(tmp_path / "bad.json")
 
 
@@ -153,3 +156,54 @@ def test_coflow_benchmark_entries_expand_to_one_job_per_coflow(tmp_path: Path) -
     fb = load_scenario("fb2010")
     assert len(fb.jobs) == 526 and fb.topology.name == "bigswitch150" and fb.topology.rate_bps == 2**30
     assert fb.schedulers == ["fair", "fifo", "coflow", "sincronia", "aalo", "echelon"]
+
+
+def _coflow_file(tmp_path: Path, line: str) -> str:
+    (tmp_path / "cf.txt").write_text(f"4 1\n{line}\n")
+    return str(tmp_path / "cf.txt")
+
+
+@pytest.mark.parametrize("doc, message", [
+    (base(topology={"kind": "two_hosts", "rate_bps": 1e-3}),
+     r"topology\.rate_bps: must be a number between 1000 and 1e\+12, got 0\.001"),
+    (base(topology={"kind": "two_hosts", "rate_bps": 1e300}), r"topology\.rate_bps: .* got 1e\+300"),
+    (base(topology={"kind": "fattree", "k": 4, "rate_mbps": 10, "oversubscription": 1e308}),
+     r"topology: oversubscription must be a number from 1 to 1000"),
+    (base(topology={"kind": "fattree", "k": 4, "rate_bps": 1e5, "oversubscription": 1000}),
+     r"topology: topology 'fattree': its slowest links would run at 100 bit/s"),
+    (base(jobs=[{**GOOD_JOB, "arrival_s": 1e308}]), r"jobs\[0\]\.arrival_s: .* got 1e\+308"),
+    (base(jobs=[{**GOOD_JOB, "weight": 1e308}]), r"jobs\[0\]\.weight: .* got 1e\+308"),
+    (base(jobs=[{**GOOD_JOB, "params": {"compute_s": 1e308}}]),
+     r"jobs\[0\]: job 'p': task 'i0\.s0\.f0': duration_s: must be a number of seconds between 0 and 604800"),
+    (base(jobs=[{**GOOD_JOB, "params": {"link_bytes_per_s": 10**18}}]),
+     r"jobs\[0\]: job 'p': task 'i0\.a0\.m0': size_bytes: must be a whole number of bytes between 1 and "
+     r"1e\+15"),
+    (base(events=[{"at_s": 1e308, "link_down": ["h1", "s1"]}]), r"events\[0\]\.at_s: .* got 1e\+308"),
+])
+def test_numbers_beyond_the_table_of_ranges_are_one_line(tmp_path: Path, doc, message: str) -> None:
+    """Every number a scenario holds or makes falls in echelonflow/limits.py's ranges (issue 35: a rate
+    of 1e-3 bit/s hung aalo, a weight of 1e308 printed Infinity)."""
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(write(tmp_path, doc))
+
+
+@pytest.mark.parametrize("line, ms_per_second, message", [
+    ("c1 0 1 0 1 1:1e300", 1000.0, r"task 'm0\.r1': size_bytes: .*between 1 and 1e\+15"),
+    ("c1 1e12 1 0 1 1:1", 1000.0, r"job 'c1': arrival_s: .*between 0 and 604800, got 1000000000\.0"),
+    ("c1 5 1 0 1 1:1", 1e-300, r"job 'c1': arrival_s: .*between 0 and 604800"),
+])
+def test_coflow_benchmark_numbers_are_checked_after_scaling(tmp_path: Path, line: str, ms_per_second: float,
+                                                           message: str) -> None:
+    topology = {"kind": "bigswitch", "hosts": 4, "rate_mbps": 10}
+    doc = {"topology": topology, "jobs": [{"coflow_benchmark": _coflow_file(tmp_path, line),
+                                           "ms_per_second": ms_per_second}]}
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(write(tmp_path, doc))
+
+
+def test_ids_follow_the_api_id_rule(tmp_path: Path) -> None:
+    """A job or trace id the controller's API would refuse ('/', NUL, a newline) is refused on loading,
+    not when the emulation registers it."""
+    for bad in ("a/b", "a\x00b", "a\nb", "-a"):
+        with pytest.raises(ScenarioError, match=r"jobs\[0\]\.id: must be an id"):
+            load_scenario(write(tmp_path, base(jobs=[{**GOOD_JOB, "id": bad}])))

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import gc
+import math
+import random
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
+from echelonflow.bounds import lower_bound_s
 from echelonflow.errors import UserError
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.scenario import load_scenario
@@ -409,3 +414,62 @@ def test_aalo_on_the_flow_tables_arrays_decides_as_on_snapshots(scenario_name: s
     slow = simulate(scenario.topology, jobs, _SnapshotAalo(), alone_runs=False)
     for qid, task in slow.tasks.items():
         assert fast.tasks[qid].finish_s == pytest.approx(task.finish_s, rel=1e-9, abs=1e-9), qid
+
+
+# ------------------------------------------------------------------ never faster than physics
+def _random_jobs(rng: random.Random, hosts: list[str], arrival_s: float, size_top: float,
+                 duration_top: float) -> list[Job]:
+    """One to three small random DAGs (computes and flows, some grouped in EchelonFlows), arriving at or
+    after ``arrival_s``, flows of 1 byte up to ``size_top`` and computes of 0 up to ``duration_top``."""
+    jobs = []
+    for j in range(rng.randint(1, 3)):
+        job = Job(f"j{j}", arrival_s=arrival_s + rng.choice([0.0, rng.uniform(0, duration_top)]),
+                  weight=rng.choice([1.0, rng.uniform(1e-3, 1e3)]))
+        for k in range(rng.randint(1, 6)):
+            deps = tuple(sorted(set(rng.sample(list(job.tasks), rng.randint(0, min(2, len(job.tasks)))))))
+            if rng.random() < 0.6:
+                src, dst = rng.sample(hosts, 2)
+                size = max(1, int(10 ** rng.uniform(0, math.log10(size_top))))
+                job.add(FlowTask(f"f{k}", src, dst, size, deps, echelon_id=rng.choice(["", "e0", "e1"])))
+            else:
+                duration_s = rng.choice([0.0, rng.uniform(0, duration_top)])
+                job.add(ComputeTask(f"c{k}", rng.choice(hosts), duration_s, deps))
+        jobs.append(job)
+    return jobs
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**9), rate_bps=st.sampled_from([1e3, 1e6, 1e9, 1e12]),
+       arrival_s=st.sampled_from([0.0, 3.0, 604800.0, 1e11]), size_top=st.sampled_from([1e3, 1e9, 1e15]),
+       duration_top=st.sampled_from([1e-6, 1.0, 604800.0]))
+@example(seed=0, rate_bps=1e7, arrival_s=1e11, size_top=1e8, duration_top=1.0)
+@example(seed=3, rate_bps=1e3, arrival_s=0.0, size_top=1e15, duration_top=1.0)
+def test_no_completion_beats_the_job_alone_on_an_empty_fabric(
+    name: str, seed: int, rate_bps: float, arrival_s: float, size_top: float, duration_top: float
+) -> None:
+    """Every scheduler, random small jobs at large and small times, rates and sizes: the run ends (no
+    scheduler decides for ever without anything moving) and no job finishes sooner after its arrival
+    than its lower bound (echelonflow.bounds) allows, up to the clock's own rounding."""
+    rng = random.Random(seed)
+    topology = rng.choice([lambda: build("two_hosts", rate_bps),
+                           lambda: build("bigswitch", rate_bps, hosts=4),
+                           lambda: build("dumbbell", rate_bps, hosts_per_side=2)])()
+    jobs = _random_jobs(rng, topology.hosts, arrival_s, size_top, duration_top)
+    result = simulate(topology, jobs, get_scheduler(name), alone_runs=False)
+    for job in jobs:
+        bound_s = lower_bound_s(job, topology)
+        done_s = result.jobs[job.job_id].completion_s
+        slack_s = 1e-6 * bound_s + 1024 * math.ulp(job.arrival_s + bound_s)
+        assert done_s >= bound_s - slack_s, (job.job_id, done_s, bound_s)
+
+
+def test_a_tiny_rate_under_aalo_ends(scheduler_name: str = "aalo") -> None:
+    """The slowest rate allowed (1 kbit/s) under a flow of 1 PB: Aalo's first queue threshold (0.01
+    bytes at that rate) is closer than the flow's remaining bytes can count (0.125 bytes at 1e15), so
+    its wake-ups moved nothing and it decided for ever; now each step moves bytes and the run ends."""
+    job = Job("j")
+    job.add(FlowTask("f", "h1", "h2", 10**15))
+    result = simulate(build("two_hosts", 1e3, mtu_bytes=None), [job], get_scheduler(scheduler_name))
+    assert result.jobs["j"].completion_s == pytest.approx(8e15 / 1e3, rel=1e-9)

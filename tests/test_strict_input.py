@@ -241,3 +241,23 @@ def test_a_refused_controller_start_writes_nothing(tmp_path, require_controller)
             assert plain.read_text() == "not a socket"
     finally:
         busy.close()
+
+
+# ------------------------------------------------------------------ numbers out of range, non-JSON output
+def test_a_trace_weight_of_1e308_is_one_line_not_infinity_in_the_output(tmp_path):
+    """Issue 35: a weight of 1e308 made the objective infinite and ``simulate --json`` print
+    ``Infinity``; the weight is now outside the table of ranges (echelonflow/limits.py)."""
+    trace = _write(tmp_path / "t.json", {"jobs": [{"id": "j", "weight": 1e308, "tasks": [
+        {"id": "f", "type": "flow", "src": "h1", "dst": "h2", "size_bytes": 1000}]}]})
+    scenario = _write(tmp_path / "s.json", {"topology": TWO_HOSTS, "jobs": [{"trace": trace}]})
+    line, _took = _cli("simulate", scenario, "--json")
+    assert "weight: must be a number > 0 and <= 1e+06, got 1e+308" in line and "t.json" in line
+
+
+def test_json_output_never_holds_nan_or_infinity():
+    from echelonflow.fileio import dumps_strict
+
+    assert dumps_strict({"a": [1.5]}) == '{"a": [1.5]}'
+    for bad in (float("inf"), float("-inf"), float("nan")):
+        with pytest.raises(UserError, match=r"^result: runs\[0\]\.objective_s is .*not a number JSON allows"):
+            dumps_strict({"runs": [{"objective_s": bad}]}, "result")

@@ -74,6 +74,11 @@ def test_grid_without_schedulers_takes_each_scenarios_list_and_finds_files_besid
     ({"scenarios": ["fig2"], "timing_noise_ms": []}, "timing_noise_ms: must be a non-empty array"),
     ({"scenarios": ["fig2"], "samples": 0}, "samples: must be an integer between 1 and 1000"),
     ({"scenarios": ["fig2"], "rescheduling": "sometimes"}, "rescheduling: must be one of"),
+    ({"scenarios": ["fig2"], "timing_noise_ms": [1e308]}, "timing_noise_ms[0]: must be a number of millis"),
+    ({"scenarios": ["fig2"], "name": "../../../esc"}, "name: must not contain '/', got '../../../esc'"),
+    ({"scenarios": ["fig2"], "name": "/tmp/abs"}, "name: must not contain '/'"),
+    ({"scenarios": ["fig2"], "name": ".."}, "name: must be a plain file name, got '..'"),
+    ({"scenarios": ["fig2"], "name": "a\nb"}, "name: must not contain '\\n'"),
 ])
 def test_a_bad_grid_is_one_line_naming_the_problem_and_exit_status_2(tmp_path: Path, doc: object,
                                                                      problem: str) -> None:
@@ -241,3 +246,53 @@ class _Lines:
 
     def flush(self) -> None:
         pass
+
+
+def test_a_record_with_a_number_json_cannot_hold_is_logged_as_failed_and_read_back(tmp_path: Path) -> None:
+    """A cell record holding Infinity was written as-is, the strict reader skipped its line, and every
+    resume ran the finished cell again and appended a duplicate (issue 35, defect 2)."""
+    from simulator.sweep import _loggable
+
+    record = {"key": "k", "scenario": "s", "scheduler": "fair", "status": "ok", "objective_s": float("inf"),
+              "jobs": {"j": {"completion_s": 1.0}}, "wall_s": 0.1}
+    logged = _loggable(record)
+    assert logged["status"] == "failed" and "objective_s is inf" in logged["error"]
+    assert "objective_s" not in logged and "jobs" not in logged
+    (tmp_path / CELLS_FILE).write_text(json.dumps(logged, allow_nan=False) + "\n")
+    assert read_records(str(tmp_path))["k"]["status"] == "failed"
+    fine = {**record, "objective_s": 2.0}
+    assert _loggable(fine) is fine
+
+
+def test_a_grid_past_the_cell_limit_is_refused_from_its_count_before_cells_are_built(tmp_path: Path) -> None:
+    """Issue 35: 10^7 cells printed nothing for 25 s while memory reached 4.3 GB (every cell was built
+    and checked first).  The count comes from the grid's lists alone, is printed, and past
+    limits.MAX_SWEEP_CELLS the grid is one line."""
+    from echelonflow.limits import MAX_SWEEP_CELLS
+
+    ten = list(range(10))
+    paths = ["jobs.0.arrival_s", "jobs.0.weight", "jobs.0.params.micro_batches", "jobs.0.params.compute_s",
+             "topology.rate_mbps", "jobs.0.params.link_bytes_per_s", "topology.mtu_bytes"]
+    path = write(tmp_path, {"scenarios": ["fig2"], "parameters": {p: [v + 1 for v in ten] for p in paths}})
+    heard: list[str] = []
+    with pytest.raises(GridError, match=r"30,000,000 cells, more than the 100,000 allowed"):
+        load_grid(path, progress=_Lines(heard))
+    assert heard == [f"grid {path}: 30,000,000 cells (1 scenarios x 10,000,000 parameter combinations x 1 "
+                     "runs with their noise x the schedulers)"]
+    assert MAX_SWEEP_CELLS == 100_000
+    proc = subprocess.run([ECHELON, "sweep", path, "--out", str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "30,000,000 cells, more than the 100,000 allowed" in proc.stderr
+    assert proc.stdout.startswith(f"grid {path}: 30,000,000 cells")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_value_listed_twice_is_one_cell(tmp_path: Path) -> None:
+    """Issue 35: repeated parameter values ran duplicate cells under one key; they are merged (numbers by
+    value, so 10 and 10.0 are one)."""
+    grid = load_grid(write(tmp_path, {"scenarios": ["fig2"], "schedulers": ["fair"],
+                                      "parameters": {"topology.rate_mbps": [10, 20, 10.0, 10],
+                                                     "jobs.0.params": [{"compute_s": 1}, {"compute_s": 1}]}}))
+    assert [c.parameters["topology.rate_mbps"] for c in grid.cells] == [10, 20]
+    assert len({c.key for c in grid.cells}) == len(grid.cells) == 2

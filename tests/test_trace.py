@@ -131,7 +131,8 @@ BAD = [
      "version: unknown field (allowed: jobs, description)"),
     ("job not object", {"jobs": ["j1"]}, "jobs[0]: must be a job object, got 'j1'"),
     ("job without id", mutate(lambda d: d["jobs"][0].pop("id")), "jobs[0]: id: missing"),
-    ("job id with slash", mutate(lambda d: d["jobs"][0].update(id="a/b")), "must not contain '/'"),
+    ("job id with slash", mutate(lambda d: d["jobs"][0].update(id="a/b")),
+     "id: must be an id (1-128 of A-Z a-z 0-9 . _ : -, starting with a letter or digit), got 'a/b'"),
     (
         "job unknown field",
         mutate(lambda d: d["jobs"][0].update(priority=2)),
@@ -171,7 +172,8 @@ BAD = [
     (
         "empty id",
         mutate(lambda d: task(d, 0).update(id="")),
-        "job 'j1': tasks[0]: id: must be a non-empty string, got ''",
+        "job 'j1': tasks[0]: id: must be an id (1-128 of A-Z a-z 0-9 . _ : -, starting with a letter or "
+        "digit), got ''",
     ),
     ("unknown dep", mutate(lambda d: task(d, 1).update(deps=["c0"])), "task 'c2': unknown dependency 'c0'"),
     (
@@ -193,41 +195,41 @@ BAD = [
     (
         "negative size",
         mutate(lambda d: task(d, 2).update(size_bytes=-5)),
-        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes >= 1, got -5",
+        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes between 1 and 1e+15, got -5",
     ),
     (
         "zero size",
         mutate(lambda d: task(d, 2).update(size_bytes=0)),
-        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes >= 1, got 0",
+        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes between 1 and 1e+15, got 0",
     ),
     (
         "string size",
         mutate(lambda d: task(d, 2).update(size_bytes="2kB")),
-        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes >= 1, got '2kB'",
+        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes between 1 and 1e+15, got '2kB'",
     ),
     (
         "bool size",
         mutate(lambda d: task(d, 2).update(size_bytes=True)),
-        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes >= 1, got true",
+        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes between 1 and 1e+15, got true",
     ),
     (
         "fractional size",
         mutate(lambda d: task(d, 2).update(size_bytes=2.5)),
-        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes >= 1, got 2.5",
+        "job 'j1': task 'f1': size_bytes: must be a whole number of bytes between 1 and 1e+15, got 2.5",
     ),
     ("inf size", mutate(lambda d: task(d, 2).update(size_bytes=math.inf)),
-     "job 'j1': task 'f1': size_bytes: must be a whole number of bytes >= 1, got inf"),
+     "job 'j1': task 'f1': size_bytes: must be a whole number of bytes between 1 and 1e+15, got inf"),
     (
         "negative duration",
         mutate(lambda d: task(d, 0).update(duration_s=-1)),
-        "job 'j1': task 'c1': duration_s: must be a number of seconds >= 0, got -1",
+        "job 'j1': task 'c1': duration_s: must be a number of seconds between 0 and 604800, got -1",
     ),
     ("nan duration", mutate(lambda d: task(d, 0).update(duration_s=math.nan)),
-     "job 'j1': task 'c1': duration_s: must be a number of seconds >= 0, got nan"),
+     "job 'j1': task 'c1': duration_s: must be a number of seconds between 0 and 604800, got nan"),
     ("null duration", mutate(lambda d: task(d, 0).update(duration_s=None)),
-     "job 'j1': task 'c1': duration_s: must be a number of seconds >= 0, got null"),
+     "job 'j1': task 'c1': duration_s: must be a number of seconds between 0 and 604800, got null"),
     ("bool duration", mutate(lambda d: task(d, 0).update(duration_s=False)),
-     "job 'j1': task 'c1': duration_s: must be a number of seconds >= 0, got false"),
+     "job 'j1': task 'c1': duration_s: must be a number of seconds between 0 and 604800, got false"),
     ("src is dst", mutate(lambda d: task(d, 2).update(dst="h1")), "task 'f1': src and dst are both 'h1'"),
     ("label type", mutate(lambda d: task(d, 2).update(label=3)),
      "job 'j1': task 'f1': label: must be a string, got 3"),
@@ -263,7 +265,7 @@ BAD = [
     (
         "negative offset",
         mutate(lambda d: d["jobs"][0]["echelons"]["e1"].update(offsets_s={"f1": 0, "f2": -1})),
-        "job 'j1': echelon 'e1': offsets_s['f2']: must be a number of seconds >= 0, got -1",
+        "job 'j1': echelon 'e1': offsets_s['f2']: must be a number of seconds between 0 and 604800, got -1",
     ),
     (
         "coflow with offsets",
@@ -340,3 +342,21 @@ def test_missing_file_and_non_utf8(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe{}")
     with pytest.raises(TraceError, match="bin.json: not UTF-8 text"):
         load_trace(path)
+
+
+@pytest.mark.parametrize("where, bad", [("job id", "a/b"), ("task id", "c\x00"), ("task id", "c\nd"),
+                                        ("dep", "c1/x"), ("echelon", "e/1")])
+def test_trace_ids_follow_the_api_id_rule(where: str, bad: str) -> None:
+    """Ids become the controller's registry ids when the trace is emulated: a '/', NUL or newline the
+    API refuses is refused on loading (issue 35: such a trace failed only when emulated)."""
+    data = copy.deepcopy(VALID)
+    if where == "job id":
+        data["jobs"][0]["id"] = bad
+    elif where == "task id":
+        task(data, 0)["id"] = bad
+    elif where == "dep":
+        task(data, 1)["deps"] = [bad]
+    else:
+        next(t for t in data["jobs"][0]["tasks"] if t["type"] == "flow")["echelon"] = bad
+    with pytest.raises(TraceError, match="must be an id"):
+        parse_trace(data, "t.json")
