@@ -526,7 +526,7 @@ _TOP_FIELDS = ("host, hosts_ip, jobs, t0_s, data_port, control_dir, output_path,
         (lambda d: d["jobs"][0]["tasks"][0].update(deps=["long"]),
          "jobs: job 's': task 'c1': dependency cycle (c1 -> long -> f1 -> c1)"),
         (lambda d: d["jobs"][0]["tasks"][1].update(size_bytes=-1),
-         "jobs: job 's': task 'f1': size_bytes: must be a whole number of bytes >= 1, got -1"),
+         "jobs: job 's': task 'f1': size_bytes: must be a whole number of bytes between 1 and 1e+15, got -1"),
         (lambda d: d["jobs"][0]["tasks"][0].update(type="gpu"),
          "jobs: job 's': task 'c1': type: must be one of compute, flow, got 'gpu'"),
         (lambda d: d["jobs"].append(d["jobs"][0]), "jobs: job 's': duplicate job id"),
@@ -757,7 +757,8 @@ def test_a_job_the_trace_format_cannot_carry_fails_before_any_agent_starts(tmp_p
     job = Job("z")
     job.add(ComputeTask("c", "h1", 0.01))
     job.add(FlowTask("f", "h1", "h2", 0, ("c",)))
-    with pytest.raises(EmulationError, match="size_bytes: must be a whole number of bytes >= 1, got 0"):
+    with pytest.raises(EmulationError,
+                       match=r"size_bytes: must be a whole number of bytes between 1 and 1e\+15, got 0"):
         run([job], tmp_path)
     assert os.listdir(tmp_path) == []  # no spec written, no agent started
 
