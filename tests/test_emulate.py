@@ -90,28 +90,29 @@ def test_emulate_fig2_reproduces_the_paper_within_10_percent(require_fabric, tmp
 
 # Also before the module fixture (its own fabric in a subprocess).
 def test_emulate_fattree_fsdp_ps_echelon_lands_near_its_simulation(require_fabric, tmp_path):
-    """One echelon run of the k=4 fat-tree scenario: each job and the objective within 12 % of the
-    simulation (the 12-04 runs: 17.97-18.34 s against 17.55 s simulated, docs/results.md).  The default
-    suite's share of the reference test below, which also runs coflow three times to judge the gain;
-    that echelon beats coflow on the fabric is checked here on fig2."""
+    """Echelon on the k=4 fat-tree scenario, judged as every emulation number here on the median of three
+    runs: each job and the objective within 12 % of the simulation (17.55 s simulated; three runs on an
+    idle machine 2026-12-05: 17.95, 18.06, 19.47 s; one run in a CI clone took 20.23 s, so one run is
+    not a measurement).  The default suite's share of the reference test below, which also runs coflow
+    three times to judge the gain; that echelon beats coflow on the fabric is checked here on fig2."""
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     emu = subprocess.run([sys.executable, "-m", "cli", "emulate", "fattree-fsdp-ps", "--scheduler", "echelon",
-                          "--no-alone", "--no-plots", "--timing-noise-ms", "0", "--json",
+                          "--repeat", "3", "--no-alone", "--no-plots", "--timing-noise-ms", "0", "--json",
                           "--out", str(tmp_path / "run")],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert emu.returncode == 0, emu.stderr[-2000:]
     sim = subprocess.run([sys.executable, "-m", "cli", "simulate", "fattree-fsdp-ps", "--scheduler",
                           "echelon", "--json"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                          timeout=120)
     assert sim.returncode == 0, sim.stderr[-2000:]
-    (emulated,) = json.loads(emu.stdout)["runs"]
+    runs = json.loads(emu.stdout)["runs"]
     (simulated,) = json.loads(sim.stdout)["runs"]
-    assert sorted(emulated["jobs"]) == sorted(simulated["jobs"]) == ["fsdp", "ps"], emulated["jobs"]
-    pairs = [(job, emulated["jobs"][job]["completion_s"], simulated["jobs"][job]["completion_s"])
-             for job in simulated["jobs"]]
-    pairs.append(("objective", emulated["objective_s"], simulated["objective_s"]))
+    assert len(runs) == 3 and all(sorted(r["jobs"]) == ["fsdp", "ps"] for r in runs), runs
+    pairs = [(job, statistics.median(r["jobs"][job]["completion_s"] for r in runs),
+              simulated["jobs"][job]["completion_s"]) for job in simulated["jobs"]]
+    pairs.append(("objective", statistics.median(r["objective_s"] for r in runs), simulated["objective_s"]))
     for what, got, expected in pairs:
-        assert abs(got / expected - 1) <= 0.12, f"echelon {what}: {got:.2f} s vs simulated {expected:.2f} s"
+        assert abs(got / expected - 1) <= 0.12, f"echelon {what}: median {got:.2f} s vs {expected:.2f} s"
 
 
 # Also before the module fixture (its own fabric in a subprocess).
