@@ -105,6 +105,26 @@ def require_browser() -> None:
     need("the browser", browser_missing_reason())
 
 
+@pytest.fixture
+def occupied(tmp_path):
+    """What a refused server start must leave as it was: a token file holding a running controller's
+    token, a regular file where a socket is asked for, and a busy loopback TCP port."""
+    import socket
+    from types import SimpleNamespace
+
+    token = tmp_path / "token"
+    token.write_text("the running controller's token\n")
+    plain = tmp_path / "plain"
+    plain.write_text("not a socket")
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        yield SimpleNamespace(token=token, plain=plain, port=busy.getsockname()[1])
+    finally:
+        busy.close()
+
+
 @pytest.fixture(scope="session")
 def require_controller() -> None:
     """For a test that starts the controller process (osken-manager): puts it in the ``controller`` tier."""

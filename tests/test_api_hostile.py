@@ -368,31 +368,22 @@ def _listing(root) -> dict[str, str]:
     return {str(p.relative_to(root)): p.read_text() if p.is_file() else "" for p in sorted(root.rglob("*"))}
 
 
-def test_a_refused_standalone_start_writes_nothing(tmp_path):
-    token = tmp_path / "token"
-    token.write_text("the running controller's token\n")
-    plain = tmp_path / "plain"
-    plain.write_text("not a socket")
-    busy = socket.socket()
-    busy.bind(("127.0.0.1", 0))
-    busy.listen(1)
+def test_a_refused_standalone_start_writes_nothing(tmp_path, occupied):
+    token, plain = occupied.token, occupied.plain
     state = tmp_path / "state"
     state.mkdir()
     refusals = [
         (("--socket", str(plain)), "not a socket"),
-        (("--port", str(busy.getsockname()[1]), "--socket", str(tmp_path / "api.sock")), "cannot listen"),
+        (("--port", str(occupied.port), "--socket", str(tmp_path / "api.sock")), "cannot listen"),
         (("--socket", str(plain / "api.sock")), "not a directory"),
         (("--interval-s", "0", "--socket", str(tmp_path / "api.sock")), "--interval-s"),
         (("--store", str(state), "--socket", str(tmp_path / "api.sock")), "is a directory"),
     ]
-    try:
-        for extra, reason in refusals:
-            before = _listing(tmp_path)
-            proc = _standalone(tmp_path, "--port", "0", "--store", str(state / "registry.sqlite"),
-                               "--token-file", str(token), *extra)
-            assert proc.returncode == 2, proc.stderr
-            lines = proc.stderr.strip().splitlines()
-            assert len(lines) == 1 and lines[0].startswith("error: ") and reason in lines[0], proc.stderr
-            assert _listing(tmp_path) == before, extra  # no token rewritten, no store, no lock files
-    finally:
-        busy.close()
+    for extra, reason in refusals:
+        before = _listing(tmp_path)
+        proc = _standalone(tmp_path, "--port", "0", "--store", str(state / "registry.sqlite"),
+                           "--token-file", str(token), *extra)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and reason in lines[0], proc.stderr
+        assert _listing(tmp_path) == before, extra  # no token rewritten, no store, no lock files

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -219,28 +218,18 @@ def test_controller_settings_deep_json_dev_zero_and_huge_topology_are_one_line(r
     assert "fat-tree k=400 would have 16,000,000 hosts" in line
 
 
-def test_a_refused_controller_start_writes_nothing(tmp_path, require_controller):
+def test_a_refused_controller_start_writes_nothing(tmp_path, occupied, require_controller):
     """A socket path that is a regular file, a busy API port, a token file that is a folder: refused in
     one line before the app takes its locks, opens its store or writes its token."""
-    token = tmp_path / "token"
-    token.write_text("the running controller's token\n")
-    plain = tmp_path / "plain"
-    plain.write_text("not a socket")
-    busy = socket.socket()
-    busy.bind(("127.0.0.1", 0))
-    busy.listen(1)
-    try:
-        for env, reason in (({"ECHELON_API_SOCKET": str(plain)}, "not a socket"),
-                            ({"ECHELON_API_PORT": str(busy.getsockname()[1])}, "cannot listen"),
-                            ({"ECHELON_TOKEN_FILE": str(tmp_path)}, "is a directory")):
-            before = sorted(os.listdir(tmp_path))
-            line = _controller_app(tmp_path, env)
-            assert reason in line, line
-            assert sorted(os.listdir(tmp_path)) == before, env  # no store, no lock files
-            assert token.read_text() == "the running controller's token\n"
-            assert plain.read_text() == "not a socket"
-    finally:
-        busy.close()
+    for env, reason in (({"ECHELON_API_SOCKET": str(occupied.plain)}, "not a socket"),
+                        ({"ECHELON_API_PORT": str(occupied.port)}, "cannot listen"),
+                        ({"ECHELON_TOKEN_FILE": str(tmp_path)}, "is a directory")):
+        before = sorted(os.listdir(tmp_path))
+        line = _controller_app(tmp_path, env)
+        assert reason in line, line
+        assert sorted(os.listdir(tmp_path)) == before, env  # no store, no lock files
+        assert occupied.token.read_text() == "the running controller's token\n"
+        assert occupied.plain.read_text() == "not a socket"
 
 
 # ------------------------------------------------------------------ numbers out of range, non-JSON output
