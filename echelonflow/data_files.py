@@ -2,8 +2,7 @@
 location, so a clone needs nothing beside it and any working directory works.
 
 Scenario files name such data as ``"data:coflow-benchmark/FB2010-1Hr-150-0.txt"``, a name that cannot be
-mistaken for a path relative to the scenario file; ``"../shared/data/..."``, the name used before the data
-moved into the repository, still resolves to the same folder.  ``ECHELON_DATA`` points at another copy
+mistaken for a path relative to the scenario file.  ``ECHELON_DATA`` points at another copy
 (a cluster node whose checkout lives elsewhere, or a larger trace collection laid out the same way).
 """
 
@@ -15,7 +14,7 @@ from pathlib import Path
 from echelonflow.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PREFIXES = ("data:", "../shared/data/")
+PREFIX = "data:"
 ENV = "ECHELON_DATA"
 
 
@@ -39,8 +38,6 @@ def data_path(relative: str) -> Path:
 
 def resolve_data(name: str) -> Path | None:
     """The real path of a scenario's ``data:...`` name; None for any other name (a plain path)."""
-    normal = name.replace(os.sep, "/")
-    for prefix in PREFIXES:
-        if normal.startswith(prefix):
-            return data_path(normal[len(prefix):])
-    return None
+    if not name.startswith(PREFIX):
+        return None
+    return data_path(name[len(PREFIX):].replace(os.sep, "/"))

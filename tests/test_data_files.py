@@ -34,8 +34,6 @@ def test_the_data_folder_is_the_repository_s(monkeypatch: pytest.MonkeyPatch) ->
     assert data_dir() == ROOT / "data"
     assert data_path("coflow-benchmark/FB2010-1Hr-150-0.txt").stat().st_size > 100_000
     assert resolve_data("data:chakra/pytorch/chakra.0.et") == ROOT / "data/chakra/pytorch/chakra.0.et"
-    old_name = "../shared/data/chakra/pytorch/chakra.0.et"  # before the data moved into the repository
-    assert resolve_data(old_name) == resolve_data("data:chakra/pytorch/chakra.0.et")
     assert resolve_data("traces/mine.txt") is None
 
 
@@ -58,11 +56,11 @@ def test_every_shipped_file_is_named_in_the_data_readme() -> None:
 
 
 def test_a_clone_with_nothing_beside_it_reads_its_data(tmp_path: Path) -> None:
-    """A local git clone in an empty folder (no ../shared), run from yet another working directory."""
+    """A local git clone alone in its folder, run from yet another working directory."""
     clone = tmp_path / "alone" / "echelonflow"
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(clone)], check=True,
                    capture_output=True, timeout=120)
-    assert not (clone.parent.parent / "shared").exists()
+    assert [p.name for p in clone.parent.iterdir()] == ["echelonflow"]  # nothing beside the clone
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "ECHELON_DATA"}
