@@ -2,7 +2,9 @@
 
 Each sub-command module exposes ``register(subparsers)`` and keeps heavy imports (Mininet, os-ken,
 matplotlib) inside its run function, so ``echelon simulate`` works on a machine without any of them.
-A :class:`~echelonflow.errors.UserError` becomes a one-line message and exit status 2.
+Library code only raises; this module alone prints and chooses the exit status: a
+:class:`~echelonflow.errors.UserError` becomes a one-line message and exit status 2, an
+:class:`~emulation.errors.EmulationError` (a run that failed) one line and exit status 1.
 
 SIGTERM and SIGHUP stop a command the way Ctrl-C does: they raise :class:`Terminated` (a
 ``KeyboardInterrupt``) in the main thread, so every ``finally`` stops what the command started (fabric,
@@ -18,6 +20,7 @@ import signal
 import sys
 
 from echelonflow.errors import UserError
+from emulation.errors import EmulationError
 
 # Sub-command modules, in the order ``echelon --help`` lists them.
 COMMAND_MODULES = (
@@ -68,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"echelon: error: {err}", file=sys.stderr)
         return 2
+    except EmulationError as err:
+        print(f"echelon: error: {err}", file=sys.stderr)
+        return 1
     except Terminated as stop:
         print(f"echelon: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
         return 128 + stop.signum

@@ -81,8 +81,6 @@ def run(args: argparse.Namespace) -> int:
         out = default_run_dir(scenario.name, base=args.out_base)
         request = EmulationRequest(list(SCHEDULERS), out=out, timing_noise_ms=DEFAULT_JITTER_S * 1e3)
         outcome = emulate_and_report(scenario, request)
-        if outcome is None:
-            return 1
         print(outcome.table)
         print(f"run folder: {outcome.folder.path}\n", flush=True)
         folders.append(outcome.folder)

@@ -16,7 +16,6 @@ emulated) and, under a time dilation, a dilated copy (:mod:`emulation.dilation`)
 from __future__ import annotations
 
 import copy
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -79,13 +78,14 @@ class RunFailedError(EmulationError):
 
 
 def emulate_and_report(scenario: Scenario, request: EmulationRequest,
-                       progress: Say | None = None) -> EmulationOutcome | None:
+                       progress: Say | None = None) -> EmulationOutcome:
     """Simulate, emulate every scheduler ``request.repeat`` times, write the run folder.
 
-    Returns None after printing one error line when the emulation failed (an agent, the fabric or the
-    controller, or no dilation the calibration trusts); everything started has been stopped by then and
-    the run folder holds the runs that finished, marked partial.  Ctrl-C / SIGTERM likewise mark it
-    partial, then propagate.  ``progress`` (default: stamped lines on stderr) hears every step.
+    Raises :class:`EmulationError` (one line) when the emulation failed: an agent, the fabric or the
+    controller (:class:`RunFailedError`, the line naming the logs and the partial folder), or no
+    dilation the calibration trusts; everything started has been stopped by then and the run folder
+    holds the runs that finished, marked partial.  Ctrl-C / SIGTERM likewise mark it partial, then
+    propagate.  ``progress`` (default: stamped lines on stderr) hears every step.
     """
     say = progress or stderr_progress()
     scenario = with_real_frames(scenario)
@@ -97,8 +97,7 @@ def emulate_and_report(scenario: Scenario, request: EmulationRequest,
     try:
         dilation = choose_dilation(request.dilation, scenario, run_dir, say)
     except CalibrationError as exc:
-        print(f"echelon: error: {exc}", file=sys.stderr)
-        return None
+        raise EmulationError(str(exc)) from None
     runs = ExperimentRuns(scenario, request, run_dir, dilation, say)
     emulated = Results(scenario.name, "emulate")
     emulated.dilation = dilation.record
@@ -113,9 +112,8 @@ def emulate_and_report(scenario: Scenario, request: EmulationRequest,
                     runs.say_result(result)
         except RunFailedError as failed:
             folder = checkpoints.write(failed.reason)
-            print(f"echelon: error: {failed.reason} (logs in {failed.logs}; the {len(emulated.runs)} "
-                  f"finished run(s) are in {folder.results}, marked partial)", file=sys.stderr)
-            return None
+            raise EmulationError(f"{failed.reason} (logs in {failed.logs}; the {len(emulated.runs)} "
+                                 f"finished run(s) are in {folder.results}, marked partial)") from None
     folder = checkpoints.write(complete=True)
     return EmulationOutcome(emulated, folder, format_report(emulated, simulated))
 

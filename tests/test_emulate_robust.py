@@ -139,6 +139,7 @@ def test_a_run_that_dies_leaves_its_finished_runs_marked_partial(require_fabric,
     """fair finishes; under echelon an agent is killed mid-run: one error line, no traceback, and the run
     folder holds fair's run with a status saying the folder is partial and why."""
     from echelonflow.scenario import load_scenario
+    from emulation.errors import EmulationError
     from emulation.experiment import EmulationRequest, emulate_and_report
     from reports.runfolder import load_run_folder, read_status
 
@@ -155,14 +156,14 @@ def test_a_run_that_dies_leaves_its_finished_runs_marked_partial(require_fabric,
     scenario = load_scenario("fig2")
     before = _fingerprint(scenario)
     request = EmulationRequest(["fair", "echelon"], out=str(run_dir), plots=False)
-    outcome = emulate_and_report(scenario, request, progress=progress)
-    assert outcome is None
+    with pytest.raises(EmulationError) as failed:  # raised, for the command line to print and exit 1
+        emulate_and_report(scenario, request, progress=progress)
     # the caller's scenario is never changed: fig2's idealised links (no MTU) are given real frames in
     # the emulation's own copy, not in this one
     assert scenario.topology.mtu_bytes is None and _fingerprint(scenario) == before
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert "under echelon failed" in err and "marked partial" in err
+    message = str(failed.value)
+    assert "\n" not in message and "under echelon failed" in message and "marked partial" in message
+    assert "error" not in capsys.readouterr().err  # the library prints no error line of its own
     status = read_status(str(run_dir))
     assert status["complete"] is False and (status["runs_done"], status["runs_planned"]) == (1, 2)
     # the killed agent's job is the only job: the run fails, naming the agent and how it died

@@ -105,3 +105,20 @@ def test_an_experiment_refused_early_leaves_the_callers_scenario_as_it_was(tmp_p
         emulate_and_report(scenario, EmulationRequest(["no-such-policy"], out=str(tmp_path / "run")),
                            progress=lambda text: None)
     assert scenario.topology.mtu_bytes is None and not (tmp_path / "run").exists()
+
+
+def test_a_failed_emulation_is_raised_and_the_command_line_alone_prints_it(tmp_path, monkeypatch, capsys):
+    """One error channel: the experiment raises; ``cli.main`` prints one line and exits 1 (a user's
+    mistake stays exit 2).  The experiment itself needs a fabric, so here it is one that fails at once."""
+    import emulation.command
+    from cli.main import main
+    from emulation.errors import EmulationError
+
+    def failing(scenario, request, progress=None):
+        raise EmulationError("emulation of fig2 under fair failed: agent h1 died (logs in x)")
+
+    monkeypatch.setattr(emulation.command, "emulate_and_report", failing)
+    assert main(["emulate", "fig2", "--scheduler", "fair", "--out", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert err == "echelon: error: emulation of fig2 under fair failed: agent h1 died (logs in x)\n"
+    assert main(["emulate", "fig2", "--scheduler", "no-such-policy"]) == 2
