@@ -107,8 +107,8 @@ def dilate_jobs(jobs: Sequence[Job], factor: float) -> list[Job]:
 def contract_run(run: RunResult, factor: float) -> RunResult:
     """A run measured on the dilated scenario, in the undilated scenario's time scale: every time divided
     by ``factor`` (task and flow times, ideal finishes, completions, tardiness, the objective, the
-    training metrics); slowdowns unchanged; what the run carries about the machine (fidelity monitor,
-    wire check) is wall-clock and kept as it is."""
+    training metrics, the times alone); slowdowns unchanged; what the run carries about the machine
+    (fidelity monitor, wire check) is wall-clock and kept as it is."""
     factor = check_factor(factor)
     out = copy.deepcopy(run)
     for job in out.jobs.values():
@@ -123,5 +123,7 @@ def contract_run(run: RunResult, factor: float) -> RunResult:
         task.start_s /= factor
         task.finish_s /= factor
     out.objective_s /= factor
+    if out.alone_s is not None:
+        out.alone_s = {job_id: time_s / factor for job_id, time_s in out.alone_s.items()}
     out.set_training_metrics()
     return out

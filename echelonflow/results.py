@@ -164,6 +164,9 @@ class RunResult:
     wire_check: dict[str, Any] | None = None
     faults: list[dict[str, Any]] | None = None
     failed_jobs: dict[str, str] | None = None
+    #: Each job's completion when it ran alone (the slowdowns' reference; None: not measured).  Kept for
+    #: whoever needs the times again (an emulation without its own alone rounds), not written out.
+    alone_s: dict[str, float] | None = field(default=None, compare=False, repr=False)
 
     def to_json_dict(self, per_flow: bool = True) -> dict[str, Any]:
         """The run as a document; without ``per_flow`` no ``flows`` or ``tasks`` records and no flow
@@ -372,6 +375,7 @@ def build_run_in_order(
         base_s = (alone_s or {}).get(job.job_id, done_s)
         run.jobs[job.job_id] = JobResult(done_s, done_s / base_s if base_s > 0 else 1.0)
         base += count
+    run.alone_s = {job_id: float(time_s) for job_id, time_s in alone_s.items()} if alone_s else None
     run.objective_s = echelon_mod.total_tardiness((e.tardiness_s for e in run.echelonflows.values()), weights)
     run.set_training_metrics()
     return run

@@ -5,13 +5,15 @@ A factor F divides every link rate and multiplies every compute duration and arr
 faithfully F times slower; results are divided by F back into the scenario's own time scale.  The
 factor is given by hand (``--dilation F``) or chosen (``--dilation auto``): first by a calibration on
 the fabric (:mod:`emulation.calibrate`), then confirmed by the first real run, since the calibration's
-bulk traffic leaves out what a real run costs besides forwarding (:meth:`Dilation.confirm_first_run`).
+bulk traffic leaves out what a real run costs besides forwarding: the first run is tried at the factors
+of :meth:`Dilation.attempts` in turn until the fidelity monitor trusts one (:meth:`Dilation.escalated`).
 How the factor was chosen goes into results.json's ``dilation`` (docs/emulation.md, "Time dilation").
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,30 +29,62 @@ from emulation.settings import EmulationSettings
 MAX_DILATION = 16.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class Dilation:
     """The factor an emulation runs at: ``record`` is results.json's ``dilation`` (None: undilated,
     nothing chosen); ``auto`` while the first real run still has to confirm a calibrated factor."""
 
-    record: dict[str, Any] | None = None
+    record: Mapping[str, Any] | None = None
     auto: bool = False
 
     @property
     def factor(self) -> float:
         return float(self.record["factor"]) if self.record else 1.0
 
-    def confirm_first_run(self, run: Any, run_dir: str, run_name: str, say: Say) -> bool:
-        """Under ``--dilation auto``, the first real run's verdict: True when it was not trusted and the
-        factor was doubled (run it again); otherwise the factor stands, recorded as confirmed."""
+    def attempts(self) -> tuple[float, ...]:
+        """The factors a run is tried at, in order: this one and, while the first run still has to confirm
+        a calibrated factor, each double of it up to :data:`MAX_DILATION` (the next one only when the
+        fidelity monitor did not trust the run at the last)."""
+        factors = [self.factor]
+        while self.auto and factors[-1] * 2 <= MAX_DILATION:
+            factors.append(factors[-1] * 2)
+        return tuple(factors)
+
+    def confirmed(self, run: Any) -> Dilation:
+        """The factor stands after ``run`` (under ``--dilation auto``, recorded with its verdict; the
+        first run confirms once, later runs are never judged)."""
         if not self.auto:
-            return False
-        if run.trusted is False and self.factor * 2 <= MAX_DILATION:
-            escalate(self.record, run, run_dir, run_name, say)
-            return True
-        self.record.setdefault("confirmation", []).append(
-            {"factor": self.factor, "trusted": run.trusted is not False, "reasons": monitor_reasons(run)})
-        self.auto = False
-        return False
+            return self
+        return Dilation(_with_confirmation(self.record, self.factor, run.trusted is not False, run))
+
+    def escalated(self, run: Any, run_dir: str, run_name: str, say: Say) -> Dilation:
+        """``--dilation auto`` after a first run the fidelity monitor did not trust: the factor doubles.
+
+        The calibration loads the fabric with plain bulk traffic, which leaves out what the real run
+        costs besides forwarding (the controller deciding on every start and finish, an agent per host
+        writing and pacing each flow's segments): at k=8 it trusted 10 Mbit/s while the first real round
+        left the machine 1 % idle.  So the first run confirms the factor, and until one is trusted (or
+        :data:`MAX_DILATION`) it is run again, twice as slow; the untrusted trial keeps its logs under
+        ``logs/<run>-x<F>-untrusted`` and its verdict in ``dilation.confirmation``."""
+        factor = self.factor
+        reasons = monitor_reasons(run)
+        record = dict(_with_confirmation(self.record, factor, False, run), factor=factor * 2,
+                      chosen_by="calibration, then the first run")
+        logs = os.path.join(run_dir, "logs", run_name)
+        if os.path.isdir(logs):
+            os.replace(logs, f"{logs}-x{factor:g}-untrusted")
+        why = "; ".join(reasons) or "no reason"
+        say(f"time dilation x{factor:g}: the first run was NOT trusted ({why}); running it again at "
+            f"x{factor * 2:g}")
+        return Dilation(record, auto=True)
+
+
+def _with_confirmation(record: Mapping[str, Any] | None, factor: float, trusted: bool,
+                       run: Any) -> dict[str, Any]:
+    """``record`` with one more verdict of a first run in its ``confirmation`` list."""
+    record = dict(record or {})
+    verdict = {"factor": factor, "trusted": trusted, "reasons": monitor_reasons(run)}
+    return dict(record, confirmation=[*record.get("confirmation", []), verdict])
 
 
 def choose_dilation(requested: float | str | None, scenario: Scenario, run_dir: str, say: Say) -> Dilation:
@@ -76,28 +110,6 @@ def dilated(scenario: Scenario, base: EmulationSettings, factor: float,
     faults = [replace(e, at_s=e.at_s * factor) for e in scenario.events]
     settings = replace(base.dilated(factor), faults=faults)
     return dilate_topology(scenario.topology, factor), dilate_jobs(scenario.jobs, factor), settings
-
-
-def escalate(dilation: dict[str, Any], run: Any, run_dir: str, run_name: str, say: Say) -> float:
-    """``--dilation auto`` after a first run the fidelity monitor did not trust: the factor doubles.
-
-    The calibration loads the fabric with plain bulk traffic, which leaves out what the real run costs
-    besides forwarding (the controller deciding on every start and finish, an agent per host writing and
-    pacing each flow's segments): at k=8 it trusted 10 Mbit/s while the first real round left the
-    machine 1 % idle.  So the first run confirms the factor, and until one is trusted (or
-    :data:`MAX_DILATION`) it is run again, twice as slow; the untrusted trial keeps its logs under
-    ``logs/<run>-x<F>-untrusted`` and its verdict in ``dilation.confirmation``."""
-    factor = float(dilation["factor"])
-    reasons = monitor_reasons(run)
-    dilation.setdefault("confirmation", []).append({"factor": factor, "trusted": False, "reasons": reasons})
-    dilation["factor"] = factor * 2
-    dilation["chosen_by"] = "calibration, then the first run"
-    logs = os.path.join(run_dir, "logs", run_name)
-    if os.path.isdir(logs):
-        os.replace(logs, f"{logs}-x{factor:g}-untrusted")
-    say(f"time dilation x{factor:g}: the first run was NOT trusted ({'; '.join(reasons) or 'no reason'}); "
-        f"running it again at x{factor * 2:g}")
-    return factor * 2
 
 
 def monitor_reasons(run: Any) -> list[str]:

@@ -24,10 +24,11 @@ from controller.config import ControllerConfig
 from echelonflow.bounds import attach_lower_bounds
 from echelonflow.dilation import check_dilation, contract_run
 from echelonflow.fileio import check_output_dir
+from echelonflow.model import Job
 from echelonflow.results import Results, RunResult
 from echelonflow.scenario import Scenario
 from echelonflow.schedulers import get_scheduler
-from echelonflow.topology import DEFAULT_MTU_BYTES
+from echelonflow.topology import DEFAULT_MTU_BYTES, Topology
 from emulation.assemble import fault_records
 from emulation.calibrate import CalibrationError
 from emulation.dilation import MAX_DILATION, Dilation, choose_dilation, dilated
@@ -99,8 +100,7 @@ def emulate_and_report(scenario: Scenario, request: EmulationRequest,
     except CalibrationError as exc:
         raise EmulationError(str(exc)) from None
     runs = ExperimentRuns(scenario, request, run_dir, dilation, say)
-    emulated = Results(scenario.name, "emulate")
-    emulated.dilation = dilation.record
+    emulated = runs.emulated
     checkpoints = Checkpoints(run_dir, emulated, simulated, request.repeat, request.plots)
     checkpoints.write()
     with checkpoints.partial_on_stop():
@@ -157,14 +157,18 @@ def base_settings(request: EmulationRequest, run_dir: str) -> EmulationSettings:
 
 class ExperimentRuns:
     """Every emulated run of the experiment: each scheduler ``repeat`` times on the (dilated) scenario,
-    each result brought back to the scenario's time scale."""
+    each result brought back to the scenario's time scale.  ``emulated`` is the experiment's document,
+    its ``dilation`` kept current (the runs themselves are the caller's to add)."""
 
     def __init__(self, scenario: Scenario, request: EmulationRequest, run_dir: str, dilation: Dilation,
                  say: Say) -> None:
         self.scenario, self.request, self.run_dir, self.dilation, self.say = (scenario, request, run_dir,
                                                                                dilation, say)
         self.base = base_settings(request, run_dir)
-        self.inputs = dilated(scenario, self.base, dilation.factor, say)
+        #: the factor and what the fabric runs at it (:meth:`_inputs`)
+        self._dilated = (dilation.factor, dilated(scenario, self.base, dilation.factor, say))
+        self.emulated = Results(scenario.name, "emulate")
+        self._settle(dilation)
         self._announce()
 
     def _announce(self) -> None:
@@ -185,40 +189,56 @@ class ExperimentRuns:
     def of(self, sim_run: RunResult) -> Iterator[RunResult]:
         """``sim_run``'s scheduler emulated ``repeat`` times; raises :class:`RunFailedError` on a failure."""
         sim_s = {j: r.completion_s for j, r in sim_run.jobs.items()}
-        alone_s = self._simulated_alone_s(sim_run.scheduler)
+        alone_s = self._simulated_alone_s(sim_run)
         for index in range(self.request.repeat):
             yield self._run(sim_run, index, sim_s, alone_s)
 
-    def _simulated_alone_s(self, scheduler: str) -> dict[str, float] | None:
-        """Without alone rounds (``--no-alone``) and several jobs: each job's simulated time alone, the
-        slowdowns' reference (None otherwise: the alone rounds measure it)."""
-        jobs = self.scenario.jobs
-        if self.request.alone_runs or len(jobs) <= 1:
+    def _simulated_alone_s(self, sim_run: RunResult) -> dict[str, float] | None:
+        """Without alone rounds (``--no-alone``) and several jobs: each job's simulated time alone (the
+        simulated run's own), the slowdowns' reference (None otherwise: the alone rounds measure it)."""
+        if self.request.alone_runs or len(self.scenario.jobs) <= 1:
             return None
-        policy = get_scheduler(scheduler)
-        return {job.job_id: simulate(self.scenario.topology, [job], policy, events=self.scenario.events)
-                .jobs[job.job_id].completion_s for job in jobs}
+        return dict(sim_run.alone_s or {})
 
     def _run(self, sim_run: RunResult, index: int, sim_s: dict[str, float],
              alone_s: dict[str, float] | None) -> RunResult:
-        """One run; under ``--dilation auto`` the first is repeated, slower, until the monitor trusts it."""
+        """One run, tried at the dilation's factors in turn (``--dilation auto``'s first run: until the
+        fidelity monitor trusts one; any other run: its one factor)."""
         name, which = self._names(sim_run.scheduler, index)
-        while True:
-            self.say(f"scheduler {sim_run.scheduler}{which}: emulating {self.scenario.name} "
-                     f"(simulated completion {completion_times(sim_s)})")
-            factor = self.dilation.factor
-            topology, jobs, settings = self.inputs
-            scheduler = sim_run.scheduler
-            try:
-                result = emulate_scheduler(topology, jobs, scheduler, _scaled(sim_s, factor), settings,
-                                           self.say, None if alone_s is None else _scaled(alone_s, factor),
-                                           run_name=name, simulated_flows=sim_run.flows)
-            except EmulationError as exc:
-                reason = f"emulation of {self.scenario.name} under {scheduler}{which} failed: {exc}"
-                raise RunFailedError(reason, f"{self.run_dir}/logs/{name}") from None
-            if not self.dilation.confirm_first_run(result, self.run_dir, name, self.say):
-                return self._in_scenario_time(result, index)
-            self.inputs = dilated(self.scenario, self.base, self.dilation.factor, self.say)
+        attempts = self.dilation.attempts()
+        for factor in attempts:
+            result = self._emulate(sim_run, factor, name, which, sim_s, alone_s)
+            if result.trusted is not False or factor == attempts[-1]:
+                break
+            self._settle(self.dilation.escalated(result, self.run_dir, name, self.say))
+        self._settle(self.dilation.confirmed(result))
+        return self._in_scenario_time(result, index)
+
+    def _emulate(self, sim_run: RunResult, factor: float, name: str, which: str, sim_s: dict[str, float],
+                 alone_s: dict[str, float] | None) -> RunResult:
+        """``sim_run``'s scheduler emulated once at ``factor`` (times as the fabric ran them)."""
+        self.say(f"scheduler {sim_run.scheduler}{which}: emulating {self.scenario.name} "
+                 f"(simulated completion {completion_times(sim_s)})")
+        topology, jobs, settings = self._inputs(factor)
+        scheduler = sim_run.scheduler
+        try:
+            return emulate_scheduler(topology, jobs, scheduler, _scaled(sim_s, factor), settings, self.say,
+                                     None if alone_s is None else _scaled(alone_s, factor), run_name=name,
+                                     simulated_flows=sim_run.flows)
+        except EmulationError as exc:
+            reason = f"emulation of {self.scenario.name} under {scheduler}{which} failed: {exc}"
+            raise RunFailedError(reason, f"{self.run_dir}/logs/{name}") from None
+
+    def _inputs(self, factor: float) -> tuple[Topology, list[Job], EmulationSettings]:
+        """The topology, jobs and settings the fabric runs at ``factor`` (built once per factor)."""
+        if self._dilated[0] != factor:
+            self._dilated = (factor, dilated(self.scenario, self.base, factor, self.say))
+        return self._dilated[1]
+
+    def _settle(self, dilation: Dilation) -> None:
+        """The dilation from now on, and results.json's record of it."""
+        self.dilation = dilation
+        self.emulated.dilation = None if dilation.record is None else dict(dilation.record)
 
     def _in_scenario_time(self, result: RunResult, index: int) -> RunResult:
         """The run with times divided by the dilation, faults at their scenario times, its repeat index

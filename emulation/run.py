@@ -2,9 +2,9 @@
 
 This is the unit the experiment repeats (:mod:`emulation.experiment`): a rig (:mod:`emulation.rig`)
 brought up for the run, a round per job set on it (:mod:`emulation.round`), and the rounds' documents
-assembled into one result (:mod:`emulation.assemble`) that carries the fidelity monitor's verdict, the
-wire check and the faults injected.  Times here are the rig's (wall clock, dilated if the experiment
-dilates); the experiment brings them back to the scenario's time scale.
+assembled into one result (:mod:`emulation.assemble`) that carries the fidelity monitor's verdict and the
+wire check.  Times here are the rig's (wall clock, dilated if the experiment dilates); the experiment
+brings them back to the scenario's time scale and records the faults there, in the scenario's times.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from echelonflow.model import Job
 from echelonflow.results import RunResult
 from echelonflow.topology import Topology
-from emulation.assemble import assemble_run, fault_records
+from emulation.assemble import assemble_run
 from emulation.monitor import combine
 from emulation.progress import Say
 from emulation.rig import Rig
@@ -60,8 +60,6 @@ def emulate_scheduler(
         together = records[TOGETHER].outcome
         result = assemble_run(jobs, together.documents, scheduler, alone_s or alone_fallback_s,
                               together.failed_jobs)
-    if settings.faults:
-        result.faults = fault_records(settings.faults)
     result.fidelity_monitor = combine({label: record.monitor for label, record in records.items()})
     result.trusted = result.fidelity_monitor["trusted"]
     wire = {label: record.wire for label, record in records.items() if record.wire is not None}

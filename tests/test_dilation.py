@@ -123,17 +123,17 @@ def test_auto_dilation_doubles_the_factor_after_an_untrusted_first_run(tmp_path)
     its logs kept aside and its verdict recorded."""
     from types import SimpleNamespace
 
-    from emulation.dilation import escalate
+    from emulation.dilation import Dilation
     from reports.fidelity import dilation_line
 
     logs = tmp_path / "logs" / "coflow-r1"
     logs.mkdir(parents=True)
     (logs / "agent.log").write_text("x")
-    dilation = {"factor": 1.0, "chosen_by": "calibration", "calibration": {}}
     verdict = {"reasons": ["CPU-saturated 83% of the time"]}
     run = SimpleNamespace(fidelity_monitor={"rounds": {"together": verdict}})
     said = []
-    assert escalate(dilation, run, str(tmp_path), "coflow-r1", said.append) == 2.0
+    first = Dilation({"factor": 1.0, "chosen_by": "calibration", "calibration": {}}, auto=True)
+    dilation = dict(first.escalated(run, str(tmp_path), "coflow-r1", said.append).record)
     assert dilation["factor"] == 2.0 and dilation["chosen_by"] == "calibration, then the first run"
     assert dilation["confirmation"] == [{"factor": 1.0, "trusted": False,
                                          "reasons": ["CPU-saturated 83% of the time"]}]

@@ -3,6 +3,7 @@ the simulated side, the settings a request gives every run, and ``--dilation aut
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -78,23 +79,45 @@ def _run(trusted: bool | None) -> SimpleNamespace:
 def test_auto_dilation_is_confirmed_by_the_first_trusted_run_and_never_judged_again(tmp_path):
     said: list[str] = []
     dilation = Dilation({"factor": 2.0, "chosen_by": "calibration"}, auto=True)
-    assert dilation.confirm_first_run(_run(False), str(tmp_path), "coflow", said.append)  # run it again
-    assert dilation.factor == 4.0 and "running it again at x4" in said[-1]
-    assert not dilation.confirm_first_run(_run(True), str(tmp_path), "coflow", said.append)
-    assert dilation.record["confirmation"] == [
+    assert dilation.attempts() == (2.0, 4.0, 8.0, 16.0)
+    escalated = dilation.escalated(_run(False), str(tmp_path), "coflow", said.append)  # run it again
+    assert escalated.factor == 4.0 and "running it again at x4" in said[-1]
+    assert dilation.factor == 2.0 and "confirmation" not in dilation.record  # frozen: a new value
+    confirmed = escalated.confirmed(_run(True))
+    assert confirmed.record["confirmation"] == [
         {"factor": 2.0, "trusted": False, "reasons": ["CPU-saturated 83% of the time"]},
         {"factor": 4.0, "trusted": True, "reasons": []}]
-    assert not dilation.confirm_first_run(_run(False), str(tmp_path), "coflow", said.append)  # later runs
-    assert dilation.factor == 4.0 and len(dilation.record["confirmation"]) == 2
+    assert confirmed.attempts() == (4.0,) and confirmed.confirmed(_run(False)) is confirmed  # later runs
     by_hand = Dilation({"factor": 2.0, "chosen_by": "hand"})
-    assert not by_hand.confirm_first_run(_run(False), str(tmp_path), "coflow", said.append)
+    assert by_hand.attempts() == (2.0,) and by_hand.confirmed(_run(False)) is by_hand
     assert "confirmation" not in by_hand.record and Dilation().factor == 1.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        by_hand.auto = True
 
 
 def test_auto_dilation_stops_doubling_at_its_largest_factor(tmp_path):
     dilation = Dilation({"factor": 16.0, "chosen_by": "calibration"}, auto=True)
-    assert not dilation.confirm_first_run(_run(False), str(tmp_path), "fair", lambda text: None)
-    assert dilation.factor == 16.0 and dilation.record["confirmation"][-1]["trusted"] is False
+    assert dilation.attempts() == (16.0,)
+    confirmed = dilation.confirmed(_run(False))
+    assert confirmed.factor == 16.0 and confirmed.record["confirmation"][-1]["trusted"] is False
+
+
+def test_a_simulated_run_keeps_its_jobs_times_alone_as_simulating_each_alone_gives_them():
+    """``--no-alone`` takes slowdowns against the simulated alone times: the simulated run keeps them
+    (no job simulated alone again), equal to simulating each job alone, and in the scenario's time when
+    a dilated run is contracted."""
+    from echelonflow.dilation import contract_run
+    from echelonflow.schedulers import get_scheduler
+    from simulator.engine import simulate
+
+    scenario = with_real_frames(load_scenario("fattree-fsdp-ps"))
+    assert len(scenario.jobs) > 1
+    run = simulate(scenario.topology, scenario.jobs, get_scheduler("echelon"), events=scenario.events)
+    assert run.alone_s == {job.job_id: simulate(scenario.topology, [job], get_scheduler("echelon"),
+                                                events=scenario.events).jobs[job.job_id].completion_s
+                           for job in scenario.jobs}
+    assert contract_run(run, 4.0).alone_s == pytest.approx({j: t / 4.0 for j, t in run.alone_s.items()})
+    assert "alone_s" not in run.to_json_dict()
 
 
 def test_an_experiment_refused_early_leaves_the_callers_scenario_as_it_was(tmp_path):
