@@ -32,7 +32,6 @@ from echelonflow import ownership
 from echelonflow.fileio import read_json
 from echelonflow.model import Job
 from emulation.errors import EmulationError, one_line
-from emulation.settings import DEFAULT_DATA_PORT
 from traffic.agent import INTERRUPTED
 from traffic.control import ControlError, wait_for_sockets
 from traffic.runspec import RegistrySettings, RunSpec, SpecError, check_serialisable, save_runspec
@@ -100,59 +99,47 @@ def agent_hosts(jobs: Sequence[Job]) -> list[str]:
 
 
 def run_agents(
-    jobs: Sequence[Job],
-    hosts_ip: Mapping[str, str],
+    template: RunSpec,
     workdir: str,
     popen: PopenFn = local_popen,
     *,
-    data_port: int = DEFAULT_DATA_PORT,
-    registry: RegistrySettings | None = None,
-    scheduler: str = "",
-    run_timeout_s: float = 300.0,
-    connect_timeout_s: float = 10.0,
-    confirm_timeout_s: float = 30.0,
-    start_margin_s: float | None = None,
-    progress: Callable[[str], None] | None = None,
-    python: str = sys.executable,
-    topology_spec: Mapping[str, Any] | None = None,
     channel_plan: Mapping[str, list[dict[str, Any]]] | None = None,
     kill_agents: Mapping[str, float] | None = None,
     actions: Sequence[TimedAction] = (),
-    congestion_control: str | None = None,
+    start_margin_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> AgentsOutcome:
-    """Run one agent per host used by ``jobs``; return their documents or raise :class:`EmulationError`.
+    """Run one agent per host used by ``template.jobs``; return their documents or raise
+    :class:`EmulationError`.
 
-    ``workdir`` must exist and be empty of earlier agent files (specs, outputs, logs and the control
-    sockets go there).  Agents start together at t0 = now + ``start_margin_s`` (default grows with the
-    number of agents and of channels to open, so slow interpreter start-up never makes one late).
-    ``topology_spec`` lets agents pin their channels to the flows' paths; ``channel_plan`` (source host ->
-    ``traffic.channels.channel_plan`` entries) says how many channels each opens before t0.
+    ``template`` is every agent's run-spec but for what differs per agent or per start, filled in here:
+    the host, t0, the control folder, the output file and the host's channels.  ``workdir`` must exist
+    and be empty of earlier agent files (specs, outputs, logs and the control sockets go there).  Agents
+    start together at t0 = now + ``start_margin_s`` (default grows with the number of agents and of
+    channels to open, so slow interpreter start-up never makes one late).  ``channel_plan`` (source host
+    -> ``traffic.channels.channel_plan`` entries) says how many channels each opens before t0.
 
     Faults: ``kill_agents`` (host -> seconds after t0) kills those agents with SIGKILL; ``actions``
     ((seconds after t0, action)) runs each action then, in a thread (its one-line answer is said).  A
     dead agent's jobs end up in ``failed_jobs``; if every job failed, :class:`EmulationError` says why.
     """
-    hosts = _checked_hosts(jobs, hosts_ip)
+    jobs, registry = template.jobs, template.registry
+    hosts = _checked_hosts(jobs, template.hosts_ip)
     control_dir = os.path.join(workdir, "ctl")
     os.makedirs(control_dir, exist_ok=False)
     margin = start_margin_s if start_margin_s is not None else _start_margin_s(hosts, channel_plan)
-    template = RunSpec(host="", hosts_ip=dict(hosts_ip), jobs=list(jobs), t0_s=time.time() + margin,
-                       data_port=data_port, control_dir=control_dir, output_path="", registry=registry,
-                       connect_timeout_s=connect_timeout_s, confirm_timeout_s=confirm_timeout_s,
-                       run_timeout_s=run_timeout_s, scheduler=scheduler,
-                       topology_spec=None if topology_spec is None else dict(topology_spec),
-                       congestion_control=congestion_control)
-    handles = _write_specs(template, hosts, workdir, channel_plan)
+    t0_s = time.time() + margin
+    handles = _write_specs(replace(template, t0_s=t0_s, control_dir=control_dir), hosts, workdir,
+                           channel_plan)
     say = progress or (lambda text: None)
-    t0_s = template.t0_s
     try:
-        _start(handles, popen, python, workdir, say)
+        _start(handles, popen, workdir, say)
         _wait_until_ready(handles, control_dir, t0_s)
         say("agents ready; running")
         timers = [_start_timer(t0_s + at_s, action, say)
                   for at_s, action in [*_kills(handles, kill_agents or {}), *actions]]
         deaths = _DeathNotices(control_dir, hosts, registry, say)
-        failed = _wait_all(handles, jobs, t0_s, t0_s + run_timeout_s + 5.0, say, deaths)
+        failed = _wait_all(handles, jobs, t0_s, t0_s + template.run_timeout_s + 5.0, say, deaths)
         for timer in timers:  # one not due yet never fires; one under way (a restart) is waited for
             timer.cancel()
             timer.join(60.0)
@@ -199,12 +186,12 @@ def _write_specs(template: RunSpec, hosts: Sequence[str], workdir: str,
     return handles
 
 
-def _start(handles: Mapping[str, AgentHandle], popen: PopenFn, python: str, workdir: str,
+def _start(handles: Mapping[str, AgentHandle], popen: PopenFn, workdir: str,
            say: Callable[[str], None]) -> None:
     """Start every agent (with a parent-death signal where ``setpriv`` exists) and record its pid."""
     for host, handle in handles.items():
         with open(handle.log_path, "w", encoding="utf-8") as log_file:
-            handle.proc = popen(host, ownership.PDEATHSIG + [python, "-u", "-m", "traffic.agent",
+            handle.proc = popen(host, ownership.PDEATHSIG + [sys.executable, "-u", "-m", "traffic.agent",
                                                              handle.spec_path], log_file)
     ownership.record_processes(workdir, *(h.pid for h in handles.values()))
     say(f"{len(handles)} agents started (pids {', '.join(str(h.pid) for h in handles.values())})")

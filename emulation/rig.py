@@ -152,9 +152,11 @@ class Rig:
     # ------------------------------------------------------------------------------ during a round
     def registry_settings(self) -> RegistrySettings:
         """How this round's agents reach the controller's registry."""
-        s = self.settings
-        return RegistrySettings(self.controller.api_socket_path, self.controller.token_file,
-                                s.poll_interval_s, "", s.pace, s.install_wait_s)
+        settings = self.settings
+        return RegistrySettings(socket_path=self.controller.api_socket_path,
+                                token_file=self.controller.token_file,
+                                poll_interval_s=settings.poll_interval_s, pace=settings.pace,
+                                install_wait_s=settings.install_wait_s)
 
     def collect_problems(self) -> None:
         """Keep the problem lines of the current controller's log (said once the run is over)."""

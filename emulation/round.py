@@ -30,6 +30,7 @@ from emulation.monitor import FidelityMonitor, sample_interval_s
 from emulation.progress import prefixed, say_all, say_monitor, say_wire
 from emulation.rig import Rig
 from traffic.channels import channel_plan
+from traffic.runspec import RunSpec
 
 TOGETHER = "together"
 
@@ -100,22 +101,30 @@ def run_round(rig: Rig, round_: Round, simulated_s: Mapping[str, float],
 
 def _run_agents(rig: Rig, round_: Round, simulated_s: Mapping[str, float],
                 simulated_flows: Mapping[str, Any] | None, network_actions: list) -> AgentsOutcome:
-    """The agents of ``round_``, with the run deadline, channel plan and timed faults they need."""
-    settings = rig.settings
+    """The agents of ``round_``, with the run-spec, channel plan and timed faults they need."""
     agents_dir = os.path.join(rig.workdir, round_.label)
     os.makedirs(agents_dir)
-    budget_s = max(j.arrival_s + simulated_s.get(j.job_id, 0.0) for j in round_.jobs)
     faults = round_.process_faults
     return run_agents(
-        round_.jobs, rig.hosts_ip, agents_dir, fabric_popen(rig.fabric), data_port=settings.data_port,
-        registry=rig.registry_settings(), scheduler=rig.scheduler,
-        run_timeout_s=settings.run_timeout_factor * budget_s + settings.run_timeout_extra_s,
-        progress=prefixed(rig.say, f"{round_.label}: "), topology_spec=rig.topology_spec,
+        agent_template(rig, round_, simulated_s), agents_dir, fabric_popen(rig.fabric),
         channel_plan=_channel_plan(rig, round_, simulated_flows),
         kill_agents={f.target[0]: f.at_s for f in faults if f.kind == "agent"},
         actions=controller_actions(faults, rig.crash_controller, rig.restart_controller) + network_actions,
-        congestion_control=settings.tcp_congestion_control, confirm_timeout_s=settings.confirm_timeout_s,
+        progress=prefixed(rig.say, f"{round_.label}: "),
     )
+
+
+def agent_template(rig: Rig, round_: Round, simulated_s: Mapping[str, float]) -> RunSpec:
+    """What every agent of ``round_`` is told (:class:`~traffic.runspec.RunSpec`, passed whole to the
+    agents; each gets its host, t0 and files filled in): the run deadline is ``run_timeout_factor`` x
+    the latest simulated completion (``simulated_s``, job -> seconds) plus ``run_timeout_extra_s``."""
+    settings = rig.settings
+    budget_s = max(j.arrival_s + simulated_s.get(j.job_id, 0.0) for j in round_.jobs)
+    return RunSpec(hosts_ip=dict(rig.hosts_ip), jobs=list(round_.jobs), data_port=settings.data_port,
+                   registry=rig.registry_settings(), scheduler=rig.scheduler,
+                   run_timeout_s=settings.run_timeout_factor * budget_s + settings.run_timeout_extra_s,
+                   confirm_timeout_s=settings.confirm_timeout_s, topology_spec=dict(rig.topology_spec),
+                   congestion_control=settings.tcp_congestion_control)
 
 
 def _channel_plan(rig: Rig, round_: Round,

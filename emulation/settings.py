@@ -8,13 +8,15 @@ arguments or the environment.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from controller.config import ControllerConfig
+from echelonflow.fields import FieldError
 from emulation.monitor import Thresholds
+from traffic.runspec import DEFAULT_DATA_PORT
 
-#: The TCP port every agent listens on for flows (inside its own host's network namespace).
-DEFAULT_DATA_PORT = 46000
 #: The controllers' settings in an emulated run, by their names in ``controller.config.SETTINGS`` (what
 #: ``controller.launcher.local_config`` takes, over its defaults), so none is declared twice.
 CONTROLLER_SETTINGS = {
@@ -68,6 +70,9 @@ class EmulationSettings:
     #: Mininet), topologies.fabric.Fabric ``cluster``
     cluster: list | None = None
 
+    def __post_init__(self) -> None:
+        check_controller_settings(self.controller)
+
     def dilated(self, factor: float) -> EmulationSettings:
         """These settings for a run time-dilated by ``factor``: the control loop's periods, the stall
         timeout and the hosts' minimum RTO stretched as the scenario's times are (queues drain F times
@@ -90,3 +95,16 @@ class EmulationSettings:
         for name in ("hold_paused", "fixed_class"):
             settings[name] = self.pace and settings.get(name, False)
         return settings
+
+
+def check_controller_settings(settings: dict[str, Any]) -> None:
+    """Every name in ``settings`` is a :class:`~controller.config.ControllerConfig` field, checked when
+    the emulation's settings are built (a typo would otherwise surface only when the first controller
+    starts): :class:`~echelonflow.fields.FieldError` names the first that is not.  The values are
+    checked where the controller's config is built (``controller.launcher.local_config``: a port 0 there
+    means a free one)."""
+    known = [spec.name for spec in dataclasses.fields(ControllerConfig)]
+    for name in settings:
+        if name not in known:
+            raise FieldError(f"controller.{name}",
+                             f"unknown controller setting (allowed: {', '.join(known)})")

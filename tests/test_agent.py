@@ -61,11 +61,12 @@ def hosts_of(jobs):
     return list(seen)
 
 
-def run(jobs, tmp_path, **kwargs):
-    kwargs.setdefault("data_port", next(_PORTS))
-    kwargs.setdefault("start_margin_s", 1.5)
-    kwargs.setdefault("run_timeout_s", 30.0)
-    return run_agents(jobs, loopback(hosts_of(jobs)), str(tmp_path), **kwargs)
+def run(jobs, tmp_path, popen=local_popen, start_margin_s=1.5, kill_agents=None, **spec):
+    """The agents of ``jobs`` on loopback addresses; ``spec``: run-spec fields (``registry``, ...)."""
+    spec.setdefault("data_port", next(_PORTS))
+    spec.setdefault("run_timeout_s", 30.0)
+    template = RunSpec(hosts_ip=loopback(hosts_of(jobs)), jobs=list(jobs), **spec)
+    return run_agents(template, str(tmp_path), popen, start_margin_s=start_margin_s, kill_agents=kill_agents)
 
 
 def send_flow(header, ip, port, io_timeout_s=30.0, **sources):

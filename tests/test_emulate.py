@@ -24,6 +24,7 @@ from emulation.assemble import assemble_run
 from emulation.errors import EmulationError
 from reports.runfolder import EXTRA_KEYS
 from tests.fabric_helpers import dumbbell_with_controller
+from traffic.runspec import RunSpec
 
 pytestmark = pytest.mark.fabric
 RATE_BPS = 20e6
@@ -182,7 +183,8 @@ def test_emulate_fig2_through_mininets_cluster_mode_on_localhost(require_fabric,
 def test_agents_on_the_fabric_deliver_exact_bytes_and_respect_dependencies(fabric, tmp_path):
     fab, hosts_ip = fabric
     jobs = cross_jobs()
-    outcome = run_agents(jobs, hosts_ip, str(tmp_path), fabric_popen(fab), data_port=46100, run_timeout_s=60)
+    outcome = run_agents(RunSpec(hosts_ip=hosts_ip, jobs=jobs, data_port=46100, run_timeout_s=60),
+                         str(tmp_path), fabric_popen(fab))
     result = assemble_run(jobs, outcome.documents, "fair")  # raises unless every byte count is exact
     for job in jobs:
         for task in job.tasks.values():
@@ -237,7 +239,8 @@ def test_a_killed_agent_on_the_fabric_fails_the_run_cleanly(fabric, tmp_path):
     threading.Thread(target=killer, daemon=True).start()
     t = time.monotonic()
     with pytest.raises(EmulationError, match="agent h3"):
-        run_agents([job], hosts_ip, str(tmp_path), recording_popen, data_port=46200, run_timeout_s=60)
+        run_agents(RunSpec(hosts_ip=hosts_ip, jobs=[job], data_port=46200, run_timeout_s=60), str(tmp_path),
+                   recording_popen)
     assert time.monotonic() - t < 15
     assert all(proc.poll() is not None for proc in started.values())
 

@@ -145,3 +145,17 @@ def test_a_failed_emulation_is_raised_and_the_command_line_alone_prints_it(tmp_p
     err = capsys.readouterr().err
     assert err == "echelon: error: emulation of fig2 under fair failed: agent h1 died (logs in x)\n"
     assert main(["emulate", "fig2", "--scheduler", "no-such-policy"]) == 2
+
+
+def test_a_controller_setting_with_a_typo_is_refused_when_the_settings_are_built():
+    """The controllers' settings are ControllerConfig's fields: a misspelt one is one error naming it,
+    when the emulation's settings are made (not when the first controller starts, minutes later)."""
+    from echelonflow.fields import FieldError
+    from emulation.settings import CONTROLLER_SETTINGS, EmulationSettings
+
+    with pytest.raises(FieldError, match=r"^controller\.intervl_s: unknown controller setting \(allowed: "):
+        EmulationSettings(controller={**CONTROLLER_SETTINGS, "intervl_s": 0.1})
+    settings = EmulationSettings()
+    with pytest.raises(FieldError, match="controller.hold_pause:"):
+        replace(settings, controller={**settings.controller, "hold_pause": True})
+    assert settings.dilated(4.0).controller["interval_s"] == pytest.approx(0.8)

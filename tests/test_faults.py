@@ -137,7 +137,7 @@ def test_a_dead_agent_fails_its_job_in_one_line_and_the_other_job_completes(env,
     from echelonflow.topology_spec import TopologySpec
     from emulation.agents import fabric_popen, run_agents
     from emulation.assemble import assemble_run
-    from traffic.runspec import RegistrySettings
+    from traffic.runspec import RegistrySettings, RunSpec
 
     client = env.ctl.client()
     client.set_scheduler("echelon")
@@ -145,11 +145,11 @@ def test_a_dead_agent_fails_its_job_in_one_line_and_the_other_job_completes(env,
     hosts_ip = {h: env.topo.graph.nodes[h]["ip"] for h in env.topo.hosts}
     said = []
     started = time.monotonic()
-    outcome = run_agents(
-        [doomed, other], hosts_ip, str(tmp_path), fabric_popen(env.fabric),
-        registry=RegistrySettings(env.ctl.api_socket_path, env.ctl.token_file, 0.05, "dead-", True, 0.5),
-        scheduler="echelon", run_timeout_s=60.0, topology_spec=TopologySpec.of(env.topo).to_json(),
-        kill_agents={"h1": 1.5}, progress=lambda text: said.append((time.monotonic() - started, text)))
+    spec = RunSpec(hosts_ip=hosts_ip, jobs=[doomed, other], run_timeout_s=60.0, scheduler="echelon",
+                   registry=RegistrySettings(env.ctl.api_socket_path, env.ctl.token_file, 0.05, "dead-"),
+                   topology_spec=TopologySpec.of(env.topo).to_json())
+    outcome = run_agents(spec, str(tmp_path), fabric_popen(env.fabric), kill_agents={"h1": 1.5},
+                         progress=lambda text: said.append((time.monotonic() - started, text)))
     for at_s, text in said:
         print(f"  [{at_s:5.1f} s] {text}")
     assert list(outcome.failed_jobs) == ["a"], outcome.failed_jobs

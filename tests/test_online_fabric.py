@@ -32,7 +32,7 @@ def fabric(require_fabric):
 def test_an_echelon_online_run_completes_and_the_controller_learned_every_flow(fabric, tmp_path):
     from controller.client import EchelonClient
     from echelonflow.topology_spec import TopologySpec
-    from traffic.runspec import RegistrySettings
+    from traffic.runspec import RegistrySettings, RunSpec
 
     topo, fab, ctl = fabric
     client = EchelonClient(socket_path=ctl.api_socket_path, token_file=ctl.token_file)
@@ -42,10 +42,11 @@ def test_an_echelon_online_run_completes_and_the_controller_learned_every_flow(f
     job = generate("ring_allreduce", "ring", ["h1", "h2", "h3", "h4"],
                    {"iterations": ITERATIONS, "bytes": 1_200_000})
     hosts_ip = {h: topo.graph.nodes[h]["ip"] for h in topo.hosts}
-    outcome = run_agents([job], hosts_ip, str(tmp_path), fabric_popen(fab), data_port=free_tcp_port(),
-                         registry=RegistrySettings(ctl.api_socket_path, ctl.token_file, 0.05, ""),
-                         scheduler="echelon-online", run_timeout_s=120,
-                         topology_spec=TopologySpec.of(topo).to_json())
+    spec = RunSpec(hosts_ip=hosts_ip, jobs=[job], data_port=free_tcp_port(),
+                   registry=RegistrySettings(ctl.api_socket_path, ctl.token_file, 0.05),
+                   scheduler="echelon-online", run_timeout_s=120,
+                   topology_spec=TopologySpec.of(topo).to_json())
+    outcome = run_agents(spec, str(tmp_path), fabric_popen(fab))
     result = assemble_run([job], outcome.documents, "echelon-online")  # raises unless every byte arrived
     assert result.jobs["ring"].completion_s > 0
     records = {f["flow_id"]: f for f in client.flows("ring")}

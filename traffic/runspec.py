@@ -18,8 +18,10 @@ agent never reads scenario files or talks to the orchestrator while it runs:
 
 Jobs travel in the trace format (``echelonflow.trace``: ``job_to_trace`` / ``parse_trace``, documented in
 docs/trace-format.md), so the spec is self-contained and there is one job serialisation in the project.
-The fields are declared once (``SPEC_FIELDS``, ``REGISTRY_FIELDS``, ``CHANNEL_FIELDS``) and read by the
-project's one field checker (``echelonflow.fields``), like API bodies and scenario, trace and topology files:
+The fields are declared once, each check beside its dataclass field (``SPEC_FIELDS`` and
+``REGISTRY_FIELDS`` are made from :class:`RunSpec` and :class:`RegistrySettings`; ``CHANNEL_FIELDS``),
+and read by the project's one field checker (``echelonflow.fields``), like API bodies and scenario,
+trace and topology files:
 :func:`load_runspec` checks the whole spec before anything uses it and raises :class:`SpecError`, one line
 ``<spec path>: <field>: <problem>``, so an agent with a bad spec exits at once instead of failing mid-run.
 """
@@ -30,13 +32,15 @@ import dataclasses
 import ipaddress
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from echelonflow.errors import TraceError, UserError
 from echelonflow.fields import (
+    Check,
     Field,
     FieldError,
+    anything,
     array,
     boolean,
     integer,
@@ -59,73 +63,26 @@ class SpecError(UserError):
     """A run-spec that an agent cannot execute (names the field and the problem)."""
 
 
-@dataclass
-class RegistrySettings:
-    """How an agent reaches the controller's registry (HTTP over a Unix socket, token-authenticated)."""
-
-    socket_path: str
-    token_file: str
-    poll_interval_s: float = 0.1
-    job_prefix: str = ""  # prepended to job ids in the registry (one controller, same job run twice)
-    pace: bool = True  # apply allocated rates as socket pacing (only under schedulers that enforce)
-    #: A channel's registration waits up to this long for the switches to acknowledge its rules, so its
-    #: first packet (the SYN) already takes the scheduled path and queue (0 = do not wait).
-    install_wait_s: float = 0.5
+#: The TCP port every agent listens on for flows (inside its own host's network namespace).
+DEFAULT_DATA_PORT = 46000
+_SECONDS = number(0.0, above=True, what="a number of seconds")
 
 
-@dataclass
-class RunSpec:
-    host: str
-    hosts_ip: dict[str, str]
-    jobs: list[Job]
-    t0_s: float
-    data_port: int
-    control_dir: str
-    output_path: str
-    registry: RegistrySettings | None = None
-    connect_timeout_s: float = 10.0
-    confirm_timeout_s: float = 30.0
-    run_timeout_s: float = 600.0
-    scheduler: str = ""
-    #: the fabric's topology (``echelonflow.topology_spec`` form): agents pin channels to the flows' paths
-    topology_spec: dict[str, Any] | None = None
-    #: channels to open before t0: ``[{"dst", "path" (node names or None), "count"}]`` (traffic.channels)
-    channels: list[dict[str, Any]] | None = None
-    #: the TCP congestion control of the channels this agent opens (None: the host's default)
-    congestion_control: str | None = None
+def _spec(check: Check | None = None, required: bool = False, key: str = "") -> dict[str, Any]:
+    """A run-spec field's declaration, kept beside the field itself (:func:`declared_fields` reads it):
+    its check, whether the file must have it, and its key in the file when that is not its name."""
+    return {"check": check or anything(), "required": required, "key": key}
 
-    def topology(self) -> Any:
-        """The :class:`~echelonflow.topology.Topology` of ``topology_spec``, or None."""
-        if self.topology_spec is None:
-            return None
-        return topology_from_json(self.topology_spec, "run-spec topology")
 
-    def control_socket(self, host: str) -> str:
-        return control_socket_path(self.control_dir, host)
-
-    def to_json_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "host": self.host,
-            "hosts_ip": dict(self.hosts_ip),
-            "jobs": jobs_to_json(self.jobs),
-            "t0_s": self.t0_s,
-            "data_port": self.data_port,
-            "control_dir": self.control_dir,
-            "output_path": self.output_path,
-            "connect_timeout_s": self.connect_timeout_s,
-            "confirm_timeout_s": self.confirm_timeout_s,
-            "run_timeout_s": self.run_timeout_s,
-            "scheduler": self.scheduler,
-        }
-        if self.congestion_control is not None:
-            out["congestion_control"] = self.congestion_control
-        if self.topology_spec is not None:
-            out["topology"] = dict(self.topology_spec)
-        if self.channels is not None:
-            out["channels"] = [dict(c) for c in self.channels]
-        if self.registry is not None:
-            out["registry"] = dataclasses.asdict(self.registry)
-        return out
+def declared_fields(cls: type) -> tuple[Field, ...]:
+    """The fields of a spec dataclass as the field checker reads them (``echelonflow.fields``): their
+    file keys, checks, and whether required, with the dataclass's own defaults (declared once)."""
+    declared = []
+    for spec in dataclasses.fields(cls):
+        default = None if spec.default is dataclasses.MISSING else spec.default
+        declared.append(Field(spec.metadata["key"] or spec.name, spec.metadata["check"],
+                              required=spec.metadata["required"], default=default))
+    return tuple(declared)
 
 
 def control_socket_path(control_dir: str, host: str) -> str:
@@ -154,52 +111,103 @@ def check_serialisable(jobs: list[Job]) -> None:
     jobs_from_json(json.loads(json.dumps(jobs_to_json(jobs))), "run-spec", hosts)
 
 
-# ------------------------------------------------------------------------------------- fields
-def _default(cls: type, name: str) -> Any:
-    """The dataclass's own default for ``name`` (declared once, there)."""
-    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+@dataclass
+class RegistrySettings:
+    """How an agent reaches the controller's registry (HTTP over a Unix socket, token-authenticated)."""
+
+    socket_path: str = field(metadata=_spec(text(), required=True))
+    token_file: str = field(metadata=_spec(text(), required=True))
+    poll_interval_s: float = field(default=0.1, metadata=_spec(_SECONDS))
+    #: prepended to job ids in the registry (one controller, same job run twice)
+    job_prefix: str = field(default="", metadata=_spec(text(nonempty=False, without="/")))
+    #: apply allocated rates as socket pacing (only under schedulers that enforce)
+    pace: bool = field(default=True, metadata=_spec(boolean()))
+    #: A channel's registration waits up to this long for the switches to acknowledge its rules, so its
+    #: first packet (the SYN) already takes the scheduled path and queue (0 = do not wait).
+    install_wait_s: float = field(default=0.5, metadata=_spec(number(0.0, 60.0, what="a number of seconds")))
 
 
-def _ip_address(field: str, value: Any) -> str:
-    try:
-        ipaddress.ip_address(text()(field, value))
-    except ValueError:
-        raise FieldError(field, f"must be an IP address, got {show(value)}") from None
-    return value
-
-
-_SECONDS = number(0.0, above=True, what="a number of seconds")
-REGISTRY_FIELDS = (
-    Field("socket_path", text(), required=True),
-    Field("token_file", text(), required=True),
-    Field("poll_interval_s", _SECONDS, default=_default(RegistrySettings, "poll_interval_s")),
-    Field("job_prefix", text(nonempty=False, without="/"), default=_default(RegistrySettings, "job_prefix")),
-    Field("pace", boolean(), default=_default(RegistrySettings, "pace")),
-    Field("install_wait_s", number(0.0, 60.0, what="a number of seconds"),
-          default=_default(RegistrySettings, "install_wait_s")),
-)
 CHANNEL_FIELDS = (
     Field("dst", text(), required=True),
     Field("path", nullable(array(text(), of="of node names")), required=True),
     Field("count", integer(1, 64), required=True),
 )
-SPEC_FIELDS = (
-    Field("host", text(), required=True),
-    Field("hosts_ip", mapping(text(), _ip_address, what="an object (host -> IP address)"), required=True),
-    Field("jobs", array(nonempty=True, of="of jobs in the trace format"), required=True),
-    Field("t0_s", number(0.0, above=True, what="an epoch time in seconds"), required=True),
-    Field("data_port", integer(1, 65535, what="a TCP port"), required=True),
-    Field("control_dir", text(), required=True),
-    Field("output_path", text(), required=True),
-    Field("registry", nullable(record(REGISTRY_FIELDS))),
-    Field("connect_timeout_s", _SECONDS, default=_default(RunSpec, "connect_timeout_s")),
-    Field("confirm_timeout_s", _SECONDS, default=_default(RunSpec, "confirm_timeout_s")),
-    Field("run_timeout_s", _SECONDS, default=_default(RunSpec, "run_timeout_s")),
-    Field("scheduler", text(nonempty=False), default=""),
-    Field("topology"),  # checked by echelonflow.topology_spec
-    Field("channels", nullable(array(record(CHANNEL_FIELDS), of="of {dst, path, count} objects"))),
-    Field("congestion_control", nullable(text())),
-)
+
+
+def _ip_address(name: str, value: Any) -> str:
+    try:
+        ipaddress.ip_address(text()(name, value))
+    except ValueError:
+        raise FieldError(name, f"must be an IP address, got {show(value)}") from None
+    return value
+
+
+@dataclass
+class RunSpec:
+    """Everything one agent needs, passed whole from the round that starts it to the agent: a new agent
+    setting is one field here (its check beside it) and its use in the agent.
+
+    The round builds one template (no ``host``, ``t0_s``, ``control_dir``, ``output_path`` or
+    ``channels`` yet); :func:`emulation.agents.run_agents` fills those in for each host.  In the file the
+    fields marked required must be there (the template's empty defaults never reach a file)."""
+
+    host: str = field(default="", metadata=_spec(text(), required=True))
+    hosts_ip: dict[str, str] = field(default_factory=dict, metadata=_spec(
+        mapping(text(), _ip_address, what="an object (host -> IP address)"), required=True))
+    jobs: list[Job] = field(default_factory=list, metadata=_spec(
+        array(nonempty=True, of="of jobs in the trace format"), required=True))
+    t0_s: float = field(default=0.0, metadata=_spec(
+        number(0.0, above=True, what="an epoch time in seconds"), required=True))
+    data_port: int = field(default=DEFAULT_DATA_PORT,
+                           metadata=_spec(integer(1, 65535, what="a TCP port"), required=True))
+    control_dir: str = field(default="", metadata=_spec(text(), required=True))
+    output_path: str = field(default="", metadata=_spec(text(), required=True))
+    registry: RegistrySettings | None = field(default=None, metadata=_spec(
+        nullable(record(declared_fields(RegistrySettings)))))
+    connect_timeout_s: float = field(default=10.0, metadata=_spec(_SECONDS))
+    confirm_timeout_s: float = field(default=30.0, metadata=_spec(_SECONDS))
+    run_timeout_s: float = field(default=600.0, metadata=_spec(_SECONDS))
+    scheduler: str = field(default="", metadata=_spec(text(nonempty=False)))
+    #: the fabric's topology (``echelonflow.topology_spec`` form): agents pin channels to the flows' paths
+    #: (checked by ``echelonflow.topology_spec``)
+    topology_spec: dict[str, Any] | None = field(default=None, metadata=_spec(key="topology"))
+    #: channels to open before t0: ``[{"dst", "path" (node names or None), "count"}]`` (traffic.channels)
+    channels: list[dict[str, Any]] | None = field(default=None, metadata=_spec(
+        nullable(array(record(CHANNEL_FIELDS), of="of {dst, path, count} objects"))))
+    #: the TCP congestion control of the channels this agent opens (None: the host's default)
+    congestion_control: str | None = field(default=None, metadata=_spec(nullable(text())))
+
+    def topology(self) -> Any:
+        """The :class:`~echelonflow.topology.Topology` of ``topology_spec``, or None."""
+        if self.topology_spec is None:
+            return None
+        return topology_from_json(self.topology_spec, "run-spec topology")
+
+    def control_socket(self, host: str) -> str:
+        return control_socket_path(self.control_dir, host)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The spec file's document: every field under its key, those that are None left out."""
+        out: dict[str, Any] = {}
+        for spec in dataclasses.fields(self):
+            value = getattr(self, spec.name)
+            if value is not None:
+                out[spec.metadata["key"] or spec.name] = _to_json(value)
+        return out
+
+
+def _to_json(value: Any) -> Any:
+    """A field's value as the file holds it: jobs in the trace format, settings as objects, copies."""
+    if isinstance(value, RegistrySettings):
+        return dataclasses.asdict(value)
+    if isinstance(value, list):
+        return jobs_to_json(value) if value and isinstance(value[0], Job) else [_to_json(v) for v in value]
+    return dict(value) if isinstance(value, dict) else value
+
+
+#: The spec file's fields (their checks beside the :class:`RunSpec` fields) and the registry's.
+SPEC_FIELDS = declared_fields(RunSpec)
+REGISTRY_FIELDS = declared_fields(RegistrySettings)
 
 
 # ------------------------------------------------------------------------------------- load / save
