@@ -29,11 +29,10 @@ from typing import Any, Callable
 
 from controller.client import ApiClientError, EchelonClient
 from echelonflow import ownership
-from echelonflow.fileio import read_json
 from echelonflow.model import Job
 from emulation.errors import EmulationError, one_line
-from traffic.agent import INTERRUPTED
 from traffic.control import ControlError, wait_for_sockets
+from traffic.result import ABORTED, DIED, FAILED, INTERRUPTED, AgentResult, Failure, load_result
 from traffic.runspec import RegistrySettings, RunSpec, SpecError, check_serialisable, save_runspec
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,10 +82,10 @@ class AgentHandle:
 class AgentsOutcome:
     """What :func:`run_agents` returns: every agent's document, keyed by host, and the handles."""
 
-    documents: dict[str, dict]
+    documents: dict[str, AgentResult]
     handles: dict[str, AgentHandle] = field(default_factory=dict)
     t0_s: float = 0.0
-    failed_jobs: dict[str, str] = field(default_factory=dict)  # job -> one line: why it failed
+    failed_jobs: dict[str, Failure] = field(default_factory=dict)  # job -> why it failed
 
 
 def agent_hosts(jobs: Sequence[Job]) -> list[str]:
@@ -214,7 +213,8 @@ class _DeathNotices:
                  say: Callable[[str], None]) -> None:
         self.control_dir, self.hosts, self.registry, self.say = control_dir, list(hosts), registry, say
 
-    def __call__(self, host: str, lost: list[str], reason: str) -> None:
+    def __call__(self, host: str, lost: list[str], death: Failure) -> None:
+        reason = death.line()
         self.say(f"{reason}: job(s) {', '.join(lost) or '(none left)'} failed; the others go on")
         tell_agents(self.control_dir, [h for h in self.hosts if h != host],
                     {"type": "peer_died", "host": host, "jobs": lost, "reason": reason})
@@ -227,9 +227,9 @@ def _kills(handles: Mapping[str, AgentHandle], kill_agents: Mapping[str, float])
     return [(at_s, _killer(handles[host], host)) for host, at_s in kill_agents.items()]
 
 
-def _failure_lines(failed_jobs: Mapping[str, str]) -> list[str]:
+def _failure_lines(failed_jobs: Mapping[str, Failure]) -> list[str]:
     """``job a failed: <reason>`` lines, one per job."""
-    return [f"job {job_id} failed: {reason}" for job_id, reason in failed_jobs.items()]
+    return [f"job {job_id} failed: {failure}" for job_id, failure in failed_jobs.items()]
 
 
 def _killer(handle: AgentHandle, host: str) -> Callable[[], str]:
@@ -295,7 +295,7 @@ def _first_exit_problem(handles: Mapping[str, AgentHandle]) -> str | None:
     for host, handle in handles.items():
         code = handle.proc.poll() if handle.proc is not None else None
         if code is not None and code != 0:
-            return f"agent {host} exited with status {code}: {_failure_text(handle)}"
+            return f"agent {host} exited with status {code}: {_failure(handle)}"
     return None
 
 
@@ -304,11 +304,11 @@ class _Failures:
     """What :func:`_wait_all` saw die: the dead agents and the jobs they took down (job -> reason)."""
 
     dead: set[str] = field(default_factory=set)
-    jobs: dict[str, str] = field(default_factory=dict)
+    jobs: dict[str, Failure] = field(default_factory=dict)
 
 
 def _wait_all(handles: Mapping[str, AgentHandle], jobs: Sequence[Job], t0_s: float, deadline_s: float,
-              say: Callable[[str], None], on_death: Callable[[str, list[str], str], None]) -> _Failures:
+              say: Callable[[str], None], on_death: Callable[[str, list[str], Failure], None]) -> _Failures:
     """Wait for every agent.  A death fails its jobs (``on_death`` tells the rest); any other failure
     ends the run with its root cause."""
     running = set(handles)
@@ -322,10 +322,10 @@ def _wait_all(handles: Mapping[str, AgentHandle], jobs: Sequence[Job], t0_s: flo
             death = _death(handles[host], code)
             if death is not None:
                 failed.dead.add(host)
-                reason = f"agent {host} died ({death}) {time.time() - t0_s:.1f} s after t0"
+                failure = Failure(DIED, host, f"({death}) {time.time() - t0_s:.1f} s after t0")
                 lost = [j.job_id for j in jobs if host in j.hosts and j.job_id not in failed.jobs]
-                failed.jobs.update(dict.fromkeys(lost, reason))
-                on_death(host, lost, reason)
+                failed.jobs.update(dict.fromkeys(lost, failure))
+                on_death(host, lost, failure)
                 continue
             if code != 0:
                 # Peers abort on a failure; give them a moment so the root cause can be told apart.
@@ -346,50 +346,44 @@ def _death(handle: AgentHandle, code: int) -> str | None:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"killed by signal {-code}"
-    if code != 0 and _failure_text(handle) == INTERRUPTED:
+    if code != 0 and _failure(handle).cause == INTERRUPTED:
         return "stopped by SIGTERM"
     return None
 
 
 def _root_cause(handles: Mapping[str, AgentHandle], dead: set[str] = frozenset()) -> str:
     """The failure that started it all: an agent killed by a signal (its peers then see broken
-    connections), else one whose error is not 'aborted because of a peer'.  Agents whose death was
-    already dealt with (``dead``) are not it."""
+    connections), else one that failed by itself rather than aborted because of a peer.  Agents whose
+    death was already dealt with (``dead``) are not it."""
     failures = []
     for host, handle in handles.items():
         code = handle.proc.poll()
         if code is not None and code != 0 and host not in dead:
-            failures.append((host, code, _failure_text(handle)))
-    primary = ([f for f in failures if f[1] < 0] or [f for f in failures if not f[2].startswith("aborted:")]
+            failures.append((host, code, _failure(handle)))
+    primary = ([f for f in failures if f[1] < 0] or [f for f in failures if f[2].cause != ABORTED]
                or failures)
-    host, code, text = primary[0]
-    return f"agent {host} failed (exit status {code}): {text}"
+    host, code, failure = primary[0]
+    return f"agent {host} failed (exit status {code}): {failure}"
 
 
-def _failure_text(handle: AgentHandle) -> str:
+def _failure(handle: AgentHandle) -> Failure:
+    """Why the agent of ``handle`` failed: its result's failure, else its log's last line."""
     try:
-        doc = _load_json(handle.output_path)
-        if doc.get("error"):
-            return str(doc["error"])
+        failure = load_result(handle.output_path).failure
+        if failure is not None:
+            return failure
     except ValueError:
         pass
     try:
         with open(handle.log_path, encoding="utf-8", errors="replace") as fh:
             lines = [line.strip() for line in fh if line.strip()]
-        return lines[-1] if lines else "no output"
+        return Failure(FAILED, handle.host, lines[-1] if lines else "no output")
     except OSError:
-        return "no output"
+        return Failure(FAILED, handle.host, "no output")
 
 
-def _load_json(path: str) -> dict:
-    data = read_json(path, "agent result", ValueError)
-    if not isinstance(data, dict):
-        raise ValueError(f"agent result {path}: not a JSON object")
-    return data
-
-
-def _read_document(handle: AgentHandle) -> dict:
+def _read_document(handle: AgentHandle) -> AgentResult:
     try:
-        return _load_json(handle.output_path)
+        return load_result(handle.output_path)
     except ValueError as exc:
         raise EmulationError(f"agent {handle.host} exited 0 but left no readable result ({exc})") from None

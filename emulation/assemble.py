@@ -14,25 +14,27 @@ from typing import Any
 from echelonflow.model import ComputeTask, Job, qualified
 from echelonflow.results import RunResult, build_run
 from emulation.errors import EmulationError
+from traffic.result import AgentResult, Failure
 
 
 def assemble_run(
     jobs: Sequence[Job],
-    documents: Mapping[str, Mapping[str, Any]],
+    documents: Mapping[str, AgentResult],
     scheduler: str,
     alone_s: Mapping[str, float] | None = None,
-    failed_jobs: Mapping[str, str] | None = None,
+    failed_jobs: Mapping[str, Failure] | None = None,
 ) -> RunResult:
     """The shared result shape from the agents' documents (see module docstring).
 
     Checks that every flow was delivered exactly (receiver count and sender confirmation equal the size);
     a job's slowdown is its completion over ``alone_s[job]`` (its completion when run alone), 1.0 if
-    not given.  ``failed_jobs`` (job -> why) are left out of the timings and listed as failed.
+    not given.  ``failed_jobs`` (job -> why) are left out of the timings and listed as failed (each
+    failure as its one line).
     """
     start_s: dict[str, float] = {}
     finish_s: dict[str, float] = {}
-    failed_jobs = dict(failed_jobs or {})
-    jobs = [job for job in jobs if job.job_id not in failed_jobs]
+    failed = {job_id: failure.line() for job_id, failure in (failed_jobs or {}).items()}
+    jobs = [job for job in jobs if job.job_id not in failed]
     for job in jobs:
         for task in job.tasks.values():
             qid = qualified(job.job_id, task.task_id)
@@ -49,7 +51,7 @@ def assemble_run(
                         f"flow {qid}: {who} counted {count} bytes, expected {task.size_bytes}")
             start_s[qid], finish_s[qid] = float(sent["start"]), float(received["finish"])
     run = build_run(scheduler, jobs, start_s, finish_s, alone_s)
-    run.failed_jobs = failed_jobs or None
+    run.failed_jobs = failed or None
     return run
 
 
@@ -58,12 +60,12 @@ def fault_records(faults: Sequence[Any]) -> list[dict[str, Any]]:
     return [{"kind": f.kind, "target": list(f.target), "at_s": f.at_s, "up": f.up} for f in faults]
 
 
-def _record(documents: Mapping[str, Mapping[str, Any]], host: str, section: str,
-            qid: str) -> Mapping[str, Any]:
+def _record(documents: Mapping[str, AgentResult], host: str, section: str, qid: str) -> Mapping[str, Any]:
+    """``qid``'s record in agent ``host``'s ``tasks``, ``sent`` or ``received``."""
     doc = documents.get(host)
     if doc is None:
         raise EmulationError(f"no result from agent {host} (needed for {qid})")
-    record = doc.get(section, {}).get(qid)
+    record = getattr(doc, section).get(qid)
     if record is None or (section == "tasks" and "finish" not in record):
         raise EmulationError(f"agent {host} has no {section} record for {qid}")
     return record

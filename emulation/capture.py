@@ -50,6 +50,7 @@ from typing import Any
 
 from echelonflow import ownership
 from echelonflow.fileio import read_json, write_json_atomic
+from traffic.result import AgentResult
 
 #: Bytes kept per packet: Ethernet (14) + IPv4 (20, more with options) + TCP with timestamps (32) fit.
 SNAP_BYTES = 96
@@ -269,13 +270,13 @@ class SideCheck:
                 self.example = f"DSCP {packet.dscp} where {sorted(expected)} was assigned"
 
 
-def flow_windows(documents: Mapping[str, Mapping[str, Any]], hosts_ip: Mapping[str, str], t0_s: float,
+def flow_windows(documents: Mapping[str, AgentResult], hosts_ip: Mapping[str, str], t0_s: float,
                  enforces: bool) -> tuple[list[FlowWindow], list[str]]:
-    """Every flow of a round from the agents' documents (sent + received records), and problems."""
+    """Every flow of a round from the agents' results (sent + received records), and problems."""
     flows, problems = [], []
-    received_by_qid = {qid: rec for doc in documents.values() for qid, rec in doc.get("received", {}).items()}
+    received_by_qid = {qid: rec for doc in documents.values() for qid, rec in doc.received.items()}
     for host, doc in documents.items():
-        for qid, sent in doc.get("sent", {}).items():
+        for qid, sent in doc.sent.items():
             received = received_by_qid.get(qid, {})
             if "src_port" not in sent or "dst_port" not in sent or "finish" not in received:
                 problems.append(f"{qid}: no 5-tuple or finish recorded by the agents")
@@ -379,7 +380,7 @@ def _spread_ms(values: Sequence[float]) -> dict[str, float | None]:
             "max": round(ordered[-1], 6)}
 
 
-def check_round(capture_dir: str, documents: Mapping[str, Mapping[str, Any]], hosts_ip: Mapping[str, str],
+def check_round(capture_dir: str, documents: Mapping[str, AgentResult], hosts_ip: Mapping[str, str],
                 host_ports: Mapping[str, str], t0_s: float, enforces: bool) -> dict[str, Any]:
     """Check one round's capture (``capture_dir`` with ``<port>.pcap`` per host port) against the
     agents' documents; ``host_ports`` maps each host to its first-hop switch port."""
@@ -452,7 +453,7 @@ class WireCapture:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def check(self, documents: Mapping[str, Mapping[str, Any]], hosts_ip: Mapping[str, str],
+    def check(self, documents: Mapping[str, AgentResult], hosts_ip: Mapping[str, str],
               host_ports: Mapping[str, str], t0_s: float, enforces: bool) -> dict[str, Any]:
         doc = check_round(self.out_dir, documents, hosts_ip, host_ports, t0_s, enforces)
         write_json_atomic(os.path.join(self.out_dir, "check.json"), doc)

@@ -31,12 +31,12 @@ from dataclasses import replace
 from echelonflow.errors import UserError
 from echelonflow.faults import FaultEvent, check_no_partition, flow_pairs, parse_fault
 from echelonflow.limits import DILATION
-from echelonflow.results import Results
 from echelonflow.scenario import Scenario, load_scenario
 from echelonflow.schedulers import check_names
 from emulation.experiment import EmulationRequest, emulate_and_report
 from simulator.noise import DEFAULT_JITTER_S, jitter_ms_argument
 from topologies.fabric import cluster_argument, host_sysctl_problem
+from traffic.result import DIED, Failure
 from traffic.transfer import available_congestion_controls
 
 
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(outcome.table)
         print(f"\nrun folder: {outcome.folder.path}")
-    return 1 if _unplanned_failures(outcome.emulated, scenario.events) else 0
+    return 1 if unplanned_failures(outcome.failures, scenario.events) else 0
 
 
 def request_of(args: argparse.Namespace, schedulers: Sequence[str]) -> EmulationRequest:
@@ -168,11 +168,11 @@ def request_of(args: argparse.Namespace, schedulers: Sequence[str]) -> Emulation
                             timing_noise_ms=args.timing_noise_ms, cluster=args.cluster)
 
 
-def _unplanned_failures(emulated: Results, faults: Sequence[FaultEvent]) -> list[str]:
-    """Failed jobs no ``--fault agent:HOST`` explains (an agent died by itself): these fail the command."""
-    killed = tuple(f"agent {f.target[0]} died" for f in faults if f.kind == "agent")
-    return [reason for run in emulated.runs for reason in (run.failed_jobs or {}).values()
-            if not (killed and reason.startswith(killed))]
+def unplanned_failures(failures: Sequence[Failure], faults: Sequence[FaultEvent]) -> list[Failure]:
+    """Job failures no ``--fault agent:HOST`` explains (an agent that died by itself, or one the faults
+    did not name): these fail the command."""
+    killed = {f.target[0] for f in faults if f.kind == "agent"}
+    return [failure for failure in failures if not (failure.cause == DIED and failure.host in killed)]
 
 
 def with_faults(scenario: Scenario, specs: Sequence[str]) -> list[FaultEvent]:

@@ -34,13 +34,14 @@ from emulation.calibrate import CalibrationError
 from emulation.dilation import MAX_DILATION, Dilation, choose_dilation, dilated
 from emulation.errors import EmulationError
 from emulation.progress import Say, completion_times, stderr_progress
-from emulation.run import emulate_scheduler
+from emulation.run import EmulatedRun, emulate_scheduler
 from emulation.runfolder import Checkpoints
 from emulation.settings import EmulationSettings
 from reports.runfolder import RunFolder, default_run_dir
 from reports.table import format_report
 from simulator.engine import simulate
 from simulator.noise import timing_noise_section
+from traffic.result import Failure
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,13 @@ class EmulationRequest:
 
 
 class EmulationOutcome(NamedTuple):
-    """The emulated document, the run folder written, and the table to print."""
+    """The emulated document, the run folder written, the table to print, and why each failed job of
+    every run failed."""
 
     emulated: Results
     folder: RunFolder
     table: str
+    failures: list[Failure]
 
 
 class RunFailedError(EmulationError):
@@ -115,7 +118,7 @@ def emulate_and_report(scenario: Scenario, request: EmulationRequest,
             raise EmulationError(f"{failed.reason} (logs in {failed.logs}; the {len(emulated.runs)} "
                                  f"finished run(s) are in {folder.results}, marked partial)") from None
     folder = checkpoints.write(complete=True)
-    return EmulationOutcome(emulated, folder, format_report(emulated, simulated))
+    return EmulationOutcome(emulated, folder, format_report(emulated, simulated), runs.failures)
 
 
 def with_real_frames(scenario: Scenario) -> Scenario:
@@ -168,6 +171,7 @@ class ExperimentRuns:
         #: the factor and what the fabric runs at it (:meth:`_inputs`)
         self._dilated = (dilation.factor, dilated(scenario, self.base, dilation.factor, say))
         self.emulated = Results(scenario.name, "emulate")
+        self.failures: list[Failure] = []  # why each failed job of the runs so far failed
         self._settle(dilation)
         self._announce()
 
@@ -207,15 +211,16 @@ class ExperimentRuns:
         name, which = self._names(sim_run.scheduler, index)
         attempts = self.dilation.attempts()
         for factor in attempts:
-            result = self._emulate(sim_run, factor, name, which, sim_s, alone_s)
+            result, failures = self._emulate(sim_run, factor, name, which, sim_s, alone_s)
             if result.trusted is not False or factor == attempts[-1]:
                 break
             self._settle(self.dilation.escalated(result, self.run_dir, name, self.say))
         self._settle(self.dilation.confirmed(result))
+        self.failures.extend(failures.values())
         return self._in_scenario_time(result, index)
 
     def _emulate(self, sim_run: RunResult, factor: float, name: str, which: str, sim_s: dict[str, float],
-                 alone_s: dict[str, float] | None) -> RunResult:
+                 alone_s: dict[str, float] | None) -> EmulatedRun:
         """``sim_run``'s scheduler emulated once at ``factor`` (times as the fabric ran them)."""
         self.say(f"scheduler {sim_run.scheduler}{which}: emulating {self.scenario.name} "
                  f"(simulated completion {completion_times(sim_s)})")

@@ -10,7 +10,7 @@ brings them back to the scenario's time scale and records the faults there, in t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from echelonflow.model import Job
 from echelonflow.results import RunResult
@@ -21,6 +21,7 @@ from emulation.progress import Say
 from emulation.rig import Rig
 from emulation.round import TOGETHER, RoundRecord, plan_rounds, run_round
 from emulation.settings import EmulationSettings
+from traffic.result import Failure
 
 
 def emulate_scheduler(
@@ -33,7 +34,7 @@ def emulate_scheduler(
     alone_fallback_s: Mapping[str, float] | None = None,
     run_name: str = "",
     simulated_flows: Mapping[str, Any] | None = None,
-) -> RunResult:
+) -> EmulatedRun:
     """One scheduler on a fresh fabric and controller: all jobs together, then (several jobs) each alone.
 
     ``simulated_s`` (job -> simulated completion) only sizes the run timeout.  Without the alone
@@ -42,6 +43,7 @@ def emulate_scheduler(
     carries their verdicts.  ``run_name`` (default: the scheduler) names this run's folders under
     ``settings.logs_dir``.  ``simulated_flows`` (the simulated run's flows) size each agent's channel
     pool (:func:`traffic.channels.channel_plan`).  A fabric or controller start that fails is retried once.
+    The result comes with the failures of the jobs that failed (a killed agent's).
     Everything started here (controller, fabric, agents, capture) is stopped on the way out, also on
     Ctrl-C.
     """
@@ -65,4 +67,11 @@ def emulate_scheduler(
     wire = {label: record.wire for label, record in records.items() if record.wire is not None}
     if wire:
         result.wire_check = {"rounds": wire}
-    return result
+    return EmulatedRun(result, dict(together.failed_jobs))
+
+
+class EmulatedRun(NamedTuple):
+    """One run's result, in the rig's times, and why each failed job failed (job -> failure)."""
+
+    result: RunResult
+    failures: dict[str, Failure]

@@ -31,6 +31,7 @@ from emulation.errors import EmulationError
 from tests.conftest import need, need_tool
 from tests.waiting import wait_until
 from traffic.agent import Agent
+from traffic.result import DIED, FAILED, load_result
 from traffic.runspec import (
     RegistrySettings,
     RunSpec,
@@ -103,13 +104,13 @@ def test_every_flow_delivers_exactly_its_bytes(tmp_path):
     for job in jobs:
         for flow in job.flows:
             qid = qualified(job.job_id, flow.task_id)
-            received = outcome.documents[flow.dst]["received"][qid]
-            sent = outcome.documents[flow.src]["sent"][qid]
+            received = outcome.documents[flow.dst].received[qid]
+            sent = outcome.documents[flow.src].sent[qid]
             assert received["received_bytes"] == flow.size_bytes, qid
             assert sent["confirmed_bytes"] == flow.size_bytes, qid
             assert sent["sent_bytes"] == flow.size_bytes, qid
             assert received["src"] == flow.src
-    assert all(doc["status"] == "ok" and not doc["pending"] for doc in outcome.documents.values())
+    assert all(doc.ok and not doc.pending for doc in outcome.documents.values())
 
 
 def test_dependencies_and_one_compute_at_a_time(tmp_path):
@@ -220,13 +221,15 @@ def test_a_peer_that_never_comes_up_fails_within_the_connect_timeout(tmp_path):
                    data_port=next(_PORTS), control_dir=str(tmp_path), output_path=str(tmp_path / "out.json"),
                    connect_timeout_s=1.0, confirm_timeout_s=2.0, run_timeout_s=30.0)
     t = time.monotonic()
-    document = Agent(spec, log=lambda text: None).run()
+    result = Agent(spec, log=lambda text: None).run()
     # The connect timeout (1 s) ended it, not the run timeout (30 s): half of that leaves room for a
     # loaded machine and still tells the two apart (the message below names the connect failure).
     assert time.monotonic() - t < spec.run_timeout_s / 2
-    assert document["status"] == "error"
-    assert "cannot connect to h2" in document["error"]  # its channel, opened before t0
-    assert json.loads((tmp_path / "out.json").read_text())["status"] == "error"
+    assert result.failure.cause == FAILED and result.failure.host == "h1"
+    assert "cannot connect to h2" in result.failure.detail  # its channel, opened before t0
+    written = json.loads((tmp_path / "out.json").read_text())
+    assert written["status"] == "error" and written["failure"]["cause"] == FAILED
+    assert load_result(str(tmp_path / "out.json")) == result
     assert not (tmp_path / "h1.sock").exists()  # the agent removed its control socket
 
 
@@ -679,7 +682,7 @@ def test_agents_declare_start_and_finish_every_flow_in_the_registry(tmp_path, re
         assert sorted(flows) == sorted(f.task_id for f in nonzero)  # zero-byte flows are not declared
         for flow in nonzero:
             record = flows[flow.task_id]
-            sent = outcome.documents[flow.src]["sent"][qualified(job.job_id, flow.task_id)]
+            sent = outcome.documents[flow.src].sent[qualified(job.job_id, flow.task_id)]
             assert record["state"] == "finished" and record["bytes_sent"] == flow.size_bytes
             assert record["src_port"] == sent["src_port"] and record["dst_port"] == sent["dst_port"]
             assert record["start_s"] == pytest.approx(outcome.t0_s + sent["start"], abs=1e-3)
@@ -797,14 +800,15 @@ def test_a_dead_agent_fails_only_its_job_and_leaves_nothing_in_the_registry(tmp_
                   kill_agents={"h2": 1.5})
     elapsed_s = time.monotonic() - started
     assert list(outcome.failed_jobs) == ["a"]
-    assert re.fullmatch(r"agent h2 died \(killed by SIGKILL\) 1\.\d s after t0", outcome.failed_jobs["a"])
+    death = outcome.failed_jobs["a"]
+    assert (death.cause, death.host) == (DIED, "h2")
+    assert re.fullmatch(r"agent h2 died \(killed by SIGKILL\) 1\.\d s after t0", death.line())
     assert elapsed_s < 15.0  # not waited out: h2's compute alone would take 20 s
     assert "h2" not in outcome.documents
-    assert outcome.documents["h1"]["status"] == "ok" and outcome.documents["h1"]["failed_jobs"] == {
-        "a": outcome.failed_jobs["a"]}
+    assert outcome.documents["h1"].ok and outcome.documents["h1"].failed_jobs == {"a": death.line()}
     result = assemble_run([doomed, other], outcome.documents, "echelon", failed_jobs=outcome.failed_jobs)
-    assert list(result.jobs) == ["b"] and result.failed_jobs == outcome.failed_jobs
-    assert result.to_json_dict()["failed_jobs"] == {"a": outcome.failed_jobs["a"]}
+    assert list(result.jobs) == ["b"] and result.failed_jobs == {"a": death.line()}
+    assert result.to_json_dict()["failed_jobs"] == {"a": death.line()}
     states = {f["flow_id"]: f["state"] for f in client.flows("k-a")}
     assert states == {"f1": "finished", "f2": "aborted"}
     assert {f["state"] for f in client.flows("k-b")} == {"finished"}

@@ -28,6 +28,7 @@ from emulation.capture import (
     flow_windows,
     read_pcap,
 )
+from traffic.result import AgentResult
 
 H1, H2 = "10.0.0.1", "10.0.0.2"
 T0 = 1_700_000_000.0
@@ -144,8 +145,9 @@ def agent_documents(allocations):
             "confirmed_bytes": 2000}
     if allocations is not None:
         sent["allocations"] = allocations
-    return {"h1": {"sent": {"j/a": sent}, "received": {}},
-            "h2": {"sent": {}, "received": {"j/a": {"src": "h1", "finish": 2.0, "received_bytes": 2000}}}}
+    received = {"src": "h1", "finish": 2.0, "received_bytes": 2000}
+    return {"h1": AgentResult("h1", T0, sent={"j/a": sent}),
+            "h2": AgentResult("h2", T0, received={"j/a": received})}
 
 
 def test_flow_windows_from_agent_documents():
@@ -159,7 +161,7 @@ def test_flow_windows_from_agent_documents():
     unmarked, _ = flow_windows(agent_documents(None), hosts_ip, T0, enforces=False)
     assert unmarked[0].must_be_unmarked
     docs = agent_documents(None)
-    del docs["h1"]["sent"]["j/a"]["src_port"]
+    del docs["h1"].sent["j/a"]["src_port"]
     problems = flow_windows(docs, hosts_ip, T0, enforces=True)[1]
     assert problems == ["j/a: no 5-tuple or finish recorded by the agents"]
 

@@ -192,7 +192,7 @@ def test_agents_on_the_fabric_deliver_exact_bytes_and_respect_dependencies(fabri
             for dep in task.deps:
                 assert mine.start_s >= result.tasks[qualified(job.job_id, dep)].finish_s, (task.task_id, dep)
             if isinstance(task, FlowTask):
-                received = outcome.documents[task.dst]["received"][qualified(job.job_id, task.task_id)]
+                received = outcome.documents[task.dst].received[qualified(job.job_id, task.task_id)]
                 assert received["received_bytes"] == task.size_bytes
                 # the bytes really crossed a 20 Mbit/s shaped link: no faster than the link rate
                 assert mine.finish_s - mine.start_s >= task.size_bytes * 8 / RATE_BPS * 0.97, task.task_id

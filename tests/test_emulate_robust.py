@@ -124,7 +124,8 @@ def test_a_fabric_start_that_fails_is_retried_once(require_fabric, tmp_path):
             os.kill(controller_pids[-1], signal.SIGKILL)
 
     settings = EmulationSettings(fabric_connect_timeout_s=5.0, logs_dir=str(tmp_path))
-    result = emulate_scheduler(scenario.topology, scenario.jobs, "fair", {"fig2": 8.5}, settings, progress)
+    result, _failures = emulate_scheduler(scenario.topology, scenario.jobs, "fair", {"fig2": 8.5}, settings,
+                                          progress)
     retried = [line for line in lines if "retrying once" in line]
     assert len(retried) == 1 and "fabric start failed (" in retried[0], lines
     assert "did not connect to the controller" in retried[0] and "\n" not in retried[0]

@@ -153,7 +153,7 @@ def test_a_dead_agent_fails_its_job_in_one_line_and_the_other_job_completes(env,
     for at_s, text in said:
         print(f"  [{at_s:5.1f} s] {text}")
     assert list(outcome.failed_jobs) == ["a"], outcome.failed_jobs
-    reason = outcome.failed_jobs["a"]
+    reason = outcome.failed_jobs["a"].line()
     assert "\n" not in reason and reason.startswith("agent h1 died (killed by SIGKILL) 1."), reason
     result = assemble_run([doomed, other], outcome.documents, "echelon", failed_jobs=outcome.failed_jobs)
     assert list(result.jobs) == ["b"] and result.failed_jobs == {"a": reason}  # b: every byte, both ways

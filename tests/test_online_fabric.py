@@ -56,13 +56,13 @@ def test_an_echelon_online_run_completes_and_the_controller_learned_every_flow(f
         assert record["size_bytes"] is None and record["offset_s"] == 0.0, record  # nothing was declared
         assert (record["state"], record["bytes_sent"]) == ("finished", flow.size_bytes), record
         assert record["expected_size_bytes"] == flow.size_bytes, record  # learned from the reports
-        received = outcome.documents[flow.dst]["received"][qualified(job.job_id, flow.task_id)]
+        received = outcome.documents[flow.dst].received[qualified(job.job_id, flow.task_id)]
         assert received["received_bytes"] == flow.size_bytes
     observed = client.scheduler()["observed"]
     assert observed["start"] == observed["finish"] == len(job.flows), observed
     assert observed["progress"] > 0, observed  # the agents' polls of the longer flows reached it
     # the controller enforced its decisions on these flows: the agents were given scheduled classes
-    traces = [outcome.documents[f.src]["sent"][qualified(job.job_id, f.task_id)].get("allocations") or []
+    traces = [outcome.documents[f.src].sent[qualified(job.job_id, f.task_id)].get("allocations") or []
               for f in job.flows]
     assert any(entry["rate_bps"] is not None for trace in traces for entry in trace), traces[:3]
     health = client.health()

@@ -217,7 +217,7 @@ def test_agents_declare_no_sizes_under_echelon_online_and_the_scheduler_learns(t
         assert record["size_bytes"] is None and record["offset_s"] == 0.0  # nothing declared
         assert (record["state"], record["bytes_sent"]) == ("finished", flow.size_bytes)
         assert record["expected_size_bytes"] == flow.size_bytes  # learned from the finishes
-        sent = outcome.documents[flow.src]["sent"][qualified(job.job_id, flow.task_id)]
+        sent = outcome.documents[flow.src].sent[qualified(job.job_id, flow.task_id)]
         assert record["start_s"] == pytest.approx(outcome.t0_s + sent["start"], abs=1e-3)
     observed = client.scheduler()["observed"]
     assert observed["start"] == observed["finish"] == len(job.flows)

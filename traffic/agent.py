@@ -18,8 +18,9 @@ inside the host's network namespace.  It:
   flow's start on its channel and its finish in the background, and applies the flow's allocated DSCP
   and pacing rate to its channel's socket.
 
-Result: one JSON document (written atomically to the spec's ``output_path``) with every task's start
-and finish in seconds after t0, also on failure (``"status": "error"`` and the reason).  Exit status 0
+Result: one JSON document (:mod:`traffic.result`, written atomically to the spec's ``output_path``) with
+every task's start and finish in seconds after t0, also on failure (its cause, the agent it is about and
+the detail).  Exit status 0
 when every task of this host is done, 1 when the run failed (a peer stalled, died, or aborted, or the
 run timeout passed), 2 when the spec is unusable.  The agent never waits without a deadline.
 """
@@ -36,13 +37,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from echelonflow.fileio import write_json_atomic
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.queues import tos_for_dscp
 from traffic import tcpstats
 from traffic.channels import ChannelKey, ChannelPool
 from traffic.control import ControlEndpoint, ControlError
 from traffic.registry_link import RegistryError, RegistryPort, build_registry
+from traffic.result import ABORTED, FAILED, INTERRUPTED, AgentResult, Failure, save_result
 from traffic.runspec import RunSpec, SpecError, load_runspec
 from traffic.transfer import Arrival, Channel, FlowHeader, FlowReceiver, TransferError
 
@@ -52,13 +53,18 @@ LATE_START_TOLERANCE_S = 0.25
 #: connections break the moment it dies, a little before the orchestrator sees the death): if the word
 #: comes, the error only fails the dead agent's jobs; if not, it fails the run as before.
 PEER_DEATH_GRACE_S = 2.0
-#: The error of an agent stopped by SIGTERM or Ctrl-C: whoever stopped it deals with the run, so its
-#: peers are not told to abort (the orchestrator treats it like a death).
-INTERRUPTED = "interrupted"
 
 
 class AgentError(Exception):
     """The run cannot complete on this host (the message says why)."""
+
+
+class PeerAbortedError(AgentError):
+    """Agent ``peer`` failed (``reason``) and told this one: the run cannot complete here either."""
+
+    def __init__(self, peer: str, reason: str) -> None:
+        super().__init__(f"aborted: agent {peer} failed: {reason}")
+        self.peer, self.reason = peer, reason
 
 
 @dataclass
@@ -74,7 +80,7 @@ class _Owned:
 
 
 class Agent:
-    """One host's agent; :meth:`run` returns the result document (also written to ``output_path``)."""
+    """One host's agent; :meth:`run` returns its result (also written to ``output_path``)."""
 
     def __init__(self, spec: RunSpec, registry: RegistryPort | None = None,
                  clock: Callable[[], float] = time.time, log: Callable[[str], None] = None) -> None:
@@ -136,24 +142,27 @@ class Agent:
         return epoch_s - self.spec.t0_s
 
     # ------------------------------------------------------------------------------ run
-    def run(self) -> dict[str, Any]:
-        error: str | None = None
+    def run(self) -> AgentResult:
+        """Run this host's part; the result (also written to the spec's ``output_path``)."""
+        failure: Failure | None = None
         try:
             self._start()
             self._loop()
+        except PeerAbortedError as exc:
+            failure = Failure(ABORTED, exc.peer, exc.reason)
         except (AgentError, ControlError, TransferError, RegistryError) as exc:
-            error = str(exc)
+            failure = Failure(FAILED, self.me, str(exc))
         except KeyboardInterrupt:
-            error = INTERRUPTED
+            failure = Failure(INTERRUPTED, self.me)
         except Exception as exc:  # e.g. the registry failing: report it, never leave a traceback and a hang
-            error = f"{type(exc).__name__}: {exc}"
+            failure = Failure(FAILED, self.me, f"{type(exc).__name__}: {exc}")
         finally:
-            if error is not None and error != INTERRUPTED:  # whoever stopped this agent deals with the run
-                self._abort_peers(error)
+            if failure is not None and failure.cause != INTERRUPTED:  # whoever stopped it deals with the run
+                self._abort_peers(failure.line())
             self._stop()
-        document = self._document(error)
-        write_json_atomic(self.spec.output_path, document)
-        return document
+        result = self._result(failure)
+        save_result(result, self.spec.output_path)
+        return result
 
     def _start(self) -> None:
         self.tcp_before = tcpstats.read_counters()
@@ -253,7 +262,7 @@ class Agent:
         elif kind == "control":
             message = event[1]
             if message.get("type") == "abort":
-                raise AgentError(f"aborted: agent {message.get('from')} failed: {message.get('reason')}")
+                raise PeerAbortedError(str(message.get("from")), str(message.get("reason")))
             if message.get("type") == "peer_died":
                 self._peer_died(message)
                 return
@@ -450,7 +459,7 @@ class Agent:
                 except Exception as exc:  # teardown must finish; report and go on
                     self.log(f"teardown: {type(exc).__name__}: {exc}")
 
-    def _document(self, error: str | None) -> dict[str, Any]:
+    def _result(self, failure: Failure | None) -> AgentResult:
         for qid, record in self.received_out.items():
             self.tasks_out.setdefault(qid, {"type": "flow", "src": record["src"], "dst": self.me})
             self.tasks_out[qid]["finish"] = record["finish"]
@@ -462,22 +471,11 @@ class Agent:
                  "decided_s": None if decided is None else self.rel(decided)}
                 for t, dscp, rate, pace, decided in seen.get("allocations", [])]
             record["progress"] = [[self.rel(t), *counters] for t, *counters in seen.get("progress", [])]
-        return {
-            "host": self.me,
-            "t0_s": self.spec.t0_s,
-            "scheduler": self.spec.scheduler,
-            "status": "error" if error else "ok",
-            "error": error,
-            "failed_jobs": dict(self.failed_jobs),
-            "pending": sorted(self.pending),
-            "tasks": self.tasks_out,
-            "sent": self.sent_out,
-            "received": self.received_out,
-            # persistent connections: how many, and how many the plan lacked (each cost a flow a handshake)
-            "channels": {"opened": len(self.channels.channels), "opened_late": self.channels.opened_late},
-            # this host's TCP counters over the run (its own network namespace)
-            "tcp": tcpstats.difference(self.tcp_before, tcpstats.read_counters()),
-        }
+        return AgentResult(
+            self.me, self.spec.t0_s, self.spec.scheduler, failure, dict(self.failed_jobs),
+            sorted(self.pending), self.tasks_out, self.sent_out, self.received_out,
+            channels={"opened": len(self.channels.channels), "opened_late": self.channels.opened_late},
+            tcp=tcpstats.difference(self.tcp_before, tcpstats.read_counters()))
 
 
 def _executor(task: Any) -> str:
@@ -506,14 +504,12 @@ def main(argv: list[str] | None = None) -> int:
                                   spec.host)
     except Exception as exc:
         print(f"agent {spec.host}: error: registry unusable: {exc}", file=sys.stderr)
-        write_json_atomic(spec.output_path, {
-            "host": spec.host, "status": "error", "error": f"registry: {exc}", "t0_s": spec.t0_s,
-            "tasks": {}, "sent": {}, "received": {}, "pending": [], "scheduler": spec.scheduler,
-        })
+        failure = Failure(FAILED, spec.host, f"registry: {exc}")
+        save_result(AgentResult(spec.host, spec.t0_s, spec.scheduler, failure), spec.output_path)
         return 1
-    document = Agent(spec, registry).run()
-    if document["status"] != "ok":
-        print(f"agent {spec.host}: error: {document['error']}", file=sys.stderr)
+    result = Agent(spec, registry).run()
+    if result.failure is not None:
+        print(f"agent {spec.host}: error: {result.failure}", file=sys.stderr)
         return 1
     return 0
 
