@@ -743,7 +743,7 @@ def test_until_its_first_allocation_a_started_flow_is_paced_at_its_path_rate(tmp
     placed it (docs/emulation.md, "The allocation delivered", item 10)."""
     link, job, channel = _one_flow_on_a_registered_channel(registry_server, "lone", 40002, path_rate_bps=4e6)
     try:
-        with link._lock:  # the background start report cannot reach the registry yet
+        with link.connection.lock:  # the background start report cannot reach the registry yet
             link.flow_started(job, job.tasks["f"], channel, time.time())
             time.sleep(0.1)
             before = link.pacing_bytes_per_s("lone", "f")

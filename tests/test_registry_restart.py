@@ -156,7 +156,7 @@ def test_a_refusal_the_registry_state_does_not_explain_still_fails_the_run(serve
                                                "size_bytes": 1_000_000}])
             other.flow_started("j", "g", start_s=time.time(), channel_id="ch1")  # the channel is taken
         link.flow_started(job, job.tasks["f"], channel, time.time())
-        wait_until(lambda: link._errors, 10, "the refusal recorded")
+        wait_until(lambda: link.connection.errors, 10, "the refusal recorded")
         with pytest.raises(RegistryError, match="refused the start"):
             link.held("j", "f")
     finally:
@@ -176,7 +176,7 @@ def test_a_poll_across_a_restart_keeps_the_flow_going(server):
         link.flow_finished(job, job.tasks["f"], time.time())
         with server.client() as other:
             wait_until(lambda: other.flow("j", "f")["state"] == "finished", 10, "the finish reported")
-        assert link.dscp("j", "f") is not None and not link._errors
+        assert link.dscp("j", "f") is not None and not link.connection.errors
     finally:
         link.close()
 

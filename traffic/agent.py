@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.queues import tos_for_dscp
@@ -67,6 +67,41 @@ class PeerAbortedError(AgentError):
         self.peer, self.reason = peer, reason
 
 
+@dataclass(frozen=True)
+class _Broken:
+    """A transfer or control error (``text``), of job ``job_id`` when known: maybe a dead peer's doing."""
+
+    text: str
+    job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class _Arrived:
+    """Every byte of a flow addressed to this host arrived."""
+
+    arrival: Arrival
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """A flow this host sent was delivered and confirmed (``result``: the channel's account of it)."""
+
+    qid: str
+    result: Any
+
+
+@dataclass(frozen=True)
+class _Control:
+    """A control message from a peer agent or the orchestrator (``type``: done, abort, peer_died)."""
+
+    message: dict[str, Any]
+
+
+#: What the agent's main loop waits for (its event queue's messages, from the receiver, the senders'
+#: threads and the control socket).
+_Event = Union[_Broken, _Arrived, _Sent, _Control]
+
+
 @dataclass
 class _Owned:
     """A task this host executes or observes."""
@@ -89,7 +124,7 @@ class Agent:
         self.registry = registry or RegistryPort()
         self.clock = clock
         self._log_fn = log or (lambda text: print(f"agent {self.me}: {text}", file=sys.stderr, flush=True))
-        self.events: queue.Queue = queue.Queue()
+        self.events: queue.Queue[_Event] = queue.Queue()
         self.jobs_by_id = {job.job_id: job for job in spec.jobs}
         self.owned: dict[str, _Owned] = {}
         self.deps_left: dict[str, set[str]] = {}  # my compute/send tasks -> unfinished dep qids
@@ -172,7 +207,7 @@ class Agent:
         my_ip = self.spec.hosts_ip[self.me]
         self.receiver = FlowReceiver(
             my_ip, self.spec.data_port, self._accept_header, self._on_arrival,
-            lambda msg: self.events.put(("error", msg)), io_timeout_s=self.spec.confirm_timeout_s,
+            lambda msg: self.events.put(_Broken(msg)), io_timeout_s=self.spec.confirm_timeout_s,
             clock=self.clock,
         ).start()
         for key, count in self._channel_plan().items():
@@ -180,7 +215,7 @@ class Agent:
         # Binding the control socket is the "ready" signal the orchestrator waits for: every channel of
         # this agent is connected (its rules in place) by then.
         self.control = ControlEndpoint(self.spec.control_dir, self.me,
-                                       lambda m: self.events.put(("control", m)))
+                                       lambda m: self.events.put(_Control(m)))
         self.control.start()
         now = self.clock()
         if now > self.spec.t0_s + LATE_START_TOLERANCE_S:
@@ -235,13 +270,12 @@ class Agent:
                 continue
             self._handle(event, ready, launched)
 
-    def _handle(self, event: tuple[Any, ...], ready: list, launched: set[str]) -> None:
-        kind = event[0]
-        if kind == "error":  # (error, text, job or None): a broken transfer, maybe a dead peer's doing
-            self._park(event[2] if len(event) > 2 else None, event[1])
+    def _handle(self, event: _Event, ready: list, launched: set[str]) -> None:
+        if isinstance(event, _Broken):
+            self._park(event.job_id, event.text)
             return
-        if kind == "arrived":
-            arrival: Arrival = event[1]
+        if isinstance(event, _Arrived):
+            arrival = event.arrival
             qid = qualified(arrival.header.job, arrival.header.flow)
             if self._failed(qid):
                 return
@@ -249,8 +283,8 @@ class Agent:
                                       "finish": self.rel(arrival.finish_s),
                                       "header": self.rel(arrival.header_s)}
             self._complete(qid, arrival.finish_s, ready, launched)
-        elif kind == "sent":
-            qid, result = event[1], event[2]
+        elif isinstance(event, _Sent):
+            qid, result = event.qid, event.result
             if self._failed(qid):
                 return
             self.sent_out[qid].update(sent_bytes=result.sent_bytes, confirmed_bytes=result.received_bytes,
@@ -259,8 +293,8 @@ class Agent:
                                       last_queued=self.rel(result.last_queued_s),
                                       confirmed=self.rel(result.confirmed_s))
             self._complete(qid, result.finish_s, ready, launched)
-        elif kind == "control":
-            message = event[1]
+        elif isinstance(event, _Control):
+            message = event.message
             if message.get("type") == "abort":
                 raise PeerAbortedError(str(message.get("from")), str(message.get("reason")))
             if message.get("type") == "peer_died":
@@ -341,16 +375,16 @@ class Agent:
         except (TransferError, RegistryError) as exc:
             if channel is not None:
                 self.channels.discard(channel)
-            self.events.put(("error", str(exc), job_id))
+            self.events.put(_Broken(str(exc), job_id))
             return
         except Exception as exc:  # a registry failure must fail the run, not kill a thread silently
-            self.events.put(("error", f"flow {owned.qid}: {type(exc).__name__}: {exc}", job_id))
+            self.events.put(_Broken(f"flow {owned.qid}: {type(exc).__name__}: {exc}", job_id))
             return
         # The finish is queued before the channel is free again: the registry must hear of it before the
         # start of the next flow on this channel (reports are sent in order), or it refuses that start.
         self.registry.flow_finished(owned.job, flow, result.finish_s)
         self.channels.release(key, channel)
-        self.events.put(("sent", owned.qid, result))
+        self.events.put(_Sent(owned.qid, result))
 
     def _tos(self, job_id: str, flow_id: str) -> int | None:
         dscp = self.registry.dscp(job_id, flow_id)
@@ -363,7 +397,7 @@ class Agent:
         if self.topology is None:
             return flow.dst, None
         if self.registry.enforces:
-            registry_key = qualified(getattr(self.registry, "prefix", "") + job.job_id, flow.task_id)
+            registry_key = qualified(self.registry.prefix + job.job_id, flow.task_id)
             path = self.topology.path_for(flow.src, flow.dst, registry_key)
         else:
             path = self.topology.pair_path(flow.src, flow.dst)
@@ -405,7 +439,7 @@ class Agent:
         return None
 
     def _on_arrival(self, arrival: Arrival) -> None:
-        self.events.put(("arrived", arrival))
+        self.events.put(_Arrived(arrival))
 
     # ------------------------------------------------------------------------------ a peer's death
     def _failed(self, qid: str) -> bool:

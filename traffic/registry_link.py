@@ -22,11 +22,13 @@ namespaces job ids, so one controller can see the same job run twice.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Union
 
 from echelonflow.model import FlowTask, Job
 from echelonflow.queues import dscp_for_queue
@@ -50,6 +52,8 @@ class RegistryPort:
 
     #: the selected scheduler enforces allocations (flows are pinned to their own paths)
     enforces = False
+    #: prepended to job ids in the registry (``RegistrySettings.job_prefix``)
+    prefix = ""
 
     def declare_job(self, job: Job) -> None:
         """Register the job and all its EchelonFlows (flows with offsets), before t0."""
@@ -93,61 +97,123 @@ class RegistryPort:
 
 
 class RegistryLink(RegistryPort):
-    """The controller's registry (see the module docstring)."""
+    """The controller's registry (see the module docstring): the declarations before t0 here, the
+    reports of starts and finishes in a :class:`_Reporter`, the allocations in an
+    :class:`_AllocationTracker`, all over one :class:`_Connection`."""
 
     def __init__(self, settings: RegistrySettings, log: Callable[[str], None],
                  host: str | None = None) -> None:
-        from controller.client import EchelonClient  # stdlib-only client; imported only when used
-
         self.settings = settings
-        self.host = host
         self.prefix = settings.job_prefix
-        self.client = EchelonClient(socket_path=settings.socket_path, token_file=settings.token_file,
-                                    timeout_s=10.0)
-        self.log = log
-        self._lock = threading.Lock()  # one request at a time on the client's connection
-        info = self.client.scheduler()
+        self.connection = _Connection(settings, log)
+        with self.connection.locked() as client:
+            info = client.scheduler()
         self.enforces = bool(info.get("enforces"))
         #: declare sizes and offsets (else the scheduler learns them from starts, progress and finishes)
         self.declares_sizes = bool(info.get("clairvoyant", True))
-        #: a channel between flows sits in the controller's idle class (the last one, or class 1 when the
-        #: controller expects paused flows to be held)
-        idle_queue = int(info.get("idle_queue", int(info.get("queues", 4)) - 1))
-        self.idle_dscp = dscp_for_queue(idle_queue) if self.enforces else None
-        #: the controller leaves a paused flow in its class and expects its sender to write nothing
-        self.hold_paused = bool(info.get("hold_paused", False))
-        self._dscp: dict[str, int] = {}
-        self._rate_bps: dict[str, float] = {}
-        self._paused: set[str] = set()  # flows whose last allocation paused them (no meter)
-        self._active: dict[str, Channel] = {}  # flows whose start the registry has, -> their channel
-        self._finished: set[str] = set()  # a short flow may finish before the worker reported its start
         self._channels: list[str] = []
-        self._forgotten: set[str] = set()  # prefixed ids of failed jobs
-        self._allocations: dict[str, list] = {}
-        self._decided_at: dict[str, float] = {}  # flow -> decision time of the allocation in force
-        self._remember_lock = threading.Lock()  # three threads bring allocations (see _remember)
-        self._progress: dict[str, list] = {}
-        #: started flows whose first allocation has not arrived yet -> their channel's path rate (bit/s)
-        self._awaiting: dict[str, float] = {}
-        self._errors: list[str] = []
-        self._stop = threading.Event()
+        self.allocations = _AllocationTracker(settings, self.connection, info, host)
+        self.reports = _Reporter(self.connection, self.allocations)
+
+    def _name(self, job_id: str, flow_id: str) -> str:
+        return f"{self.prefix}{job_id}/{flow_id}"
+
+    # ------------------------------------------------------------------ before t0 (synchronous)
+    def declare_job(self, job: Job) -> None:
+        from echelonflow.echelon import echelons_of
+        from echelonflow.schedulers.crux import job_compute_s
+
+        job_id = self.prefix + job.job_id
+        with self.connection.locked() as client:
+            client.register_job(job_id, weight=job.weight, compute_s=job_compute_s(job))
+        for ech_id, spec in echelons_of(job).items():
+            head_start = spec.ideal_start_s[spec.head]
+            flows = [{"flow_id": fid, "src": job.tasks[fid].src, "dst": job.tasks[fid].dst}
+                     for fid in spec.flow_ids if job.tasks[fid].size_bytes > 0]
+            if flows and self.declares_sizes:
+                for flow in flows:
+                    fid = flow["flow_id"]
+                    flow.update(size_bytes=job.tasks[fid].size_bytes, offset_s=spec.offsets_s[fid],
+                                start_offset_s=spec.ideal_start_s[fid] - head_start)
+            if flows:
+                kind = spec.kind if self.declares_sizes else None
+                with self.connection.locked() as client:
+                    client.register_echelon(job_id, ech_id, flows, kind=kind)
+
+    def register_channel(self, channel: Channel) -> None:
+        wait_s = self.settings.install_wait_s if self.enforces and self.settings.install_wait_s > 0 else None
+        with self.connection.locked() as client:
+            client.register_channel(channel.channel_id, channel.src, channel.dst, channel.src_port,
+                                    channel.dst_port, path=channel.path, wait_s=wait_s)
+        self._channels.append(channel.channel_id)
+
+    # ------------------------------------------------------------------ during the run (in the background)
+    def flow_started(self, job: Job, flow: FlowTask, channel: Channel, start_s: float) -> None:
+        if flow.size_bytes > 0:
+            if channel.path_rate_bps:
+                self.allocations.awaiting(self._name(job.job_id, flow.task_id), channel.path_rate_bps)
+            self.reports.put(_StartReport(self.prefix + job.job_id, flow.task_id, channel, start_s))
+
+    def flow_finished(self, job: Job, flow: FlowTask, finish_s: float) -> None:
+        if flow.size_bytes > 0:
+            self.allocations.finished(self._name(job.job_id, flow.task_id))
+            self.reports.put(_FinishReport(self.prefix + job.job_id, flow.task_id, flow.size_bytes, finish_s))
+
+    def forget_job(self, job_id: str) -> None:
+        self.allocations.forget(self.prefix + job_id)
+
+    # ------------------------------------------------------------------ what the sender applies
+    def dscp(self, job_id: str, flow_id: str) -> int | None:
+        self.connection.raise_failure()
+        return self.allocations.dscp(self._name(job_id, flow_id))
+
+    def pacing_bytes_per_s(self, job_id: str, flow_id: str) -> int | None:
+        return self.allocations.pacing_bytes_per_s(self._name(job_id, flow_id))
+
+    def held(self, job_id: str, flow_id: str) -> bool:
+        self.connection.raise_failure()  # a held sender calls nothing else: it must fail here, not stall
+        return self.allocations.held(self._name(job_id, flow_id))
+
+    def trace(self, job_id: str, flow_id: str) -> dict[str, list]:
+        return self.allocations.trace(self._name(job_id, flow_id))
+
+    def close(self) -> None:
+        """Flush the reports, stop polling, and remove this agent's channels (best effort: the run is over
+        and a controller that is gone already forgot them)."""
+        from controller.client import ApiClientError
+
+        self.reports.close()
+        self.allocations.stop()
+        for channel_id in self._channels:
+            try:
+                with self.connection.locked() as client:
+                    client.remove_channel(channel_id)
+            except ApiClientError:
+                break
+        self.connection.close()
+
+
+class _Connection:
+    """The registry client the agent's threads share, one request at a time, and how the registry has
+    been doing: an outage being ridden out, or the failure that ends the run as scheduled."""
+
+    def __init__(self, settings: RegistrySettings, log: Callable[[str], None]) -> None:
+        from controller.client import EchelonClient  # stdlib-only client; imported only when used
+
+        self.log = log
+        self._client = EchelonClient(socket_path=settings.socket_path, token_file=settings.token_file,
+                                     timeout_s=10.0)
+        self.lock = threading.Lock()  # one request at a time on the client's connection
+        self.errors: list[str] = []
         self._unreachable_since: float | None = None  # the registry stopped answering then
-        self._reports: queue.Queue = queue.Queue()
-        self._worker = threading.Thread(target=self._report_loop, name="registry-reports", daemon=True)
-        self._poller = threading.Thread(target=self._poll_loop, name="registry-poll", daemon=True)
-        self._worker.start()
-        self._poller.start()
-        #: with the sending host known, one long-poll hears every change of its flows' allocations the
-        #: moment a round makes it (``controller.allocation_watch``), not at the flow's next poll
-        self._watcher = threading.Thread(target=self._watch_loop, name="registry-watch", daemon=True)
-        if host is not None and self.enforces:
-            self._watcher.start()
 
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            return getattr(self.client, method)(*args, **kwargs)
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[Any]:
+        """The client, for one request (or a few in a row) while no other thread uses it."""
+        with self.lock:
+            yield self._client
 
-    def _outage_over(self, exc: Any) -> bool:
+    def outage_over(self, exc: Any) -> bool:
         """An unreachable registry (``exc.status`` 0): False while it may still come back (a controller
         restart), True once it stayed away longer than OUTAGE_TOLERANCE_S; any answer ends the outage."""
         if exc is None or exc.status != 0:
@@ -159,91 +225,106 @@ class RegistryLink(RegistryPort):
             self.log(f"registry unreachable ({exc.problem}); waiting up to {OUTAGE_TOLERANCE_S:g} s for it")
         return now - self._unreachable_since > OUTAGE_TOLERANCE_S
 
-    def _fail(self, problem: str) -> None:
+    def fail(self, problem: str) -> None:
         """Record why the run cannot go on as scheduled; the next sender to ask (dscp, held) raises it.
         Logged at once: a sender that never asks again would otherwise leave no trace of it."""
-        self._errors.append(problem)
+        self.errors.append(problem)
         self.log(f"registry error: {problem}")
 
-    def _name(self, job_id: str, flow_id: str) -> str:
-        return f"{self.prefix}{job_id}/{flow_id}"
+    def raise_failure(self) -> None:
+        """:class:`RegistryError` with the first failure recorded, if any."""
+        if self.errors:
+            raise RegistryError(self.errors[0])
 
-    # ------------------------------------------------------------------ before t0 (synchronous)
-    def declare_job(self, job: Job) -> None:
-        from echelonflow.echelon import echelons_of
-        from echelonflow.schedulers.crux import job_compute_s
+    def close(self) -> None:
+        with self.lock:
+            self._client.close()
 
-        job_id = self.prefix + job.job_id
-        self._call("register_job", job_id, weight=job.weight, compute_s=job_compute_s(job))
-        for ech_id, spec in echelons_of(job).items():
-            head_start = spec.ideal_start_s[spec.head]
-            flows = [{"flow_id": fid, "src": job.tasks[fid].src, "dst": job.tasks[fid].dst}
-                     for fid in spec.flow_ids if job.tasks[fid].size_bytes > 0]
-            if flows and self.declares_sizes:
-                for flow in flows:
-                    fid = flow["flow_id"]
-                    flow.update(size_bytes=job.tasks[fid].size_bytes, offset_s=spec.offsets_s[fid],
-                                start_offset_s=spec.ideal_start_s[fid] - head_start)
-            if flows:
-                self._call("register_echelon", job_id, ech_id, flows,
-                           kind=spec.kind if self.declares_sizes else None)
 
-    def register_channel(self, channel: Channel) -> None:
-        wait_s = self.settings.install_wait_s if self.enforces and self.settings.install_wait_s > 0 else None
-        self._call("register_channel", channel.channel_id, channel.src, channel.dst, channel.src_port,
-                   channel.dst_port, path=channel.path, wait_s=wait_s)
-        self._channels.append(channel.channel_id)
+@dataclass(frozen=True)
+class _StartReport:
+    """A flow started on ``channel`` at ``start_s`` (epoch seconds); ``job_id`` with the prefix."""
 
-    # ------------------------------------------------------------------ during the run (in the background)
-    def flow_started(self, job: Job, flow: FlowTask, channel: Channel, start_s: float) -> None:
-        if flow.size_bytes > 0:
-            if channel.path_rate_bps:
-                self._awaiting[self._name(job.job_id, flow.task_id)] = channel.path_rate_bps
-            self._reports.put(("start", self.prefix + job.job_id, flow.task_id, channel, start_s))
+    job_id: str
+    flow_id: str
+    channel: Channel
+    start_s: float
+    kind = "start"
 
-    def flow_finished(self, job: Job, flow: FlowTask, finish_s: float) -> None:
-        if flow.size_bytes > 0:
-            name = self._name(job.job_id, flow.task_id)
-            self._finished.add(name)
-            self._active.pop(name, None)
-            self._reports.put(("finish", self.prefix + job.job_id, flow.task_id, flow.size_bytes, finish_s))
+    @property
+    def name(self) -> str:
+        return f"{self.job_id}/{self.flow_id}"
 
-    def _report_loop(self) -> None:
+
+@dataclass(frozen=True)
+class _FinishReport:
+    """Every byte (``size_bytes``) of a flow arrived at ``finish_s`` (epoch seconds)."""
+
+    job_id: str
+    flow_id: str
+    size_bytes: int
+    finish_s: float
+    kind = "finish"
+
+    @property
+    def name(self) -> str:
+        return f"{self.job_id}/{self.flow_id}"
+
+
+_Report = Union[_StartReport, _FinishReport]
+
+
+class _Reporter:
+    """Reports flow starts and finishes in order, in a worker thread, never on a flow's critical path;
+    a report the registry is away for (a controller restart) is sent again until it is back."""
+
+    def __init__(self, connection: _Connection, allocations: _AllocationTracker) -> None:
+        self.connection, self.allocations = connection, allocations
+        self._queue: queue.Queue[_Report | None] = queue.Queue()
+        self._worker = threading.Thread(target=self._loop, name="registry-reports", daemon=True)
+        self._worker.start()
+
+    def put(self, report: _Report) -> None:
+        self._queue.put(report)
+
+    def close(self) -> None:
+        """Send what is queued (for up to 5 s), then stop."""
+        self._queue.put(None)
+        self._worker.join(5.0)
+
+    def _loop(self) -> None:
         while True:
-            item = self._reports.get()
-            if item is None:
+            report = self._queue.get()
+            if report is None:
                 return
-            kind, job_id, flow_id = item[:3]
-            name = f"{job_id}/{flow_id}"
-            while job_id not in self._forgotten and not self._report(kind, job_id, flow_id, name, item):
+            while not self.allocations.forgotten(report.job_id) and not self._send(report):
                 time.sleep(0.1)  # the registry is away (a controller restart): the same report again
 
-    def _report(self, kind: str, job_id: str, flow_id: str, name: str, item: tuple) -> bool:
+    def _send(self, report: _Report) -> bool:
         """Send one start or finish report; False when it should be retried (the registry is away)."""
         from controller.client import ApiClientError
 
         try:
-            if kind == "start":
-                channel, start_s = item[3], item[4]
-                answer = self._call("flow_started", job_id, flow_id, start_s=start_s,
-                                    channel_id=channel.channel_id)
-                self._remember(name, (answer or {}).get("allocation") or {})
-                if name not in self._finished:  # else its channel already carries the next flow
-                    self._active[name] = channel
-            else:
-                size_bytes, finish_s = item[3], item[4]
-                self._call("flow_finished", job_id, flow_id, finish_s=finish_s, bytes_sent=size_bytes)
+            with self.connection.locked() as client:
+                if isinstance(report, _StartReport):
+                    answer = client.flow_started(report.job_id, report.flow_id, start_s=report.start_s,
+                                                 channel_id=report.channel.channel_id)
+                else:
+                    client.flow_finished(report.job_id, report.flow_id, finish_s=report.finish_s,
+                                         bytes_sent=report.size_bytes)
+            if isinstance(report, _StartReport):
+                self.allocations.started(report.name, report.channel, (answer or {}).get("allocation") or {})
         except ApiClientError as exc:
-            if exc.status == 0 and not self._outage_over(exc):
+            if exc.status == 0 and not self.connection.outage_over(exc):
                 return False
-            if exc.status == 409 and self._explained(kind, name, item):
+            if exc.status == 409 and self._explained(report):
                 return True
-            self._fail(f"registry {'unreachable' if exc.status == 0 else 'refused'} the "
-                       f"{kind} of {name}: {exc.problem if exc.status == 0 else exc}")
-        self._outage_over(None)
+            self.connection.fail(f"registry {'unreachable' if exc.status == 0 else 'refused'} the "
+                                 f"{report.kind} of {report.name}: {exc.problem if exc.status == 0 else exc}")
+        self.connection.outage_over(None)
         return True
 
-    def _explained(self, kind: str, name: str, item: tuple) -> bool:
+    def _explained(self, report: _Report) -> bool:
         """Whether the registry's state explains its refusal (409) of this report, so nothing is wrong:
 
         * the job was aborted meanwhile (it failed; forget_job is on its way);
@@ -254,30 +335,116 @@ class RegistryLink(RegistryPort):
         """
         from controller.client import ApiClientError
 
-        job_id, flow_id = item[1], item[2]
         try:
-            flow = self._call("flow", job_id, flow_id)
+            with self.connection.locked() as client:
+                flow = client.flow(report.job_id, report.flow_id)
             if flow.get("state") == "aborted":
                 return True
-            if kind == "finish":
+            if isinstance(report, _FinishReport):
                 if flow.get("state") != "finished":
                     return False
             else:
-                channel, start_s = item[3], item[4]
                 stored_s = flow.get("start_s")
-                same_start = isinstance(stored_s, (int, float)) and abs(stored_s - start_s) <= 1e-6
+                same_start = isinstance(stored_s, (int, float)) and abs(stored_s - report.start_s) <= 1e-6
                 if flow.get("state") not in ("active", "finished") or not same_start \
-                        or flow.get("channel_id") != channel.channel_id:
+                        or flow.get("channel_id") != report.channel.channel_id:
                     return False
                 if flow["state"] == "active":
-                    self._remember(name, self._call("allocation", job_id, flow_id))
-                    if name not in self._finished:
-                        self._active[name] = channel
+                    with self.connection.locked() as client:
+                        allocation = client.allocation(report.job_id, report.flow_id)
+                    self.allocations.started(report.name, report.channel, allocation)
         except ApiClientError:
             return False
-        self.log(f"registry already had the {kind} of {name} (its answer was lost in a controller restart)")
+        self.connection.log(f"registry already had the {report.kind} of {report.name} (its answer was lost "
+                            f"in a controller restart)")
         return True
 
+
+class _AllocationTracker:
+    """Every active flow's allocation, kept current: a poller reads it every ``poll_interval_s`` while
+    reporting the bytes TCP has seen acknowledged, and (with the sending host known, under a scheduler
+    that enforces) one long-poll hears every change the moment a round makes it
+    (``controller.allocation_watch``).  Flows are named ``<prefixed job>/<flow>``."""
+
+    def __init__(self, settings: RegistrySettings, connection: _Connection, info: dict[str, Any],
+                 host: str | None) -> None:
+        self.settings, self.connection, self.host = settings, connection, host
+        self.enforces = bool(info.get("enforces"))
+        #: a channel between flows sits in the controller's idle class (the last one, or class 1 when the
+        #: controller expects paused flows to be held)
+        idle_queue = int(info.get("idle_queue", int(info.get("queues", 4)) - 1))
+        self.idle_dscp = dscp_for_queue(idle_queue) if self.enforces else None
+        #: the controller leaves a paused flow in its class and expects its sender to write nothing
+        self.hold_paused = bool(info.get("hold_paused", False))
+        self._pace = settings.pace and self.enforces
+        self._dscp: dict[str, int] = {}
+        self._rate_bps: dict[str, float] = {}
+        self._paused: set[str] = set()  # flows whose last allocation paused them (no meter)
+        self._active: dict[str, Channel] = {}  # flows whose start the registry has, -> their channel
+        self._finished: set[str] = set()  # a short flow may finish before the worker reported its start
+        self._forgotten: set[str] = set()  # prefixed ids of failed jobs
+        self._allocations: dict[str, list] = {}
+        self._decided_at: dict[str, float] = {}  # flow -> decision time of the allocation in force
+        self._lock = threading.Lock()  # three threads bring allocations (see remember)
+        self._progress: dict[str, list] = {}
+        #: started flows whose first allocation has not arrived yet -> their channel's path rate (bit/s)
+        self._awaiting: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._poll_loop, name="registry-poll", daemon=True)
+        self._poller.start()
+        self._watcher = threading.Thread(target=self._watch_loop, name="registry-watch", daemon=True)
+        if host is not None and self.enforces:
+            self._watcher.start()
+
+    # ------------------------------------------------------------------ a flow's life
+    def awaiting(self, name: str, path_rate_bps: float) -> None:
+        """The flow started; until its first allocation it goes at its path's rate."""
+        self._awaiting[name] = path_rate_bps
+
+    def started(self, name: str, channel: Channel, allocation: dict[str, Any]) -> None:
+        """The registry has the flow's start (answered with ``allocation``): polled from now on."""
+        self.remember(name, allocation)
+        if name not in self._finished:  # else its channel already carries the next flow
+            self._active[name] = channel
+
+    def finished(self, name: str) -> None:
+        self._finished.add(name)
+        self._active.pop(name, None)
+
+    def forget(self, job_id: str) -> None:
+        """The (prefixed) job failed: poll nothing more of it, report nothing more of it."""
+        self._forgotten.add(job_id)
+        for key in [k for k in self._active if k.split("/", 1)[0] == job_id]:
+            self._active.pop(key, None)
+
+    def forgotten(self, job_id: str) -> bool:
+        return job_id in self._forgotten
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._poller.join(2.0)
+
+    # ------------------------------------------------------------------ what the sender applies
+    def dscp(self, name: str) -> int | None:
+        return self._dscp.get(name, self.idle_dscp)
+
+    def pacing_bytes_per_s(self, name: str) -> int | None:
+        if not self._pace:
+            return None
+        # Until its first allocation arrives (the start report's round trip: a few milliseconds), a flow
+        # goes at its path's rate, as it would alone: unpaced it would put a whole congestion window into
+        # the top class at once (docs/emulation.md, "The allocation delivered", item 10).
+        rate = self._rate_bps.get(name, self._awaiting.get(name))
+        return None if rate is None else int(rate / 8)
+
+    def held(self, name: str) -> bool:
+        return self.hold_paused and self._pace and name in self._paused
+
+    def trace(self, name: str) -> dict[str, list]:
+        return {"allocations": list(self._allocations.get(name, ())),
+                "progress": list(self._progress.get(name, ()))}
+
+    # ------------------------------------------------------------------ hearing allocations
     def _poll_loop(self) -> None:
         from controller.client import ApiClientError
 
@@ -291,21 +458,23 @@ class RegistryLink(RegistryPort):
                     acked = None if progress is None else progress.acked_payload
                     if progress is not None:
                         self._progress.setdefault(name, []).append((time.time(), *progress))
-                    if acked:  # the progress answer carries the allocation too: one call, not two
-                        answer = self._call("flow_progress", job_id, flow_id, acked)
-                    else:
-                        answer = {"allocation": self._call("allocation", job_id, flow_id)}
-                    self._remember(name, answer.get("allocation") or {})
-                    self._outage_over(None)
+                    with self.connection.locked() as client:
+                        if acked:  # the progress answer carries the allocation too: one call, not two
+                            answer = client.flow_progress(job_id, flow_id, acked)
+                        else:
+                            answer = {"allocation": client.allocation(job_id, flow_id)}
+                    self.remember(name, answer.get("allocation") or {})
+                    self.connection.outage_over(None)
                 except ApiClientError as exc:
                     if name not in self._active or job_id in self._forgotten:  # finished or failed: moot
                         continue
                     if exc.status == 0:
-                        if not self._outage_over(exc):
+                        if not self.connection.outage_over(exc):
                             break  # keep the last allocation; poll again next interval
-                        self._fail(f"registry unreachable for over {OUTAGE_TOLERANCE_S:g} s: {exc.problem}")
+                        self.connection.fail(f"registry unreachable for over {OUTAGE_TOLERANCE_S:g} s: "
+                                             f"{exc.problem}")
                         return
-                    self.log(f"registry refused a poll for {name}: {exc}")
+                    self.connection.log(f"registry refused a poll for {name}: {exc}")
 
     def _watch_loop(self) -> None:
         from controller.client import ApiClientError, EchelonClient
@@ -324,48 +493,16 @@ class RegistryLink(RegistryPort):
                 for allocation in answer.get("allocations") or []:
                     name = f"{allocation.get('job_id')}/{allocation.get('flow_id')}"
                     if name in self._active:
-                        self._remember(name, allocation)
+                        self.remember(name, allocation)
         finally:
             client.close()
 
-    def forget_job(self, job_id: str) -> None:
-        name = self.prefix + job_id
-        self._forgotten.add(name)
-        for key in [k for k in self._active if k.split("/", 1)[0] == name]:
-            self._active.pop(key, None)
-
-    # ------------------------------------------------------------------ what the sender applies
-    def dscp(self, job_id: str, flow_id: str) -> int | None:
-        if self._errors:
-            raise RegistryError(self._errors[0])
-        return self._dscp.get(self._name(job_id, flow_id), self.idle_dscp)
-
-    def pacing_bytes_per_s(self, job_id: str, flow_id: str) -> int | None:
-        if not (self.settings.pace and self.enforces):
-            return None
-        name = self._name(job_id, flow_id)
-        # Until its first allocation arrives (the start report's round trip: a few milliseconds), a flow
-        # goes at its path's rate, as it would alone: unpaced it would put a whole congestion window into
-        # the top class at once (docs/emulation.md, "The allocation delivered", item 10).
-        rate = self._rate_bps.get(name, self._awaiting.get(name))
-        return None if rate is None else int(rate / 8)
-
-    def held(self, job_id: str, flow_id: str) -> bool:
-        if self._errors:  # a held sender calls nothing else: it must fail here, not stall unheard
-            raise RegistryError(self._errors[0])
-        return (self.hold_paused and self.settings.pace and self.enforces
-                and self._name(job_id, flow_id) in self._paused)
-
-    def trace(self, job_id: str, flow_id: str) -> dict[str, list]:
-        name = self._name(job_id, flow_id)
-        return {"allocations": list(self._allocations.get(name, ())),
-                "progress": list(self._progress.get(name, ()))}
-
-    def _remember(self, name: str, allocation: dict) -> None:
-        with self._remember_lock:
+    def remember(self, name: str, allocation: dict[str, Any]) -> None:
+        """Apply ``allocation`` to the flow ``name``, unless a newer decision is already in force."""
+        with self._lock:
             self._apply(name, allocation)
 
-    def _apply(self, name: str, allocation: dict) -> None:
+    def _apply(self, name: str, allocation: dict[str, Any]) -> None:
         # The long-poll, the poller and the start report each bring allocations: keep the newest decision
         self._awaiting.pop(name, None)
         decided = allocation.get("decided_at_s")
@@ -388,28 +525,11 @@ class RegistryLink(RegistryPort):
         else:
             self._rate_bps.pop(name, None)
             self._paused.add(name)
-        paced = self._rate_bps.get(name) if self.settings.pace and self.enforces else None
+        paced = self._rate_bps.get(name) if self._pace else None
         entry = (self._dscp.get(name), allocation.get("rate_bps"), None if paced is None else int(paced / 8))
         log = self._allocations.setdefault(name, [])
         if not log or log[-1][1:4] != entry:  # with the decision's time: how late the agent heard of it
             log.append((time.time(), *entry, decided if isinstance(decided, (int, float)) else None))
-
-    def close(self) -> None:
-        """Flush the reports, stop polling, and remove this agent's channels (best effort: the run is over
-        and a controller that is gone already forgot them)."""
-        from controller.client import ApiClientError
-
-        self._reports.put(None)
-        self._worker.join(5.0)
-        self._stop.set()
-        self._poller.join(2.0)
-        for channel_id in self._channels:
-            try:
-                self._call("remove_channel", channel_id)
-            except ApiClientError:
-                break
-        with self._lock:
-            self.client.close()
 
 
 def build_registry(settings: RegistrySettings | None, log: Callable[[str], None],
