@@ -20,9 +20,14 @@ import os
 import resource
 import shutil
 import signal
+import socket
+import subprocess
+import sys
 import time
 
 import pytest
+
+from tests.helpers import ROOT
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -251,3 +256,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.longrepr = (f"{item.nodeid} is in the unit tier (tests/run --quick) but {why}; the "
                            f"budget is {UNIT_BUDGET_S:g} s of CPU ({UNIT_WALL_FACTOR:g}x that of wall "
                            "time when idle): make it cheaper, or mark it slow (docs/testing.md)")
+
+
+@pytest.fixture
+def registry_server(tmp_path):
+    """The controller's real API server (registry + scheduling service, no OpenFlow fabric) on a fat-tree
+    k=4 at 10 Mbit/s: (its Unix socket, its token file)."""
+    sock_path, token = str(tmp_path / "api.sock"), str(tmp_path / "token")
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    argv = [sys.executable, "-m", "controller.api_server", "--topology", "fattree", "--k", "4",
+            "--rate-mbps", "10", "--port", str(port), "--socket", sock_path, "--token-file", token,
+            "--interval-s", "0.1"]
+    with open(tmp_path / "api.log", "w") as log:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.exists(sock_path):
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "api.log").read_text()
+            time.sleep(0.05)
+        yield sock_path, token
+    finally:
+        proc.terminate()
+        proc.wait(10)

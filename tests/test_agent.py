@@ -25,10 +25,11 @@ from echelonflow.echelon import ideal_schedule
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.topology import BUILDERS
 from echelonflow.workloads import generate
-from emulation.agents import REPO_ROOT, local_popen, run_agents
+from emulation.agents import local_popen
 from emulation.assemble import assemble_run
 from emulation.errors import EmulationError
 from tests.conftest import need, need_tool
+from tests.helpers import ROOT, loopback, run_local_agents
 from tests.waiting import wait_until
 from traffic.agent import Agent
 from traffic.result import DIED, FAILED, load_result
@@ -44,30 +45,12 @@ from traffic.runspec import (
 )
 from traffic.transfer import REFRESH_S, Channel, FlowHeader, FlowReceiver, TransferError
 
-_PORTS = itertools.count(47100)
+_PORTS = itertools.count(47600)  # the agents' own runs take theirs from tests.helpers
 
 #: ioctl: bytes in a TCP socket's send queue not yet sent (linux/sockios.h)
 SIOCOUTQNSD = 0x894B
 
-
-def loopback(hosts):
-    return {h: f"127.0.0.{10 + i}" for i, h in enumerate(hosts)}
-
-
-def hosts_of(jobs):
-    seen = {}
-    for job in jobs:
-        for h in job.hosts:
-            seen.setdefault(h)
-    return list(seen)
-
-
-def run(jobs, tmp_path, popen=local_popen, start_margin_s=1.5, kill_agents=None, **spec):
-    """The agents of ``jobs`` on loopback addresses; ``spec``: run-spec fields (``registry``, ...)."""
-    spec.setdefault("data_port", next(_PORTS))
-    spec.setdefault("run_timeout_s", 30.0)
-    template = RunSpec(hosts_ip=loopback(hosts_of(jobs)), jobs=list(jobs), **spec)
-    return run_agents(template, str(tmp_path), popen, start_margin_s=start_margin_s, kill_agents=kill_agents)
+run = run_local_agents
 
 
 def send_flow(header, ip, port, io_timeout_s=30.0, **sources):
@@ -333,7 +316,7 @@ def test_progress_counts_each_flows_own_retransmissions():
     """TCP_INFO's retransmissions per flow: the breakdown tells TCP recovering from a slow allocation."""
     need("a network namespace", "" if os.geteuid() == 0 else "needs root")
     unshare, _ = need_tool("unshare"), need_tool("tc")
-    out = subprocess.run([unshare, "--net", sys.executable, "-c", _LOSSY_CHANNEL], cwd=REPO_ROOT,
+    out = subprocess.run([unshare, "--net", sys.executable, "-c", _LOSSY_CHANNEL], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     lossy, after = (line.split() for line in out.stdout.splitlines())
@@ -613,7 +596,7 @@ def test_agent_process_with_bad_spec_exits_2_with_one_line(tmp_path):
     garbage.write_text("{not json")
     for spec_path, needle in ((path, "unknown dependency 'nope'"), (garbage, "not valid JSON"),
                               (tmp_path / "missing.json", "missing.json: cannot read")):
-        proc = subprocess.run([sys.executable, "-m", "traffic.agent", str(spec_path)], cwd=REPO_ROOT,
+        proc = subprocess.run([sys.executable, "-m", "traffic.agent", str(spec_path)], cwd=ROOT,
                               capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2
         assert needle in proc.stderr and "Traceback" not in proc.stderr
@@ -639,30 +622,6 @@ def test_job_serialisation_round_trips():
 
 
 # ------------------------------------------------------------------------------------------ registry
-@pytest.fixture
-def registry_server(tmp_path):
-    """The controller's real API server (registry + scheduling service, no OpenFlow fabric)."""
-    sock_path, token = str(tmp_path / "api.sock"), str(tmp_path / "token")
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
-    argv = [sys.executable, "-m", "controller.api_server", "--topology", "fattree", "--k", "4",
-            "--rate-mbps", "10", "--port", str(port), "--socket", sock_path, "--token-file", token,
-            "--interval-s", "0.1"]
-    with open(tmp_path / "api.log", "w") as log:
-        proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 20
-        while not os.path.exists(sock_path):
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "api.log").read_text()
-            time.sleep(0.05)
-        yield sock_path, token
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 def test_agents_declare_start_and_finish_every_flow_in_the_registry(tmp_path, registry_server):
     from controller.client import EchelonClient
     from echelonflow.echelon import echelons_of

@@ -5,17 +5,13 @@ iperf3 through the controller-routed fabric and returns a factor with its number
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from echelonflow.scenario import load_scenario
 from emulation.calibrate import CalibrationError, CalibrationSettings, calibrate, host_pairs
 from emulation.monitor import IntervalStats, evaluate
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import run_echelon
 
 
 def test_host_pairs_are_the_flows_endpoints_once_each():
@@ -63,8 +59,7 @@ def test_no_trusted_factor_is_one_clear_error_with_the_measurements_kept(tmp_pat
 
 @pytest.mark.parametrize("value", ["0.5", "fast", "inf", "0"])
 def test_a_bad_dilation_argument_is_one_line_and_exit_status_2(value):
-    proc = subprocess.run([sys.executable, "-m", "cli", "emulate", "fig2", "--dilation", value],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    proc = run_echelon("emulate", "fig2", "--dilation", value, timeout_s=60)
     assert proc.returncode == 2 and "--dilation: must be 'auto' or a number from 1 to 64" in proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -105,7 +100,6 @@ def test_calibration_on_a_real_fabric_returns_a_factor_and_its_measurements(requ
 ])
 def test_bad_transport_arguments_are_one_line_and_exit_status_2(args, message):
     """The hosts' TCP options of `echelon emulate` are checked before anything starts."""
-    proc = subprocess.run([sys.executable, "-m", "cli", "emulate", "fig2", *args],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    proc = run_echelon("emulate", "fig2", *args, timeout_s=60)
     assert proc.returncode == 2 and message in proc.stderr
     assert "Traceback" not in proc.stderr

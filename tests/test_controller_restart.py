@@ -17,9 +17,6 @@ complete, the fault recorded, the successor serving to the end (the agents saw t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 
@@ -27,8 +24,7 @@ import pytest
 
 from controller.launcher import ControllerProcess, free_tcp_port, local_config
 from echelonflow.topology import two_hosts
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import run_echelon
 
 
 def test_a_controller_started_from_a_thread_that_ends_keeps_serving(require_controller):
@@ -74,9 +70,9 @@ def test_emulation_rides_out_a_controller_restart_at_any_moment(require_fabric, 
                 "jobs": [{"trace": "jobs.json"}], "schedulers": ["coflow"]}
     (tmp_path / "pause.json").write_text(json.dumps(scenario))
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "cli", "emulate", str(tmp_path / "pause.json"), "--no-alone", "--no-plots",
-            "--timing-noise-ms", "0", "--repeat", "2", "--fault", f"controller@{at}", "--out", str(out)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    proc = run_echelon("emulate", str(tmp_path / "pause.json"), "--no-alone", "--no-plots",
+                       "--timing-noise-ms", "0", "--repeat", "2", "--fault", f"controller@{at}",
+                       "--out", str(out), timeout_s=600)
     print(proc.stderr[-3000:])
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())

@@ -10,8 +10,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
-import sys
 import threading
 import time
 
@@ -19,11 +17,12 @@ import pytest
 
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.results import EMULATION_RUN_KEYS
-from emulation.agents import REPO_ROOT, fabric_popen, run_agents
+from emulation.agents import fabric_popen, run_agents
 from emulation.assemble import assemble_run
 from emulation.errors import EmulationError
 from reports.runfolder import EXTRA_KEYS
 from tests.fabric_helpers import dumbbell_with_controller
+from tests.helpers import run_echelon
 from traffic.runspec import RunSpec
 
 pytestmark = pytest.mark.fabric
@@ -56,14 +55,12 @@ def cross_jobs():
 # Runs first: it starts its own fabric in a subprocess, which needs the fabric lock that the module
 # fixture below holds from its first use until the end of the module.
 def test_emulate_fig2_reproduces_the_paper_within_10_percent(require_fabric, tmp_path):
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     out_dir = tmp_path / "run"
-    emu = subprocess.run([sys.executable, "-m", "cli", "emulate", "fig2", "--json", "--out",
-                          str(out_dir)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    emu = run_echelon("emulate", "fig2", "--json", "--out",
+                      str(out_dir), timeout_s=900)
     assert emu.returncode == 0, emu.stderr[-2000:]
     # the emulation's document keeps its per-flow records; the simulator's has them on request
-    sim = subprocess.run([sys.executable, "-m", "cli", "simulate", "fig2", "--json", "--per-flow"],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    sim = run_echelon("simulate", "fig2", "--json", "--per-flow", timeout_s=120)
     emulated, simulated = json.loads(emu.stdout), json.loads(sim.stdout)
     assert emulated["mode"] == "emulate" and simulated["mode"] == "simulate"
     # same keys, same ids; an emulation adds its own keys (docs/results-format.md)
@@ -96,15 +93,12 @@ def test_emulate_fattree_fsdp_ps_echelon_lands_near_its_simulation(require_fabri
     idle machine 2026-12-05: 17.95, 18.06, 19.47 s; one run in a CI clone took 20.23 s, so one run is
     not a measurement).  The default suite's share of the reference test below, which also runs coflow
     three times to judge the gain; that echelon beats coflow on the fabric is checked here on fig2."""
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
-    emu = subprocess.run([sys.executable, "-m", "cli", "emulate", "fattree-fsdp-ps", "--scheduler", "echelon",
-                          "--repeat", "3", "--no-alone", "--no-plots", "--timing-noise-ms", "0", "--json",
-                          "--out", str(tmp_path / "run")],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    emu = run_echelon("emulate", "fattree-fsdp-ps", "--scheduler", "echelon",
+                      "--repeat", "3", "--no-alone", "--no-plots", "--timing-noise-ms", "0", "--json",
+                      "--out", str(tmp_path / "run"), timeout_s=1200)
     assert emu.returncode == 0, emu.stderr[-2000:]
-    sim = subprocess.run([sys.executable, "-m", "cli", "simulate", "fattree-fsdp-ps", "--scheduler",
-                          "echelon", "--json"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                         timeout=120)
+    sim = run_echelon("simulate", "fattree-fsdp-ps", "--scheduler",
+                      "echelon", "--json", timeout_s=120)
     assert sim.returncode == 0, sim.stderr[-2000:]
     runs = json.loads(emu.stdout)["runs"]
     (simulated,) = json.loads(sim.stdout)["runs"]
@@ -129,15 +123,12 @@ def test_emulate_fattree_fsdp_ps_keeps_echelons_gain_over_coflow(require_fabric,
     which the simulation does not take even under 50 ms of timing noise (docs/results.md, "The
     scheduler on the fabric").  So coflow's FSDP median is held within 18 % of its simulation, an open
     fidelity gap of the baseline, not of echelon."""
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
-    emu = subprocess.run([sys.executable, "-m", "cli", "emulate", "fattree-fsdp-ps", "--scheduler", "coflow",
-                          "--scheduler", "echelon", "--repeat", "3", "--no-alone", "--no-plots",
-                          "--timing-noise-ms", "0", "--json", "--out", str(tmp_path / "run")],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    emu = run_echelon("emulate", "fattree-fsdp-ps", "--scheduler", "coflow",
+                      "--scheduler", "echelon", "--repeat", "3", "--no-alone", "--no-plots",
+                      "--timing-noise-ms", "0", "--json", "--out", str(tmp_path / "run"), timeout_s=1800)
     assert emu.returncode == 0, emu.stderr[-2000:]
-    sim = subprocess.run([sys.executable, "-m", "cli", "simulate", "fattree-fsdp-ps", "--scheduler", "coflow",
-                          "--scheduler", "echelon", "--json"],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    sim = run_echelon("simulate", "fattree-fsdp-ps", "--scheduler", "coflow",
+                      "--scheduler", "echelon", "--json", timeout_s=120)
     assert sim.returncode == 0, sim.stderr[-2000:]
     simulated = {r["scheduler"]: r for r in json.loads(sim.stdout)["runs"]}
     repeats: dict[str, list[dict]] = {}
@@ -165,17 +156,14 @@ def test_emulate_fattree_fsdp_ps_keeps_echelons_gain_over_coflow(require_fabric,
 def test_emulate_fig2_through_mininets_cluster_mode_on_localhost(require_fabric, tmp_path):
     """The whole system (controller, agents, real TCP) on a fabric built by Mininet's cluster mode on a
     cluster of localhost lands where the plain fabric does: echelon's fig2 within 10 % of its 8.0 s."""
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
-    emu = subprocess.run([sys.executable, "-m", "cli", "emulate", "fig2", "--scheduler", "echelon",
-                          "--cluster", "localhost", "--no-plots", "--timing-noise-ms", "0", "--json",
-                          "--out", str(tmp_path / "run")],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    emu = run_echelon("emulate", "fig2", "--scheduler", "echelon",
+                      "--cluster", "localhost", "--no-plots", "--timing-noise-ms", "0", "--json",
+                      "--out", str(tmp_path / "run"), timeout_s=900)
     assert emu.returncode == 0, emu.stderr[-2000:]
     (run,) = json.loads(emu.stdout)["runs"]
     completion_s = run["jobs"]["fig2"]["completion_s"]
     assert abs(completion_s / 8.0 - 1) <= 0.10, completion_s
-    bad = subprocess.run([sys.executable, "-m", "cli", "emulate", "fig2", "--cluster", "localhost,server2"],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    bad = run_echelon("emulate", "fig2", "--cluster", "localhost,server2", timeout_s=120)
     assert bad.returncode == 2 and "only localhost is supported, not server2" in bad.stderr, bad.stderr
     assert "Traceback" not in bad.stderr
 

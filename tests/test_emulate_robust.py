@@ -9,15 +9,13 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
+from tests.helpers import ROOT, echelon_argv, echelon_env
 from tests.waiting import wait_until
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The first bytes an OpenFlow 1.3 controller sends (HELLO) plus bytes that are not UTF-8 at all:
 # Mininet's telnet-based check decoded them as text and raised UnicodeDecodeError.
@@ -183,9 +181,10 @@ def test_ctrl_c_keeps_the_finished_runs_and_says_partial(require_fabric, tmp_pat
     """``echelon emulate`` interrupted (SIGINT) under the second scheduler: exit 130 without a
     traceback, everything torn down, and the first scheduler's run in the folder, marked partial."""
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "cli", "emulate", "fig2", "--scheduler", "fair",
-                             "--scheduler", "echelon", "--no-plots", "--out", str(run_dir)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(echelon_argv("emulate", "fig2", "--scheduler", "fair", "--scheduler", "echelon",
+                                         "--no-plots", "--out", str(run_dir)),
+                            cwd=ROOT, env=echelon_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     seen = []
     try:
         for line in proc.stderr:

@@ -9,18 +9,14 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from tests.fabric_helpers import two_jobs
+from tests.helpers import run_echelon
 
 pytestmark = [pytest.mark.fabric, pytest.mark.slow]
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _two_job_scenario(tmp_path) -> str:
@@ -37,9 +33,8 @@ def _two_job_scenario(tmp_path) -> str:
 
 def _emulate(tmp_path, *fault_args):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "cli", "emulate", _two_job_scenario(tmp_path), "--no-alone",
-                           "--no-plots", "--out", str(out), *fault_args], capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)
+    proc = run_echelon("emulate", _two_job_scenario(tmp_path), "--no-alone",
+                       "--no-plots", "--out", str(out), *fault_args, timeout_s=600)
     print(proc.stderr[-3000:])
     print(proc.stdout)
     return proc, json.loads((out / "results.json").read_text())["runs"][0], out
@@ -80,10 +75,9 @@ def test_emulate_fault_link_is_marked_in_the_table_the_csv_and_fidelity_md(requi
     """A link taken down and back in every run (both schedulers): results.json records it, and so do the
     three things a reader looks at first: the printed table's notes, results.csv and fidelity.md."""
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "cli", "emulate", _two_job_scenario(tmp_path), "--no-alone",
-                           "--no-plots", "--timing-noise-ms", "0", "--scheduler", "fair", "--scheduler",
-                           "echelon", "--fault", "link:a1-e1@1s..2.5s", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    proc = run_echelon("emulate", _two_job_scenario(tmp_path), "--no-alone",
+                       "--no-plots", "--timing-noise-ms", "0", "--scheduler", "fair", "--scheduler",
+                       "echelon", "--fault", "link:a1-e1@1s..2.5s", "--out", str(out), timeout_s=600)
     print(proc.stderr[-3000:])
     print(proc.stdout)
     assert proc.returncode == 0, proc.stderr[-2000:]

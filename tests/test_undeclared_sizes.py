@@ -25,7 +25,7 @@ from echelonflow.model import qualified
 from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
 from echelonflow.topology import build, fattree
 from echelonflow.workloads import generate
-from tests.test_agent import registry_server, run  # noqa: F401 - the fixture is used by name
+from tests.helpers import run_local_agents
 from tests.test_api import Served
 from tests.test_service import Clock, RecordingPort
 
@@ -199,7 +199,7 @@ def test_the_api_takes_undeclared_flows_and_reports_what_the_scheduler_heard(tmp
 
 
 # --------------------------------------------------------------------------- real agents (loopback)
-def test_agents_declare_no_sizes_under_echelon_online_and_the_scheduler_learns(tmp_path, registry_server):  # noqa: F811
+def test_agents_declare_no_sizes_under_echelon_online_and_the_scheduler_learns(tmp_path, registry_server):
     from traffic.runspec import RegistrySettings
 
     sock_path, token = registry_server
@@ -208,7 +208,7 @@ def test_agents_declare_no_sizes_under_echelon_online_and_the_scheduler_learns(t
     job = generate("ring_allreduce", "ring", ["h1", "h2", "h3"], {"iterations": 2, "bytes": 600_000})
     work = tmp_path / "w"
     work.mkdir()
-    outcome = run([job], work, registry=RegistrySettings(sock_path, token, 0.05, "u-"),
+    outcome = run_local_agents([job], work, registry=RegistrySettings(sock_path, token, 0.05, "u-"),
                   data_port=free_tcp_port())  # not test_agent's fixed ports: other runs may hold them
     flows = {f["flow_id"]: f for f in client.flows("u-ring")}
     assert sorted(flows) == sorted(f.task_id for f in job.flows)

@@ -1,0 +1,75 @@
+"""What the test modules share, one helper per need (no test module imports another's helpers).
+
+* :data:`ROOT`: the checkout the tests run from;
+* :func:`echelon_argv` and :func:`run_echelon`: the ``echelon`` command as a user runs it, on this
+  checkout's code (``python -m cli`` from :data:`ROOT`, with :data:`ROOT` first on ``PYTHONPATH`` so
+  every process it starts, such as the traffic agents, runs the same code);
+* :func:`loopback`, :func:`hosts_of` and :func:`run_local_agents`: traffic agents as plain processes on
+  this machine, hosts on 127.0.0.x addresses (no fabric).
+
+Fixtures live in ``tests/conftest.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from echelonflow.model import Job
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def echelon_env() -> dict[str, str]:
+    """The environment ``echelon`` runs in: ours, with this checkout first on ``PYTHONPATH``."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+
+
+def echelon_argv(*args: str) -> list[str]:
+    """``echelon ARGS`` as a command line (for a test that watches the process as it runs)."""
+    return [sys.executable, "-m", "cli", *args]
+
+
+def run_echelon(*args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess:
+    """``echelon ARGS`` run to its end: exit status, stdout and stderr as text."""
+    return subprocess.run(echelon_argv(*args), cwd=ROOT, env=echelon_env(), capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+# ------------------------------------------------------------------------------ agents without a fabric
+#: Data ports of agents run on loopback, one per run (a port a finished run's sockets linger on is not
+#: taken again).
+_PORTS = itertools.count(47100)
+
+
+def loopback(hosts: Sequence[str]) -> dict[str, str]:
+    """Each host on its own 127.0.0.x address."""
+    return {h: f"127.0.0.{10 + i}" for i, h in enumerate(hosts)}
+
+
+def hosts_of(jobs: Sequence[Job]) -> list[str]:
+    """Every host the jobs use, in first-use order."""
+    seen: dict[str, None] = {}
+    for job in jobs:
+        for host in job.hosts:
+            seen.setdefault(host)
+    return list(seen)
+
+
+def run_local_agents(jobs: Sequence[Job], tmp_path: Any, popen: Any = None, start_margin_s: float = 1.5,
+                     kill_agents: dict[str, float] | None = None, **spec: Any) -> Any:
+    """The agents of ``jobs`` as processes on this machine (``emulation.agents.run_agents``); ``spec``:
+    run-spec fields (``registry``, ``data_port``, ...) over a fresh data port and a 30 s run timeout."""
+    from emulation.agents import local_popen, run_agents
+    from traffic.runspec import RunSpec
+
+    spec.setdefault("data_port", next(_PORTS))
+    spec.setdefault("run_timeout_s", 30.0)
+    template = RunSpec(hosts_ip=loopback(hosts_of(jobs)), jobs=list(jobs), **spec)
+    return run_agents(template, str(tmp_path), popen or local_popen, start_margin_s=start_margin_s,
+                      kill_agents=kill_agents)
