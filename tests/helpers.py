@@ -73,3 +73,48 @@ def run_local_agents(jobs: Sequence[Job], tmp_path: Any, popen: Any = None, star
     template = RunSpec(hosts_ip=loopback(hosts_of(jobs)), jobs=list(jobs), **spec)
     return run_agents(template, str(tmp_path), popen or local_popen, start_margin_s=start_margin_s,
                       kill_agents=kill_agents)
+
+
+# ------------------------------------------------------------------------------ the controller's parts
+class RecordingPort:
+    """An enforcement port (``controller.service.EnforcementPort``) that records what it is told, in
+    order, and fails for the flows in ``fail_for`` as an unreachable switch would."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.fail_for: set[str] = set()
+
+    def install(self, flow_id, match, path, queue, rate_bps):
+        self._maybe_fail(flow_id)
+        self.calls.append(("install", flow_id, match, tuple(path), queue, rate_bps))
+
+    def update(self, flow_id, queue=None, rate_bps=None, clear_rate=False):
+        self._maybe_fail(flow_id)
+        self.calls.append(("update", flow_id, queue, rate_bps, clear_rate))
+
+    def remove(self, flow_id):
+        self._maybe_fail(flow_id)
+        self.calls.append(("remove", flow_id))
+
+    def repath(self, flow_id, path):
+        self._maybe_fail(flow_id)
+        self.calls.append(("repath", flow_id, tuple(path)))
+
+    def _maybe_fail(self, flow_id):
+        if flow_id in self.fail_for:
+            raise OSError(f"switch unreachable for {flow_id}")
+
+    def take(self) -> list[tuple]:
+        """The calls so far, forgotten here."""
+        calls, self.calls = self.calls, []
+        return calls
+
+
+class Clock:
+    """A clock that says ``now`` until told otherwise (a service's ``now``)."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

@@ -14,7 +14,7 @@ from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import SCHEDULERS
 from echelonflow.topology import two_hosts
 from simulator.engine import simulate
-from tests.test_service import RecordingPort
+from tests.helpers import RecordingPort
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "smallest_flow_first.py"
 

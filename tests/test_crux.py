@@ -24,7 +24,7 @@ from echelonflow.schedulers.crux import (
 )
 from echelonflow.topology import build
 from simulator.engine import simulate
-from tests.test_service import RecordingPort
+from tests.helpers import RecordingPort
 
 MB = 1_000_000
 B_BPS = 8 * MB  # 1 MB/s, links without framing: a 1 MB flow alone takes 1 s

@@ -32,6 +32,7 @@ from echelonflow.schedulers.live import COMPACT_SLACK, LiveFlowTable, OrderLabel
 from echelonflow.schedulers.varys import CoflowScheduler, FifoScheduler, PortFairScheduler
 from echelonflow.schedulers.view import decide_snapshot
 from echelonflow.topology import fattree
+from tests.helpers import RecordingPort
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -180,25 +181,6 @@ def test_service_enforces_the_same_on_the_table_as_on_snapshots(name: str) -> No
 
     assert random_run(21, 150, check, reg) == []
     assert max(rounds) > 5  # rounds with several active flows were compared
-
-
-class RecordingPort:
-    """An EnforcementPort that records what it is told (as in test_service)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple] = []
-
-    def install(self, flow_id, match, path, queue, rate_bps):
-        self.calls.append(("install", flow_id, match, tuple(path), queue, rate_bps))
-
-    def update(self, flow_id, queue=None, rate_bps=None, clear_rate=False):
-        self.calls.append(("update", flow_id, queue, rate_bps, clear_rate))
-
-    def remove(self, flow_id):
-        self.calls.append(("remove", flow_id))
-
-    def repath(self, flow_id, path):
-        self.calls.append(("repath", flow_id, tuple(path)))
 
 
 def test_a_registry_reloaded_from_its_store_has_the_same_table(tmp_path: Path) -> None:

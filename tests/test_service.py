@@ -15,45 +15,10 @@ from echelonflow.schedulers import get_scheduler
 from echelonflow.schedulers.view import decide_snapshot
 from echelonflow.topology import build, fattree, two_hosts
 from tests.controller_helpers import MATCH, PATH, TOPO, AckingSwitches
+from tests.helpers import Clock, RecordingPort
 
 MB = 1_000_000
 B_BPS = 8 * MB  # 1 MB/s: the paper's B = 1 in MB and seconds
-
-
-class RecordingPort:
-    """EnforcementPort that records calls (and can be told to fail for one flow)."""
-
-    def __init__(self) -> None:
-        self.calls = []
-        self.fail_for = set()
-
-    def install(self, flow_id, match, path, queue, rate_bps):
-        self._maybe_fail(flow_id)
-        self.calls.append(("install", flow_id, match, tuple(path), queue, rate_bps))
-
-    def update(self, flow_id, queue=None, rate_bps=None, clear_rate=False):
-        self._maybe_fail(flow_id)
-        self.calls.append(("update", flow_id, queue, rate_bps, clear_rate))
-
-    def remove(self, flow_id):
-        self._maybe_fail(flow_id)
-        self.calls.append(("remove", flow_id))
-
-    def _maybe_fail(self, flow_id):
-        if flow_id in self.fail_for:
-            raise OSError(f"switch unreachable for {flow_id}")
-
-    def take(self):
-        calls, self.calls = self.calls, []
-        return calls
-
-
-class Clock:
-    def __init__(self, now=0.0):
-        self.now = now
-
-    def __call__(self):
-        return self.now
 
 
 def fig2_registry():

@@ -25,9 +25,8 @@ from echelonflow.model import qualified
 from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
 from echelonflow.topology import build, fattree
 from echelonflow.workloads import generate
-from tests.helpers import run_local_agents
+from tests.helpers import Clock, RecordingPort, run_local_agents
 from tests.test_api import Served
-from tests.test_service import Clock, RecordingPort
 
 MB = 1_000_000
 RATE_BPS = 8 * MB
