@@ -54,7 +54,7 @@ import time
 import warnings
 from typing import Any, Callable
 
-from controller.config import default_socket_path
+from controller.config import DEFAULTS, ControllerConfig, default_socket_path
 from controller.validation import BODY_LIMIT_KEY, REFUSED_KEY, ApiError
 
 with warnings.catch_warnings():
@@ -63,7 +63,7 @@ with warnings.catch_warnings():
     import eventlet.wsgi
 
 LOG = logging.getLogger("echelon.api_server")
-DEFAULT_PORT = 8181
+DEFAULT_PORT: int = DEFAULTS["api_port"]  # the controller setting's, written once in controller.config
 DEFAULT_MAX_CONNECTIONS = 4096  # per listener
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
 FD_RESERVE = 512  # descriptors kept for everything but API connections (switches, store, logs)
@@ -305,7 +305,7 @@ class ApiServer:
     wait for one read or write.
     """
 
-    def __init__(self, app: Callable[..., Any], host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+    def __init__(self, app: Callable[..., Any], host: str = DEFAULTS["api_host"], port: int = DEFAULT_PORT,
                  socket_path: str | None = None, unix: bool = True, socket_timeout_s: float = 30.0,
                  name: str = "API", max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
@@ -502,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m controller.api_server", description=main.__doc__)
     add_topology_arguments(parser)
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default=DEFAULTS["api_host"])
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--socket", default=None,
                         help="unix socket path (default /run/echelon/controller-PORT.sock)")
@@ -522,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
         server.check()  # everything that can be refused is, before the first write (locks, store, token)
         locks = own_store_and_token(args.store or ":memory:", args.token_file)  # noqa: F841 - held till exit
         registry = open_registry(topo, args.store) if args.store else Registry(topo)
-        service = SchedulingService(registry, None, interval_s=args.interval_s, event_factory=GreenEvent)
+        service = SchedulingService(registry, None, ControllerConfig(interval_s=args.interval_s),
+                                    event_factory=GreenEvent)
         token = generate_token()
         write_token(args.token_file, token)
         server.app = Api(service, token)

@@ -98,23 +98,15 @@ class EchelonApp(compat.BaseApp):
             os._exit(2)
         #: Links and switches down now; the router, the registry and the primitives route around them.
         self.links = LinkState()
-        self.router = Router(self.topology, idle_timeout_s=config.route_idle_s, links=self.links)
+        self.router = Router(self.topology, config, links=self.links)
         self.datapaths: dict[int, Any] = {}
         self._barrier_tickets: dict[tuple[int, int], Ack] = {}
-        self.enforcer = Enforcer(
-            self.topology, self.send_ops, queues=config.queues, event_factory=compat.hub.Event,
-            idle_timeout_s=config.enforce_idle_s,
-            meter_burst_s=config.meter_burst_s, min_burst_kbit=config.meter_min_burst_kbit,
-        )
+        self.enforcer = Enforcer(self.topology, self.send_ops, config, event_factory=compat.hub.Event)
         self.switch_ready_hooks: list[Callable[[int], None]] = []
         self.registry.links = self.links
         round_lock = compat.hub.Semaphore()  # one change of enforcement at a time: a round or a batch
-        self.service = SchedulingService(
-            self.registry, self.enforcer, queues=self.enforcer.queues, interval_s=config.interval_s,
-            min_meter_bps=config.min_rate_bps, lock=round_lock, hold_paused=config.hold_paused,
-            fixed_class=config.fixed_class, event_factory=compat.hub.Event,
-            check_decisions=config.check_decisions,
-        )
+        self.service = SchedulingService(self.registry, self.enforcer, config, lock=round_lock,
+                                         event_factory=compat.hub.Event)
         self.stats_interval_s = config.stats_interval_s
         self.switch_stats = SwitchStats(self.topology)
         live = LiveView(self.service, self.switch_stats)

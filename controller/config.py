@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from controller.auth import DEFAULT_TOKEN_PATH
@@ -39,6 +39,7 @@ from controller.store import DEFAULT_PATH as DEFAULT_STORE_PATH
 from echelonflow.errors import UserError
 from echelonflow.fields import Check, FieldError, boolean, integer, mapping, nullable, number, one_of, text
 from echelonflow.fileio import JsonLimitError, loads_strict
+from echelonflow.queues import DEFAULT_QUEUES, MAX_QUEUES
 from echelonflow.topology import BUILDERS, Topology, TopologyError
 from echelonflow.topology_spec import TopologySpec, load_spec
 
@@ -125,7 +126,8 @@ SETTINGS = (
     Setting("topology_params", "ECHELON_TOPOLOGY_PARAMS", {"k": 4}, mapping(item=_topology_param),
             _json_object, 'the kind\'s parameters as a JSON object, e.g. {"k": 4}'),
     Setting("rate_mbps", "ECHELON_RATE_MBPS", 10.0, number(0.0, above=True), _FLOAT, "link rate in Mbit/s"),
-    Setting("queues", "ECHELON_QUEUES", 4, integer(2, 8), _INT, "priority classes per port, as the fabric"),
+    Setting("queues", "ECHELON_QUEUES", DEFAULT_QUEUES, integer(2, MAX_QUEUES), _INT,
+            "priority classes per port, as the fabric"),
     Setting("route_idle_s", "ECHELON_ROUTE_IDLE_S", 30, integer(1, 65535), _INT,
             "idle timeout of per-host-pair routes"),
     Setting("enforce_idle_s", "ECHELON_ENFORCE_IDLE_S", 60, integer(1, 65535), _INT,
@@ -161,38 +163,46 @@ SETTINGS = (
             lambda raw: raw if raw == OFF else _INT(raw), "Prometheus /metrics port ('off': none)"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
+#: Every setting's default, written once (in :data:`SETTINGS`); :class:`ControllerConfig` reads them.
+DEFAULTS: Mapping[str, Any] = {s.name: s.default for s in SETTINGS}
 
 
 @dataclass(frozen=True)
 class ControllerConfig:
-    """Every setting of the controller app (see :data:`SETTINGS` for what each one is)."""
+    """Every setting of the controller app (see :data:`SETTINGS` for what each one is; the defaults are
+    :data:`DEFAULTS`, read from there).
 
-    topology_file: str | None = None
-    topology: str = "fattree"
-    topology_params: Mapping[str, int] = None  # type: ignore[assignment]  # set in __post_init__
-    rate_mbps: float = 10.0
-    queues: int = 4
-    route_idle_s: int = 30
-    enforce_idle_s: int = 60
-    meter_burst_s: float = 0.2
-    meter_min_burst_kbit: int = 1000
-    store: str = DEFAULT_STORE_PATH
-    token_file: str = DEFAULT_TOKEN_PATH
-    api_host: str = "127.0.0.1"
-    api_port: int = 8181
-    api_socket: str = ""
-    min_rate_bps: float = 8000.0
-    hold_paused: bool = False
-    fixed_class: bool = False
-    check_decisions: bool = False
-    interval_s: float = 0.5
-    stats_interval_s: float = 1.0
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int | None = DEFAULT_METRICS_PORT
+    Every component the app builds takes this one object and reads its own settings from it (the
+    :class:`~controller.routing.Router`, the :class:`~controller.enforcement.Enforcer`, the
+    :class:`~controller.service.SchedulingService`), so a default is written once, in :data:`SETTINGS`.
+    """
+
+    topology_file: str | None = DEFAULTS["topology_file"]
+    topology: str = DEFAULTS["topology"]
+    topology_params: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULTS["topology_params"]))
+    rate_mbps: float = DEFAULTS["rate_mbps"]
+    queues: int = DEFAULTS["queues"]
+    route_idle_s: int = DEFAULTS["route_idle_s"]
+    enforce_idle_s: int = DEFAULTS["enforce_idle_s"]
+    meter_burst_s: float = DEFAULTS["meter_burst_s"]
+    meter_min_burst_kbit: int = DEFAULTS["meter_min_burst_kbit"]
+    store: str = DEFAULTS["store"]
+    token_file: str = DEFAULTS["token_file"]
+    api_host: str = DEFAULTS["api_host"]
+    api_port: int = DEFAULTS["api_port"]
+    api_socket: str = DEFAULTS["api_socket"]
+    min_rate_bps: float = DEFAULTS["min_rate_bps"]
+    hold_paused: bool = DEFAULTS["hold_paused"]
+    fixed_class: bool = DEFAULTS["fixed_class"]
+    check_decisions: bool = DEFAULTS["check_decisions"]
+    interval_s: float = DEFAULTS["interval_s"]
+    stats_interval_s: float = DEFAULTS["stats_interval_s"]
+    metrics_host: str = DEFAULTS["metrics_host"]
+    metrics_port: int | None = DEFAULTS["metrics_port"]
 
     def __post_init__(self) -> None:
         if self.topology_params is None:
-            object.__setattr__(self, "topology_params", dict(_BY_NAME["topology_params"].default))
+            object.__setattr__(self, "topology_params", dict(DEFAULTS["topology_params"]))
         for spec in SETTINGS:
             try:
                 value = spec.check(spec.name, getattr(self, spec.name))

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from controller import flowmods as fm
+from controller.config import ControllerConfig
 from controller.routing import Hop, path_hops
 from echelonflow.fields import Check, FieldError, integer, number, one_of, show
 from echelonflow.limits import RATE_BPS
@@ -179,20 +180,19 @@ class Enforcer:
         self,
         topology: Topology,
         send: SendFn,
-        queues: int = 4,
-        idle_timeout_s: int = 60,
-        meter_burst_s: float = 0.2,
-        min_burst_kbit: int = 1000,
+        config: ControllerConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
         event_factory: Callable[[], object] = threading.Event,
     ) -> None:
-        check_queues(queues)
+        """``config``: the controller's settings (default: their defaults); this reads ``queues``,
+        ``enforce_idle_s``, ``meter_burst_s`` and ``meter_min_burst_kbit``."""
+        config = config or ControllerConfig()
         self.topology = topology
         self.send = send
-        self.queues = queues
-        self.idle_timeout_s = idle_timeout_s
-        self.meter_burst_s = meter_burst_s
-        self.min_burst_kbit = min_burst_kbit
+        self.queues = check_queues(config.queues)
+        self.idle_timeout_s = config.enforce_idle_s
+        self.meter_burst_s = config.meter_burst_s
+        self.min_burst_kbit = config.meter_min_burst_kbit
         self.clock = clock
         self.event_factory = event_factory
         self._flows: dict[str, LiveFlow] = {}

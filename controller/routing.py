@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller import flowmods as fm
+from controller.config import ControllerConfig
 from echelonflow.linkstate import LinkState
 from echelonflow.topology import NodePath, Topology
 
@@ -49,11 +50,13 @@ def path_hops(topology: Topology, path: Sequence[str]) -> list[Hop]:
 class Router:
     """Routing state for one topology: host lookup, pair routes installed, and the rules they need."""
 
-    def __init__(self, topology: Topology, idle_timeout_s: int = 30, reinstall_guard_s: float = 1.0,
-                 links: LinkState | None = None) -> None:
+    def __init__(self, topology: Topology, config: ControllerConfig | None = None,
+                 reinstall_guard_s: float = 1.0, links: LinkState | None = None) -> None:
+        """``config``: the controller's settings (default: their defaults); routes idle for
+        ``route_idle_s`` are removed by the switches."""
         self.topology = topology
         self.links = links if links is not None else LinkState()
-        self.idle_timeout_s = idle_timeout_s
+        self.idle_timeout_s = (config or ControllerConfig()).route_idle_s
         self.reinstall_guard_s = reinstall_guard_s
         nodes = topology.graph.nodes
         self.host_by_ip: dict[str, str] = {nodes[h]["ip"]: h for h in topology.hosts}

@@ -25,7 +25,7 @@ Then it turns the ``Decision`` into enforcement through an :class:`EnforcementPo
   packets (they would be overtaken by its own newer ones; docs/emulation.md, "The allocation delivered").
 * **rate -> meter.** ``rate_bps * headroom``; ``headroom`` defaults to 1.0 and is a knob for the fabric
   measurements (a drop meter polices, so TCP tends to get less than the rate).  A rate below
-  ``min_meter_bps`` (default 8 kbit/s, the meter granularity is kbit/s) counts as paused (see above).
+  ``min_rate_bps`` (default 8 kbit/s, the meter granularity is kbit/s) counts as paused (see above).
 * **diff.** Only what changed is pushed: a new flow is installed, a gone flow removed, a queue change or a
   meter rate that moved by more than ``rate_tolerance`` (relative) is updated; everything else is left
   (``controller.plan`` computes it without a switch; this service applies it).
@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from controller.allocation_watch import AllocationWatch
+from controller.config import ControllerConfig
 from controller.enforcement import FlowMatch, wait_acks
 from controller.plan import Installed, plan
 from controller.registry import FlowRecord, Registry, RegistryError
@@ -117,6 +118,19 @@ class RoundReport:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class Tuning:
+    """The service's knobs that are not controller settings: the fabric measurements and unit tests
+    set them."""
+
+    #: Meter rate per allocated rate (a drop meter polices, so TCP tends to get less than the rate).
+    headroom: float = 1.0
+    #: A meter is updated only when its rate moves by more than this fraction.
+    rate_tolerance: float = 0.01
+    #: Payload bytes per counted frame byte; None: the topology's (its MTU's) framing.
+    payload_fraction: float | None = None
+
+
 @dataclass
 class _State:
     decision: Decision = field(default_factory=Decision)
@@ -131,45 +145,42 @@ class SchedulingService:
         self,
         registry: Registry,
         port: EnforcementPort | None = None,
+        config: ControllerConfig | None = None,
         now: Callable[[], float] = time.time,
-        interval_s: float = 0.5,
-        queues: int = 4,
-        headroom: float = 1.0,
-        rate_tolerance: float = 0.01,
-        min_meter_bps: float = 8000.0,
-        payload_fraction: float | None = None,
         lock: Any = None,
-        hold_paused: bool = False,
-        fixed_class: bool = False,
         event_factory: Callable[[], Any] = threading.Event,
-        check_decisions: bool = False,
+        tuning: Tuning | None = None,
     ) -> None:
-        check_queues(queues)  # queue 0 plus at least one scheduled class
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        """``config``: the controller's settings (default: their defaults); this reads ``interval_s``,
+        ``queues``, ``min_rate_bps``, ``hold_paused``, ``fixed_class`` and ``check_decisions``.
+        ``now``, ``lock`` and ``event_factory`` are the clock, the one-round-at-a-time lock and the
+        long-polls' events (the app passes its hub's)."""
+        config = config or ControllerConfig()
+        tuning = tuning or Tuning()
+        check_queues(config.queues)  # queue 0 plus at least one scheduled class
         self.registry = registry
-        self.check_decisions = bool(check_decisions)
+        self.check_decisions = config.check_decisions
         self.port = port
         self.now = now
-        self.interval_s = float(interval_s)
-        self.queues = int(queues)
-        self.headroom = float(headroom)
-        self.rate_tolerance = float(rate_tolerance)
-        self.min_meter_bps = float(min_meter_bps)
+        self.interval_s = config.interval_s
+        self.queues = config.queues
+        self.headroom = tuning.headroom
+        self.rate_tolerance = tuning.rate_tolerance
+        self.min_meter_bps = config.min_rate_bps
         #: Senders hold paused flows (write nothing), so a paused flow keeps the class its last packets
         #: were sent in and idle channels sit in class 1: no flow is ever raised out of a class it still
         #: has packets queued in (they would be overtaken by its newer ones: docs/emulation.md).
-        self.hold_paused = bool(hold_paused)
+        self.hold_paused = config.hold_paused
         self.idle_queue = 1 if self.hold_paused else self.queues - 1
         #: A flow keeps the class of its first allocation until it ends: a class change moves its newer
         #: packets into another queue than its older ones, and a raise lets them overtake those still
         #: waiting, which TCP takes for loss (docs/emulation.md, "The allocation delivered", item 8).
-        self.fixed_class = bool(fixed_class)
+        self.fixed_class = config.fixed_class
         self._first_class: dict[str, int] = {}  # with fixed_class: flow -> the class it keeps
         #: agents' long-polls for their flows' changed allocations (``GET /v1/allocations``)
         self.watch = AllocationWatch(event_factory)
         #: payload bytes per counted frame byte; by default the topology's (its MTU's) framing
-        self.payload_fraction = float(payload_fraction or registry.topology.payload_fraction)
+        self.payload_fraction = float(tuning.payload_fraction or registry.topology.payload_fraction)
         name = registry.settings.get("scheduler", DEFAULT_SCHEDULER)
         #: Flow events handed to the scheduler's ``observe`` since this service started, by kind.
         self.observed: dict[str, int] = {"start": 0, "progress": 0, "finish": 0}

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 #: Most queues per port (class selectors CS0..CS7).
 MAX_QUEUES = 8
+#: Queues per port unless told otherwise, the same on the fabric and in the controller (queue 0 for
+#: unscheduled traffic, three scheduling classes).
+DEFAULT_QUEUES = 4
 _DSCP_PER_QUEUE = 8
 
 

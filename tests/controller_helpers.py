@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 from controller import flowmods as fm
 from controller.api import Api
+from controller.config import ControllerConfig
 from controller.enforcement import Enforcer, FlowMatch
 from controller.enforcement_api import EnforcementEndpoints
 from controller.registry import Registry
@@ -82,7 +83,8 @@ def dpid(switch: str) -> int:
 # ----------------------------------------------------------------------------- enforcement
 def make_enforcer(rec: Recorder, clock=None) -> Enforcer:
     times = iter(clock or range(1000))
-    return Enforcer(TOPO, rec, queues=4, idle_timeout_s=60, clock=lambda: float(next(times)))
+    return Enforcer(TOPO, rec, ControllerConfig(queues=4, enforce_idle_s=60),
+                    clock=lambda: float(next(times)))
 
 
 #: one k=4 path, pod 1 to pod 2 through core c3, and a 5-tuple on it
@@ -115,7 +117,7 @@ def make_api(with_enforcer: bool = True) -> SimpleNamespace:
     """The API app over a registry, a scheduling service without switches and (unless told otherwise)
     enforcement primitives on switches that acknowledge everything."""
     switches = AckingSwitches()
-    enforcer = Enforcer(TOPO, switches, queues=4)
+    enforcer = Enforcer(TOPO, switches, ControllerConfig(queues=4))
     endpoints = EnforcementEndpoints(enforcer) if with_enforcer else None
     api = Api(SchedulingService(Registry(TOPO), None), TOKEN, enforcement=endpoints)
     return SimpleNamespace(api=api, enforcer=enforcer, switches=switches)

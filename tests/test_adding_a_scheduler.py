@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from controller.config import ControllerConfig
 from controller.registry import Registry
 from controller.service import SchedulingService
 from echelonflow.scenario import load_scenario
@@ -49,7 +50,7 @@ def test_the_example_runs_in_the_controller(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setitem(SCHEDULERS, "smallest-flow-first", example_class())
     registry = Registry(two_hosts(8e6))
     port = RecordingPort()
-    service = SchedulingService(registry, port, now=lambda: 1.0, check_decisions=True)
+    service = SchedulingService(registry, port, ControllerConfig(check_decisions=True), now=lambda: 1.0)
     registry.add_job("j")
     flows = [{"flow_id": name, "src": "h1", "dst": "h2", "size_bytes": size}
              for name, size in (("big", 2_000_000), ("small", 1_000))]
@@ -81,7 +82,7 @@ def test_check_decisions_keeps_a_broken_policy_out_of_the_switches(monkeypatch: 
     for check in (True, False):
         registry = Registry(two_hosts(8e6))
         port = RecordingPort()
-        service = SchedulingService(registry, port, now=lambda: 1.0, check_decisions=check)
+        service = SchedulingService(registry, port, ControllerConfig(check_decisions=check), now=lambda: 1.0)
         registry.add_job("j")
         registry.add_echelon("j", "e", flows=[{"flow_id": "a", "src": "h1", "dst": "h2", "size_bytes": 1000}])
         service.set_scheduler("overcommit")

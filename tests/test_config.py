@@ -6,6 +6,7 @@ The last tests run the real manager (``osken-manager``, or ``ryu-manager`` where
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import time
 import pytest
 
 from controller.client import EchelonClient
-from controller.config import SETTINGS, ConfigError, ControllerConfig, oslo_options
+from controller.config import DEFAULTS, SETTINGS, ConfigError, ControllerConfig, oslo_options
+from controller.enforcement import Enforcer
 from controller.launcher import (
     ControllerError,
     ControllerProcess,
@@ -22,6 +24,9 @@ from controller.launcher import (
     local_config,
     manager_command,
 )
+from controller.registry import Registry
+from controller.routing import Router
+from controller.service import SchedulingService
 from echelonflow.topology import fattree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,6 +39,30 @@ def test_defaults_are_the_k4_fat_tree_at_10_mbit():
     assert (topo.name, topo.rate_bps) == ("fattree4", 10e6)
     assert (config.api_host, config.api_port, config.queues, config.interval_s) == ("127.0.0.1", 8181, 4, 0.5)
     assert [f for f in ControllerConfig.__dataclass_fields__] == [s.name for s in SETTINGS]
+
+
+def test_each_default_is_written_once_and_every_component_reads_the_one_config():
+    """The dataclass's defaults are SETTINGS's; router, enforcer and service take the config whole and
+    read their settings from it (no keyword default of their own to drift from it)."""
+    assert {f.name: f.default for f in dataclasses.fields(ControllerConfig)
+            if f.default is not dataclasses.MISSING} == {s.name: s.default for s in SETTINGS
+                                                        if s.name != "topology_params"}
+    assert ControllerConfig().topology_params == DEFAULTS["topology_params"]
+    topo = fattree(10e6, k=4)
+    config = ControllerConfig(queues=6, route_idle_s=7, enforce_idle_s=8, meter_burst_s=0.5,
+                              meter_min_burst_kbit=9, min_rate_bps=1e4, hold_paused=True, fixed_class=True,
+                              check_decisions=True, interval_s=2.0)
+    router, enforcer = Router(topo, config), Enforcer(topo, lambda dpid, ops: None, config)
+    service = SchedulingService(Registry(topo), enforcer, config)
+    assert router.idle_timeout_s == 7
+    assert (enforcer.queues, enforcer.idle_timeout_s, enforcer.meter_burst_s, enforcer.min_burst_kbit) == (
+        6, 8, 0.5, 9)
+    assert (service.queues, service.min_meter_bps, service.hold_paused, service.fixed_class,
+            service.check_decisions, service.interval_s) == (6, 1e4, True, True, True, 2.0)
+    defaults = ControllerConfig()
+    assert Router(topo).idle_timeout_s == defaults.route_idle_s
+    assert Enforcer(topo, lambda dpid, ops: None).idle_timeout_s == defaults.enforce_idle_s
+    assert SchedulingService(Registry(topo)).interval_s == defaults.interval_s
 
 
 def test_environment_round_trip_and_precedence():

@@ -8,6 +8,7 @@ import sqlite3
 
 import pytest
 
+from controller.config import ControllerConfig
 from controller.registry import Registry
 from controller.service import SchedulingService
 from controller.store import Store, open_registry
@@ -124,7 +125,7 @@ def test_without_compute_the_jobs_go_in_id_order_with_the_rest_in_the_last_level
 def _controller(compute_hi: float, compute_lo: float, store: Store | None = None):
     registry = Registry(build("two_hosts", B_BPS, mtu_bytes=None), store)
     port = RecordingPort()
-    service = SchedulingService(registry, port, now=lambda: 1.0, check_decisions=True)
+    service = SchedulingService(registry, port, ControllerConfig(check_decisions=True), now=lambda: 1.0)
     registry.add_job("hi", compute_s=compute_hi)
     registry.add_job("lo", compute_s=compute_lo)
     for job in ("hi", "lo"):

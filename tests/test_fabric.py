@@ -6,6 +6,7 @@ learning mode, the fat-tree gets static destination-based flows from tests/fabri
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -28,7 +29,7 @@ from tests.fabric_helpers import (
     static_flow_table,
 )
 from topologies import ovs, qos
-from topologies.fabric import Fabric, FabricError, build_deadline_s, fabric_lock
+from topologies.fabric import FABRIC_FIELDS, Fabric, FabricError, FabricOptions, build_deadline_s, fabric_lock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -44,16 +45,30 @@ def snapshot(fab: Fabric):
 # --------------------------------------------------------------------------- no root needed
 def test_bad_arguments_are_clear_errors():
     topo = two_hosts(RATE_BPS)
-    with pytest.raises(FabricError, match="queues must be an integer from 2 to 8"):
+    with pytest.raises(FabricError, match="queues: must be an integer between 2 and 8"):
         Fabric(topo, queues=1)
-    with pytest.raises(FabricError, match="datapath must be"):
+    with pytest.raises(FabricError, match="datapath: must be one of"):
         Fabric(topo, datapath="dpdk")
-    with pytest.raises(FabricError, match="tag must be"):
+    with pytest.raises(FabricError, match="tag: must be an id"):
         Fabric(topo, tag="bad tag!")
     with pytest.raises(FabricError, match="controller_port"):
         Fabric(topo, controller_port=70000)
     with pytest.raises(FabricError, match="Topology"):
         Fabric("fattree")  # type: ignore[arg-type]
+
+
+def test_fabric_options_are_read_through_the_one_field_checker():
+    """Every option has its check in FABRIC_FIELDS, a typo is named, and keywords override ``options``."""
+    assert [spec.name for spec in FABRIC_FIELDS] == [f.name for f in dataclasses.fields(FabricOptions)]
+    with pytest.raises(FabricError, match="^contoller_port: unknown fabric option"):
+        Fabric(two_hosts(RATE_BPS), contoller_port=None)
+    with pytest.raises(FabricError, match=r"^packet_in_limit\[1\]: must be an integer >= 1, got 0"):
+        FabricOptions(packet_in_limit=(200, 0))
+    with pytest.raises(FabricError, match="^cluster: must be an array of server names"):
+        FabricOptions(cluster="localhost")
+    fab = Fabric(two_hosts(RATE_BPS), FabricOptions(queues=6, controller_port=None), queues=3, tag="t1")
+    assert (fab.queues, fab.controller_port, fab.tag, fab.host_sysctls) == (3, None, "t1", {})
+    assert fab.build_timeout_s == build_deadline_s(two_hosts(RATE_BPS))
 
 
 def test_queue_dscp_mapping_and_filter_parsing():
@@ -156,7 +171,7 @@ def test_two_hosts_ping_shaped_rate_and_clean_stop(require_fabric):
 
 
 def test_a_bad_rto_minimum_is_refused():
-    with pytest.raises(FabricError, match="tcp_rto_min_ms must be 1..60000 or None, got 0"):
+    with pytest.raises(FabricError, match="tcp_rto_min_ms: must be an integer between 1 and 60000, got 0"):
         Fabric(two_hosts(RATE_BPS), tcp_rto_min_ms=0)
 
 
@@ -412,5 +427,5 @@ def test_a_build_that_hangs_is_stopped_at_its_deadline_naming_the_node(require_f
 def test_the_build_deadline_grows_with_the_topology_and_is_checked():
     assert build_deadline_s(fattree(RATE_BPS, k=8)) > build_deadline_s(fattree(RATE_BPS, k=4))
     for bad in (0, -1, "5", 1e9):
-        with pytest.raises(FabricError, match="build_timeout_s must be a number in"):
+        with pytest.raises(FabricError, match="build_timeout_s: must be a number > 0 and <= 3600"):
             Fabric(two_hosts(RATE_BPS), build_timeout_s=bad)

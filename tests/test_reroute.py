@@ -12,6 +12,7 @@ import pytest
 from cli.main import main
 from controller import flowmods as fm
 from controller import views
+from controller.config import ControllerConfig
 from controller.enforcement import Enforcer, FlowMatch
 from controller.registry import Registry
 from controller.routing import Router
@@ -227,7 +228,7 @@ def test_service_moves_an_enforced_flow_with_its_meter_and_the_registry_path() -
     topo = fattree(10e6, 4)
     rec = Recorder()
     registry = Registry(topo)
-    enforcer = Enforcer(topo, rec, queues=4)
+    enforcer = Enforcer(topo, rec, ControllerConfig(queues=4))
     service = SchedulingService(registry, enforcer, now=lambda: 1.0)
     registry.add_job("j")
     registry.add_echelon("j", "e", flows=[{"flow_id": "f", "src": "h1", "dst": "h16", "size_bytes": 10**7}])

@@ -4,6 +4,7 @@ hop by hop through a model of the switches' tables."""
 from __future__ import annotations
 
 from controller import flowmods as fm
+from controller.config import ControllerConfig
 from controller.routing import Router
 from tests.controller_helpers import TOPO, Recorder, dpid, ip
 
@@ -15,7 +16,7 @@ def test_base_ops_reset_then_table_miss_and_arp():
 
 
 def test_first_packet_installs_both_directions_and_forwards():
-    router, rec = Router(TOPO, idle_timeout_s=30), Recorder()
+    router, rec = Router(TOPO, ControllerConfig(route_idle_s=30)), Recorder()
     for target, ops in router.on_ipv4(dpid("e1"), 1, ip("h1"), ip("h16"), b"pkt", now_s=0.0).items():
         rec(target, ops)
     assert rec.walk(TOPO, "h1", {"eth_type": 0x800, "ipv4_src": ip("h1"), "ipv4_dst": ip("h16")}) == list(

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from controller.config import ControllerConfig
 from controller.enforcement import Enforcer, FlowMatch
 from controller.registry import Registry, RegistryError
-from controller.service import SchedulingService
+from controller.service import SchedulingService, Tuning
 from controller.store import open_registry
 from echelonflow.schedulers import get_scheduler
 from echelonflow.schedulers.view import decide_snapshot
@@ -74,7 +75,7 @@ def test_arrival_installs_with_match_path_queue_and_meter():
 
 def test_only_changes_are_pushed():
     reg, clock, port = fig2_registry(), Clock(1.0), RecordingPort()
-    svc = SchedulingService(reg, port, now=clock, rate_tolerance=0.05)
+    svc = SchedulingService(reg, port, now=clock, tuning=Tuning(rate_tolerance=0.05))
     svc.set_scheduler("echelon-varys")  # just-in-time rates: mb0's moves when mb1 arrives
     reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
     svc.on_arrival()
@@ -98,7 +99,7 @@ def test_only_changes_are_pushed():
 
 def test_small_rate_moves_within_tolerance_are_not_pushed():
     reg, clock, port = fig2_registry(), Clock(1.0), RecordingPort()
-    svc = SchedulingService(reg, port, now=clock, rate_tolerance=0.10)
+    svc = SchedulingService(reg, port, now=clock, tuning=Tuning(rate_tolerance=0.10))
     for i, start in ((0, 1.0), (1, 1.0)):
         reg.flow_started("pp", f"mb{i}", 40000 + i, 5201, start)
     svc.start()
@@ -145,7 +146,7 @@ def test_ranks_compress_into_queues_by_group_order():
     """Four coflows of 1..4 MB on disjoint paths all send: SEBF order -> queues 1, 2, then a shared 3."""
     topo = fattree(B_BPS, 4)
     reg, port = Registry(topo), RecordingPort()
-    svc = SchedulingService(reg, port, now=Clock(0.0), queues=4)
+    svc = SchedulingService(reg, port, ControllerConfig(queues=4), now=Clock(0.0))
     reg.add_job("j")
     pairs = {3: ("h1", "h2"), 1: ("h3", "h4"), 4: ("h5", "h6"), 2: ("h7", "h8")}  # one edge switch each
     for size, (src, dst) in pairs.items():
@@ -171,7 +172,7 @@ def test_ranks_compress_into_queues_by_group_order():
 def test_paused_flows_wait_unmetered_in_the_last_queue():
     """Four coflows on ONE link: only the smallest sends; the others wait below it, without a meter."""
     reg, port = Registry(two_hosts(B_BPS)), RecordingPort()
-    svc = SchedulingService(reg, port, now=Clock(0.0), queues=4)
+    svc = SchedulingService(reg, port, ControllerConfig(queues=4), now=Clock(0.0))
     reg.add_job("j")
     sport = 40000
     for size in (3, 1, 4, 2):
@@ -191,7 +192,7 @@ def test_paused_flows_wait_unmetered_in_the_last_queue():
 
 def test_observed_switch_bytes_lower_the_remaining_estimate():
     reg = fig2_registry()
-    svc = SchedulingService(reg, RecordingPort(), now=Clock(1.0), payload_fraction=0.5)
+    svc = SchedulingService(reg, RecordingPort(), now=Clock(1.0), tuning=Tuning(payload_fraction=0.5))
     reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
     reg.flow_progress("pp", "mb0", 100_000)
     svc.observe_bytes("pp/mb0", 1_000_000)  # frames -> 500 kB payload
@@ -203,7 +204,7 @@ def test_observed_switch_bytes_lower_the_remaining_estimate():
 
 def test_tick_respects_the_interval():
     reg, clock = fig2_registry(), Clock(10.0)
-    svc = SchedulingService(reg, RecordingPort(), now=clock, interval_s=0.5)
+    svc = SchedulingService(reg, RecordingPort(), ControllerConfig(interval_s=0.5), now=clock)
     assert svc.tick() is not None
     clock.now = 10.3
     assert svc.tick() is None
@@ -212,7 +213,8 @@ def test_tick_respects_the_interval():
 
 
 def test_interval_loop_stops():
-    svc = SchedulingService(fig2_registry(), RecordingPort(), now=Clock(0.0), interval_s=0.01)
+    svc = SchedulingService(fig2_registry(), RecordingPort(), ControllerConfig(interval_s=0.01),
+                            now=Clock(0.0))
     sleeps = []
 
     def sleep(seconds):
@@ -296,7 +298,7 @@ def test_drives_the_real_enforcer_unchanged():
     sent = []
     enforcer = Enforcer(topo, lambda dpid, ops: sent.append((dpid, list(ops))))
     reg = Registry(topo)
-    svc = SchedulingService(reg, enforcer, now=Clock(0.0), queues=enforcer.queues)
+    svc = SchedulingService(reg, enforcer, ControllerConfig(queues=enforcer.queues), now=Clock(0.0))
     reg.add_job("j")
     reg.add_echelon("j", "small", flows=[{"flow_id": "s", "src": "h1", "dst": "h5", "size_bytes": MB}])
     reg.add_echelon("j", "big", flows=[{"flow_id": "b", "src": "h2", "dst": "h5", "size_bytes": 5 * MB}])
@@ -329,7 +331,7 @@ def test_channels_are_installed_idle_and_flows_on_them_only_update_class_and_rat
         {"flow_id": f"mb{i}", "src": "h1", "dst": "h2", "size_bytes": 2 * MB, "offset_s": float(i)}
         for i in range(2)])
     port = RecordingPort()
-    svc = SchedulingService(reg, port, now=Clock(1.0), queues=4)
+    svc = SchedulingService(reg, port, ControllerConfig(queues=4), now=Clock(1.0))
     reg.channels.add("c1", "h1", "h2", 40001, 46000)
     svc.reschedule("channel")
     ((op, key, match, path, queue, rate),) = port.take()
@@ -364,7 +366,7 @@ def test_a_paused_flow_keeps_its_class_when_senders_hold_it(hold_paused, paused_
     packets still on the wire are never overtaken by its own later ones after a raise; idle channels then
     sit in class 1 too, so a flow's first allocation is never a raise either."""
     reg, port = Registry(two_hosts(B_BPS)), RecordingPort()
-    svc = SchedulingService(reg, port, now=Clock(0.0), queues=4, hold_paused=hold_paused)
+    svc = SchedulingService(reg, port, ControllerConfig(queues=4, hold_paused=hold_paused), now=Clock(0.0))
     assert svc.idle_queue == (1 if hold_paused else 3)
     reg.add_job("j")
     for name, size in (("big", 4 * MB), ("small", MB)):
@@ -389,7 +391,8 @@ def test_with_fixed_class_a_flow_keeps_the_class_of_its_first_allocation(fixed_c
     of older ones still queued in class 2; with ``fixed_class`` it stays in class 1 (its rate alone says
     what it may send) and ``b`` starts in the class its first allocation gives it."""
     reg, port = Registry(fattree(B_BPS, k=4)), RecordingPort()
-    svc = SchedulingService(reg, port, now=Clock(0.0), queues=4, hold_paused=True, fixed_class=fixed_class)
+    svc = SchedulingService(reg, port, ControllerConfig(queues=4, hold_paused=True, fixed_class=fixed_class),
+                            now=Clock(0.0))
     reg.add_job("j")
     for name, src, dst, size in (("a", "h1", "h2", 4 * MB), ("b", "h3", "h4", MB)):
         reg.add_echelon("j", name, flows=[{"flow_id": name, "src": src, "dst": dst, "size_bytes": size}])
@@ -412,7 +415,7 @@ def test_service_never_takes_a_primitives_5_tuple(caplog):
     """A flow enforced through the low-level primitives (``POST /v1/enforcement``) owns its 5-tuple: the
     service leaves it alone, says so once, and enforces its own flow once the primitive is gone."""
     switches = AckingSwitches()
-    enforcer = Enforcer(TOPO, switches, queues=4)
+    enforcer = Enforcer(TOPO, switches, ControllerConfig(queues=4))
     registry = Registry(TOPO)
     service = SchedulingService(registry, enforcer)
     enforcer.install("p1", MATCH, PATH, queue=3)

@@ -14,7 +14,10 @@ import time
 
 from echelonflow.errors import UserError
 from echelonflow.topology_spec import add_topology_arguments
-from topologies.fabric import cluster_argument
+from topologies.fabric import FabricOptions, cluster_argument
+
+#: The fabric's defaults, as the options below show them (written once, in FabricOptions).
+DEFAULTS = FabricOptions()
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,8 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     up = actions.add_parser("up", help="run a fabric until Ctrl-C")
     add_topology_arguments(up, positional=True)
-    up.add_argument("--queues", type=int, default=4, help="queues per port (default 4)")
-    up.add_argument("--controller-port", type=int, default=6653, help="OpenFlow controller port (6653)")
+    up.add_argument("--queues", type=int, default=DEFAULTS.queues,
+                    help=f"queues per port (default {DEFAULTS.queues})")
+    up.add_argument("--controller-port", type=int, default=DEFAULTS.controller_port,
+                    help=f"OpenFlow controller port ({DEFAULTS.controller_port})")
     up.add_argument("--no-controller", action="store_true", help="no controller: switches act as learning "
                     "switches (fail_mode standalone; loop-free topologies only)")
     up.add_argument("--cluster", type=cluster_argument, default=None, metavar="SERVERS",

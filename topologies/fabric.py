@@ -35,12 +35,28 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from echelonflow import ownership
 from echelonflow import queues as queue_marks
 from echelonflow.errors import UserError
+from echelonflow.fields import (
+    Check,
+    Field,
+    FieldError,
+    boolean,
+    identifier,
+    integer,
+    mapping,
+    nullable,
+    number,
+    one_of,
+    read,
+    show,
+    text,
+)
 from echelonflow.topology import DEFAULT_MTU_BYTES, Topology, intf_name
 from topologies import cleanup, ovs, qos
 
@@ -108,28 +124,95 @@ def fabric_lock(timeout_s: float | None = None) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------- fabric
+def _without_problem(problem_of: Callable[[Any], str | None]) -> Check:
+    """A check from one of the ``*_problem`` functions below (None: fine)."""
+
+    def check(field: str, value: Any) -> Any:
+        problem = problem_of(value)
+        if problem:
+            raise FieldError(field, problem)
+        return value
+
+    return check
+
+
+def _sysctls_problem(sysctls: Mapping[str, str | int]) -> str | None:
+    for name, value in sysctls.items():
+        problem = host_sysctl_problem(str(name), str(value))
+        if problem:
+            return problem
+    return None
+
+
+def _servers(field: str, value: Any) -> list[str]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise FieldError(field, f"must be an array of server names, got {show(value)}")
+    return list(_without_problem(cluster_problem)(field, value))
+
+
+def _rate_and_burst(field: str, value: Any) -> tuple[int, int]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
+        raise FieldError(field, f"must be (packets per second, burst), got {show(value)}")
+    return (integer(1)(f"{field}[0]", value[0]), integer(1)(f"{field}[1]", value[1]))
+
+
+@dataclass(frozen=True)
+class FabricOptions:
+    """How a :class:`Fabric` is built, checked once through :mod:`echelonflow.fields` (see
+    :data:`FABRIC_FIELDS`, and :class:`Fabric` for what each option does)."""
+
+    controller_port: int | None = 6653
+    controller_ip: str = "127.0.0.1"
+    datapath: str = "auto"
+    queues: int = queue_marks.DEFAULT_QUEUES
+    tag: str | None = None
+    shape_hosts: bool = True
+    fail_mode: str = "secure"
+    connect_timeout_s: float = 30.0
+    lock_timeout_s: float | None = 600.0
+    packet_in_limit: tuple[int, int] | None = PACKET_IN_LIMIT
+    tcp_rto_min_ms: int | None = None
+    host_sysctls: Mapping[str, str | int] = field(default_factory=dict)
+    cluster: Sequence[str] | None = None
+    build_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        given = {spec.name: getattr(self, spec.name) for spec in FABRIC_FIELDS}
+        try:
+            checked = read(given, FABRIC_FIELDS, what="fabric options")
+        except FieldError as err:
+            raise FabricError(str(err)) from None
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+
+#: The check of every :class:`FabricOptions` field.
+FABRIC_FIELDS = (
+    Field("controller_port", nullable(integer(1, 65535))),
+    Field("controller_ip", text()),
+    Field("datapath", one_of("auto", "user", "kernel")),
+    Field("queues", integer(2, queue_marks.MAX_QUEUES)),
+    Field("tag", nullable(identifier(_TAG_RE, "1-40 letters, digits, '_', '.', '-'"))),
+    Field("shape_hosts", boolean()),
+    Field("fail_mode", one_of("secure", "standalone")),
+    Field("connect_timeout_s", number(0.0, above=True)),
+    Field("lock_timeout_s", nullable(number(0.0))),
+    Field("packet_in_limit", nullable(_rate_and_burst)),
+    Field("tcp_rto_min_ms", nullable(integer(1, 60_000))),
+    Field("host_sysctls", lambda field, value: _without_problem(_sysctls_problem)(
+        field, mapping()(field, {} if value is None else value))),
+    Field("cluster", nullable(_servers)),
+    Field("build_timeout_s", nullable(number(0.0, 3600.0, above=True))),
+)
+
+
 class Fabric:
     """An emulated fabric for one topology; use as a context manager or call start()/stop()."""
 
-    def __init__(
-        self,
-        topology: Topology,
-        controller_port: int | None = 6653,
-        controller_ip: str = "127.0.0.1",
-        datapath: str = "auto",
-        queues: int = 4,
-        tag: str | None = None,
-        shape_hosts: bool = True,
-        fail_mode: str = "secure",
-        connect_timeout_s: float = 30.0,
-        lock_timeout_s: float | None = 600.0,
-        packet_in_limit: tuple[int, int] | None = PACKET_IN_LIMIT,
-        tcp_rto_min_ms: int | None = None,
-        host_sysctls: Mapping[str, str | int] | None = None,
-        cluster: Sequence[str] | None = None,
-        build_timeout_s: float | None = None,
-    ) -> None:
-        """``controller_port=None`` starts the switches without a controller (for static flows or
+    def __init__(self, topology: Topology, options: FabricOptions | None = None, **given: Any) -> None:
+        """``options`` (or the :class:`FabricOptions` fields given by keyword, over ``options``):
+
+        ``controller_port=None`` starts the switches without a controller (for static flows or
         ``fail_mode="standalone"`` learning-switch tests); otherwise start() waits for every switch to
         connect to ``controller_ip:controller_port``.  ``packet_in_limit`` (packets/s, burst) caps each
         switch's packet-ins (:data:`PACKET_IN_LIMIT`; None: unlimited).  ``tcp_rto_min_ms`` sets TCP's
@@ -143,52 +226,27 @@ class Fabric:
         a node whose shell never starts."""
         if not isinstance(topology, Topology):
             raise FabricError(f"Fabric needs an echelonflow.topology.Topology, got {type(topology).__name__}")
-        if controller_port is not None and (
-            not isinstance(controller_port, int) or isinstance(controller_port, bool)
-            or not 1 <= controller_port <= 65535
-        ):
-            raise FabricError(f"controller_port must be 1..65535 or None, got {controller_port!r}")
-        if datapath not in ("auto", "user", "kernel"):
-            raise FabricError(f"datapath must be 'auto', 'user' or 'kernel', got {datapath!r}")
-        rto = tcp_rto_min_ms
-        if rto is not None and (not isinstance(rto, int) or isinstance(rto, bool) or not 1 <= rto <= 60_000):
-            raise FabricError(f"tcp_rto_min_ms must be 1..60000 or None, got {tcp_rto_min_ms!r}")
-        for name, value in (host_sysctls or {}).items():
-            problem = host_sysctl_problem(str(name), str(value))
-            if problem:
-                raise FabricError(f"host_sysctls: {problem}")
-        if cluster is not None:
-            problem = cluster_problem(cluster)
-            if problem:
-                raise FabricError(f"cluster: {problem}")
-        if fail_mode not in ("secure", "standalone"):
-            raise FabricError(f"fail_mode must be 'secure' or 'standalone', got {fail_mode!r}")
-        try:
-            queue_marks.check_queues(queues)
-        except ValueError as exc:
-            raise FabricError(str(exc)) from None
-        tag = tag or f"f{os.getpid()}x{int(time.time() * 1000) % 10**8}"
-        if not _TAG_RE.fullmatch(tag):
-            raise FabricError(f"tag must be 1-40 characters of letters, digits, '_', '.', '-', got {tag!r}")
+        unknown = sorted(set(given) - {spec.name for spec in FABRIC_FIELDS})
+        if unknown:
+            raise FabricError(f"{unknown[0]}: unknown fabric option (allowed: "
+                              f"{', '.join(spec.name for spec in FABRIC_FIELDS)})")
+        options = replace(options or FabricOptions(), **given)
         self.topology = topology
-        self.controller_port = controller_port
-        self.controller_ip = controller_ip
-        self.tcp_rto_min_ms = tcp_rto_min_ms
-        self.host_sysctls = dict(host_sysctls or {})
-        self.datapath = datapath
-        self.queues = queues
-        self.tag = tag
-        self.shape_hosts = shape_hosts
-        self.fail_mode = fail_mode
-        self.connect_timeout_s = connect_timeout_s
-        self.lock_timeout_s = lock_timeout_s
-        self.packet_in_limit = packet_in_limit
-        self.cluster = list(cluster) if cluster is not None else None
-        if build_timeout_s is not None and not (isinstance(build_timeout_s, (int, float))
-                                                and 0 < build_timeout_s <= 3600):
-            raise FabricError(f"build_timeout_s must be a number in (0, 3600] or None, "
-                              f"got {build_timeout_s!r}")
-        self.build_timeout_s = build_timeout_s or build_deadline_s(topology)
+        self.options = options
+        self.controller_port = options.controller_port
+        self.controller_ip = options.controller_ip
+        self.tcp_rto_min_ms = options.tcp_rto_min_ms
+        self.host_sysctls = dict(options.host_sysctls)
+        self.datapath = options.datapath
+        self.queues = options.queues
+        self.tag = options.tag or f"f{os.getpid()}x{int(time.time() * 1000) % 10**8}"
+        self.shape_hosts = options.shape_hosts
+        self.fail_mode = options.fail_mode
+        self.connect_timeout_s = options.connect_timeout_s
+        self.lock_timeout_s = options.lock_timeout_s
+        self.packet_in_limit = options.packet_in_limit
+        self.cluster = options.cluster
+        self.build_timeout_s = options.build_timeout_s or build_deadline_s(topology)
         self._made_dirs: list[str] = []  # folders Mininet's cluster mode made (its ssh control folder)
         self.net: Any = None
         self.watchdog: qos.FilterWatchdog | None = None
