@@ -52,6 +52,7 @@ import sys
 import threading
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from controller.config import DEFAULTS, ControllerConfig, default_socket_path
@@ -297,27 +298,34 @@ def connections_allowed(wanted: int, listeners: int, reserve: int = FD_RESERVE) 
     return max(1, min(wanted, (soft - reserve) // max(1, listeners)))
 
 
-class ApiServer:
-    """Listens on TCP and a Unix socket and serves one WSGI app on both, as green threads.
+@dataclass(frozen=True)
+class ServerLimits:
+    """How much one :class:`ApiServer` listener takes: ``max_connections`` at once;
+    ``request_timeout_s``: the time a request has to arrive whole (and an idle keep-alive connection to
+    send its next one); ``socket_timeout_s``: the longest wait for one read or write."""
 
-    ``max_connections`` per listener at once; ``request_timeout_s``: the time a request has to arrive
-    whole (and an idle keep-alive connection to send its next one); ``socket_timeout_s``: the longest
-    wait for one read or write.
-    """
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    socket_timeout_s: float = 30.0
+
+
+class ApiServer:
+    """Listens on TCP and a Unix socket and serves one WSGI app on both, as green threads, within its
+    :class:`ServerLimits`."""
 
     def __init__(self, app: Callable[..., Any], host: str = DEFAULTS["api_host"], port: int = DEFAULT_PORT,
-                 socket_path: str | None = None, unix: bool = True, socket_timeout_s: float = 30.0,
-                 name: str = "API", max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
+                 socket_path: str | None = None, unix: bool = True, name: str = "API",
+                 limits: ServerLimits | None = None) -> None:
+        limits = limits or ServerLimits()
         self.app = app
         self.name = name
         self.host = host
         self.port = int(port)
         self.socket_path = socket_path
         self.unix = unix
-        self.socket_timeout_s = socket_timeout_s
-        self.max_connections = max_connections
-        self.request_timeout_s = request_timeout_s
+        self.socket_timeout_s = limits.socket_timeout_s
+        self.max_connections = limits.max_connections
+        self.request_timeout_s = limits.request_timeout_s
         self._sockets: list[Any] = []
         self._threads: list[Any] = []
         self._socket_inode: tuple[int, int] | None = None

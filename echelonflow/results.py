@@ -34,7 +34,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from echelonflow import echelon as echelon_mod
 from echelonflow.echelon import EchelonSpec
@@ -360,16 +360,17 @@ def build_run_in_order(
     groups when the caller has them.
     """
     run = RunResult(scheduler)
+    times = _TaskTimes(start_s, finish_s)
     weights: list[float] = []  # each EchelonFlow's job weight, in run.echelonflows order (Eq. 4)
     base = 0
     for job in jobs:
         count = len(job.tasks)
-        qids = _job_results(run, job, base, start_s, finish_s)
+        qids = _job_results(run, job, base, times)
         number = {tid: base + k for k, tid in enumerate(job.tasks)}
         specs = echelons[job.job_id] if echelons is not None else echelon_mod.echelons_of(job)
         for echelon_id, spec in specs.items():
             _echelon_result(run, job, qualified(job.job_id, echelon_id), spec,
-                            {fid: number[fid] for fid in spec.flow_ids}, qids, base, start_s, finish_s)
+                            {fid: number[fid] for fid in spec.flow_ids}, qids, base, times)
             weights.append(job.weight)
         done_s = completion_after_arrival_s(job, (float(finish_s[t]) for t in range(base, base + count)))
         base_s = (alone_s or {}).get(job.job_id, done_s)
@@ -381,9 +382,16 @@ def build_run_in_order(
     return run
 
 
-def _job_results(run: RunResult, job: Job, base: int, start_s: Sequence[float],
-                 finish_s: Sequence[float]) -> list[str]:
+class _TaskTimes(NamedTuple):
+    """Every task's start and finish (seconds), by the simulator's task number."""
+
+    start_s: Sequence[float]
+    finish_s: Sequence[float]
+
+
+def _job_results(run: RunResult, job: Job, base: int, times: _TaskTimes) -> list[str]:
     """One task record per task of ``job`` (its tasks are numbers ``base...``); their ids, in order."""
+    start_s, finish_s = times
     qids = [qualified(job.job_id, tid) for tid in job.tasks]
     for t, (qid, task) in enumerate(zip(qids, job.tasks.values()), start=base):
         if isinstance(task, ComputeTask):
@@ -395,9 +403,9 @@ def _job_results(run: RunResult, job: Job, base: int, start_s: Sequence[float],
 
 
 def _echelon_result(run: RunResult, job: Job, eqid: str, spec: EchelonSpec, number: Mapping[str, int],
-                    qids: Sequence[str], base: int, start_s: Sequence[float],
-                    finish_s: Sequence[float]) -> None:
+                    qids: Sequence[str], base: int, times: _TaskTimes) -> None:
     """The flow records of one EchelonFlow (``number``: its flow ids -> task numbers) and its tardiness."""
+    start_s, finish_s = times
     reference_s = echelon_mod.reference_time(spec, {f: float(start_s[t]) for f, t in number.items()})
     assert reference_s is not None  # every flow of a finished run has started
     for fid, t in number.items():

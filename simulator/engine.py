@@ -152,7 +152,6 @@ def simulate(
     topology: Topology,
     jobs: Sequence[Job],
     scheduler: Scheduler,
-    placement_check: bool = True,
     check_invariants: bool = True,
     alone_runs: bool = True,
     workers: int = 1,
@@ -160,6 +159,7 @@ def simulate(
     rescheduling: str = "every-flow",
 ) -> SimulationResult:
     """Run all ``jobs`` together (and each alone, for slowdowns); return the shared result shape.
+    Every task's host must be in ``topology`` (:func:`check_placement`, a :class:`UserError` if not).
 
     Every run gets its own copy of ``scheduler`` as it was passed in, so a policy that learns
     (``echelon-online``) starts each run knowing nothing.  ``alone_runs=False`` skips the runs alone
@@ -175,8 +175,8 @@ def simulate(
     iterations, docs/performance.md).
     """
     with _collector_paused():
-        return _simulate(topology, jobs, scheduler, placement_check, check_invariants, alone_runs, workers,
-                         events, rescheduling)
+        return _simulate(topology, jobs, scheduler, check_invariants, alone_runs, workers, events,
+                         rescheduling)
 
 
 @contextlib.contextmanager
@@ -192,13 +192,12 @@ def _collector_paused():
 
 
 def _simulate(
-    topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, placement_check: bool,
-    check_invariants: bool, alone_runs: bool, workers: int, events: Sequence[FaultEvent], rescheduling: str,
+    topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, check_invariants: bool, alone_runs: bool,
+    workers: int, events: Sequence[FaultEvent], rescheduling: str,
 ) -> SimulationResult:
     if rescheduling not in RESCHEDULING:
         raise UserError(f"rescheduling must be one of {', '.join(RESCHEDULING)}, got {rescheduling!r}")
-    if placement_check:
-        check_placement(topology, jobs)
+    check_placement(topology, jobs)
     pristine = copy.deepcopy(scheduler)
     specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
     # filled by the together run, read by the alone runs (none: each job's index goes with the run)

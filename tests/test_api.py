@@ -22,7 +22,7 @@ import pytest
 
 from controller import views
 from controller.api import Api
-from controller.api_server import ApiServer, GreenEvent, ServerError, run_in_thread
+from controller.api_server import ApiServer, GreenEvent, ServerError, ServerLimits, run_in_thread
 from controller.auth import read_token, write_token
 from controller.client import ApiClientError, EchelonClient
 from controller.registry import Registry
@@ -392,7 +392,7 @@ class Trickle:
 def test_slow_clients_cannot_starve_the_others(tmp_path):
     """Connections trickling a header byte every 0.2 s fill every slot of the listener; a request must
     still be answered: each request has ``request_timeout_s`` to arrive whole, then its slot is freed."""
-    served = Served(tmp_path, max_connections=4, request_timeout_s=1.0)
+    served = Served(tmp_path, limits=ServerLimits(max_connections=4, request_timeout_s=1.0))
     slow = Trickle(served.server.port, 8, b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
     try:
         client = EchelonClient(url=f"http://127.0.0.1:{served.server.port}", token=TOKEN, timeout_s=8)
@@ -405,7 +405,7 @@ def test_slow_clients_cannot_starve_the_others(tmp_path):
 
 
 def test_a_body_trickled_past_the_deadline_is_refused_and_changes_nothing(tmp_path):
-    served = Served(tmp_path, request_timeout_s=1.0)
+    served = Served(tmp_path, limits=ServerLimits(request_timeout_s=1.0))
     head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
             + b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n" + b'{"job_id": "slow"')
     slow = Trickle(served.server.port, 1, head, every_s=0.3)
@@ -424,7 +424,7 @@ def test_a_request_after_a_long_idle_keep_alive_has_its_own_deadline(tmp_path):
     """The deadline of a request counts from its head's arrival, not from when the connection began
     waiting: an agent's keep-alive connection idle for nearly ``request_timeout_s`` whose next request
     arrived just in time had its body refused (HTTP 400 "could not be read whole", a k=8 emulation)."""
-    served = Served(tmp_path, request_timeout_s=1.0)
+    served = Served(tmp_path, limits=ServerLimits(request_timeout_s=1.0))
     body = json.dumps({"job_id": "late"}).encode()
     head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
             + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode()

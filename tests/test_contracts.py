@@ -1,5 +1,6 @@
 """docs/CONTRACTS.md names every module of the project's packages, and only modules that exist; the
-test tiers of docs/testing.md hold (a unit-tier test over its time budget fails, naming itself).
+test tiers of docs/testing.md hold (a unit-tier test over its time budget fails, naming itself); no
+function of the packages is over 80 lines or 8 parameters (the numba kernels aside), naming itself.
 
 It is where a newcomer learns who owns what, so a module added without a line there (or removed while
 its line stays) fails here.  The convention the test reads: in the "Layout" section each package has a
@@ -10,11 +11,14 @@ folder's modules by their own file names.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import TIERS, UNIT, over_budget, tier_markers
 from tests.test_layering import PACKAGES
@@ -176,3 +180,79 @@ def test_every_tier_is_described_in_docs_testing():
         assert f"`{marker}`" in text, f"docs/testing.md does not describe the tier marker {marker!r}"
     for command in ("tests/run --quick", "tests/run --full", "tests/run "):
         assert command in text, command
+
+
+# ------------------------------------------------------------------------------ function size
+#: The longest function (``def`` line to its last line) and the longest parameter list (``self``/``cls``
+#: not counted; keyword-only ones counted; ``*args``/``**kwargs`` not) the project's packages may have.
+MAX_FUNCTION_LINES = 80
+MAX_PARAMETERS = 8
+#: The numba kernels take their arrays one by one (numba compiles functions of plain arrays).
+KERNELS = "echelonflow/schedulers/*kernels*.py"
+#: Known offenders, by ``path:qualified name`` -> why they are still allowed.  Shrink it; never grow it.
+OVERSIZE_ALLOWED = {
+    # a numba kernel outside the kernels' folder: its arrays come one by one, like KERNELS'
+    "simulator/fluid.py:advance": "a numba kernel: its arrays one by one",
+    # being reworked in issue 33 items 1-6 / issue 34 (RunSpec passed whole, the agent's runtime)
+    "emulation/run.py:emulate_scheduler": "being reworked in issue 33 items 1-6 / issue 34",
+    # its one caller is traffic/agent.py
+    "traffic/transfer.py:Channel.__init__": "being reworked in issue 33 items 1-6 / issue 34",
+}
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every function of a module with its qualified name (``Class.method``, ``outer.inner``)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield prefix + node.name, node
+            yield from _functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            yield from _functions(node, f"{prefix}{node.name}.")
+        else:
+            yield from _functions(node, prefix)
+
+
+def oversize(source: str) -> list[str]:
+    """``name: why`` for each function of ``source`` over :data:`MAX_FUNCTION_LINES` lines or
+    :data:`MAX_PARAMETERS` parameters."""
+    found = []
+    for name, node in _functions(ast.parse(source)):
+        args = node.args
+        params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+        if params[:1] in (["self"], ["cls"]):
+            params = params[1:]
+        lines = node.end_lineno - node.lineno + 1
+        if lines > MAX_FUNCTION_LINES:
+            found.append(f"{name}: {lines} lines (at most {MAX_FUNCTION_LINES})")
+        if len(params) > MAX_PARAMETERS:
+            found.append(f"{name}: {len(params)} parameters (at most {MAX_PARAMETERS})")
+    return found
+
+
+def test_no_function_is_over_80_lines_or_8_parameters():
+    """Every package, the tests and the benchmarks."""
+    kernels = {path.relative_to(ROOT) for path in ROOT.glob(KERNELS)}
+    found, allowed_seen = [], set()
+    for package in (*PACKAGES, "tests", "benchmarks"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT)
+            if relative in kernels:
+                continue
+            for problem in oversize(path.read_text(encoding="utf-8")):
+                key = f"{relative}:{problem.split(':')[0]}"
+                if key in OVERSIZE_ALLOWED:
+                    allowed_seen.add(key)
+                else:
+                    found.append(f"{relative}:{problem}")
+    advice = "split into named steps, or group parameters into a settings object:\n"
+    assert not found, advice + "\n".join(found)
+    shrunk = set(OVERSIZE_ALLOWED) - allowed_seen
+    assert not shrunk, f"allowed but no longer oversize (take them off OVERSIZE_ALLOWED): {sorted(shrunk)}"
+
+
+def test_the_size_check_names_long_functions_and_long_parameter_lists():
+    body = "\n".join(f"    x{i} = {i}" for i in range(80))
+    source = (f"def long():\n{body}\n\n"
+              "class C:\n    def many(self, a, b, c, d, e, f, g, *, h, i, **rest):\n        pass\n\n"
+              "    def eight(self, a, b, c, d, e, f, g, h, *args):\n        def inner():\n            pass\n")
+    assert oversize(source) == ["long: 81 lines (at most 80)", "C.many: 9 parameters (at most 8)"]

@@ -36,8 +36,10 @@ def _host_ip(topo, host):
     return topo.graph.nodes[host]["ip"]
 
 
-def _install(env, flow_id, src, dst, cport, sport, queue, rate_bps=None, path=None):
-    """Install through the API's enforcement primitive and wait until every switch acked it."""
+def _install(env, flow_id, ends, queue, rate_bps=None, path=None):
+    """Install through the API's enforcement primitive and wait until every switch acked it (``ends``:
+    source host, destination host, client port, server port)."""
+    src, dst, cport, sport = ends
     match = {"src_ip": _host_ip(env.topo, src), "dst_ip": _host_ip(env.topo, dst), "src_port": cport,
              "dst_port": sport}
     with env.ctl.client() as api:
@@ -104,7 +106,7 @@ def test_pairs_between_two_pods_use_the_predicted_cores(env):
 @pytest.mark.parametrize("rate_mbps", [5, 10, 20])
 def test_metered_tcp_reaches_its_meter_rate(env, rate_mbps):
     flow_id = f"meter{rate_mbps}"
-    _install(env, flow_id, "h1", "h16", 42000 + rate_mbps, 5402, queue=1, rate_bps=rate_mbps * 1e6)
+    _install(env, flow_id, ("h1", "h16", 42000 + rate_mbps, 5402), queue=1, rate_bps=rate_mbps * 1e6)
     try:
         (rate,) = _iperf(env, [("h1", "h16", 42000 + rate_mbps, 5402)], seconds=5)
     finally:
@@ -118,7 +120,7 @@ def _two_flows(env, queues):
     paths = [["h1", "e1", "a1", "e2", "h3"], ["h2", "e1", "a1", "e2", "h4"]]
     flows = [("h1", "h3", 43001, 5403), ("h2", "h4", 43002, 5404)]
     for i, ((src, dst, cport, sport), path, queue) in enumerate(zip(flows, paths, queues)):
-        _install(env, f"prio{i}", src, dst, cport, sport, queue=queue, path=path)
+        _install(env, f"prio{i}", (src, dst, cport, sport), queue=queue, path=path)
     try:
         # The clients start a few ms apart: the first second (both in slow start) is not "both
         # sending" yet, so it is left out.  Two BBR flows (the hosts' default) in one FIFO class can
@@ -142,7 +144,7 @@ def test_equal_classes_share_the_link(env):
 
 
 def test_removed_flow_leaves_no_rules_or_meter(env):
-    _install(env, "gone", "h1", "h16", 44001, 5405, queue=2, rate_bps=8e6)
+    _install(env, "gone", ("h1", "h16", 44001, 5405), queue=2, rate_bps=8e6)
     live = _live(env)["gone"]
     path, meter = live["path"], live["meter_id"]
     assert live["owner"] == "primitive" and live["rate_bps"] == 8e6
@@ -159,7 +161,7 @@ def test_removed_flow_leaves_no_rules_or_meter(env):
 
 def test_switch_reconnect_gets_its_rules_and_meter_back(env):
     """A switch that loses its controller connection and comes back is re-sent what it needs."""
-    _install(env, "back", "h1", "h16", 44002, 5406, queue=1, rate_bps=6e6)
+    _install(env, "back", ("h1", "h16", 44002, 5406), queue=1, rate_bps=6e6)
     first = _live(env)["back"]["path"][1]
     meter = _live(env)["back"]["meter_id"]
     target = f"tcp:127.0.0.1:{env.port}"
