@@ -32,7 +32,7 @@ from controller.live_view import LiveView  # noqa: E402
 from controller.metrics import ControllerMetrics  # noqa: E402
 from controller.registry import Registry  # noqa: E402
 from controller.service import SchedulingService  # noqa: E402
-from controller.switch_stats import MeterCounters, PortCounters, SwitchStats  # noqa: E402
+from controller.switch_stats import MeterCounters, SwitchPortCounters, SwitchStats  # noqa: E402
 from echelonflow.topology import fattree  # noqa: E402
 
 
@@ -63,7 +63,8 @@ def build_views(k: int, flows: int, repeats: int) -> dict:
     stats = SwitchStats(topo)
     for at_s in (1.0, 2.0):
         for switch in topo.switches:
-            ports = {topo.port(switch, nb): PortCounters(tx_bytes=int(at_s * 1e6), rx_bytes=int(at_s * 1e6))
+            ports = {topo.port(switch, nb): SwitchPortCounters(tx_bytes=int(at_s * 1e6),
+                                                               rx_bytes=int(at_s * 1e6))
                      for nb in topo.graph.neighbors(switch)}
             stats.record_ports(topo.graph.nodes[switch]["dpid"], at_s, ports)
     first_hop = topo.graph.nodes["e1"]["dpid"]

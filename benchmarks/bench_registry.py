@@ -35,7 +35,7 @@ from controller.service import SchedulingService  # noqa: E402
 from echelonflow.topology import fattree  # noqa: E402
 
 
-class CountingPort:
+class CountingSink:
     """Enforcement port that only counts calls (the cost measured is the service's own diff)."""
 
     def __init__(self) -> None:
@@ -94,7 +94,7 @@ def bench_echelon(client: EchelonClient, size: int, repeats: int, hosts: int) ->
 def bench_reschedule(n_flows: int, rounds: int):
     topo = fattree(10e9, 8)
     reg = Registry(topo)
-    port = CountingPort()
+    port = CountingSink()
     clock = [0.0]
     svc = SchedulingService(reg, port, now=lambda: clock[0])
     rng = random.Random(1)

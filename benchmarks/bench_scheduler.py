@@ -4,7 +4,7 @@ the performance target: < 10 ms).
 Run: ``.venv/bin/python benchmarks/bench_scheduler.py [--flows N] [--k K] [--repeat R]``.
 Flows: random host pairs (seeded), sizes 1 KB..100 MB, 500 EchelonFlows with staggered offsets, each
 pinned to its ECMP path exactly as the simulator and controller pin them.  Every policy, on a
-``Snapshot``: ``decide_ms`` is the whole decision on it (``view.decide_snapshot``: the snapshot becomes
+``Snapshot``: ``decide_ms`` is the whole decision on it (``view.decision_on_snapshot``: the snapshot becomes
 a flow table first); ``table_ms`` is ``scheduler.decide(view)`` on a prepared view, what the simulator
 pays per decision (the first, untimed call compiles or loads the kernels).
 
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from controller.registry import Registry  # noqa: E402
 from echelonflow.schedulers import SCHEDULERS, get_scheduler  # noqa: E402
 from echelonflow.schedulers.base import ActiveFlow, Snapshot  # noqa: E402
-from echelonflow.schedulers.view import decide_snapshot, snapshot_view  # noqa: E402
+from echelonflow.schedulers.view import decision_on_snapshot, snapshot_view  # noqa: E402
 from echelonflow.topology import Topology, build  # noqa: E402
 
 
@@ -91,7 +91,8 @@ def controller_rows(args: argparse.Namespace) -> float:
         scheduler = get_scheduler(name)
         controller_decide(registry, scheduler, now_s)  # untimed: compiles or loads the kernel
         controller_ms = median_ms(args.repeat, controller_decide, registry, scheduler, now_s)
-        snapshot_ms = median_ms(args.repeat, lambda s=scheduler: decide_snapshot(s, registry.snapshot(now_s)))
+        snapshot_ms = median_ms(args.repeat,
+                                lambda s=scheduler: decision_on_snapshot(s, registry.snapshot(now_s)))
         worst = max(worst, controller_ms) if name in ("coflow", "echelon") else worst
         update, arrive, depart = [], [], []
         for _ in range(args.repeat):
@@ -138,8 +139,8 @@ def main() -> int:
     worst = 0.0
     for name in SCHEDULERS:
         scheduler = get_scheduler(name)
-        decide_snapshot(scheduler, snapshot)  # untimed: compiles or loads the kernel, numbers the links
-        decide_ms = median_ms(args.repeat, decide_snapshot, scheduler, snapshot)
+        decision_on_snapshot(scheduler, snapshot)  # untimed: compiles or loads the kernel, numbers the links
+        decide_ms = median_ms(args.repeat, decision_on_snapshot, scheduler, snapshot)
         worst = max(worst, decide_ms)
         view = snapshot_view(snapshot, scheduler.active_order, scheduler.links())
         table_ms = median_ms(args.repeat, scheduler.decide, view)

@@ -5,11 +5,11 @@ flows' new rates and classes only when it next polled them (every 50 ms): a flow
 arrival went on sending for 25 ms on average, long enough to move 30 KB at 10 Mbit/s against the pause
 (docs/emulation.md, "The allocation delivered", item 9).  So an agent keeps one long-poll open,
 ``GET /v1/allocations?src=HOST&after=SEQ&wait_s=S`` (``controller.api``), which this watch answers as
-soon as a round changed what is enforced for one of HOST's flows.
+soon as a pass changed what is enforced for one of HOST's flows.
 
 Only a change of what agents apply wakes them: a flow's class or its installed meter rate (the decided
-rate moves a little at every round; the meter only past the service's ``rate_tolerance``), or a new
-flow.  Hosts nobody watches cost nothing per round.
+rate moves a little at every pass; the meter only past the service's ``rate_tolerance``), or a new
+flow.  Hosts nobody watches cost nothing per pass.
 
 Kept Python 3.9 compatible and framework-neutral: the event type comes from the caller (the app passes
 its hub's, whose ``wait`` yields to other green threads; tests use ``threading.Event``).
@@ -27,7 +27,7 @@ Signature = tuple[Any, Any]
 
 
 class AllocationWatch:
-    """Per watched host, the sequence number of the last round that changed one of its flows."""
+    """Per watched host, the sequence number of the last pass that changed one of its flows."""
 
     def __init__(self, event_factory: Callable[[], Any] = threading.Event,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -44,7 +44,7 @@ class AllocationWatch:
         self.host_seq.setdefault(host, self.seq)
 
     def update(self, flows: Mapping[str, tuple[str, Signature]]) -> None:
-        """After a round: ``flows`` maps every decided flow of a watched host to (its source host, what
+        """After a pass: ``flows`` maps every decided flow of a watched host to (its source host, what
         agents apply of it); hosts with a changed or new flow are woken."""
         changed = {src for key, (src, signature) in flows.items() if self._signatures.get(key) != signature}
         self._signatures = {key: signature for key, (_src, signature) in flows.items()}

@@ -34,7 +34,7 @@ from controller.dashboard import Dashboard
 from controller.enforcement_api import EnforcementEndpoints
 from controller.live_view import LiveView
 from controller.registry import STATES
-from controller.service import RECENT_ROUNDS, SchedulingService
+from controller.service import RECENT_PASSES, SchedulingService
 from controller.store import StoreError
 from controller.validation import (
     BODY_LIMIT_KEY,
@@ -102,7 +102,7 @@ QUERY_PARAMETERS: dict[str, dict[str, Any]] = {
     "get_allocations": {"src": lambda _name, text: text, "after": count(0, 10**18 - 1),
                         "wait_s": seconds(0.0, MAX_WAIT_S)},
     "get_echelons": {"recent_s": seconds(0.0, 86400.0)},
-    "get_rounds": {"limit": count(1, RECENT_ROUNDS)},
+    "get_rounds": {"limit": count(1, RECENT_PASSES)},
     **{name: _WAIT for name in ("post_enforcement", "put_scheduler", "post_channel", "delete_channel",
                                 "post_start", "post_finish", "post_abort")},
 }
@@ -220,7 +220,7 @@ class Api:
 
     # ------------------------------------------------------------------ reads
     def health(self, body: Any, query: Any) -> tuple[int, Any]:
-        last = self.service.last_round
+        last = self.service.last_pass
         extra = self.status() if self.status is not None else {}
         return 200, {**extra, "status": "ok", "scheduler": self.service.scheduler_name,
                      "counts": views.counts(self.registry),

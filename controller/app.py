@@ -60,7 +60,7 @@ from controller.owner_lock import own_store_and_token  # noqa: E402
 from controller.routing import Router  # noqa: E402
 from controller.service import SchedulingService  # noqa: E402
 from controller.store import StoreError, open_registry  # noqa: E402
-from controller.switch_stats import MeterCounters, PortCounters, SwitchStats  # noqa: E402
+from controller.switch_stats import MeterCounters, SwitchPortCounters, SwitchStats  # noqa: E402
 from controller.views import counts  # noqa: E402
 from echelonflow.errors import UserError  # noqa: E402
 from echelonflow.linkstate import LinkState  # noqa: E402
@@ -104,19 +104,19 @@ class EchelonApp(compat.BaseApp):
         self.enforcer = Enforcer(self.topology, self.send_ops, config, event_factory=compat.hub.Event)
         self.switch_ready_hooks: list[Callable[[int], None]] = []
         self.registry.links = self.links
-        round_lock = compat.hub.Semaphore()  # one change of enforcement at a time: a round or a batch
-        self.service = SchedulingService(self.registry, self.enforcer, config, lock=round_lock,
+        pass_lock = compat.hub.Semaphore()  # one change of enforcement at a time: a pass or a batch
+        self.service = SchedulingService(self.registry, self.enforcer, config, lock=pass_lock,
                                          event_factory=compat.hub.Event)
         self.stats_interval_s = config.stats_interval_s
         self.switch_stats = SwitchStats(self.topology)
         live = LiveView(self.service, self.switch_stats)
         self.metrics = ControllerMetrics(live, connected=lambda: list(self.datapaths),
                                          meter_owners=self.meter_owners)
-        self.service.round_listeners.append(self.metrics.observe_round)
+        self.service.pass_listeners.append(self.metrics.observe_pass)
         self.token_file = config.token_file
         self.api_server = ApiServer(
             Api(self.service, token, status=self.switch_status,
-                enforcement=EnforcementEndpoints(self.enforcer, lock=round_lock, pause=compat.hub.sleep),
+                enforcement=EnforcementEndpoints(self.enforcer, lock=pass_lock, pause=compat.hub.sleep),
                 live=live),
             host=config.api_host, port=config.api_port, socket_path=config.socket_path,
         )
@@ -216,8 +216,9 @@ class EchelonApp(compat.BaseApp):
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     def _on_port_stats(self, ev: Any) -> None:
         msg = ev.msg
-        rows = {s.port_no: PortCounters(s.tx_packets, s.rx_packets, s.tx_bytes, s.rx_bytes, s.tx_dropped,
-                                        s.rx_dropped, s.tx_errors, s.rx_errors) for s in msg.body}
+        rows = {s.port_no: SwitchPortCounters(s.tx_packets, s.rx_packets, s.tx_bytes, s.rx_bytes,
+                                              s.tx_dropped, s.rx_dropped, s.tx_errors, s.rx_errors)
+                for s in msg.body}
         self.switch_stats.record_ports(msg.datapath.id, time.time(), rows, _more(msg))
 
     @set_ev_cls(ofp_event.EventOFPMeterStatsReply, MAIN_DISPATCHER)

@@ -184,8 +184,8 @@ class EchelonClient:
         return self.request("GET", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}/allocation")
 
     def allocations(self, src: str, after: int = 0, wait_s: float = 0.0) -> dict[str, Any]:
-        """``{"seq", "allocations"}`` of host ``src``'s active flows, once a round changed one of them after
-        round ``after`` (or after ``wait_s``): a long-poll (docs/api.md)."""
+        """``{"seq", "allocations"}`` of host ``src``'s active flows, once a pass changed one of them after
+        pass ``after`` (or after ``wait_s``): a long-poll (docs/api.md)."""
         return self.request("GET", f"/allocations?src={_q(src)}&after={int(after)}&wait_s={wait_s:g}")
 
     # ------------------------------------------------------------------ writes

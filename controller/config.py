@@ -153,7 +153,7 @@ SETTINGS = (
     Setting("check_decisions", "ECHELON_CHECK_DECISIONS", False, boolean(), _bool_text,
             "check every decision against the invariants the simulator checks (rates finite and >= 0, no "
             "link over capacity, a sound ranking) and leave enforcement as it was on a failed check "
-            "(a debugging aid: it costs a walk over every active flow's path per round)"),
+            "(a debugging aid: it costs a walk over every active flow's path per pass)"),
     Setting("interval_s", "ECHELON_INTERVAL_S", 0.5, number(0.0, 3600.0, above=True), _FLOAT,
             "reschedule interval"),
     Setting("stats_interval_s", "ECHELON_STATS_INTERVAL_S", 1.0, number(0.0, 3600.0), _FLOAT,

@@ -14,10 +14,10 @@ Flow ids containing ``/`` are reserved for the scheduling service's ``job/flow``
 primitives can neither take over nor disturb a scheduled flow, nor the service a primitive's.
 
 A batch of 10,000 operations took the controller's one eventlet hub for 2-3 s in one piece (no
-switch messages, API requests or rounds served meanwhile; benchmarks/bench_batch_block.py, docs/api.md):
+switch messages, API requests or passes served meanwhile; benchmarks/bench_batch_block.py, docs/api.md):
 so validation and application yield to the hub every :data:`YIELD_EVERY` operations (``pause``, the
-hub's ``sleep``), holding the scheduling service's round lock throughout (``lock``), so that neither a
-scheduling round nor another batch interleaves with a half-applied one while others are served.
+hub's ``sleep``), holding the scheduling service's pass lock throughout (``lock``), so that neither a
+scheduling pass nor another batch interleaves with a half-applied one while others are served.
 
 Framework-free and stdlib only (Python 3.9 compatible); waits use the Enforcer's event type, i.e. the
 hub's events inside the controller.
@@ -82,7 +82,7 @@ class EnforcementEndpoints:
     def __init__(self, enforcer: Enforcer, lock: Any = None,
                  pause: Callable[[float], Any] | None = None) -> None:
         """``lock``: held while a request is validated and applied (the app passes the scheduling
-        service's round lock); ``pause(0)``: yield to the other green threads (the hub's ``sleep``)."""
+        service's pass lock); ``pause(0)``: yield to the other green threads (the hub's ``sleep``)."""
         self.enforcer = enforcer
         self._lock = lock if lock is not None else contextlib.nullcontext()
         self._pause = pause

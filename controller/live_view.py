@@ -10,7 +10,7 @@ One place computes the numbers both read, so the page and ``/metrics`` never dis
   sending counts as finishing at ``now + remaining * 8 / rate`` and a flow with no rate (paused, i.e.
   below the service's meter floor, or not started) as finishing no earlier than now, so the estimate is
   a lower bound while flows wait;
-* the recent scheduling rounds, newest first.
+* the recent scheduling passes, newest first.
 
 Kept Python 3.9 compatible; no os_ken import.
 """
@@ -145,9 +145,9 @@ class LiveView:
         view["estimated_finish_s"] = estimate.estimated_finish_s
         return view
 
-    # ------------------------------------------------------------------ rounds
+    # ------------------------------------------------------------------ passes (served as /v1/rounds)
     def rounds(self, limit: int = 20) -> dict[str, Any]:
-        recent = list(self.service.recent_rounds)[-limit:]
+        recent = list(self.service.recent_passes)[-limit:]
         return {"rounds": [dataclasses.asdict(r) for r in reversed(recent)]}
 
 

@@ -15,7 +15,7 @@ and per-EchelonFlow series exist only while they are live, so a long run does no
 The full list is in docs/metrics.md.
 
 Counters are incremented by the app's handlers (:meth:`ControllerMetrics.packet_in` and friends, and the
-scheduling service's round listener); everything else is read at scrape time from the live state by
+scheduling service's pass listener); everything else is read at scrape time from the live state by
 :class:`_LiveCollector`, through the same :class:`~controller.live_view.LiveView` the dashboard reads.
 
 Kept Python 3.9 compatible; no os_ken import.
@@ -33,13 +33,13 @@ from prometheus_client.registry import Collector
 from controller import flowmods as fm
 from controller.live_view import LiveView
 from controller.registry import DONE_STATES
-from controller.service import RoundReport
+from controller.service import PassReport
 from controller.switch_stats import METER_FIELDS, PORT_FIELDS
 from controller.views import counts
 
 DEFAULT_METRICS_PORT = 9302
 DP_LABELS = ["dp_id", "dp_name"]
-#: Round phases take from ~0.1 ms (a few flows) to ~1 s (a thousand installs on k=8, docs/results.md).
+#: A pass's phases take from ~0.1 ms (a few flows) to ~1 s (a thousand installs on k=8, docs/results.md).
 LATENCY_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 MESSAGE_TYPES = {fm.FlowRule: "flow_mod", fm.FlowDelete: "flow_mod", fm.MeterSet: "meter_mod",
                  fm.MeterDelete: "meter_mod", fm.PacketOut: "packet_out"}
@@ -131,8 +131,8 @@ class ControllerMetrics:
     def rerouted(self, flows: int) -> None:
         self.rerouted_flows.inc(flows)
 
-    def observe_round(self, report: RoundReport) -> None:
-        """The scheduling service's round listener."""
+    def observe_pass(self, report: PassReport) -> None:
+        """The scheduling service's pass listener."""
         self.rounds.labels(report.reason, report.scheduler).inc()
         if report.error:
             self.round_errors.labels(report.scheduler).inc()

@@ -147,7 +147,7 @@ class SizeEstimator(Protocol):
     def estimate_remaining_bytes(self, flow_id: str, sent_bytes: float) -> float | None: ...
 
 
-class StorePort:
+class StoreSink:
     """What the registry needs from a store (``controller.store.Store`` implements it).
 
     ``commit`` must write all given rows in ONE transaction and raise without writing anything on failure.
@@ -174,7 +174,7 @@ LoadedRows = tuple[Iterable[JobRecord], Iterable[EchelonRecord], Iterable[FlowRe
 class Registry:
     """All jobs, EchelonFlows and flows the controller knows, with their live state."""
 
-    def __init__(self, topology: Topology, store: StorePort | None = None,
+    def __init__(self, topology: Topology, store: StoreSink | None = None,
                  loaded: LoadedRows | None = None) -> None:
         self.topology = topology
         self.store = store
@@ -508,7 +508,7 @@ class Registry:
     def abort_job(self, job_id: Any, at_s: Any, now_s: float | None = None) -> list[FlowRecord]:
         """Release every flow of the job that has not finished (an agent of it died, the job failed):
         they become ``aborted`` at ``at_s``, their 5-tuples and channels are free again, and the
-        scheduler stops seeing them (the caller's next round removes their enforcement).  The job takes
+        scheduler stops seeing them (the caller's next pass removes their enforcement).  The job takes
         no new EchelonFlows or flows afterwards.  A second call finds nothing left and changes nothing.
         ``at_s`` is not before the start of any flow it ends (None with ``now_s``: now, or the latest
         such start when that is later)."""

@@ -8,8 +8,8 @@ through the one entry point ``Scheduler.decide`` on the registry's view (``Regis
 flow table every event keeps current; a policy that decides on a snapshot gets one built by the
 registry).  With ``check_decisions`` (a debug setting) every decision is checked against the invariants
 the simulator checks (``echelonflow.schedulers.view.check_decision``) and a failing one is not enforced.
-Then it turns the ``Decision`` into enforcement through an :class:`EnforcementPort` (the controller's
-``Enforcer``; a recording port in unit tests):
+Then it turns the ``Decision`` into enforcement through an :class:`EnforcementSink` (the controller's
+``Enforcer``; a recording sink in unit tests):
 
 * **rank -> priority queue.** Queue 0 is the default class of unscheduled traffic; scheduled flows use
   queues ``1..queues-1`` (1 = most urgent).  Ranks are compressed *by group order*: EchelonFlows with a
@@ -45,9 +45,10 @@ estimator of what flows registered without a size have left.
 After a controller restart the registry is loaded from the store; :meth:`SchedulingService.start`
 reschedules at once and installs every live flow again without any agent doing anything.
 
-Every round's :class:`RoundReport` is kept in ``recent_rounds`` (the last ``RECENT_ROUNDS``, for the
-dashboard's table) and handed to each callable in ``round_listeners`` (the metrics exporter's
-histograms), so observers need no hook inside the round itself.
+Every pass's :class:`PassReport` is kept in ``recent_passes`` (the last ``RECENT_PASSES``, for the
+dashboard's table) and handed to each callable in ``pass_listeners`` (the metrics exporter's
+histograms), so observers need no hook inside the pass itself.  (A scheduling pass is what the API
+and the metrics publish as a "round": ``/v1/rounds``, ``last_round``, ``echelon_scheduling_rounds``.)
 
 Kept Python 3.9 compatible; no os_ken import (the app wires the real ``Enforcer`` in).
 """
@@ -75,11 +76,11 @@ from echelonflow.schedulers.view import check_decision
 
 LOG = logging.getLogger("echelon.service")
 DEFAULT_SCHEDULER = "echelon"
-#: How many past rounds ``SchedulingService.recent_rounds`` keeps.
-RECENT_ROUNDS = 100
+#: How many past passes ``SchedulingService.recent_passes`` keeps.
+RECENT_PASSES = 100
 
 
-class EnforcementPort(Protocol):
+class EnforcementSink(Protocol):
     """What the service drives; ``controller.enforcement.Enforcer`` has exactly these methods."""
 
     def install(self, flow_id: str, match: Any, path: Sequence[str], queue: int,
@@ -102,7 +103,7 @@ def channel_key(channel_id: str) -> str:
 
 
 @dataclass
-class RoundReport:
+class PassReport:
     """One reschedule: why, how long snapshot, decision and enforcement diff took, what was pushed."""
 
     reason: str
@@ -144,7 +145,7 @@ class SchedulingService:
     def __init__(
         self,
         registry: Registry,
-        port: EnforcementPort | None = None,
+        sink: EnforcementSink | None = None,
         config: ControllerConfig | None = None,
         now: Callable[[], float] = time.time,
         lock: Any = None,
@@ -153,14 +154,14 @@ class SchedulingService:
     ) -> None:
         """``config``: the controller's settings (default: their defaults); this reads ``interval_s``,
         ``queues``, ``min_rate_bps``, ``hold_paused``, ``fixed_class`` and ``check_decisions``.
-        ``now``, ``lock`` and ``event_factory`` are the clock, the one-round-at-a-time lock and the
+        ``now``, ``lock`` and ``event_factory`` are the clock, the one-pass-at-a-time lock and the
         long-polls' events (the app passes its hub's)."""
         config = config or ControllerConfig()
         tuning = tuning or Tuning()
         check_queues(config.queues)  # queue 0 plus at least one scheduled class
         self.registry = registry
         self.check_decisions = config.check_decisions
-        self.port = port
+        self.sink = sink
         self.now = now
         self.interval_s = config.interval_s
         self.queues = config.queues
@@ -187,19 +188,19 @@ class SchedulingService:
         self.scheduler: Scheduler = self._attach(get_scheduler(name))
         self.installed: dict[str, Installed] = {}
         self.state = _State()
-        self.last_round: RoundReport | None = None
-        self.recent_rounds: deque[RoundReport] = deque(maxlen=RECENT_ROUNDS)
-        self.round_listeners: list[Callable[[RoundReport], None]] = []
+        self.last_pass: PassReport | None = None
+        self.recent_passes: deque[PassReport] = deque(maxlen=RECENT_PASSES)
+        self.pass_listeners: list[Callable[[PassReport], None]] = []
         self._last_run_s = float("-inf")
         self._stopped = False
-        #: Flow id -> why the port last refused it (logged once per reason, retried every round).
+        #: Flow id -> why the sink last refused it (logged once per reason, retried every pass).
         self._refused: dict[str, str] = {}
         #: Acks (objects with ``wait``/``done``/``unreachable``) of pushed operations not yet resolved.
         self.pending_acks: list[Any] = []
-        #: One round at a time.  Sending to a switch yields to other green threads, so without it an API
-        #: handler's round could interleave with the interval loop's and both would install the same flow.
+        #: One pass at a time.  Sending to a switch yields to other green threads, so without it an API
+        #: handler's pass could interleave with the interval loop's and both would install the same flow.
         #: The app passes its hub's semaphore (a threading lock would block the whole eventlet hub).
-        self._round_lock = lock if lock is not None else threading.Lock()
+        self._pass_lock = lock if lock is not None else threading.Lock()
 
     # ------------------------------------------------------------------ scheduler selection
     @property
@@ -210,7 +211,7 @@ class SchedulingService:
     def available() -> list[str]:
         return list(SCHEDULERS)
 
-    def set_scheduler(self, name: Any) -> RoundReport:
+    def set_scheduler(self, name: Any) -> PassReport:
         """Switch policy (validated first, persisted, then applied at once)."""
         if not isinstance(name, str):
             raise RegistryError("scheduler", f"must be a string, one of {', '.join(SCHEDULERS)}")
@@ -252,43 +253,43 @@ class SchedulingService:
             self.observed[kind] += 1
 
     # ------------------------------------------------------------------ events
-    def start(self) -> RoundReport:
-        """First round after (re)start: re-enforces every live flow loaded from the store."""
+    def start(self) -> PassReport:
+        """First pass after (re)start: re-enforces every live flow loaded from the store."""
         return self.reschedule("start")
 
-    def on_arrival(self, flow_key: str | None = None) -> RoundReport:
+    def on_arrival(self, flow_key: str | None = None) -> PassReport:
         """A flow started (the registry has it): the scheduler hears of it, and every allocation may
-        change, so a full round."""
+        change, so a full pass."""
         self._observe("start", flow_key)
         return self.reschedule("arrival")
 
     def on_progress(self, flow_key: str) -> None:
         """An agent reported a flow's bytes so far (the registry has them): the scheduler hears of it;
-        the next round (any reason) uses them."""
+        the next pass (any reason) uses them."""
         self._observe("progress", flow_key)
 
-    def on_departure(self, flow_key: str | None = None) -> RoundReport:
+    def on_departure(self, flow_key: str | None = None) -> PassReport:
         """A flow finished: the scheduler hears of it, and its capacity goes to the others at once, not
         at the next interval."""
         self._observe("finish", flow_key)
         return self.reschedule("departure")
 
-    def on_links_changed(self) -> tuple[list[str], RoundReport]:
+    def on_links_changed(self) -> tuple[list[str], PassReport]:
         """A link or switch went down or came back (``registry.links`` already says so): re-pin.
 
         The registry re-routes its flows and channels; every enforced one whose path changed is moved
         at once (rules onto the new path, off the old one, meter kept), before the scheduler decides
-        again on the new paths' loads.  Returns the enforcement keys moved and the round's report.
+        again on the new paths' loads.  Returns the enforcement keys moved and the pass's report.
         """
-        with self._round_lock:
+        with self._pass_lock:
             flows, channels = self.registry.repin()
             moved = []
             for key in [*flows, *(channel_key(c) for c in channels)]:
                 if key not in self.installed:
                     continue
                 path = self._install_args(key)[1]
-                if self.port is not None and not self._call(self.port.repath, key, path):
-                    del self.installed[key]  # the port lost it: the round below installs it afresh
+                if self.sink is not None and not self._call(self.sink.repath, key, path):
+                    del self.installed[key]  # the sink lost it: the pass below installs it afresh
                     continue
                 moved.append(key)
         return moved, self.reschedule("reroute")
@@ -302,11 +303,11 @@ class SchedulingService:
             self.registry.observe_bytes(flow_id, float(byte_count) * self.payload_fraction)
 
     def forget(self, flow_id: str) -> None:
-        """The enforcement dropped this flow by itself (rule idle timeout): install it again next round."""
+        """The enforcement dropped this flow by itself (rule idle timeout): install it again next pass."""
         self.installed.pop(flow_id, None)
 
-    def tick(self) -> RoundReport | None:
-        """Reschedule if the interval has passed since the last round (of any reason)."""
+    def tick(self) -> PassReport | None:
+        """Reschedule if the interval has passed since the last pass (of any reason)."""
         if self.now() - self._last_run_s >= self.interval_s:
             return self.reschedule("interval")
         return None
@@ -319,25 +320,25 @@ class SchedulingService:
                 break
             try:
                 self.tick()
-            except Exception:  # noqa: BLE001 - the loop must outlive one bad round
-                LOG.exception("scheduling round failed")
+            except Exception:  # noqa: BLE001 - the loop must outlive one bad pass
+                LOG.exception("scheduling pass failed")
 
     def stop(self) -> None:
         self._stopped = True
 
-    # ------------------------------------------------------------------ the round
-    def reschedule(self, reason: str) -> RoundReport:
-        with self._round_lock:
-            report = self._round(reason)
-        self.recent_rounds.append(report)
-        for listener in self.round_listeners:
+    # ------------------------------------------------------------------ the pass
+    def reschedule(self, reason: str) -> PassReport:
+        with self._pass_lock:
+            report = self._one_pass(reason)
+        self.recent_passes.append(report)
+        for listener in self.pass_listeners:
             listener(report)
         return report
 
-    def _round(self, reason: str) -> RoundReport:
+    def _one_pass(self, reason: str) -> PassReport:
         now_s = self.now()
         self._last_run_s = now_s
-        report = RoundReport(reason=reason, now_s=now_s, scheduler=self.scheduler.name)
+        report = PassReport(reason=reason, now_s=now_s, scheduler=self.scheduler.name)
         started = time.perf_counter()
         scheduler = self.scheduler
         view = self.registry.scheduler_view(now_s, scheduler.active_order)  # kept current by every event
@@ -352,7 +353,7 @@ class SchedulingService:
         except Exception as exc:  # noqa: BLE001 - keep the last good enforcement
             LOG.exception("scheduler %s failed; enforcement left as it was", self.scheduler.name)
             report.error = f"{type(exc).__name__}: {exc}"
-            self.last_round = report
+            self.last_pass = report
             return report
         report.decide_s = time.perf_counter() - started
         started = time.perf_counter()
@@ -363,11 +364,11 @@ class SchedulingService:
         if self.watch.host_seq:
             self._tell_watchers(decision, queue)
         report.enforce_s = time.perf_counter() - started
-        self.last_round = report
+        self.last_pass = report
         return report
 
     def _tell_watchers(self, decision: Decision, queue: dict[str, int]) -> None:
-        """Wake the agents whose flows' class or meter this round changed (:class:`AllocationWatch`)."""
+        """Wake the agents whose flows' class or meter this pass changed (:class:`AllocationWatch`)."""
         flows, watched = self.registry.flows, self.watch.host_seq
         seen = {}
         for key in decision.rate_bps:
@@ -439,20 +440,20 @@ class SchedulingService:
             return FlowMatch(*self.registry.channels.tuple_of(channel)), route
         return FlowMatch(*self.registry.five_tuple(key)), self.registry.path_of(key)
 
-    def _push(self, desired: dict[str, Installed], report: RoundReport) -> None:
-        """Apply ``controller.plan``'s operations; record each one the port accepted."""
-        port = self.port
+    def _push(self, desired: dict[str, Installed], report: PassReport) -> None:
+        """Apply ``controller.plan``'s operations; record each one the sink accepted."""
+        sink = self.sink
         self.pending_acks = [a for a in self.pending_acks if not a.done]
         for op in plan(self.installed, desired, self.rate_tolerance):
             if op.kind == "remove":
-                if port is not None and not self._call(port.remove, op.flow_id):
+                if sink is not None and not self._call(sink.remove, op.flow_id):
                     continue
                 del self.installed[op.flow_id]
                 report.removes += 1
             elif op.kind == "install":
-                if port is not None:
+                if sink is not None:
                     match, path = self._install_args(op.flow_id)
-                    if not self._call(port.install, op.flow_id, match, path, op.queue, op.rate_bps):
+                    if not self._call(sink.install, op.flow_id, match, path, op.queue, op.rate_bps):
                         continue
                 self.installed[op.flow_id] = op.after
                 report.installs += 1
@@ -464,17 +465,17 @@ class SchedulingService:
                     kwargs["rate_bps"] = op.rate_bps
                 if op.clear_rate:
                     kwargs["clear_rate"] = True
-                if port is not None and not self._call(port.update, op.flow_id, **kwargs):
-                    # the port may have dropped the flow (idle timeout): forget it, the next round installs it
+                if sink is not None and not self._call(sink.update, op.flow_id, **kwargs):
+                    # the sink may have dropped the flow (idle timeout): forget it, the next pass installs it
                     del self.installed[op.flow_id]
                     continue
                 self.installed[op.flow_id] = op.after
                 report.updates += 1
 
     def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
-        """Call the port; a failure is logged and the flow retried next round (state not recorded).
+        """Call the sink; a failure is logged and the flow retried next pass (state not recorded).
 
-        An ack the port returns (the real Enforcer's barrier ticket) is kept until it resolves, so
+        An ack the sink returns (the real Enforcer's barrier ticket) is kept until it resolves, so
         :meth:`wait_in_force` can tell callers when the switches hold what was pushed.
         """
         try:

@@ -21,7 +21,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 
 from controller.channels import ChannelRecord
-from controller.registry import EchelonRecord, FlowRecord, JobRecord, Registry, StorePort
+from controller.registry import EchelonRecord, FlowRecord, JobRecord, Registry, StoreSink
 
 DEFAULT_PATH = "/var/lib/echelon/registry.sqlite"
 
@@ -89,7 +89,7 @@ class StoreError(Exception):
     """The database cannot be opened or written (path, permissions, corruption)."""
 
 
-class Store(StorePort):
+class Store(StoreSink):
     """One SQLite file; ``commit`` is atomic, ``load`` returns everything in declaration order."""
 
     def __init__(self, path: str = DEFAULT_PATH) -> None:

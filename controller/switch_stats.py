@@ -22,7 +22,7 @@ from echelonflow.topology import DirectedLink, Topology
 
 
 @dataclass(frozen=True)
-class PortCounters:
+class SwitchPortCounters:
     """One port's OpenFlow counters (``OFPPortStats`` fields)."""
 
     tx_packets: int = 0
@@ -46,14 +46,14 @@ class MeterCounters:
     packet_band_count: int = 0
 
 
-PORT_FIELDS = tuple(f.name for f in fields(PortCounters))
+PORT_FIELDS = tuple(f.name for f in fields(SwitchPortCounters))
 METER_FIELDS = tuple(f.name for f in fields(MeterCounters))
 
 
 @dataclass(frozen=True)
 class _Sample:
     at_s: float
-    counters: PortCounters
+    counters: SwitchPortCounters
 
 
 class SwitchStats:
@@ -65,11 +65,12 @@ class SwitchStats:
         self.name_of_dpid = {nodes[s]["dpid"]: s for s in topology.switches}
         self._ports: dict[int, dict[int, tuple[_Sample | None, _Sample]]] = {}
         self._meters: dict[int, dict[int, MeterCounters]] = {}
-        self._partial_ports: dict[int, dict[int, PortCounters]] = {}
+        self._partial_ports: dict[int, dict[int, SwitchPortCounters]] = {}
         self._partial_meters: dict[int, dict[int, MeterCounters]] = {}
 
     # ------------------------------------------------------------------ feeding
-    def record_ports(self, dpid: int, at_s: float, rows: dict[int, PortCounters], more: bool = False) -> None:
+    def record_ports(self, dpid: int, at_s: float, rows: dict[int, SwitchPortCounters],
+                     more: bool = False) -> None:
         """One (part of a) port-stats reply; ports that lead nowhere in the topology are ignored."""
         name = self.name_of_dpid.get(dpid)
         if name is None:
@@ -93,7 +94,7 @@ class SwitchStats:
             self._meters[dpid] = self._partial_meters.pop(dpid)
 
     # ------------------------------------------------------------------ reading
-    def ports(self) -> Iterator[tuple[int, str, int, str, PortCounters]]:
+    def ports(self) -> Iterator[tuple[int, str, int, str, SwitchPortCounters]]:
         """(dpid, switch name, port number, neighbour name, latest counters) for every known port."""
         for dpid in sorted(self._ports):
             name = self.name_of_dpid[dpid]

@@ -25,7 +25,7 @@ from echelonflow.limits import RATE_BPS
 from echelonflow.topology import BUILDERS, DEFAULT_MTU_BYTES, Topology, TopologyError, build
 
 
-class SpecError(UserError):
+class TopologySpecError(UserError):
     """A topology spec that is missing or cannot be turned into a topology."""
 
 
@@ -105,12 +105,12 @@ def topology_from_arguments(args: Any) -> Topology:
 
 
 def topology_from_json(doc: Any, source: str = "topology spec") -> Topology:
-    """The topology a JSON spec names; every problem is one :class:`SpecError` naming ``source``, the
+    """The topology a JSON spec names; every problem is one :class:`TopologySpecError` naming ``source``, the
     field and the value."""
     try:
         return TopologySpec.from_json(doc).build()
     except (FieldError, TopologyError) as exc:
-        raise SpecError(f"{source}: {exc}") from None
+        raise TopologySpecError(f"{source}: {exc}") from None
 
 
 def write_spec(topology: Topology, path: str) -> None:
@@ -122,4 +122,4 @@ def write_spec(topology: Topology, path: str) -> None:
 
 def load_spec(path: str) -> Topology:
     """The topology the spec file at ``path`` names."""
-    return topology_from_json(read_json(path, "topology spec", SpecError), source=path)
+    return topology_from_json(read_json(path, "topology spec", TopologySpecError), source=path)

@@ -76,8 +76,8 @@ def run_local_agents(jobs: Sequence[Job], tmp_path: Any, popen: Any = None, star
 
 
 # ------------------------------------------------------------------------------ the controller's parts
-class RecordingPort:
-    """An enforcement port (``controller.service.EnforcementPort``) that records what it is told, in
+class RecordingSink:
+    """An enforcement sink (``controller.service.EnforcementSink``) that records what it is told, in
     order, and fails for the flows in ``fail_for`` as an unreachable switch would."""
 
     def __init__(self) -> None:

@@ -15,7 +15,7 @@ from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import SCHEDULERS
 from echelonflow.topology import two_hosts
 from simulator.engine import simulate
-from tests.helpers import RecordingPort
+from tests.helpers import RecordingSink
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "smallest_flow_first.py"
 
@@ -49,7 +49,7 @@ def test_the_example_runs_in_the_controller(monkeypatch: pytest.MonkeyPatch) -> 
     gets the link and the top class, the larger one waits in a lower class."""
     monkeypatch.setitem(SCHEDULERS, "smallest-flow-first", example_class())
     registry = Registry(two_hosts(8e6))
-    port = RecordingPort()
+    port = RecordingSink()
     service = SchedulingService(registry, port, ControllerConfig(check_decisions=True), now=lambda: 1.0)
     registry.add_job("j")
     flows = [{"flow_id": name, "src": "h1", "dst": "h2", "size_bytes": size}
@@ -81,7 +81,7 @@ def test_check_decisions_keeps_a_broken_policy_out_of_the_switches(monkeypatch: 
     monkeypatch.setitem(SCHEDULERS, "overcommit", Overcommit)
     for check in (True, False):
         registry = Registry(two_hosts(8e6))
-        port = RecordingPort()
+        port = RecordingSink()
         service = SchedulingService(registry, port, ControllerConfig(check_decisions=check), now=lambda: 1.0)
         registry.add_job("j")
         registry.add_echelon("j", "e", flows=[{"flow_id": "a", "src": "h1", "dst": "h2", "size_bytes": 1000}])

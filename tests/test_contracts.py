@@ -256,3 +256,17 @@ def test_the_size_check_names_long_functions_and_long_parameter_lists():
               "class C:\n    def many(self, a, b, c, d, e, f, g, *, h, i, **rest):\n        pass\n\n"
               "    def eight(self, a, b, c, d, e, f, g, h, *args):\n        def inner():\n            pass\n")
     assert oversize(source) == ["long: 81 lines (at most 80)", "C.many: 9 parameters (at most 8)"]
+
+
+# ------------------------------------------------------------------------------ one name, one meaning
+def test_no_two_classes_of_the_packages_share_a_name():
+    """A class name means one thing across the packages (two ``RegistryError``s, one for a refused
+    request and one for an unreachable registry, had a reader catch the wrong one)."""
+    where: dict[str, list[str]] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.parse(path.read_text(encoding="utf-8")).body:
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    shared = {name: paths for name, paths in where.items() if len(paths) > 1}
+    assert not shared, f"one class name, several classes: {shared}"

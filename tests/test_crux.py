@@ -25,7 +25,7 @@ from echelonflow.schedulers.crux import (
 )
 from echelonflow.topology import build
 from simulator.engine import simulate
-from tests.helpers import RecordingPort
+from tests.helpers import RecordingSink
 
 MB = 1_000_000
 B_BPS = 8 * MB  # 1 MB/s, links without framing: a 1 MB flow alone takes 1 s
@@ -124,7 +124,7 @@ def test_without_compute_the_jobs_go_in_id_order_with_the_rest_in_the_last_level
 # ------------------------------------------------------------------------------- the controller
 def _controller(compute_hi: float, compute_lo: float, store: Store | None = None):
     registry = Registry(build("two_hosts", B_BPS, mtu_bytes=None), store)
-    port = RecordingPort()
+    port = RecordingSink()
     service = SchedulingService(registry, port, ControllerConfig(check_decisions=True), now=lambda: 1.0)
     registry.add_job("hi", compute_s=compute_hi)
     registry.add_job("lo", compute_s=compute_lo)

@@ -24,7 +24,7 @@ from echelonflow.schedulers.fair import FairScheduler
 from echelonflow.schedulers.fifo import FifoPriorityScheduler
 from echelonflow.schedulers.sincronia import SincroniaScheduler
 from echelonflow.schedulers.varys import CoflowScheduler, FifoScheduler, PortFairScheduler
-from echelonflow.schedulers.view import decide_snapshot
+from echelonflow.schedulers.view import decision_on_snapshot
 from tests.test_schedulers import _random_instance
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +38,7 @@ import json, sys
 sys.modules["numba"] = None
 sys.path.insert(0, {root!r})
 from echelonflow.schedulers import kernels
-from echelonflow.schedulers.view import decide_snapshot
+from echelonflow.schedulers.view import decision_on_snapshot
 assert not kernels.HAVE_NUMBA
 from tests.test_kernels import SEEDS, schedulers
 from tests.test_schedulers import _random_instance
@@ -50,7 +50,7 @@ for variant, (scan_factor, bssi_factor) in variants.items():
     for seed in SEEDS:
         snap = _random_instance(seed, 1 + seed % 25)
         for key, sched in schedulers():
-            d = decide_snapshot(sched, snap)
+            d = decision_on_snapshot(sched, snap)
             out[f"{{variant}}/{{seed}}/{{key}}"] = [d.rate_bps, d.rank]
 print(json.dumps(out))
 """
@@ -72,7 +72,7 @@ def assert_compiled_equal_interpreted(variants: tuple[str, ...]) -> None:
     for seed in SEEDS:
         snap = _random_instance(seed, 1 + seed % 25)
         for key, sched in schedulers():
-            decision = decide_snapshot(sched, snap)
+            decision = decision_on_snapshot(sched, snap)
             for variant in variants:
                 rates, ranks = interpreted[f"{variant}/{seed}/{key}"]
                 assert decision.rate_bps == rates, (variant, seed, key)  # exact: same floats

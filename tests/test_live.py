@@ -28,7 +28,7 @@ from controller.live_view import LiveView
 from controller.metrics import ControllerMetrics
 from controller.registry import Registry
 from controller.service import SchedulingService
-from controller.switch_stats import MeterCounters, PortCounters, SwitchStats
+from controller.switch_stats import MeterCounters, SwitchPortCounters, SwitchStats
 from echelonflow.topology import fattree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,15 +49,16 @@ def test_link_rates_come_from_two_port_samples_at_the_switch_end_of_each_link() 
     stats = SwitchStats(topo)
     e1 = dpid(topo, "e1")
     to_a1, from_h1 = topo.port("e1", "a1"), topo.port("e1", "h1")
-    stats.record_ports(e1, 10.0, {to_a1: PortCounters(tx_bytes=1_000), from_h1: PortCounters(rx_bytes=500)})
+    stats.record_ports(e1, 10.0, {to_a1: SwitchPortCounters(tx_bytes=1_000),
+                                  from_h1: SwitchPortCounters(rx_bytes=500)})
     assert stats.link_rates_bps() == {}  # one sample is no rate
-    stats.record_ports(e1, 12.0, {to_a1: PortCounters(tx_bytes=3_500),
-                                  from_h1: PortCounters(rx_bytes=10_500)})
+    stats.record_ports(e1, 12.0, {to_a1: SwitchPortCounters(tx_bytes=3_500),
+                                  from_h1: SwitchPortCounters(rx_bytes=10_500)})
     rates = stats.link_rates_bps()
     assert rates[("e1", "a1")] == pytest.approx(2_500 * 8 / 2.0)  # switch -> switch: tx of the sender
     assert rates[("h1", "e1")] == pytest.approx(10_000 * 8 / 2.0)  # host -> switch: rx at the switch
     assert ("a1", "e1") not in rates  # a1 never reported
-    stats.record_ports(e1, 13.0, {to_a1: PortCounters(tx_bytes=100)})  # counters reset (switch restart)
+    stats.record_ports(e1, 13.0, {to_a1: SwitchPortCounters(tx_bytes=100)})  # counters reset (switch restart)
     assert stats.link_rates_bps()[("e1", "a1")] == 0.0
 
 
@@ -66,13 +67,14 @@ def test_unknown_ports_and_switches_are_ignored_and_multipart_replies_wait_for_t
     stats = SwitchStats(topo)
     e1 = dpid(topo, "e1")
     local_port = 0xFFFFFFFE  # OVS's bridge-internal port, in every port-stats reply
-    stats.record_ports(e1, 1.0, {1: PortCounters(tx_bytes=1), local_port: PortCounters(tx_bytes=9)},
+    stats.record_ports(e1, 1.0, {1: SwitchPortCounters(tx_bytes=1),
+                                 local_port: SwitchPortCounters(tx_bytes=9)},
                        more=True)
     assert list(stats.ports()) == []  # half a table is never shown
-    stats.record_ports(e1, 1.0, {2: PortCounters(tx_bytes=2)})
+    stats.record_ports(e1, 1.0, {2: SwitchPortCounters(tx_bytes=2)})
     listed = [(name, port, neighbour) for _dpid, name, port, neighbour, _counters in stats.ports()]
     assert listed == [("e1", 1, "a1"), ("e1", 2, "a2")]
-    stats.record_ports(0xDEAD, 1.0, {1: PortCounters(tx_bytes=1)})
+    stats.record_ports(0xDEAD, 1.0, {1: SwitchPortCounters(tx_bytes=1)})
     stats.record_meters(e1, {1: MeterCounters(byte_in_count=10), 2: MeterCounters(byte_in_count=20)})
     stats.record_meters(e1, {2: MeterCounters(byte_in_count=30)})  # meter 1 was deleted
     assert [(m, c.byte_in_count) for _d, _n, m, c in stats.meters()] == [(2, 30)]
@@ -91,7 +93,7 @@ class Live:
         self.view = LiveView(self.service, self.stats)
         self.connected: list[int] = []
         self.metrics = ControllerMetrics(self.view, connected=lambda: self.connected)
-        self.service.round_listeners.append(self.metrics.observe_round)
+        self.service.pass_listeners.append(self.metrics.observe_pass)
         self.api = ApiServer(Api(self.service, TOKEN, live=self.view), port=0, unix=False)
         self.metrics_server = ApiServer(self.metrics.wsgi_app(), port=0, unix=False, name="metrics")
         self.threads = [run_in_thread(self.api), run_in_thread(self.metrics_server)]
@@ -160,8 +162,8 @@ def test_topology_and_links_views(live) -> None:
         sum(live.service.allocation(key)["rate_bps"] * count for key, count in hops.items()))
     e1 = dpid(live.topo, "e1")
     port = live.topo.port("e1", path[2])
-    live.stats.record_ports(e1, 1.0, {port: PortCounters(tx_bytes=0)})
-    live.stats.record_ports(e1, 2.0, {port: PortCounters(tx_bytes=1_000_000)})
+    live.stats.record_ports(e1, 1.0, {port: SwitchPortCounters(tx_bytes=0)})
+    live.stats.record_ports(e1, 2.0, {port: SwitchPortCounters(tx_bytes=1_000_000)})
     links = {(x["src"], x["dst"]): x for x in live.json("/v1/links")["links"]}
     assert links[("e1", path[2])]["measured_bps"] == pytest.approx(8e6)
 
@@ -275,7 +277,7 @@ def test_metrics_names_labels_and_counters_move(live) -> None:
     live.metrics.sent(e1, [fm.table_miss(), fm.Barrier(), fm.MeterSet(1, 1000, 100), fm.FlowDelete()])
     live.start_stage()
     port = topo.port("e1", "a1")
-    live.stats.record_ports(e1, 1.0, {port: PortCounters(tx_bytes=5_000, rx_packets=7)})
+    live.stats.record_ports(e1, 1.0, {port: SwitchPortCounters(tx_bytes=5_000, rx_packets=7)})
     live.stats.record_meters(e1, {3: MeterCounters(flow_count=1, byte_in_count=900, byte_band_count=100)})
     after = live.scrape()
     total = "of_packet_ins_total"
@@ -309,7 +311,7 @@ def test_metrics_names_labels_and_counters_move(live) -> None:
         live.json("/v1/echelons")["echelons"][0]["tardiness_estimate_s"])
     assert samples(after["echelon_flows"], state="active")[0].value == 3
     installs = samples(after["echelon_enforcement_operations"], op="install")[0].value
-    assert installs == sum(r.installs for r in live.service.recent_rounds) > 0
+    assert installs == sum(r.installs for r in live.service.recent_passes) > 0
 
 
 def test_per_flow_series_disappear_when_the_echelonflow_is_over(live) -> None:
@@ -335,7 +337,7 @@ def test_grafana_dashboard_only_queries_exported_metrics(live) -> None:
         dashboard = json.load(handle)
     live.start_stage()
     e1 = dpid(live.topo, "e1")
-    live.stats.record_ports(e1, 1.0, {1: PortCounters()})
+    live.stats.record_ports(e1, 1.0, {1: SwitchPortCounters()})
     live.stats.record_meters(e1, {1: MeterCounters()})
     exported = set()
     for family in live.scrape().values():

@@ -30,9 +30,9 @@ from echelonflow.schedulers.echelon import ORDERINGS, EchelonScheduler, EchelonV
 from echelonflow.schedulers.fair import FairScheduler
 from echelonflow.schedulers.live import COMPACT_SLACK, LiveFlowTable, OrderLabels
 from echelonflow.schedulers.varys import CoflowScheduler, FifoScheduler, PortFairScheduler
-from echelonflow.schedulers.view import decide_snapshot
+from echelonflow.schedulers.view import decision_on_snapshot
 from echelonflow.topology import fattree
-from tests.helpers import RecordingPort
+from tests.helpers import RecordingSink
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,7 +134,7 @@ def random_run(seed: int, events: int, check: Callable[[Registry, float, str], l
 def compare(reg: Registry, now: float, where: str) -> list[str]:
     out = []
     for sched in schedulers():
-        snapshot_decision = decide_snapshot(sched, reg.snapshot(now))
+        snapshot_decision = decision_on_snapshot(sched, reg.snapshot(now))
         view = reg.scheduler_view(now, sched.active_order)
         table_decision = view.decision_of(sched.decide(view))
         for part in ("rate_bps", "rank"):
@@ -157,12 +157,12 @@ def test_service_enforces_the_same_on_the_table_as_on_snapshots(name: str) -> No
     same queues, and the same installs, updates and removals pushed to the switches."""
     reg = Registry(fattree(20e6, 4))
     now = [0.0]
-    table_port, snapshot_port = RecordingPort(), RecordingPort()
+    table_port, snapshot_port = RecordingSink(), RecordingSink()
     by_table = SchedulingService(reg, table_port, now=lambda: now[0])
     by_snapshot = SchedulingService(reg, snapshot_port, now=lambda: now[0])
     by_snapshot.scheduler = get_scheduler(name)
     on_snapshots = get_scheduler(name)
-    by_snapshot.scheduler.decide = lambda view: view.allocation_of(decide_snapshot(on_snapshots,
+    by_snapshot.scheduler.decide = lambda view: view.allocation_of(decision_on_snapshot(on_snapshots,
                                                                                    view.snapshot()))
     by_table.scheduler = get_scheduler(name)
     rounds = []

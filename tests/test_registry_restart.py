@@ -28,7 +28,7 @@ import pytest
 from controller.client import ApiClientError, EchelonClient
 from echelonflow.model import FlowTask, Job
 from tests.waiting import wait_until
-from traffic.registry_link import RegistryError, RegistryLink
+from traffic.registry_link import RegistryLink, RegistryLinkError
 from traffic.runspec import RegistrySettings
 from traffic.transfer import Channel
 
@@ -157,7 +157,7 @@ def test_a_refusal_the_registry_state_does_not_explain_still_fails_the_run(serve
             other.flow_started("j", "g", start_s=time.time(), channel_id="ch1")  # the channel is taken
         link.flow_started(job, job.tasks["f"], channel, time.time())
         wait_until(lambda: link.connection.errors, 10, "the refusal recorded")
-        with pytest.raises(RegistryError, match="refused the start"):
+        with pytest.raises(RegistryLinkError, match="refused the start"):
             link.held("j", "f")
     finally:
         link.close()

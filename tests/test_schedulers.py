@@ -19,7 +19,7 @@ from echelonflow.schedulers import SCHEDULERS, get_scheduler
 from echelonflow.schedulers.base import ActiveFlow, Decision, Snapshot
 from echelonflow.schedulers.echelon import EchelonScheduler, EchelonVarysScheduler
 from echelonflow.schedulers.varys import CoflowScheduler
-from echelonflow.schedulers.view import decide_snapshot
+from echelonflow.schedulers.view import decision_on_snapshot
 from echelonflow.topology import Topology, build
 
 REL = 1e-6
@@ -90,10 +90,10 @@ def test_every_scheduler_is_feasible_work_conserving_deterministic(
     name: str, seed: int, n_flows: int
 ) -> None:
     snapshot = _random_instance(seed, n_flows)
-    first = decide_snapshot(get_scheduler(name), snapshot)
+    first = decision_on_snapshot(get_scheduler(name), snapshot)
     validate(snapshot, first, name not in NOT_WORK_CONSERVING)
     shuffled = Snapshot(snapshot.now_s, snapshot.capacity_bps, list(reversed(snapshot.flows)))
-    again = decide_snapshot(get_scheduler(name), shuffled)
+    again = decision_on_snapshot(get_scheduler(name), shuffled)
     assert again.rate_bps == first.rate_bps
     assert again.rank == first.rank
     assert sorted(first.rank.values()) == (
@@ -120,8 +120,8 @@ def test_non_clairvoyant_schedulers_ignore_sizes_and_ideal_finishes(
                 ideal_finish_s=rng.uniform(-5, 5), offset_s=rng.uniform(0, 5), reference_s=rng.uniform(-5, 5))
         for f in snapshot.flows
     ]
-    first = decide_snapshot(get_scheduler(name), snapshot)
-    second = decide_snapshot(get_scheduler(name), Snapshot(snapshot.now_s, snapshot.capacity_bps, blind))
+    first = decision_on_snapshot(get_scheduler(name), snapshot)
+    second = decision_on_snapshot(get_scheduler(name), Snapshot(snapshot.now_s, snapshot.capacity_bps, blind))
     assert first.rank == second.rank and first.rate_bps == second.rate_bps
 
 
@@ -141,7 +141,7 @@ def _single_link_run(scheduler, flows, capacity_bps):
             for fid in live
         ]
         snap = Snapshot(now, {link: capacity_bps}, active)
-        decision = decide_snapshot(scheduler, snap)
+        decision = decision_on_snapshot(scheduler, snap)
         validate(snap, decision)
         dt = min(8 * remaining[f] / decision.rate_bps[f] for f in live if decision.rate_bps[f] > 0)
         now += dt
@@ -185,11 +185,11 @@ def test_fig2_worked_table_at_t3() -> None:
     link = ("h1", "s1")
     remaining = [0.5, 1.5, 2.0]
     flows = [ActiveFlow(f"f{i}", "g", (link,), rem, 1 + i, float(i), 1.0) for i, rem in enumerate(remaining)]
-    sketch = decide_snapshot(EchelonVarysScheduler(), Snapshot(3.0, {link: 8.0}, flows))
+    sketch = decision_on_snapshot(EchelonVarysScheduler(), Snapshot(3.0, {link: 8.0}, flows))
     assert [sketch.rate_bps[f"f{i}"] / 8 for i in range(3)] == pytest.approx([0.25, 0.5, 0.25])
-    decision = decide_snapshot(EchelonScheduler(), Snapshot(3.0, {link: 8.0}, flows))
+    decision = decision_on_snapshot(EchelonScheduler(), Snapshot(3.0, {link: 8.0}, flows))
     assert [decision.rate_bps[f"f{i}"] / 8 for i in range(3)] == pytest.approx([1.0, 0.0, 0.0])
-    coflow = decide_snapshot(CoflowScheduler(), Snapshot(3.0, {link: 8.0}, flows))
+    coflow = decision_on_snapshot(CoflowScheduler(), Snapshot(3.0, {link: 8.0}, flows))
     # Varys: MADD gives each flow remaining / Gamma with Gamma = 4 -> all finish together at 7
     assert [coflow.rate_bps[f"f{i}"] / 8 for i in range(3)] == pytest.approx([0.125, 0.375, 0.5])
 
@@ -211,7 +211,7 @@ def test_coflow_alone_gets_varys_madd_rates_whatever_its_offsets(seed: int) -> N
     gamma_s = max(bits / snapshot.capacity_bps[link] for link, bits in load.items())
     bottlenecks = {link for link, bits in load.items()
                    if bits / snapshot.capacity_bps[link] >= gamma_s * (1 - 1e-9)}
-    decision = decide_snapshot(CoflowScheduler(), snapshot)
+    decision = decision_on_snapshot(CoflowScheduler(), snapshot)
     validate(snapshot, decision)
     for f in flows:
         madd_bps = 8 * f.remaining_bytes / gamma_s
@@ -227,7 +227,7 @@ def test_coflows_go_smallest_effective_bottleneck_first() -> None:
     flows = [ActiveFlow("big/a", "big", (link,), 2e6, 0.0, 0.0, 0.0),
              ActiveFlow("big/b", "big", (link,), 2e6, 0.0, 0.0, 0.0),
              ActiveFlow("small/a", "small", (link,), 1e6, 0.0, 0.0, 0.0)]
-    decision = decide_snapshot(CoflowScheduler(), Snapshot(0.0, {link: 8e6}, flows))
+    decision = decision_on_snapshot(CoflowScheduler(), Snapshot(0.0, {link: 8e6}, flows))
     assert decision.rate_bps == pytest.approx({"small/a": 8e6, "big/a": 0.0, "big/b": 0.0})
     assert decision.rank["small/a"] < min(decision.rank["big/a"], decision.rank["big/b"])
 
@@ -236,7 +236,7 @@ def test_fair_shares_a_link_equally_and_gives_leftover_elsewhere() -> None:
     a, b = ("x", "y"), ("y", "z")
     flows = [ActiveFlow("long", "g1", (a, b), 10, 0, 0, 0), ActiveFlow("short", "g2", (b,), 10, 0, 0, 0),
              ActiveFlow("other", "g3", (a,), 10, 0, 0, 0)]
-    decision = decide_snapshot(get_scheduler("fair"), Snapshot(0.0, {a: 10.0, b: 4.0}, flows))
+    decision = decision_on_snapshot(get_scheduler("fair"), Snapshot(0.0, {a: 10.0, b: 4.0}, flows))
     assert decision.rate_bps == pytest.approx({"long": 2.0, "short": 2.0, "other": 8.0})
 
 
@@ -245,7 +245,7 @@ def test_finished_and_tiny_flows_are_robust() -> None:
     flows = [ActiveFlow("done", "g", (link,), 0.0, 1, 0, 1), ActiveFlow("dust", "g", (link,), 1e-12, 1, 0, 1),
              ActiveFlow("real", "g", (link,), 100.0, 2, 1, 1)]
     for name in SCHEDULERS:
-        decision = decide_snapshot(get_scheduler(name), Snapshot(1.0, {link: 1e3}, flows))
+        decision = decision_on_snapshot(get_scheduler(name), Snapshot(1.0, {link: 1e3}, flows))
         validate(Snapshot(1.0, {link: 1e3}, flows), decision, name not in NOT_WORK_CONSERVING)
         assert decision.rate_bps["done"] == 0.0
 
@@ -259,8 +259,8 @@ def test_order_by_tardiness_option_is_validated_and_feasible() -> None:
     with pytest.raises(ValueError, match="order_by"):
         EchelonVarysScheduler(order_by="size")
     snapshot = _random_instance(3, 15)
-    validate(snapshot, decide_snapshot(EchelonVarysScheduler(order_by="tardiness"), snapshot))
-    validate(snapshot, decide_snapshot(EchelonVarysScheduler(order_by="bottleneck"), snapshot))
+    validate(snapshot, decision_on_snapshot(EchelonVarysScheduler(order_by="tardiness"), snapshot))
+    validate(snapshot, decision_on_snapshot(EchelonVarysScheduler(order_by="bottleneck"), snapshot))
 
 
 def test_echelon_online_learns_sizes_and_offsets_from_the_previous_iteration() -> None:
@@ -281,6 +281,6 @@ def test_echelon_online_learns_sizes_and_offsets_from_the_previous_iteration() -
     blind = [ActiveFlow(f.flow_id, f.echelon_id, f.path, 1.0 + m, 0.0, 0.0, 0.0, group_start_s=start)
              for m, f in enumerate(truth)]
     capacity = {link: 8e6}
-    want = decide_snapshot(EchelonScheduler(), Snapshot(now, capacity, truth))
-    got = decide_snapshot(online, Snapshot(now, capacity, blind))
+    want = decision_on_snapshot(EchelonScheduler(), Snapshot(now, capacity, truth))
+    got = decision_on_snapshot(online, Snapshot(now, capacity, blind))
     assert got.rank == want.rank and got.rate_bps == pytest.approx(want.rate_bps)

@@ -1,4 +1,4 @@
-"""The scheduling service against a recording EnforcementPort (the pure unit-test layer, Faucet-style).
+"""The scheduling service against a recording EnforcementSink (the pure unit-test layer, Faucet-style).
 
 The port only records what the service tells it; the real Enforcer is exercised by the fabric tests.
 """
@@ -13,10 +13,10 @@ from controller.registry import Registry, RegistryError
 from controller.service import SchedulingService, Tuning
 from controller.store import open_registry
 from echelonflow.schedulers import get_scheduler
-from echelonflow.schedulers.view import decide_snapshot
+from echelonflow.schedulers.view import decision_on_snapshot
 from echelonflow.topology import build, fattree, two_hosts
 from tests.controller_helpers import MATCH, PATH, TOPO, AckingSwitches
-from tests.helpers import Clock, RecordingPort
+from tests.helpers import Clock, RecordingSink
 
 MB = 1_000_000
 B_BPS = 8 * MB  # 1 MB/s: the paper's B = 1 in MB and seconds
@@ -35,7 +35,7 @@ def fig2_registry():
 
 
 def test_fig2_rates_match_the_worked_example():
-    reg, clock, port = fig2_registry(), Clock(1.0), RecordingPort()
+    reg, clock, port = fig2_registry(), Clock(1.0), RecordingSink()
     svc = SchedulingService(reg, port, now=clock)
     reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
     svc.on_arrival()
@@ -56,7 +56,7 @@ def test_fig2_rates_match_the_worked_example():
 
 def test_arrival_installs_with_match_path_queue_and_meter():
     topo = fattree(20e6, 4)
-    reg, port = Registry(topo), RecordingPort()
+    reg, port = Registry(topo), RecordingSink()
     svc = SchedulingService(reg, port, now=Clock(5.0))
     reg.add_job("j")
     reg.add_echelon("j", "e", flows=[{"flow_id": "f", "src": "h1", "dst": "h9", "size_bytes": MB}])
@@ -74,7 +74,7 @@ def test_arrival_installs_with_match_path_queue_and_meter():
 
 
 def test_only_changes_are_pushed():
-    reg, clock, port = fig2_registry(), Clock(1.0), RecordingPort()
+    reg, clock, port = fig2_registry(), Clock(1.0), RecordingSink()
     svc = SchedulingService(reg, port, now=clock, tuning=Tuning(rate_tolerance=0.05))
     svc.set_scheduler("echelon-varys")  # just-in-time rates: mb0's moves when mb1 arrives
     reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
@@ -98,7 +98,7 @@ def test_only_changes_are_pushed():
 
 
 def test_small_rate_moves_within_tolerance_are_not_pushed():
-    reg, clock, port = fig2_registry(), Clock(1.0), RecordingPort()
+    reg, clock, port = fig2_registry(), Clock(1.0), RecordingSink()
     svc = SchedulingService(reg, port, now=clock, tuning=Tuning(rate_tolerance=0.10))
     for i, start in ((0, 1.0), (1, 1.0)):
         reg.flow_started("pp", f"mb{i}", 40000 + i, 5201, start)
@@ -112,7 +112,7 @@ def test_small_rate_moves_within_tolerance_are_not_pushed():
 
 
 def test_fair_enforces_nothing_and_switching_removes_everything():
-    reg, port = fig2_registry(), RecordingPort()
+    reg, port = fig2_registry(), RecordingSink()
     reg.set_setting("scheduler", "fair")
     svc = SchedulingService(reg, port, now=Clock(1.0))
     for i in range(3):
@@ -131,7 +131,7 @@ def test_fair_enforces_nothing_and_switching_removes_everything():
 
 
 def test_unknown_scheduler_is_refused_and_nothing_changes():
-    reg, port = fig2_registry(), RecordingPort()
+    reg, port = fig2_registry(), RecordingSink()
     svc = SchedulingService(reg, port, now=Clock(1.0))
     version = reg.version
     for bad in ("pfabric", 3, None):
@@ -145,7 +145,7 @@ def test_unknown_scheduler_is_refused_and_nothing_changes():
 def test_ranks_compress_into_queues_by_group_order():
     """Four coflows of 1..4 MB on disjoint paths all send: SEBF order -> queues 1, 2, then a shared 3."""
     topo = fattree(B_BPS, 4)
-    reg, port = Registry(topo), RecordingPort()
+    reg, port = Registry(topo), RecordingSink()
     svc = SchedulingService(reg, port, ControllerConfig(queues=4), now=Clock(0.0))
     reg.add_job("j")
     pairs = {3: ("h1", "h2"), 1: ("h3", "h4"), 4: ("h5", "h6"), 2: ("h7", "h8")}  # one edge switch each
@@ -157,7 +157,7 @@ def test_ranks_compress_into_queues_by_group_order():
         for k in range(2):  # two flows of a coflow on one path: echelon sends them one after the other
             reg.flow_started("j", f"c{size}-{k}", 40000 + k, 5201, 0.0)
     svc.reschedule("test")
-    decision = decide_snapshot(get_scheduler("echelon"), reg.snapshot(0.0))  # the scheduler's own order
+    decision = decision_on_snapshot(get_scheduler("echelon"), reg.snapshot(0.0))  # the scheduler's own order
     assert decision.rank == svc.state.decision.rank
     sending = [fid for fid, rate in decision.rate_bps.items() if rate >= svc.min_meter_bps]
     assert sorted(sending) == ["j/c1-0", "j/c2-0", "j/c3-0", "j/c4-0"]
@@ -171,7 +171,7 @@ def test_ranks_compress_into_queues_by_group_order():
 
 def test_paused_flows_wait_unmetered_in_the_last_queue():
     """Four coflows on ONE link: only the smallest sends; the others wait below it, without a meter."""
-    reg, port = Registry(two_hosts(B_BPS)), RecordingPort()
+    reg, port = Registry(two_hosts(B_BPS)), RecordingSink()
     svc = SchedulingService(reg, port, ControllerConfig(queues=4), now=Clock(0.0))
     reg.add_job("j")
     sport = 40000
@@ -192,7 +192,7 @@ def test_paused_flows_wait_unmetered_in_the_last_queue():
 
 def test_observed_switch_bytes_lower_the_remaining_estimate():
     reg = fig2_registry()
-    svc = SchedulingService(reg, RecordingPort(), now=Clock(1.0), tuning=Tuning(payload_fraction=0.5))
+    svc = SchedulingService(reg, RecordingSink(), now=Clock(1.0), tuning=Tuning(payload_fraction=0.5))
     reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
     reg.flow_progress("pp", "mb0", 100_000)
     svc.observe_bytes("pp/mb0", 1_000_000)  # frames -> 500 kB payload
@@ -204,7 +204,7 @@ def test_observed_switch_bytes_lower_the_remaining_estimate():
 
 def test_tick_respects_the_interval():
     reg, clock = fig2_registry(), Clock(10.0)
-    svc = SchedulingService(reg, RecordingPort(), ControllerConfig(interval_s=0.5), now=clock)
+    svc = SchedulingService(reg, RecordingSink(), ControllerConfig(interval_s=0.5), now=clock)
     assert svc.tick() is not None
     clock.now = 10.3
     assert svc.tick() is None
@@ -213,7 +213,7 @@ def test_tick_respects_the_interval():
 
 
 def test_interval_loop_stops():
-    svc = SchedulingService(fig2_registry(), RecordingPort(), ControllerConfig(interval_s=0.01),
+    svc = SchedulingService(fig2_registry(), RecordingSink(), ControllerConfig(interval_s=0.01),
                             now=Clock(0.0))
     sleeps = []
 
@@ -227,7 +227,7 @@ def test_interval_loop_stops():
 
 
 def test_failed_push_is_retried_next_round():
-    reg, port = fig2_registry(), RecordingPort()
+    reg, port = fig2_registry(), RecordingSink()
     svc = SchedulingService(reg, port, now=Clock(1.0))
     reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
     port.fail_for.add("pp/mb0")
@@ -238,7 +238,7 @@ def test_failed_push_is_retried_next_round():
 
 
 def test_flow_dropped_by_the_port_is_installed_again():
-    reg, port = fig2_registry(), RecordingPort()
+    reg, port = fig2_registry(), RecordingSink()
     svc = SchedulingService(reg, port, now=Clock(1.0))
     svc.set_scheduler("echelon-varys")  # just-in-time rates: mb0's moves when mb1 arrives
     reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
@@ -261,7 +261,7 @@ def test_restart_reenforces_live_flows_from_the_store(tmp_path):
     path = str(tmp_path / "reg.sqlite")
     topo = fattree(20e6, 4)
     reg = open_registry(topo, path)
-    first_port = RecordingPort()
+    first_port = RecordingSink()
     svc = SchedulingService(reg, first_port, now=Clock(3.0))
     svc.set_scheduler("coflow")
     reg.add_job("j")
@@ -277,7 +277,7 @@ def test_restart_reenforces_live_flows_from_the_store(tmp_path):
 
     # a new controller process: same store, fresh service and port, no agent says anything
     reg2 = open_registry(topo, path)
-    port2 = RecordingPort()
+    port2 = RecordingSink()
     svc2 = SchedulingService(reg2, port2, now=Clock(3.0))
     assert svc2.scheduler_name == "coflow"
     svc2.start()
@@ -330,7 +330,7 @@ def test_channels_are_installed_idle_and_flows_on_them_only_update_class_and_rat
     reg.add_echelon("pp", "act", flows=[
         {"flow_id": f"mb{i}", "src": "h1", "dst": "h2", "size_bytes": 2 * MB, "offset_s": float(i)}
         for i in range(2)])
-    port = RecordingPort()
+    port = RecordingSink()
     svc = SchedulingService(reg, port, ControllerConfig(queues=4), now=Clock(1.0))
     reg.channels.add("c1", "h1", "h2", 40001, 46000)
     svc.reschedule("channel")
@@ -352,7 +352,7 @@ def test_channels_are_installed_idle_and_flows_on_them_only_update_class_and_rat
 
 def test_switch_counters_of_a_channel_are_not_taken_for_its_current_flow():
     reg = fig2_registry()
-    svc = SchedulingService(reg, RecordingPort(), now=Clock(1.0))
+    svc = SchedulingService(reg, RecordingSink(), now=Clock(1.0))
     reg.channels.add("c1", "h1", "h2", 40001, 46000)
     reg.flow_started("pp", "mb0", None, None, 1.0, channel_id="c1")
     svc.observe_bytes("channel:c1", 1_500_000)  # the channel's lifetime counter
@@ -365,7 +365,7 @@ def test_a_paused_flow_keeps_its_class_when_senders_hold_it(hold_paused, paused_
     unmetered in the last queue; with ``hold_paused`` (its sender writes nothing) it keeps class 1, so its
     packets still on the wire are never overtaken by its own later ones after a raise; idle channels then
     sit in class 1 too, so a flow's first allocation is never a raise either."""
-    reg, port = Registry(two_hosts(B_BPS)), RecordingPort()
+    reg, port = Registry(two_hosts(B_BPS)), RecordingSink()
     svc = SchedulingService(reg, port, ControllerConfig(queues=4, hold_paused=hold_paused), now=Clock(0.0))
     assert svc.idle_queue == (1 if hold_paused else 3)
     reg.add_job("j")
@@ -390,7 +390,7 @@ def test_with_fixed_class_a_flow_keeps_the_class_of_its_first_allocation(fixed_c
     ends and ``a``'s group is first again.  A raise back to class 1 would move ``a``'s newer packets ahead
     of older ones still queued in class 2; with ``fixed_class`` it stays in class 1 (its rate alone says
     what it may send) and ``b`` starts in the class its first allocation gives it."""
-    reg, port = Registry(fattree(B_BPS, k=4)), RecordingPort()
+    reg, port = Registry(fattree(B_BPS, k=4)), RecordingSink()
     svc = SchedulingService(reg, port, ControllerConfig(queues=4, hold_paused=True, fixed_class=fixed_class),
                             now=Clock(0.0))
     reg.add_job("j")

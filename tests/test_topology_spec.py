@@ -9,8 +9,8 @@ import pytest
 
 from echelonflow.topology import DEFAULT_MTU_BYTES, leaf_spine
 from echelonflow.topology_spec import (
-    SpecError,
     TopologySpec,
+    TopologySpecError,
     add_topology_arguments,
     load_spec,
     topology_from_json,
@@ -24,16 +24,16 @@ def test_spec_round_trip_and_errors(tmp_path):
     topo = load_spec(path)
     assert (topo.kind, topo.params, len(topo.hosts)) == ("leafspine", {"leaves": 2, "spines": 2,
                                                                        "hosts_per_leaf": 1}, 2)
-    with pytest.raises(SpecError, match="cannot read"):
+    with pytest.raises(TopologySpecError, match="cannot read"):
         load_spec(str(tmp_path / "missing.json"))
     (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(SpecError, match="not valid JSON"):
+    with pytest.raises(TopologySpecError, match="not valid JSON"):
         load_spec(str(tmp_path / "bad.json"))
-    with pytest.raises(SpecError, match="unknown topology 'ring'"):
+    with pytest.raises(TopologySpecError, match="unknown topology 'ring'"):
         topology_from_json({"kind": "ring", "rate_bps": 1e6})
-    with pytest.raises(SpecError, match="unknown field"):
+    with pytest.raises(TopologySpecError, match="unknown field"):
         topology_from_json({"kind": "fattree", "rate_bps": 1e6, "colour": 1})
-    with pytest.raises(SpecError, match="topology spec: rate_bps: missing"):
+    with pytest.raises(TopologySpecError, match="topology spec: rate_bps: missing"):
         topology_from_json({"kind": "fattree"})
 
 

@@ -25,7 +25,7 @@ from echelonflow.model import qualified
 from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
 from echelonflow.topology import build, fattree
 from echelonflow.workloads import generate
-from tests.helpers import Clock, RecordingPort, run_local_agents
+from tests.helpers import Clock, RecordingSink, run_local_agents
 from tests.test_api import Served
 
 MB = 1_000_000
@@ -118,7 +118,7 @@ def test_echelon_online_hears_every_event_and_decides_iteration_1_as_clairvoyant
     add_iteration(reg, 0)
     add_iteration(reg, 1)
     reg.set_setting("scheduler", "echelon-online")
-    svc = SchedulingService(reg, RecordingPort(), now=clock)
+    svc = SchedulingService(reg, RecordingSink(), now=clock)
     assert isinstance(svc.scheduler, EchelonOnlineScheduler) and reg.estimator is svc.scheduler
     assert reg.expected_size_bytes(reg.flows["j/i1.a"]) is None  # nothing seen yet
     run_iteration(reg, svc, clock, 0, 10.0)
@@ -139,7 +139,7 @@ def test_echelon_online_hears_every_event_and_decides_iteration_1_as_clairvoyant
     twin, twin_clock = idealised(), Clock(20.0)
     twin.add_job("j")
     add_iteration(twin, 1, declared=True)
-    twin_svc = SchedulingService(twin, RecordingPort(), now=twin_clock)
+    twin_svc = SchedulingService(twin, RecordingSink(), now=twin_clock)
     for port, name in enumerate(SIZES):
         twin.flow_started("j", f"i1.{name}", 1000 + port, 2010, 20.0)
     twin.flow_progress("j", "i1.a", MB)
@@ -157,13 +157,13 @@ def test_a_restarted_or_newly_selected_scheduler_learns_from_the_registry_histor
     reg.add_job("j")
     add_iteration(reg, 0)
     add_iteration(reg, 1)
-    svc = SchedulingService(reg, RecordingPort(), now=clock)  # echelon: learns nothing, estimates nothing
+    svc = SchedulingService(reg, RecordingSink(), now=clock)  # echelon: learns nothing, estimates nothing
     run_iteration(reg, svc, clock, 0, 10.0)
     assert reg.expected_size_bytes(reg.flows["j/i1.a"]) is None
     svc.set_scheduler("echelon-online")  # hears iteration 0 from the registry at once
     assert {n: reg.expected_size_bytes(reg.flows[f"j/i1.{n}"]) for n in SIZES} == SIZES
     restarted = open_registry(reg.topology, path)  # a controller restart over the same store
-    again = SchedulingService(restarted, RecordingPort(), now=clock)
+    again = SchedulingService(restarted, RecordingSink(), now=clock)
     assert again.scheduler.name == "echelon-online"
     assert {n: restarted.expected_size_bytes(restarted.flows[f"j/i1.{n}"]) for n in SIZES} == SIZES
     assert again.observed == {"start": 0, "progress": 0, "finish": 0}  # history is not counted as heard

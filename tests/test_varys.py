@@ -13,7 +13,7 @@ from echelonflow.model import FlowTask, Job
 from echelonflow.schedulers import get_scheduler
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
 from echelonflow.schedulers.live import LiveFlowTable
-from echelonflow.schedulers.view import decide_snapshot
+from echelonflow.schedulers.view import decision_on_snapshot
 from echelonflow.topology import bigswitch
 from simulator.engine import simulate
 
@@ -54,7 +54,7 @@ EXPECTED_BYTES_PER_S = {"A/a1": 1.0, "B/b1": 0.0, "B/b2": 1 / 3, "B/b3": 2 / 3, 
 
 
 def test_coflow_splits_spare_capacity_evenly_among_the_flows_of_skipped_coflows() -> None:
-    decision = decide_snapshot(get_scheduler("coflow"), skipped_instance())
+    decision = decision_on_snapshot(get_scheduler("coflow"), skipped_instance())
     assert {f: r / 8 for f, r in decision.rate_bps.items()} == pytest.approx(EXPECTED_BYTES_PER_S, abs=1e-12)
     assert decision.rank["A/a1"] == 0
 
@@ -66,9 +66,9 @@ def test_fifo_is_madd_in_arrival_order_with_the_same_split() -> None:
     A then has 3/4 of h1's uplink: Gamma 4/3 s, a1 = 3/4.  Back-fill in order (B's flows, then a1):
     only b3 finds room, min(h4's uplink 1/2, h5's downlink 3/4), so b3 = 1/4 + 1/2.
     """
-    decision = decide_snapshot(get_scheduler("fifo"), skipped_instance(reference_b=0.5))
+    decision = decision_on_snapshot(get_scheduler("fifo"), skipped_instance(reference_b=0.5))
     assert {f: r / 8 for f, r in decision.rate_bps.items()} == pytest.approx(EXPECTED_BYTES_PER_S, abs=1e-12)
-    decision = decide_snapshot(get_scheduler("fifo"), skipped_instance(-0.5))
+    decision = decision_on_snapshot(get_scheduler("fifo"), skipped_instance(-0.5))
     rates = {f: r / 8 for f, r in decision.rate_bps.items()}
     assert rates == pytest.approx({"B/b1": 1 / 4, "B/b2": 1 / 4, "B/b3": 3 / 4, "B/b6": 1 / 4, "B/b7": 1 / 4,
                                    "A/a1": 3 / 4}, abs=1e-12)
@@ -82,9 +82,9 @@ def test_port_fair_takes_the_smallest_per_link_share_and_redistributes_nothing()
     flows = [ActiveFlow("long", "g1", (a, b), 10, 0, 0, 0), ActiveFlow("short", "g2", (b,), 10, 0, 0, 0),
              ActiveFlow("other", "g3", (a,), 10, 0, 0, 0)]
     snapshot = Snapshot(0.0, {a: 10.0, b: 4.0}, flows)
-    assert decide_snapshot(get_scheduler("port-fair"), snapshot).rate_bps == pytest.approx(
+    assert decision_on_snapshot(get_scheduler("port-fair"), snapshot).rate_bps == pytest.approx(
         {"long": 2.0, "short": 2.0, "other": 5.0})
-    assert decide_snapshot(get_scheduler("fair"), snapshot).rate_bps == pytest.approx(
+    assert decision_on_snapshot(get_scheduler("fair"), snapshot).rate_bps == pytest.approx(
         {"long": 2.0, "short": 2.0, "other": 8.0})
 
 
@@ -172,5 +172,5 @@ def test_coflow_static_keeps_the_key_on_the_controllers_live_table() -> None:
     assert first(static, 3.0) == "mid/f"
     snapshot = Snapshot(3.0, {link: 8e6}, [ActiveFlow("big/f", "big", (link,), 1 * MB, 0.0, 0.0, 0.0),
                                           ActiveFlow("mid/f", "mid", (link,), 2 * MB, 3.0, 0.0, 3.0)])
-    rank = decide_snapshot(static, snapshot).rank
+    rank = decision_on_snapshot(static, snapshot).rank
     assert min(rank, key=rank.get) == "big/f"

@@ -42,7 +42,7 @@ from echelonflow.queues import tos_for_dscp
 from traffic import tcpstats
 from traffic.channels import ChannelKey, ChannelPool
 from traffic.control import ControlEndpoint, ControlError
-from traffic.registry_link import RegistryError, RegistryPort, build_registry
+from traffic.registry_link import RegistryLinkError, RegistryPort, build_registry
 from traffic.result import ABORTED, FAILED, INTERRUPTED, AgentResult, Failure, save_result
 from traffic.runspec import RunSpec, SpecError, load_runspec
 from traffic.transfer import Arrival, Channel, FlowHeader, FlowReceiver, TransferError
@@ -185,7 +185,7 @@ class Agent:
             self._loop()
         except PeerAbortedError as exc:
             failure = Failure(ABORTED, exc.peer, exc.reason)
-        except (AgentError, ControlError, TransferError, RegistryError) as exc:
+        except (AgentError, ControlError, TransferError, RegistryLinkError) as exc:
             failure = Failure(FAILED, self.me, str(exc))
         except KeyboardInterrupt:
             failure = Failure(INTERRUPTED, self.me)
@@ -372,7 +372,7 @@ class Agent:
                 pacing_source=lambda: self.registry.pacing_bytes_per_s(job_id, flow.task_id),
                 hold_source=lambda: self.registry.held(job_id, flow.task_id),
             )
-        except (TransferError, RegistryError) as exc:
+        except (TransferError, RegistryLinkError) as exc:
             if channel is not None:
                 self.channels.discard(channel)
             self.events.put(_Broken(str(exc), job_id))

@@ -43,7 +43,7 @@ OUTAGE_TOLERANCE_S = 30.0
 WATCH_WAIT_S = 0.5
 
 
-class RegistryError(Exception):
+class RegistryLinkError(Exception):
     """The registry became unreachable or refused the run (the message says which)."""
 
 
@@ -232,9 +232,9 @@ class _Connection:
         self.log(f"registry error: {problem}")
 
     def raise_failure(self) -> None:
-        """:class:`RegistryError` with the first failure recorded, if any."""
+        """:class:`RegistryLinkError` with the first failure recorded, if any."""
         if self.errors:
-            raise RegistryError(self.errors[0])
+            raise RegistryLinkError(self.errors[0])
 
     def close(self) -> None:
         with self.lock:

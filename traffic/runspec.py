@@ -54,8 +54,7 @@ from echelonflow.fields import (
 )
 from echelonflow.fileio import read_json, write_json_atomic
 from echelonflow.model import Job
-from echelonflow.topology_spec import SpecError as TopologySpecError
-from echelonflow.topology_spec import topology_from_json
+from echelonflow.topology_spec import TopologySpecError, topology_from_json
 from echelonflow.trace import job_to_trace, parse_trace
 
 

@@ -234,7 +234,9 @@ def snapshot_view(snapshot: Snapshot, active_order: str, links: LinkNumbering | 
                     SnapshotSource(snapshot, flows), kernels.floats(len(flows)))
 
 
-def decide_snapshot(scheduler: Any, snapshot: Snapshot) -> Decision:
-    """``scheduler``'s decision on ``snapshot``, by flow id (what tests and benchmarks compare)."""
+def decision_on_snapshot(scheduler: Any, snapshot: Snapshot) -> Decision:
+    """``scheduler``'s decision on ``snapshot``, by flow id (what tests and benchmarks compare): its
+    :meth:`~Scheduler.decide` on a view of the snapshot, whichever way the policy is written (the
+    opposite of :meth:`Scheduler.decide_snapshot`, which a simple policy implements)."""
     view = snapshot_view(snapshot, scheduler.active_order, scheduler.links())
     return view.decision_of(scheduler.decide(view))
