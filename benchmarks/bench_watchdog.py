@@ -5,11 +5,10 @@ Run as root from the repository root (on a shared machine under the exclusive CP
 Per k: starts ``Fabric(fattree(10 Mbit/s, k))`` without a controller, stops its watchdog thread (so
 nothing else runs tc), then times ``passes`` calls each of ``check_once()`` and ``missing()`` on an
 intact fabric; where a pass goes (the tc run of its query, the qdisc dump alone, parsing the answer);
-and the text query the watchdog made before it became linear and still falls back to on a tc whose
-JSON does not parse (``qdisc show dev X`` and ``filter show dev X parent 1:`` per port, one
-``tc -batch``; tc alone).  Wall time and CPU time (the tc child's user+sys plus this process),
-medians.  ``--strace`` also counts the netlink dump requests of one pass of each query and the bytes
-the kernel answered with.  Prints one JSON object.
+and the text query the watchdog falls back to on a tc whose JSON does not parse (``qdisc show dev X``
+and ``filter show dev X parent 1:`` per port, one ``tc -batch``; tc alone). Wall time and CPU time (the
+tc child's user+sys plus this process), medians. ``--strace`` also counts the netlink dump requests of
+one pass of each query and the bytes the kernel answered with.  Prints one JSON object.
 """
 
 from __future__ import annotations

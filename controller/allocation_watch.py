@@ -1,9 +1,9 @@
 """Telling each agent the moment its flows' enforcement changes, instead of at its next poll.
 
-The scheduling service re-decides on every flow start and finish, but an agent used to learn its other
-flows' new rates and classes only when it next polled them (every 50 ms): a flow paused at another's
-arrival went on sending for 25 ms on average, long enough to move 30 KB at 10 Mbit/s against the pause
-(docs/emulation.md, "The allocation delivered", item 9).  So an agent keeps one long-poll open,
+The scheduling service re-decides on every flow start and finish, but an agent that polled would learn
+its other flows' new rates and classes only at its next poll (every 50 ms): a flow paused at another's
+arrival would go on sending for 25 ms on average, long enough to move 30 KB at 10 Mbit/s against the
+pause (docs/emulation.md, "The allocation delivered", item 9).  So an agent keeps one long-poll open,
 ``GET /v1/allocations?src=HOST&after=SEQ&wait_s=S`` (``controller.api``), which this watch answers as
 soon as a pass changed what is enforced for one of HOST's flows.
 

@@ -1,11 +1,12 @@
 """One controller per registry store and per token file: an exclusive lock held for the owner's life.
 
-Two controllers on one store both served and both acknowledged conflicting writes, leaving the store a
-mix of both; two on one token file overwrote each other's token (the first's clients got 401) and the
-second deleted the file under the first when it stopped.  So the controller takes, before it opens the
-store or writes the token, an exclusive ``flock`` on a lock file beside each (``registry.sqlite.lock``,
-``token.lock``) and keeps it until its process ends; a second controller asking for either is refused
-with one line naming the file and the owner's pid, which the owner writes into the lock file.
+Two controllers on one store would both serve and both acknowledge conflicting writes, leaving the
+store a mix of both; two on one token file would overwrite each other's token (the first's clients get
+401) and the second would delete the file under the first when it stops.  So the controller takes,
+before it opens the store or writes the token, an exclusive ``flock`` on a lock file beside each
+(``registry.sqlite.lock``, ``token.lock``) and keeps it until its process ends; a second controller
+asking for either is refused with one line naming the file and the owner's pid, which the owner writes
+into the lock file.
 
 Why an advisory ``flock`` on a file beside, not SQLite's ``locking_mode = EXCLUSIVE``: the token file is
 no database, and one mechanism serves both; SQLite's exclusive mode only takes its lock at the first

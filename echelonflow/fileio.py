@@ -203,7 +203,7 @@ def read_json(path: str | os.PathLike, what: str,
 def check_output_dir(path: str, what: str) -> None:
     """UserError (one line) unless ``path`` is a folder or can be made one: checked before a command
     starts work whose results it would then have nowhere to put (an existing file given as ``--out``
-    used to fail with FileExistsError once the whole emulation had run)."""
+    would otherwise fail with FileExistsError only once the whole emulation has run)."""
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)

@@ -1,4 +1,4 @@
-"""``echelon emulate --dilation auto`` (traffic/calibrate.py): the smallest factor the fidelity monitor
+"""``echelon emulate --dilation auto`` (emulation/calibrate.py): the smallest factor the fidelity monitor
 trusts is chosen and every factor's measurements are kept; on a real fabric the calibration runs
 iperf3 through the controller-routed fabric and returns a factor with its numbers."""
 

@@ -270,3 +270,36 @@ def test_no_two_classes_of_the_packages_share_a_name():
                     where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
     shared = {name: paths for name, paths in where.items() if len(paths) > 1}
     assert not shared, f"one class name, several classes: {shared}"
+
+
+# ------------------------------------------------------------------------------ links between the docs
+def heading_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a Markdown file's headings (lower case, punctuation dropped, spaces -> -)."""
+    anchors = set()
+    for line in text.splitlines():
+        heading = re.match(r"#+ (.*)", line)
+        if heading:
+            anchors.add(re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-"))
+    return anchors
+
+
+def test_links_into_the_docs_name_headings_that_exist_and_carry_no_date():
+    """A link's anchor names a heading of its file, and no date: a heading dated with its measurement
+    changes name with the next one, and every link to it breaks silently."""
+    problems = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*\.md)#([^)\s]+)\)", doc.read_text(encoding="utf-8")):
+            linked = doc.parent / target
+            where = f"{doc.relative_to(ROOT)} -> {target}#{anchor}"
+            if not linked.exists():
+                problems.append(f"{where}: no such file")
+            elif anchor not in heading_anchors(linked.read_text(encoding="utf-8")):
+                problems.append(f"{where}: no such heading")
+            if re.search(r"\d{4}-\d{2}-\d{2}", anchor):
+                problems.append(f"{where}: a dated anchor")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_anchor_reader_follows_github():
+    text = "# FB2010 against Sincronia's simulator\n## Core and simulator (`benchmarks/`)\n"
+    assert heading_anchors(text) == {"fb2010-against-sincronias-simulator", "core-and-simulator-benchmarks"}

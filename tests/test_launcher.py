@@ -46,7 +46,7 @@ def test_launcher_runs_real_manager_and_enforcement_api(require_controller, tmp_
                 api.enforce({"op": "frob"})
             assert (bad.value.status, bad.value.field) == (400, "op")
             assert bad.value.problem == "must be install, update, remove or batch, got 'frob'"
-            for unhashable in ([[], 1e308], {"a": 1}):  # found by tests/test_enforcement_fuzz.py: was a 500
+            for unhashable in ([[], 1e308], {"a": 1}):  # test_enforcement_fuzz.py's find: 400, not 500
                 with pytest.raises(ApiClientError) as bad:
                     api.enforce({"op": unhashable, "flow_id": "p0", "clear_rate": True})
                 assert (bad.value.status, bad.value.field) == (400, "op"), bad.value

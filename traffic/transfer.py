@@ -44,7 +44,7 @@ MAX_HEADER_BYTES = 64 * 1024
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # Linux value; Python lacks the name
 UNPACED = 0xFFFFFFFF  # ~0U: no pacing limit
 #: Longest a sender waits inside one socket call before it re-reads its DSCP and pacing rate.  A blocking
-#: send at a low pacing rate used to hold a raised rate back for seconds; half the agents' poll period.
+#: send at a low pacing rate would hold a raised rate back for seconds; half the agents' poll period.
 REFRESH_S = 0.025
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)  # Linux value
 #: Fallback segment size when the kernel does not say (TCP_MAXSEG): a 1500-byte frame's payload.

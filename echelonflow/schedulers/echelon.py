@@ -9,7 +9,7 @@ Each decision (docs/scheduler-design.md works both rules through, with why and t
    least time per weight first).  For a Coflow (every ``o_j = 0``) this is Varys's
    smallest-effective-bottleneck-first on the whole coflow.  Counting what has not started is what
    makes the order stable: a ring all-reduce's key is its whole remaining all-reduce before and after
-   its next step starts, so a millisecond's difference in when a step ends no longer reorders groups.
+   its next step starts, so a millisecond's difference in when a step ends does not reorder groups.
    Smith's rule looks at each group's own bottleneck only; where groups contend on several links at
    once (oversubscribed fabrics), Sincronia's BSSI order does better.  So the same groups are also
    ordered by BSSI on what they have left, with offsets (a group's seconds on a link:
