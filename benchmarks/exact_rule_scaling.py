@@ -1,7 +1,7 @@
 """The exact rule's cost: FB2010 prefixes (offline or with the trace's arrivals) and multi-tenant fat-trees.
 
 Run: ``.venv/bin/python benchmarks/exact_rule_scaling.py [--coflows N]... [--own-arrivals]
-[--multitenant K]... [--scheduler NAME]... [--progress-s S]``.
+[--multitenant K]... [--scheduler NAME]... [--interval-ms MS]... [--progress-s S]``.
 
 * ``--coflows N``: the first N coflows of FB2010 (0: the whole hour), every arrival at 0 (offline)
   unless ``--own-arrivals`` keeps the trace's.  Default when nothing is asked: 100 coflows, offline.
@@ -11,11 +11,14 @@ Run: ``.venv/bin/python benchmarks/exact_rule_scaling.py [--coflows N]... [--own
 
 Schedulers (default coflow, sincronia, echelon) run in this process under the exact rule (a decision at
 every flow start and finish), without alone runs and without invariant checks, after an untimed fig2 run
-that loads the compiled kernels.  Prints per run the wall time and CPU time (``time.process_time``: on a
-shared machine the steadier of the two), the simulator's decisions (and those skipped as changing
-nothing), the flows, the average completion time (CCT for coflows, JCT for jobs) and the process's peak
-resident memory so far.  ``--progress-s`` prints a running simulation's clock every S seconds of wall
-time, to see how far a run that is cut off got.
+that loads the compiled kernels.  ``--interval-ms`` adds runs under a decision interval
+(``simulator.engine``, "Decision interval"; 0 is the exact rule, the default) and, where the exact run of
+the same workload and scheduler came first, their error against it: average and 99th-percentile
+completion time and the largest error of one job (coflow).  Prints per run the wall time and CPU time
+(``time.process_time``: on a shared machine the steadier of the two), the simulator's decisions (and
+those skipped as changing nothing), the flows, the average and 99th-percentile completion time (CCT for
+coflows, JCT for jobs) and the process's peak resident memory so far.  ``--progress-s`` prints a running
+simulation's clock every S seconds of wall time, to see how far a run that is cut off got.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import signal
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -77,6 +82,8 @@ def main() -> int:
     parser.add_argument("--multitenant", type=int, action="append", choices=sorted(MULTITENANT),
                         help="the matrix's multi-tenant cell on a k=K fat-tree; repeatable")
     parser.add_argument("--scheduler", action="append", default=None)
+    parser.add_argument("--interval-ms", type=float, action="append", default=None,
+                        help="decision interval in ms (0: the exact rule, the default); repeatable")
     parser.add_argument("--progress-s", type=float, default=0.0,
                         help="every this many seconds of wall time, print the running simulation's clock, "
                              "decisions and active flows")
@@ -94,25 +101,47 @@ def main() -> int:
     names = args.scheduler or ["coflow", "sincronia", "echelon"]
     for name in names:
         engine.simulate(warm.topology, warm.jobs, get_scheduler(name))
-    print(f"{'workload':<26} {'scheduler':<10} {'wall_s':>8} {'cpu_s':>8} {'decisions':>9} {'skipped':>7} "
-          f"{'flows':>7} {'avg_ct_s':>10} {'peak_MiB':>8}", flush=True)
+    intervals = args.interval_ms or [0.0]
+    print(f"{'workload':<26} {'scheduler':<10} {'ms':>5} {'wall_s':>8} {'cpu_s':>8} {'decisions':>9} "
+          f"{'skipped':>7} {'flows':>7} {'avg_ct_s':>10} {'p99_ct_s':>10} {'peak_MiB':>8}  error vs exact",
+          flush=True)
     for label, scenario, jobs in workloads(args):
         specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
         flows = sum(len(job.flows) for job in jobs)
         for name in names:
-            t0, cpu0 = time.perf_counter(), time.process_time()
-            with engine._collector_paused():
-                run = engine._Run(scenario.topology, jobs, get_scheduler(name), False, specs)
-                current[:] = [run]
-                run.run()
-                current.clear()
-            wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-            times = [engine.completion_after_arrival_s(job, run.finish_s[base:base + len(job.tasks)])
-                     for job, base in zip(jobs, run.job_base)]
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            print(f"{label:<26} {name:<10} {wall:>8.1f} {cpu:>8.1f} {run.decisions:>9} {run.skipped:>7} "
-                  f"{flows:>7} {sum(times) / len(times):>10.5f} {peak:>8.0f}", flush=True)
+            exact: np.ndarray | None = None
+            for interval_ms in intervals:
+                t0, cpu0 = time.perf_counter(), time.process_time()
+                with engine._collector_paused():
+                    run = engine._Run(scenario.topology, jobs, get_scheduler(name), False, specs,
+                                      decision_interval_s=interval_ms / 1e3)
+                    current[:] = [run]
+                    run.run()
+                    current.clear()
+                wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+                finish_s = run.finish_s
+                times = np.array([engine.completion_after_arrival_s(job, finish_s[base:base + len(job.tasks)])
+                                  for job, base in zip(jobs, run.job_base)])
+                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+                error = ""
+                if interval_ms == 0:
+                    exact = times
+                elif exact is not None:
+                    error = _error(times, exact)
+                print(f"{label:<26} {name:<10} {interval_ms:>5g} {wall:>8.1f} {cpu:>8.1f} {run.decisions:>9} "
+                      f"{run.skipped:>7} {flows:>7} {times.mean():>10.5f} {np.percentile(times, 99):>10.5f} "
+                      f"{peak:>8.0f}  {error}", flush=True)
     return 0
+
+
+def _error(times: np.ndarray, exact: np.ndarray) -> str:
+    """Relative error of the average and the 99th percentile, and the largest of one job (whose exact
+    time is above 0), against the exact rule's times."""
+    average = times.mean() / exact.mean() - 1
+    p99 = np.percentile(times, 99) / np.percentile(exact, 99) - 1
+    timed = exact > 0
+    worst = np.abs(times[timed] / exact[timed] - 1).max() if timed.any() else 0.0
+    return f"avg {average:+.2e} p99 {p99:+.2e} worst job {worst:.2e}"
 
 
 if __name__ == "__main__":

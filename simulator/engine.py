@@ -335,9 +335,16 @@ class _Run:
         self, topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, check: bool,
         specs: Mapping[str, Mapping[str, EchelonSpec]], events: Sequence[FaultEvent] = (),
         prepared: dict[str, _JobIndex] | None = None, every_flow: bool = True,
+        decision_interval_s: float = 0.0,
     ) -> None:
         self.topology = topology
         self.every_flow = every_flow
+        # Module docstring, "Decision interval": 0 is the exact rule.
+        if decision_interval_s < 0 or (decision_interval_s > 0 and not every_flow):
+            raise ValueError("a decision interval is >= 0 and applies to the every-flow rule only")
+        self.decision_interval_s = float(decision_interval_s)
+        self.last_decision_s = -math.inf
+        self.deferred_until_s = math.inf  # a decision owed for finishes, made then at the latest
         self.links = LinkState()
         self.events = deque(sorted((e for e in events if e.network), key=lambda e: e.at_s))
         self.jobs = list(jobs)
@@ -567,6 +574,8 @@ class _Run:
             if self.events and self.events[0].at_s < next_s and (len(self.active) or self.running
                                                                  or self.arrivals):
                 next_s = self.events[0].at_s
+            if self.deferred_until_s < next_s:
+                next_s = self.deferred_until_s
             next_s = min(next_s, fluid.next_finish(self.active, self.table.remaining, self.rate, self.now_s))
             if next_s == math.inf:
                 if len(self.active) and not self.every_flow and not decided:
@@ -594,6 +603,8 @@ class _Run:
             if flows_changed and self.left_alone and not (faulted or expired or self.arrived):
                 flows_changed = False  # only flows alone on their links finished: same rates for the rest
                 self.skipped += 1
+            if self.decision_interval_s > 0.0:
+                flows_changed = self._owed(flows_changed, faulted or expired or bool(self.arrived))
         undone = [t for t, finish_s in enumerate(self.finish_s) if finish_s is None]
         if undone:
             raise SimulationError(
@@ -601,6 +612,20 @@ class _Run:
             )
         if self.check:
             self._check_delivered()
+
+    def _owed(self, finished_only: bool, urgent: bool) -> bool:
+        """Whether to decide now under a decision interval (module docstring, "Decision interval"):
+        finishes alone wait until the interval since the last decision has passed; a start, fault or
+        expiry decides at once, and so does the interval's end when a decision is owed."""
+        now_s = self.now_s
+        due_s = self.last_decision_s + self.decision_interval_s
+        if finished_only and not urgent and now_s < due_s:
+            self.deferred_until_s = min(self.deferred_until_s, due_s)
+            return False
+        if finished_only or urgent or now_s >= self.deferred_until_s - due_tolerance_s(now_s, now_s):
+            self.deferred_until_s = math.inf
+            return True
+        return False
 
     def _least_step_s(self) -> float:
         """The earliest time a step can end and move the bytes of every active flow that has a rate: at
@@ -742,6 +767,8 @@ class _Run:
     # ------------------------------------------------------------------ scheduling
     def _decide(self) -> None:
         self.decisions += 1
+        self.last_decision_s = self.now_s
+        self.deferred_until_s = math.inf
         if self.arrived:
             self.arrived.sort()
             table = self.table
