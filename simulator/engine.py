@@ -619,16 +619,16 @@ class _Run:
         if self.check:
             self._check_delivered()
 
-    def _owed(self, finished_only: bool, urgent: bool) -> bool:
+    def _owed(self, changed: bool, urgent: bool) -> bool:
         """Whether to decide now under a decision interval (module docstring, "Decision interval"):
-        finishes alone wait until the interval since the last decision has passed; a start, fault or
-        expiry decides at once, and so does the interval's end when a decision is owed."""
+        ``changed`` without ``urgent`` (a start, fault or expiry) means flows finished, which wait until
+        the interval since the last decision has passed; the interval's end decides what they owe."""
         now_s = self.now_s
         due_s = self.last_decision_s + self.decision_interval_s
-        if finished_only and not urgent and now_s < due_s:
+        if changed and not urgent and now_s < due_s:
             self.deferred_until_s = min(self.deferred_until_s, due_s)
             return False
-        if finished_only or urgent or now_s >= self.deferred_until_s - due_tolerance_s(now_s, now_s):
+        if changed or urgent or now_s >= self.deferred_until_s - due_tolerance_s(now_s, now_s):
             self.deferred_until_s = math.inf
             return True
         return False
