@@ -88,6 +88,10 @@ def main() -> int:
                         help="every this many seconds of wall time, print the running simulation's clock, "
                              "decisions and active flows")
     args = parser.parse_args()
+    if any(count < 0 for count in args.coflows or []):
+        parser.error("--coflows takes a count of 0 (the whole trace) or more")
+    if any(not interval >= 0 for interval in args.interval_ms or []):
+        parser.error("--interval-ms takes 0 (the exact rule) or more")
     current: list[engine._Run] = []
     if args.progress_s > 0:
         def report(_signum, _frame) -> None:
