@@ -1,59 +1,151 @@
-"""The exact rule's cost on FB2010 prefixes: the first N coflows, every arrival at 0 (offline).
+"""The exact rule's cost: FB2010 prefixes (offline or with the trace's arrivals) and multi-tenant fat-trees.
 
-Run: ``.venv/bin/python benchmarks/exact_rule_scaling.py [--coflows N]... [--scheduler NAME]...``
-(defaults: 100 coflows; coflow, sincronia, echelon).  Each scheduler runs in this process under the
-exact rule (a decision at every flow start and finish), without alone runs and without invariant checks,
-after an untimed fig2 run that loads the compiled kernels.  Prints per scheduler and prefix the wall
-time and CPU time (``time.process_time``: on a shared machine the steadier of the two), the simulator's
-decisions (and those skipped as changing nothing), the flows, the average CCT and the process's peak
-resident memory so far.
+Run: ``.venv/bin/python benchmarks/exact_rule_scaling.py [--coflows N]... [--own-arrivals]
+[--multitenant K]... [--scheduler NAME]... [--interval-ms MS]... [--progress-s S]``.
+
+* ``--coflows N``: the first N coflows of FB2010 (0: the whole hour), every arrival at 0 (offline)
+  unless ``--own-arrivals`` keeps the trace's.  Default when nothing is asked: 100 coflows, offline.
+* ``--multitenant K``: the scheduler matrix's heaviest multi-tenant cell on a k=K fat-tree
+  (``benchmarks/matrix/multitenant-k8.json`` and ``-k16.json``: 12 jobs on k=8, 48 on k=16, 2 iterations,
+  load 1.0, 1:1, seed 1).
+
+Schedulers (default coflow, sincronia, echelon) run in this process under the exact rule (a decision at
+every flow start and finish), without alone runs and without invariant checks, after an untimed fig2 run
+that loads the compiled kernels.  ``--interval-ms`` adds runs under a decision interval
+(``simulator.engine``, "Decision interval"; 0 is the exact rule, the default) and, where the exact run of
+the same workload and scheduler came first, their error against it: average and 99th-percentile
+completion time and the largest error of one job (coflow).  Prints per run the wall time and CPU time
+(``time.process_time``: on a shared machine the steadier of the two), the simulator's decisions (and
+those skipped as changing nothing), the flows, the average and 99th-percentile completion time (CCT for
+coflows, JCT for jobs) and the process's peak resident memory so far.  ``--progress-s`` prints a running
+simulation's clock every S seconds of wall time, to see how far a run that is cut off got.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import resource
+import signal
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from echelonflow import echelon as echelon_mod  # noqa: E402
-from echelonflow.scenario import load_scenario  # noqa: E402
+from echelonflow.scenario import Scenario, load_scenario, parse_scenario, resolve  # noqa: E402
 from echelonflow.schedulers import get_scheduler  # noqa: E402
 from simulator import engine  # noqa: E402
+
+#: The matrix's multi-tenant cell per fat-tree k: (jobs, iterations), at load 1.0, 1:1, seed 1.
+MULTITENANT = {8: (12, 2), 16: (48, 2)}
+
+
+def multitenant(k: int) -> Scenario:
+    """The bundled multitenant-k8 scenario redrawn as the matrix's heaviest cell on a k=``k`` fat-tree."""
+    path = resolve("multitenant-k8")
+    document = json.loads(path.read_text())
+    jobs, iterations = MULTITENANT[k]
+    document["topology"].update(k=k, oversubscription=1)
+    document["jobs"][0]["multi_tenant"].update(jobs=jobs, iterations=iterations, load=1.0, seed=1)
+    return parse_scenario(document, path)
+
+
+def workloads(args: argparse.Namespace) -> list[tuple[str, Scenario, list]]:
+    """(label, scenario, jobs) for every run asked for."""
+    out = []
+    if args.coflows or not args.multitenant:
+        fb2010 = load_scenario("fb2010")
+        for count in args.coflows or [100]:
+            chosen = fb2010.jobs[:count] if count > 0 else fb2010.jobs
+            if args.own_arrivals:
+                jobs, how = list(chosen), "arrivals"
+            else:
+                jobs, how = [dataclasses.replace(job, arrival_s=0.0) for job in chosen], "offline"
+            out.append((f"fb2010[:{len(jobs)}] {how}", fb2010, jobs))
+    for k in args.multitenant or []:
+        scenario = multitenant(k)
+        out.append((f"multitenant k={k}", scenario, list(scenario.jobs)))
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--coflows", type=int, action="append", default=None)
+    parser.add_argument("--coflows", type=int, action="append", default=None,
+                        help="the first N coflows of FB2010 (0: all of them); repeatable")
+    parser.add_argument("--own-arrivals", action="store_true",
+                        help="keep FB2010's arrival times instead of setting every arrival to 0")
+    parser.add_argument("--multitenant", type=int, action="append", choices=sorted(MULTITENANT),
+                        help="the matrix's multi-tenant cell on a k=K fat-tree; repeatable")
     parser.add_argument("--scheduler", action="append", default=None)
+    parser.add_argument("--interval-ms", type=float, action="append", default=None,
+                        help="decision interval in ms (0: the exact rule, the default); repeatable")
+    parser.add_argument("--progress-s", type=float, default=0.0,
+                        help="every this many seconds of wall time, print the running simulation's clock, "
+                             "decisions and active flows")
     args = parser.parse_args()
+    if any(count < 0 for count in args.coflows or []):
+        parser.error("--coflows takes a count of 0 (the whole trace) or more")
+    if any(not interval >= 0 for interval in args.interval_ms or []):
+        parser.error("--interval-ms takes 0 (the exact rule) or more")
+    current: list[engine._Run] = []
+    if args.progress_s > 0:
+        def report(_signum, _frame) -> None:
+            if current:
+                run = current[0]
+                print(f"  ... t={run.now_s:.3f}s decisions={run.decisions} active={len(run.active)} "
+                      f"cpu={time.process_time():.0f}s", flush=True)
+        signal.signal(signal.SIGALRM, report)
+        signal.setitimer(signal.ITIMER_REAL, args.progress_s, args.progress_s)
     warm = load_scenario("fig2")
     names = args.scheduler or ["coflow", "sincronia", "echelon"]
     for name in names:
         engine.simulate(warm.topology, warm.jobs, get_scheduler(name))
-    scenario = load_scenario("fb2010")
-    print(f"{'coflows':>7} {'scheduler':<10} {'wall_s':>8} {'cpu_s':>8} {'decisions':>9} {'skipped':>7} "
-          f"{'flows':>7} {'avg_cct_s':>9} {'peak_MiB':>8}", flush=True)
-    for count in args.coflows or [100]:
-        jobs = [dataclasses.replace(job, arrival_s=0.0) for job in scenario.jobs[:count]]
+    intervals = args.interval_ms or [0.0]
+    print(f"{'workload':<26} {'scheduler':<10} {'ms':>5} {'wall_s':>8} {'cpu_s':>8} {'decisions':>9} "
+          f"{'skipped':>7} {'flows':>7} {'avg_ct_s':>10} {'p99_ct_s':>10} {'peak_MiB':>8}  error vs exact",
+          flush=True)
+    for label, scenario, jobs in workloads(args):
         specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
         flows = sum(len(job.flows) for job in jobs)
         for name in names:
-            t0, cpu0 = time.perf_counter(), time.process_time()
-            with engine._collector_paused():
-                run = engine._Run(scenario.topology, jobs, get_scheduler(name), False, specs)
-                run.run()
-            wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-            ccts = [engine.completion_after_arrival_s(job, run.finish_s[base:base + len(job.tasks)])
-                    for job, base in zip(jobs, run.job_base)]
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            print(f"{count:>7} {name:<10} {wall:>8.1f} {cpu:>8.1f} {run.decisions:>9} {run.skipped:>7} "
-                  f"{flows:>7} {sum(ccts) / len(ccts):>9.5f} {peak:>8.0f}", flush=True)
+            exact: np.ndarray | None = None
+            for interval_ms in intervals:
+                t0, cpu0 = time.perf_counter(), time.process_time()
+                with engine._collector_paused():
+                    run = engine._Run(scenario.topology, jobs, get_scheduler(name), False, specs,
+                                      decision_interval_s=interval_ms / 1e3)
+                    current[:] = [run]
+                    run.run()
+                    current.clear()
+                wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+                finish_s = run.finish_s
+                times = np.array([engine.completion_after_arrival_s(job, finish_s[base:base + len(job.tasks)])
+                                  for job, base in zip(jobs, run.job_base)])
+                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+                error = ""
+                if interval_ms == 0:
+                    exact = times
+                elif exact is not None:
+                    error = _error(times, exact)
+                print(f"{label:<26} {name:<10} {interval_ms:>5g} {wall:>8.1f} {cpu:>8.1f} {run.decisions:>9} "
+                      f"{run.skipped:>7} {flows:>7} {times.mean():>10.5f} {np.percentile(times, 99):>10.5f} "
+                      f"{peak:>8.0f}  {error}", flush=True)
     return 0
+
+
+def _error(times: np.ndarray, exact: np.ndarray) -> str:
+    """Relative error of the average and the 99th percentile, and the largest of one job (whose exact
+    time is above 0), against the exact rule's times."""
+    average = times.mean() / exact.mean() - 1
+    p99 = np.percentile(times, 99) / np.percentile(exact, 99) - 1
+    timed = exact > 0
+    worst = np.abs(times[timed] / exact[timed] - 1).max() if timed.any() else 0.0
+    return f"avg {average:+.2e} p99 {p99:+.2e} worst job {worst:.2e}"
 
 
 if __name__ == "__main__":

@@ -38,6 +38,12 @@ operations in the same order, ties between links keep their order.  A scheduler 
 (SEBF, MADD, BSSI, echelon's order and estimates) or the clock is asked at every such event, since its
 numbers move with them (docs/performance.md, "Decisions that change nothing").
 
+Decision interval.  ``_Run(decision_interval_s=D)``, D > 0, is a rule change offered for studies that
+trade exactness for time (``benchmarks/exact_rule_scaling.py --interval-ms`` measures its error against
+the exact rule): a finish that comes less than D after the last decision waits, with every other rate
+unchanged and the freed capacity idle, until D has passed; a start, fault or expiry decides at once.
+D = 0, the default, is the exact rule.  It cannot be combined with the coflow rule.
+
 A job's completion time counts from its arrival.  Slowdown of a job = its completion time with all jobs
 together / its completion time when it runs alone on the same network with the same scheduler (one
 extra run per job when there are several).
@@ -334,9 +340,16 @@ class _Run:
         self, topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, check: bool,
         specs: Mapping[str, Mapping[str, EchelonSpec]], events: Sequence[FaultEvent] = (),
         prepared: dict[str, _JobIndex] | None = None, every_flow: bool = True,
+        decision_interval_s: float = 0.0,
     ) -> None:
         self.topology = topology
         self.every_flow = every_flow
+        # Module docstring, "Decision interval": 0 is the exact rule.
+        if decision_interval_s < 0 or (decision_interval_s > 0 and not every_flow):
+            raise ValueError("a decision interval is >= 0 and applies to the every-flow rule only")
+        self.decision_interval_s = float(decision_interval_s)
+        self.last_decision_s = -math.inf
+        self.deferred_until_s = math.inf  # a decision owed for finishes, made then at the latest
         self.links = LinkState()
         self.events = deque(sorted((e for e in events if e.network), key=lambda e: e.at_s))
         self.jobs = list(jobs)
@@ -566,6 +579,8 @@ class _Run:
             if self.events and self.events[0].at_s < next_s and (len(self.active) or self.running
                                                                  or self.arrivals):
                 next_s = self.events[0].at_s
+            if self.deferred_until_s < next_s:
+                next_s = self.deferred_until_s
             next_s = min(next_s, fluid.next_finish(self.active, self.table.remaining, self.rate, self.now_s))
             if next_s == math.inf:
                 if len(self.active) and not self.every_flow and not decided:
@@ -593,6 +608,8 @@ class _Run:
             if flows_changed and self.left_alone and not (faulted or expired or self.arrived):
                 flows_changed = False  # only flows alone on their links finished: same rates for the rest
                 self.skipped += 1
+            if self.decision_interval_s > 0.0:
+                flows_changed = self._owed(flows_changed, faulted or expired or bool(self.arrived))
         undone = [t for t, finish_s in enumerate(self.finish_s) if finish_s is None]
         if undone:
             raise SimulationError(
@@ -600,6 +617,20 @@ class _Run:
             )
         if self.check:
             self._check_delivered()
+
+    def _owed(self, changed: bool, urgent: bool) -> bool:
+        """Whether to decide now under a decision interval (module docstring, "Decision interval"):
+        ``changed`` without ``urgent`` (a start, fault or expiry) means flows finished, which wait until
+        the interval since the last decision has passed; the interval's end decides what they owe."""
+        now_s = self.now_s
+        due_s = self.last_decision_s + self.decision_interval_s
+        if changed and not urgent and now_s < due_s:
+            self.deferred_until_s = min(self.deferred_until_s, due_s)
+            return False
+        if changed or urgent or now_s >= self.deferred_until_s - due_tolerance_s(now_s, now_s):
+            self.deferred_until_s = math.inf
+            return True
+        return False
 
     def _least_step_s(self) -> float:
         """The earliest time a step can end and move the bytes of every active flow that has a rate: at
@@ -741,6 +772,8 @@ class _Run:
     # ------------------------------------------------------------------ scheduling
     def _decide(self) -> None:
         self.decisions += 1
+        self.last_decision_s = self.now_s
+        self.deferred_until_s = math.inf
         if self.arrived:
             self.arrived.sort()
             table = self.table
