@@ -260,7 +260,9 @@ class SchedulingService:
         """A flow finished: the scheduler hears of it, and its capacity goes to the others at once, not
         at the next interval."""
         self._observe("finish", flow_key)
-        return self.reschedule("departure")
+        report = self.reschedule("departure")
+        self.registry.expire(self.now())
+        return report
 
     def on_links_changed(self) -> tuple[list[str], RoundReport]:
         """A link or switch went down or came back (``registry.links`` already says so): re-pin.
@@ -297,7 +299,9 @@ class SchedulingService:
     def tick(self) -> RoundReport | None:
         """Reschedule if the interval has passed since the last round (of any reason)."""
         if self.now() - self._last_run_s >= self.interval_s:
-            return self.reschedule("interval")
+            report = self.reschedule("interval")
+            self.registry.expire(self.now())  # done jobs past their retention leave memory
+            return report
         return None
 
     def run(self, sleep: Callable[[float], Any]) -> None:
@@ -495,9 +499,10 @@ class SchedulingService:
         return result
 
     # ------------------------------------------------------------------ reads
-    def allocation(self, flow_key: str) -> dict[str, Any]:
-        """The flow's current allocation as the API reports it."""
-        flow = self.registry.flows[flow_key]
+    def allocation(self, flow_key: str, flow: FlowRecord | None = None) -> dict[str, Any]:
+        """The flow's current allocation as the API reports it (``flow``: its record when it is not in
+        the registry's memory, a done flow of an archived job)."""
+        flow = self.registry.flows[flow_key] if flow is None else flow
         decision = self.state.decision
         decided = flow_key in decision.rate_bps and flow.state == "active"
         installed = self.installed.get(self.enforcement_key(flow_key)) if flow.state == "active" else None

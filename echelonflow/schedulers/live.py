@@ -212,6 +212,30 @@ class LiveFlowTable:
         if len(self.row_ids) - len(self.row_of) > len(self.row_of) + COMPACT_SLACK:
             self._compact()
 
+    def drop_group(self, group_id: str) -> None:
+        """The group is gone for good (the controller forgot its job) and has no row left: its slot is
+        freed, all at once when the dropped slots outnumber the kept ones, so the table's size follows
+        the live groups, not every group there ever was."""
+        if self.group_slot.pop(group_id, None) is None:
+            return
+        self.group_labels.remove(group_id)
+        if len(self.slot_ids) - len(self.group_slot) > len(self.group_slot) + COMPACT_SLACK:
+            self._compact()  # first the dead rows, which may still name dropped slots
+            self._compact_groups()
+
+    def _compact_groups(self) -> None:
+        keep = sorted(self.group_slot.values())
+        renumber = {old: new for new, old in enumerate(keep)}
+        self.group.replace([renumber[slot] for slot in self.group.view()])
+        for column in (self.reference, self.admission_key):
+            old = column.view()
+            column.replace([old[slot] for slot in keep])
+        self.group_label = [self.group_label[slot] for slot in keep]
+        self.slot_members = [self.slot_members[slot] for slot in keep]
+        self.slot_ids = [self.slot_ids[slot] for slot in keep]
+        self.group_slot = {gid: renumber[slot] for gid, slot in self.group_slot.items()}
+        self.members_cache = None
+
     def set_remaining(self, flow_id: str, remaining_bytes: float) -> None:
         self.remaining.data[self.row_of[flow_id]] = float(remaining_bytes)
 
