@@ -430,6 +430,7 @@ ENFORCEMENT_BODY_BYTES = 8 << 20
 MAX_WAIT_S = 60.0
 WAIT = (Field("wait_s", seconds(0.0, MAX_WAIT_S, above=True)),)
 PAGE = (Field("limit", paging.read_limit, default=paging.DEFAULT_LIMIT), Field("cursor", paging.read_cursor))
+HEAVY_PAGE = (Field("limit", paging.read_heavy_limit, default=paging.DEFAULT_LIMIT), PAGE[1])
 STATE = (Field("state", choice(*STATES)),)
 START_ON_PORTS = _body("src_port", "dst_port", start_s=None)
 START_ON_CHANNEL = _body("channel_id", start_s=None)
@@ -445,7 +446,7 @@ ROUTES: list[tuple[re.Pattern[str], dict[str, Endpoint]]] = [
     _route("/topology", GET=Endpoint(Api.get_topology)),
     _route("/links", GET=Endpoint(Api.get_links)),
     _route("/echelons", GET=Endpoint(Api.get_echelons, query=(Field("recent_s", seconds(0.0, 86400.0)),
-                                                              *PAGE))),
+                                                              *HEAVY_PAGE))),
     _route("/rounds", GET=Endpoint(Api.get_rounds, query=(Field("limit", count(1, RECENT_ROUNDS),
                                                                 default=20),))),
     _route("/enforcement", GET=Endpoint(Api.get_enforcement),

@@ -25,13 +25,17 @@ from typing import Any
 
 from controller.validation import ApiError, count
 
-#: Items a page holds when the request gives no ``limit``, and the most it may ask for.
-DEFAULT_LIMIT = 100
-MAX_LIMIT = 500
+#: Items a page holds when the request gives no ``limit``, and the most it may ask for: a page is served
+#: in one go on the controller's hub, so its cost is what a scheduling round may wait (docs/api.md).
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+#: The most of a list whose items are heavy (``/v1/echelons``: each EchelonFlow with its flows).
+MAX_HEAVY_LIMIT = 50
 #: A cursor is valid for the process that made it (ordinals restart with the process).
 EPOCH = secrets.token_hex(4)
 
 read_limit = count(1, MAX_LIMIT)
+read_heavy_limit = count(1, MAX_HEAVY_LIMIT)
 
 
 class OrderedKeys:

@@ -61,6 +61,7 @@ def test_flow_pages_filter_on_the_server(served):
     ("/jobs?cursor=bm90LWEtY3Vyc29y", "cursor"), ("/flows?cursor=abc", "cursor"),
     ("/echelons?recent_s=60&limit=-1", "limit"), ("/channels?limit=x", "limit"),
     ("/jobs/j/flows?cursor=zz", "cursor"), ("/jobs?limit=2&limit=3", "limit"),
+    ("/echelons?limit=51", "limit"),
 ])
 def test_a_bad_limit_or_cursor_is_refused_by_name(served, query, field):
     served.client.register_job("j")

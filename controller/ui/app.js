@@ -5,7 +5,7 @@ import { drawTopology, updateLinks } from "./topology.js";
 
 const POLL_MS = 1000;
 const RECENT_S = 60;
-const PAGE_LIMIT = 500; // the API's largest page (docs/api.md, "Pages")
+const PAGE_LIMIT = 50; // the largest page of /v1/echelons (docs/api.md, "Pages")
 const $ = (id) => document.getElementById(id);
 let topologyName = null;
 let polls = 0;
