@@ -18,8 +18,10 @@ the service's first round, in this process).
 
 ``--stall-s S`` (default 3): the decision delay while reads are polled.  The registry is then served over
 real HTTP (``controller.api_server``: eventlet hub in a thread) with a green thread that asks for a
-scheduling round every 20 ms and records how late it woke; first alone, then while a separate client
-process polls the largest pages (200 jobs, 200 flows, 50 EchelonFlows, 50 recent ones) in a loop.
+scheduling round every 20 ms and records how late it woke; first alone, then while another process
+only burns a core (the shared machine's part of the delay), then while a separate client
+process polls the largest pages (200 jobs, 200 flows, 50 EchelonFlows, 50 recent ones) in a loop; and
+how long each request held the hub (the WSGI call, JSON encoding included).
 RSS is reported against the empty controller and against the warm one (after the first ``--window``
 jobs: the scheduler's kernels compiled, the caches filled).
 
@@ -53,6 +55,8 @@ READS = {"jobs": "/v1/jobs", "flows": "/v1/flows", "echelons": "/v1/echelons",
          "echelons_recent_60": "/v1/echelons?recent_s=60", "health": "/v1/health",
          "jobs_200": "/v1/jobs?limit=200", "flows_200": "/v1/flows?limit=200",
          "echelons_recent_60_50": "/v1/echelons?recent_s=60&limit=50"}
+#: A process that only burns a core for argv[1] seconds.
+BURN = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end: pass"
 POLLED = ["/v1/jobs?limit=200", "/v1/flows?limit=200", "/v1/echelons?limit=50",
           "/v1/echelons?recent_s=60&limit=50"]
 
@@ -154,24 +158,38 @@ def stalls(ctl: Controller, workdir: str, seconds: float) -> dict[str, Any]:
             delays.append(time.perf_counter() - asked - period_s)
             ctl.service.reschedule("probe")
 
-    server = ApiServer(ctl.api, port=0, socket_path=os.path.join(workdir, "api.sock"))
+    held: list[float] = []
+
+    def timed_api(environ: dict[str, Any], start_response: Any) -> Any:
+        began = time.perf_counter()  # the hub is held from here to the answer's bytes
+        try:
+            return ctl.api(environ, start_response)
+        finally:
+            held.append(time.perf_counter() - began)
+
+    server = ApiServer(timed_api, port=0, socket_path=os.path.join(workdir, "api.sock"))
     thread = run_in_thread(server, tasks=(probe,))
     out: dict[str, Any] = {}
     try:
-        for phase in ("alone", "polled"):
+        for phase in ("alone", "cpu_busy", "polled"):
             delays.clear()
+            held.clear()
+            reads = 0
             if phase == "polled":
                 proc = subprocess.run([sys.executable, __file__, "--reader", server.socket_path,
                                        "--stall-s", str(seconds)], capture_output=True, text=True, check=True)
                 reads = int(proc.stdout.strip() or 0)
+            elif phase == "cpu_busy":  # another process takes a core, reading nothing: the machine's part
+                subprocess.run([sys.executable, "-c", BURN, str(seconds)], check=True)
             else:
                 time.sleep(seconds)
-                reads = 0
             got = sorted(delays)
             out[phase] = {"rounds": len(got), "reads": reads,
                           "delay_p50_ms": 1000 * got[len(got) // 2],
                           "delay_p99_ms": 1000 * got[min(len(got) - 1, int(0.99 * len(got)))],
-                          "delay_max_ms": 1000 * got[-1]}
+                          "delay_max_ms": 1000 * got[-1],
+                          "read_held_p50_ms": 1000 * statistics.median(held) if held else None,
+                          "read_held_max_ms": 1000 * max(held) if held else None}
     finally:
         stop[0] = True
         thread.stop()

@@ -9,6 +9,9 @@ own network namespaces and cannot reach the root namespace's 127.0.0.1, but they
 * Unix: ``/run/echelon/controller-<port>.sock`` by default, mode 0600 (root only, like the token).
   A stale socket file from a dead controller is replaced; a live one is an error (two controllers).
 
+A client polling in a loop cannot hold the hub: the server yields to the hub before each request, so a
+scheduling round due meanwhile waits for one request at most (docs/api.md, "Pages").
+
 Slow clients cannot starve the others.  eventlet.wsgi serves each connection in a green thread from a
 pool (1,024 by default) and its socket timeout bounds only the wait for *each* read, so a client that
 sends one header byte every few seconds (slowloris) held its thread for ever: 1,100 such connections
@@ -214,6 +217,11 @@ class _DeadlineProtocol(eventlet.wsgi.HttpProtocol):
     reject_bad_requests = False  # framing_problem refuses them, answered in JSON like every refusal
 
     def handle_one_request(self) -> None:
+        # A keep-alive client that sends its next request at once finds its bytes already read: the
+        # green thread would serve it without ever yielding, and a client polling in a loop would hold
+        # the hub for as many requests as it sends.  One turn of the hub before each request lets a
+        # scheduling round (or an OpenFlow handler) due meanwhile go first: it waits at most one request.
+        eventlet.sleep(0)
         # socket.timeout is what eventlet's server expects from a slow client: it just closes the socket
         self._head_timer = eventlet.Timeout(self.request_timeout_s, socket.timeout("request head too slow"))
         try:
