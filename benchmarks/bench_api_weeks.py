@@ -12,18 +12,20 @@ fastest honest path to 100,000 jobs in minutes.  The service's clock is simulate
 Every ``--every`` jobs it records (the soak series): RSS, open files, store size (with its WAL), jobs
 in memory, each read's median of 5 (``GET /v1/jobs``, ``/v1/flows``, ``/v1/echelons``,
 ``/v1/echelons?recent_s=60``, ``/v1/health``, first page at the default limit and at the largest), and the
-mean lifecycle of the jobs since the last record.  At the end: the lifecycle of the last window against
-the first, RSS against the empty controller, and a restart on the grown store (``open_registry`` plus
-the service's first round, in this process).
+mean lifecycle of the last ``--window`` jobs.  At the end:
 
-``--stall-s S`` (default 3): the decision delay while reads are polled.  The registry is then served over
-real HTTP (``controller.api_server``: eventlet hub in a thread) with a green thread that asks for a
-scheduling round every 20 ms and records how late it woke; first alone, then while another process
-only burns a core (the shared machine's part of the delay), then while a separate client
-process polls the largest pages (200 jobs, 200 flows, 50 EchelonFlows, 50 recent ones) in a loop; and
-how long each request held the hub (the WSGI call, JSON encoding included).
-RSS is reported against the empty controller and against the warm one (after the first ``--window``
-jobs: the scheduler's kernels compiled, the caches filled).
+* a job's lifecycle on the grown controller against a fresh one's first jobs, in alternating windows
+  (the shared machine's load drifts over a long run, so the series' first and last windows alone do not
+  compare);
+* RSS against the empty controller (started: its first round done, the scheduler's kernels loaded) and
+  against the warm one (after the first ``--window`` jobs);
+* a restart on the grown store (``open_registry`` plus the service's first round, in this process);
+* with ``--stall-s S`` (default 3), the decision delay while reads are polled.  The registry is then
+  served over real HTTP (``controller.api_server``: eventlet hub in a thread) with a green thread that
+  asks for a scheduling round every 20 ms and records how late it woke: first alone, then while another
+  process only burns a core (the shared machine's part of the delay), then while a separate client
+  process polls the largest pages (200 jobs, 200 flows, 50 EchelonFlows, 50 recent ones) in a loop; and
+  how long each request held the hub (the WSGI call, JSON encoding included).
 
 Usage: ``.venv/bin/python benchmarks/bench_api_weeks.py [--jobs 100000] [--every 10000] [--json PATH]``.
 """
@@ -70,6 +72,7 @@ class Controller:
         self.registry = open_registry(self.topology, store_path)
         self.service = SchedulingService(self.registry, None, now=lambda: self.now_s, interval_s=3600.0)
         self.api = Api(self.service, TOKEN)
+        self.service.start()  # as the controller does when it starts (the scheduler's kernels load here)
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         raw = b"" if body is None else json.dumps(body).encode()
@@ -125,6 +128,24 @@ def record(ctl: Controller, store: str, jobs: int, lifecycle_ms: float | None) -
             "open_files": len(os.listdir("/proc/self/fd")), "store_bytes": store_bytes(store),
             "jobs_in_memory": len(ctl.registry.jobs), "flows_in_memory": len(ctl.registry.flows),
             "lifecycle_ms": lifecycle_ms, "read_ms": reads}
+
+
+def lifecycle_against_fresh(ctl: Controller, workdir: str, done: int, rounds: int = 5,
+                            jobs: int = 200) -> dict[str, Any]:
+    """A job's lifecycle on the grown controller against a fresh one's first jobs, timed in alternating
+    windows of ``jobs`` jobs (``rounds`` each), so the machine's load, which drifts over a long run on a
+    shared machine, weighs on both alike."""
+    fresh = Controller(os.path.join(workdir, "fresh.sqlite"))
+    grown_ms, fresh_ms = [], []
+    for r in range(rounds):
+        for controller, first, out in ((fresh, r * jobs, fresh_ms), (ctl, done + r * jobs, grown_ms)):
+            began = time.perf_counter()
+            for index in range(first, first + jobs):
+                controller.lifecycle(index, 12.0)
+            out.append(1000 * (time.perf_counter() - began) / jobs)
+    fresh.registry.store.close()
+    return {"fresh_ms": fresh_ms, "grown_ms": grown_ms,
+            "ratio": statistics.median(grown_ms) / statistics.median(fresh_ms)}
 
 
 # ------------------------------------------------------------------------------------------ stalls
@@ -225,6 +246,7 @@ def main() -> int:
             series.append(record(ctl, store, done, lifecycle_ms))
             print(json.dumps(series[-1]), file=sys.stderr, flush=True)
     grow_s = time.perf_counter() - began
+    against_fresh = lifecycle_against_fresh(ctl, workdir, args.jobs)
     stall = stalls(ctl, workdir, args.stall_s)
     ctl.registry.store.close()
     started = time.perf_counter()
@@ -237,6 +259,7 @@ def main() -> int:
         "read_ms_at_end": last["read_ms"], "lifecycle_first_ms": first["lifecycle_ms"],
         "lifecycle_last_ms": last["lifecycle_ms"],
         "lifecycle_ratio": last["lifecycle_ms"] / first["lifecycle_ms"],
+        "lifecycle_against_fresh": against_fresh,
         "rss_empty_mib": empty_rss, "rss_warm_mib": first["rss_mib"], "rss_end_mib": last["rss_mib"],
         "rss_growth_from_empty_mib": last["rss_mib"] - empty_rss,
         "rss_growth_from_warm_mib": last["rss_mib"] - first["rss_mib"],

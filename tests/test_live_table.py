@@ -28,7 +28,7 @@ from controller.store import open_registry
 from echelonflow.schedulers import get_scheduler, kernels
 from echelonflow.schedulers.echelon import ORDERINGS, EchelonScheduler, EchelonVarysScheduler
 from echelonflow.schedulers.fair import FairScheduler
-from echelonflow.schedulers.live import COMPACT_SLACK, LiveFlowTable, OrderLabels
+from echelonflow.schedulers.live import COMPACT_SLACK, GROUP_SLACK, LiveFlowTable, OrderLabels
 from echelonflow.schedulers.varys import CoflowScheduler, FifoScheduler, PortFairScheduler
 from echelonflow.schedulers.view import decide_snapshot
 from echelonflow.topology import fattree
@@ -319,7 +319,7 @@ def test_groups_of_forgotten_jobs_leave_the_table_and_decisions_stay_equal() -> 
         reg.expire(2.0 + j)
         slots.append(len(reg._table.slot_ids))
     assert list(reg.jobs)[0] == "live" and len(reg.jobs) == 4
-    assert max(slots) < 2 * 4 + COMPACT_SLACK + 2  # dropped slots are swept: bounded by the live ones
+    assert max(slots) < 2 * 5 + GROUP_SLACK + 2  # dropped slots are swept: bounded by the live ones
     assert compare(reg, 3.0 * COMPACT_SLACK, "after many forgotten jobs") == []
     reg.flow_started("live", "l1", 9001, 5201, 3.0 * COMPACT_SLACK)
     assert compare(reg, 3.0 * COMPACT_SLACK + 1, "a live group after the sweep") == []

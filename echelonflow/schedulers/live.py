@@ -35,6 +35,9 @@ from echelonflow.schedulers.view import FlowView, GroupView, JobProfile
 
 #: Compact when dead rows exceed live ones and this many.
 COMPACT_SLACK = 1024
+#: Dropped group slots kept beyond the live ones before they are swept: every round and every
+#: declaration walks the slots, so fewer than dead rows (a sweep costs a walk of the rows).
+GROUP_SLACK = 64
 
 
 class OrderLabels:
@@ -219,7 +222,7 @@ class LiveFlowTable:
         if self.group_slot.pop(group_id, None) is None:
             return
         self.group_labels.remove(group_id)
-        if len(self.slot_ids) - len(self.group_slot) > len(self.group_slot) + COMPACT_SLACK:
+        if len(self.slot_ids) - len(self.group_slot) > len(self.group_slot) + GROUP_SLACK:
             self._compact()  # first the dead rows, which may still name dropped slots
             self._compact_groups()
 
