@@ -1,5 +1,10 @@
 """The controller's HTTP API as a plain WSGI application (routing, auth, validation, JSON errors).
 
+:data:`ROUTES` is the API in one table: each route's methods, each an :class:`Endpoint` naming its
+handler, whether it needs the token, and the body fields and query parameters it takes, both declared as
+``echelonflow.fields.Field`` and read by ``fields.read``.  Lists answer a page at a time
+(``controller.listing``); a job that left memory is read from the store (``controller.archive``).
+
 Framework-free on purpose: os-ken dropped Ryu's WSGI layer, and the standard WSGI interface runs under
 ``eventlet.wsgi`` (the controller's hub, see ``controller.api_server``) as well as under any test server.
 Endpoints are documented in ``docs/api.md``.
