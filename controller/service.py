@@ -261,7 +261,7 @@ class SchedulingService:
         at the next interval."""
         self._observe("finish", flow_key)
         report = self.reschedule("departure")
-        self.registry.expire(self.now())
+        self._expire()
         return report
 
     def on_links_changed(self) -> tuple[list[str], RoundReport]:
@@ -300,9 +300,17 @@ class SchedulingService:
         """Reschedule if the interval has passed since the last round (of any reason)."""
         if self.now() - self._last_run_s >= self.interval_s:
             report = self.reschedule("interval")
-            self.registry.expire(self.now())  # done jobs past their retention leave memory
+            self._expire()
             return report
         return None
+
+    def _expire(self) -> None:
+        """Done jobs past their retention leave memory (``Registry.expire``); a failure (the store) is
+        logged, not the caller's: its event is in the registry already, the next round tries again."""
+        try:
+            self.registry.expire(self.now())
+        except Exception:  # noqa: BLE001 - the finish that triggered it succeeded
+            LOG.exception("retention of done jobs failed; tried again at the next round")
 
     def run(self, sleep: Callable[[float], Any]) -> None:
         """Interval loop for a green thread: ``hub.spawn(service.run, hub.sleep)``; ends on :meth:`stop`."""
