@@ -55,8 +55,7 @@ def flows(registry: Registry, limit: int, cursor: str | None, job_id: str | None
 
 
 def channels(registry: Registry, limit: int, cursor: str | None) -> tuple[list[Any], str | None]:
-    """Channels in the order they were registered, numbered by position (few: each is a live
-    connection, and one page holds them all at the default limit; a channel removed between two pages
-    moves the later ones one place forward, so a walk can miss one)."""
-    after = CHANNELS.decode(cursor)
-    return page(((i, c) for i, c in enumerate(registry.channels.values()) if i > after), limit, CHANNELS)
+    """Channels in the order they were registered."""
+    channels = registry.channels
+    pairs = ((ordinal, channels[key]) for ordinal, key in channels.order.after(CHANNELS.decode(cursor)))
+    return page(pairs, limit, CHANNELS)

@@ -120,3 +120,15 @@ def test_recent_echelons_from_the_index_are_those_of_the_definition(served, seed
         got = c.pages("/echelons", "echelons", limit=3, recent_s=recent_s)
         expected = _recent_by_definition(every, served.now_s - recent_s)
         assert [(e["job_id"], e["echelon_id"]) for e in got] == expected, recent_s
+
+
+def test_a_walk_of_the_channels_meets_each_once_while_some_are_removed(served):
+    c = served.client
+    for i in range(9):
+        c.register_channel(f"c{i}", "h1", "h2", 30000 + i, 5201)
+    first = c.request("GET", "/channels?limit=4")
+    c.remove_channel("c0")  # one already walked: the next page starts where the last one ended
+    c.remove_channel("c5")
+    rest = c.pages("/channels", "channels", limit=4, cursor=first["next_cursor"])
+    walked = [ch["channel_id"] for ch in first["channels"] + rest]
+    assert walked == ["c0", "c1", "c2", "c3", "c4", "c6", "c7", "c8"]
