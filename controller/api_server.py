@@ -498,10 +498,13 @@ def run_in_thread(server: ApiServer, tasks: tuple[Callable[[], Any], ...] = ()) 
 
 
 # --------------------------------------------------------------------------- standalone
+#: The controller settings the standalone server takes as options too (``--retain-done-s``, ...).
+RETENTION_SETTINGS = ("retain_done_jobs", "retain_done_s", "archive_done_s")
 def main(argv: list[str] | None = None) -> int:
     """Serve a registry with no OpenFlow fabric (enforcement disabled) until interrupted."""
     from controller.api import Api
     from controller.auth import DEFAULT_TOKEN_PATH, generate_token, write_token
+    from controller.config import add_arguments, from_arguments
     from controller.owner_lock import own_store_and_token
     from controller.registry import Registry
     from controller.service import SchedulingService
@@ -517,10 +520,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default=None, help="SQLite path (default: memory only)")
     parser.add_argument("--token-file", default=DEFAULT_TOKEN_PATH)
     parser.add_argument("--interval-s", type=float, default=0.5)
+    add_arguments(parser, RETENTION_SETTINGS)  # how long done jobs stay (docs/controller-config.md)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         topo = topology_from_arguments(args)
+        retention = from_arguments(args, RETENTION_SETTINGS).retention
         if not args.interval_s > 0:
             raise ValueError(f"--interval-s must be > 0, got {args.interval_s!r}")
         for what, path in (("--store", args.store), ("--token-file", args.token_file)):
@@ -529,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         server = ApiServer(None, host=args.host, port=args.port, socket_path=args.socket)
         server.check()  # everything that can be refused is, before the first write (locks, store, token)
         locks = own_store_and_token(args.store or ":memory:", args.token_file)  # noqa: F841 - held till exit
-        registry = open_registry(topo, args.store) if args.store else Registry(topo)
+        registry = (open_registry(topo, args.store, retention) if args.store
+                    else Registry(topo, retention=retention))
         service = SchedulingService(registry, None, interval_s=args.interval_s, event_factory=GreenEvent)
         token = generate_token()
         write_token(args.token_file, token)

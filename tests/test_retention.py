@@ -111,3 +111,18 @@ def test_a_restart_loads_only_what_memory_held(tmp_path):
         assert list(registry.jobs) == ["live"]
     finally:
         registry.store.close()
+
+
+def test_the_standalone_server_takes_the_retention_settings(tmp_path):
+    """``python -m controller.api_server --retain-done-s`` (as ``echelon controller`` takes every setting):
+    a bad value is one line naming the option, exit 2, nothing written."""
+    import subprocess
+    import sys
+
+    token = tmp_path / "token"
+    proc = subprocess.run([sys.executable, "-m", "controller.api_server", "--port", "0", "--socket",
+                           str(tmp_path / "s.sock"), "--token-file", str(token), "--retain-done-s", "soon"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --retain-done-s: must be a number")
+    assert list(tmp_path.iterdir()) == []
