@@ -1,5 +1,10 @@
 """The controller's HTTP API as a plain WSGI application (routing, auth, validation, JSON errors).
 
+:data:`ROUTES` is the API in one table: each route's methods, each an :class:`Endpoint` naming its
+handler, whether it needs the token, and the body fields and query parameters it takes, both declared as
+``echelonflow.fields.Field`` and read by ``fields.read``.  Lists answer a page at a time
+(``controller.listing``); a job that left memory is read from the store (``controller.archive``).
+
 Framework-free on purpose: os-ken dropped Ryu's WSGI layer, and the standard WSGI interface runs under
 ``eventlet.wsgi`` (the controller's hub, see ``controller.api_server``) as well as under any test server.
 Endpoints are documented in ``docs/api.md``.
@@ -24,16 +29,17 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Callable
 
-from controller import views
+from controller import archive, listing, paging, views
 from controller.auth import bearer_ok
 from controller.dashboard import PREFIX as UI_PREFIX
 from controller.dashboard import Dashboard
 from controller.enforcement_api import EnforcementEndpoints
 from controller.live_view import LiveView
-from controller.registry import STATES
+from controller.registry import STATES, Registry
 from controller.service import RECENT_PASSES, SchedulingService
 from controller.store import StoreError
 from controller.validation import (
@@ -42,11 +48,10 @@ from controller.validation import (
     ApiError,
     choice,
     count,
-    fields,
     read_query,
     seconds,
 )
-from echelonflow.fields import FieldError
+from echelonflow.fields import Field, FieldError, read
 from echelonflow.fileio import JsonLimitError, loads_strict
 
 LOG = logging.getLogger("echelon.api")
@@ -56,56 +61,29 @@ DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: ~8,000 flow declarations in one reque
 StartResponse = Callable[..., Any]
 
 
-#: A full 10,000-operation enforcement batch is 2-4 MB of JSON (docs/api.md): that endpoint gets more room.
-BODY_LIMITS = {"post_enforcement": 8 << 20}
 #: Deepest JSON nesting a request may have (the deepest valid body, a batch's match, has 4 levels).
 MAX_DEPTH = 32
 
-_ID = r"([^/]+)"
-# (pattern, {method: (handler name, needs auth)})
-ROUTES: list[tuple[re.Pattern[str], dict[str, tuple[str, bool]]]] = [
-    (re.compile(r"^/health$"), {"GET": ("health", False)}),
-    (re.compile(r"^/scheduler$"), {"GET": ("get_scheduler", False), "PUT": ("put_scheduler", True)}),
-    (re.compile(r"^/flows$"), {"GET": ("list_all_flows", False)}),
-    (re.compile(r"^/allocations$"), {"GET": ("get_allocations", False)}),
-    (re.compile(r"^/topology$"), {"GET": ("get_topology", False)}),
-    (re.compile(r"^/links$"), {"GET": ("get_links", False)}),
-    (re.compile(r"^/echelons$"), {"GET": ("get_echelons", False)}),
-    (re.compile(r"^/rounds$"), {"GET": ("get_rounds", False)}),
-    (re.compile(r"^/enforcement$"), {"GET": ("get_enforcement", False), "POST": ("post_enforcement", True)}),
-    (re.compile(r"^/jobs$"), {"GET": ("list_jobs", False), "POST": ("post_job", True)}),
-    (re.compile(r"^/channels$"), {"GET": ("list_channels", False), "POST": ("post_channel", True)}),
-    (re.compile(rf"^/channels/{_ID}$"), {"GET": ("get_channel", False), "DELETE": ("delete_channel", True)}),
-    (re.compile(rf"^/jobs/{_ID}$"), {"GET": ("get_job", False)}),
-    (re.compile(rf"^/jobs/{_ID}/abort$"), {"POST": ("post_abort", True)}),
-    (re.compile(rf"^/jobs/{_ID}/echelons$"),
-     {"GET": ("list_echelons", False), "POST": ("post_echelon", True)}),
-    (re.compile(rf"^/jobs/{_ID}/echelons/{_ID}$"), {"GET": ("get_echelon", False)}),
-    (re.compile(rf"^/jobs/{_ID}/echelons/{_ID}/flows$"), {"POST": ("post_flows", True)}),
-    (re.compile(rf"^/jobs/{_ID}/flows$"), {"GET": ("list_flows", False)}),
-    (re.compile(rf"^/jobs/{_ID}/flows/{_ID}$"), {"GET": ("get_flow", False)}),
-    (re.compile(rf"^/jobs/{_ID}/flows/{_ID}/start$"), {"POST": ("post_start", True)}),
-    (re.compile(rf"^/jobs/{_ID}/flows/{_ID}/progress$"), {"POST": ("post_progress", True)}),
-    (re.compile(rf"^/jobs/{_ID}/flows/{_ID}/finish$"), {"POST": ("post_finish", True)}),
-    (re.compile(rf"^/jobs/{_ID}/flows/{_ID}/allocation$"), {"GET": ("get_allocation", False)}),
-]
 
+class Request:
+    """What a handler gets besides the path's ids: the query as its endpoint declares it, read already,
+    and the body, read by :meth:`body` against the endpoint's fields when the handler asks (after it
+    looked up the job or flow the path names, so an unknown one is a 404 whatever the body)."""
 
-#: Longest ``?wait_s=`` accepted (a request holds its connection while it waits).
-MAX_WAIT_S = 60.0
-_WAIT = {"wait_s": seconds(0.0, MAX_WAIT_S, above=True)}
-#: The query parameters each endpoint takes, by handler, each with its one reader
-#: (``controller.validation.read_query``); a name not listed is refused on every endpoint.
-QUERY_PARAMETERS: dict[str, dict[str, Any]] = {
-    "list_flows": {"state": choice(*STATES)},
-    "list_all_flows": {"state": choice(*STATES)},
-    "get_allocations": {"src": lambda _name, text: text, "after": count(0, 10**18 - 1),
-                        "wait_s": seconds(0.0, MAX_WAIT_S)},
-    "get_echelons": {"recent_s": seconds(0.0, 86400.0)},
-    "get_rounds": {"limit": count(1, RECENT_PASSES)},
-    **{name: _WAIT for name in ("post_enforcement", "put_scheduler", "post_channel", "delete_channel",
-                                "post_start", "post_finish", "post_abort")},
-}
+    def __init__(self, raw: Any, declared: tuple[Field, ...] | None, query: dict[str, Any]) -> None:
+        self.raw = raw
+        self.declared = declared
+        self.query = query
+
+    def body(self, declared: tuple[Field, ...] | None = None) -> dict[str, Any]:
+        if not isinstance(self.raw, dict):
+            raise ApiError(400, "body", "must be a JSON object")
+        return read(self.raw, declared if declared is not None else self.declared or ())
+
+    @property
+    def page(self) -> tuple[int, str | None]:
+        """(limit, cursor) of a list endpoint."""
+        return self.query["limit"], self.query["cursor"]
 
 
 class Api:
@@ -175,14 +153,14 @@ class Api:
                 allow = ", ".join(sorted([*methods, "HEAD"] if "GET" in methods else methods))
                 raise ApiError(405, "method", f"{method} is not allowed on {path} (allowed: {allow})",
                                [("Allow", allow)])
-            handler_name, needs_auth = methods[method]
-            if needs_auth and not bearer_ok(environ.get("HTTP_AUTHORIZATION"), self.token):
+            endpoint = methods[method]
+            if endpoint.auth and not bearer_ok(environ.get("HTTP_AUTHORIZATION"), self.token):
                 raise ApiError(401, "Authorization", "missing or wrong bearer token (see the token file)",
                                [("WWW-Authenticate", 'Bearer realm="echelon"')])
-            limit = max(self.max_body_bytes, BODY_LIMITS.get(handler_name, 0))
-            body = self._body(environ, limit) if method in ("POST", "PUT") else None
-            query = read_query(environ.get("QUERY_STRING", ""), QUERY_PARAMETERS.get(handler_name, {}))
-            return getattr(self, handler_name)(*match.groups(), body=body, query=query)
+            limit = max(self.max_body_bytes, endpoint.body_limit)
+            raw = self._body(environ, limit) if method in ("POST", "PUT") else None
+            query = read_query(environ.get("QUERY_STRING", ""), endpoint.query)
+            return endpoint.handler(self, *match.groups(), request=Request(raw, endpoint.body, query))
         raise ApiError(404, "path", f"no such endpoint {path!r}")
 
     def _body(self, environ: dict[str, Any], limit: int) -> Any:
@@ -219,7 +197,7 @@ class Api:
             raise ApiError(400, "body", f"malformed JSON: {exc}") from None
 
     # ------------------------------------------------------------------ reads
-    def health(self, body: Any, query: Any) -> tuple[int, Any]:
+    def health(self, request: Request) -> tuple[int, Any]:
         last = self.service.last_pass
         extra = self.status() if self.status is not None else {}
         return 200, {**extra, "status": "ok", "scheduler": self.service.scheduler_name,
@@ -230,7 +208,7 @@ class Api:
                          "snapshot_s": last.snapshot_s, "decide_s": last.decide_s,
                          "enforce_s": last.enforce_s, "error": last.error}}
 
-    def get_scheduler(self, body: Any, query: Any) -> tuple[int, Any]:
+    def get_scheduler(self, request: Request) -> tuple[int, Any]:
         return 200, self._scheduler_view()
 
     def _scheduler_view(self) -> dict[str, Any]:
@@ -242,69 +220,89 @@ class Api:
                 "hold_paused": self.service.hold_paused, "idle_queue": self.service.idle_queue,
                 "clairvoyant": scheduler.clairvoyant, "observed": dict(self.service.observed)}
 
-    def list_jobs(self, body: Any, query: Any) -> tuple[int, Any]:
-        return 200, {"jobs": [views.job_view(self.registry, j) for j in self.registry.jobs.values()]}
+    def list_jobs(self, request: Request) -> tuple[int, Any]:
+        jobs, cursor = listing.jobs(self.registry, *request.page)
+        return 200, {"jobs": [views.job_view(self.registry, j) for j in jobs], "next_cursor": cursor}
 
-    def get_job(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
-        return 200, views.job_view(self.registry, self.registry.job(job_id))
-
-    def list_echelons(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
+    def _reader(self, job_id: str) -> Registry:
+        """The registry that holds ``job_id``: the live one, or the job read back from the store's archive
+        (``controller.archive``); a job in neither is a 404."""
+        if job_id not in self.registry.jobs:
+            archived = archive.read_job(self.registry, job_id)
+            if archived is not None:
+                return archived
         self.registry.job(job_id)
-        echelons = [e for e in self.registry.echelons.values() if e.job_id == job_id]
-        return 200, {"echelons": [views.echelon_view(self.registry, e, with_flows=False)
-                                  for e in echelons]}
+        return self.registry
 
-    def get_echelon(self, job_id: str, echelon_id: str, body: Any, query: Any) -> tuple[int, Any]:
-        return 200, views.echelon_view(self.registry, self.registry.echelon(job_id, echelon_id))
+    def get_job(self, job_id: str, request: Request) -> tuple[int, Any]:
+        reader = self._reader(job_id)
+        return 200, {**views.job_view(reader, reader.job(job_id)), "archived": reader is not self.registry}
 
-    def list_flows(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
-        self.registry.job(job_id)
-        state = query.get("state")
-        flows = [f for f in self.registry.flows.values()
-                 if f.job_id == job_id and (state is None or f.state == state)]
-        return 200, {"flows": [views.flow_view(self.registry, f) for f in flows]}
+    def delete_job(self, job_id: str, request: Request) -> tuple[int, Any]:
+        """A done job (finished or aborted) is removed from memory and the store, now."""
+        reader = self._reader(job_id)
+        view = views.job_view(reader, reader.job(job_id))
+        self.registry.delete_job(job_id)
+        return 200, {**view, "deleted": True}
 
-    def list_all_flows(self, body: Any, query: Any) -> tuple[int, Any]:
-        state = query.get("state")
-        flows = [f for f in self.registry.flows.values() if state is None or f.state == state]
-        return 200, {"flows": [views.flow_view(self.registry, f) for f in flows]}
+    def list_echelons(self, job_id: str, request: Request) -> tuple[int, Any]:
+        reader = self._reader(job_id)
+        echelons, cursor = listing.echelons(reader, *request.page, job_id=job_id)
+        return 200, {"echelons": [views.echelon_view(reader, e, with_flows=False) for e in echelons],
+                     "next_cursor": cursor}
 
-    def get_flow(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
-        return 200, views.flow_view(self.registry, self.registry.flow(job_id, flow_id))
+    def get_echelon(self, job_id: str, echelon_id: str, request: Request) -> tuple[int, Any]:
+        reader = self._reader(job_id)
+        return 200, views.echelon_view(reader, reader.echelon(job_id, echelon_id))
 
-    def get_allocation(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
-        return 200, self.service.allocation(self.registry.flow(job_id, flow_id).key)
+    def list_flows(self, job_id: str, request: Request) -> tuple[int, Any]:
+        reader = self._reader(job_id)
+        flows, cursor = listing.flows(reader, *request.page, job_id=job_id, state=request.query["state"])
+        return 200, {"flows": [views.flow_view(reader, f) for f in flows], "next_cursor": cursor}
 
-    def get_allocations(self, body: Any, query: Any) -> tuple[int, Any]:
+    def list_all_flows(self, request: Request) -> tuple[int, Any]:
+        flows, cursor = listing.flows(self.registry, *request.page, state=request.query["state"])
+        return 200, {"flows": [views.flow_view(self.registry, f) for f in flows], "next_cursor": cursor}
+
+    def get_flow(self, job_id: str, flow_id: str, request: Request) -> tuple[int, Any]:
+        reader = self._reader(job_id)
+        return 200, views.flow_view(reader, reader.flow(job_id, flow_id))
+
+    def get_allocation(self, job_id: str, flow_id: str, request: Request) -> tuple[int, Any]:
+        reader = self._reader(job_id)
+        flow = reader.flow(job_id, flow_id)
+        return 200, self.service.allocation(flow.key, flow)
+
+    def get_allocations(self, request: Request) -> tuple[int, Any]:
         """Long-poll of one host's allocations: answers once a round changed the class or meter of one of
         its flows after the round numbered ``after`` (or after ``wait_s``), with the number to pass next
         (``controller.allocation_watch``)."""
-        src = query.get("src", "")
+        src, query = request.query["src"], request.query
         if src not in self.registry.topology.hosts:
             raise ApiError(400, "src", f"must be a host of the topology, got {src!r}")
-        seq = self.service.watch.wait(src, query.get("after", 0), query.get("wait_s", 0.0))
+        seq = self.service.watch.wait(src, query["after"], query["wait_s"])
         return 200, {"seq": seq, "allocations": self.service.allocations_of(src)}
 
-    def get_topology(self, body: Any, query: Any) -> tuple[int, Any]:
+    def get_topology(self, request: Request) -> tuple[int, Any]:
         return 200, self.live.topology()
 
-    def get_links(self, body: Any, query: Any) -> tuple[int, Any]:
+    def get_links(self, request: Request) -> tuple[int, Any]:
         return 200, self.live.links()
 
-    def get_echelons(self, body: Any, query: Any) -> tuple[int, Any]:
-        return 200, self.live.echelons(query.get("recent_s"))
+    def get_echelons(self, request: Request) -> tuple[int, Any]:
+        return 200, self.live.echelons(request.query["recent_s"], *request.page)
 
-    def get_rounds(self, body: Any, query: Any) -> tuple[int, Any]:
-        return 200, self.live.rounds(query.get("limit", 20))
+    def get_rounds(self, request: Request) -> tuple[int, Any]:
+        return 200, self.live.rounds(request.query["limit"])
 
-    def get_enforcement(self, body: Any, query: Any) -> tuple[int, Any]:
+    def get_enforcement(self, request: Request) -> tuple[int, Any]:
         return 200, self._enforcement().live()
 
     # ------------------------------------------------------------------ writes
-    def post_enforcement(self, body: Any, query: Any) -> tuple[int, Any]:
+    def post_enforcement(self, request: Request) -> tuple[int, Any]:
         """Low-level install/update/remove (or a batch of them); ``?wait_s=`` waits for barrier acks."""
         enforcement = self._enforcement()
-        return 200, enforcement.apply(body, query.get("wait_s"))
+        return 200, enforcement.apply(request.raw, request.query["wait_s"])
 
     def _enforcement(self) -> EnforcementEndpoints:
         if self.enforcement is None:
@@ -312,104 +310,173 @@ class Api:
                                                "nothing can be enforced")
         return self.enforcement
 
-    def put_scheduler(self, body: Any, query: Any) -> tuple[int, Any]:
-        fields(body, ("scheduler",))
-        wait_s = query.get("wait_s")
+    def put_scheduler(self, request: Request) -> tuple[int, Any]:
+        body = request.body()
         report = self.service.set_scheduler(body["scheduler"])
         answer = {**self._scheduler_view(),
                   "pushed": {"installs": report.installs, "updates": report.updates,
                              "removes": report.removes}}
-        return 200, self._waited(answer, wait_s)
+        return 200, self._waited(answer, request.query["wait_s"])
 
-    def post_job(self, body: Any, query: Any) -> tuple[int, Any]:
-        fields(body, ("job_id",), ("weight", "compute_s"))
-        job = self.registry.add_job(body["job_id"], body.get("weight", 1.0), body.get("compute_s"),
+    def post_job(self, request: Request) -> tuple[int, Any]:
+        body = request.body()
+        job = self.registry.add_job(body["job_id"], body["weight"], body["compute_s"],
                                     registered_s=self.service.now())
         return 201, views.job_view(self.registry, job)
 
-    def post_echelon(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
+    def post_echelon(self, job_id: str, request: Request) -> tuple[int, Any]:
         self.registry.job(job_id)
-        fields(body, ("echelon_id",), ("kind", "flows"))
-        ech, _flows = self.registry.add_echelon(job_id, body["echelon_id"], body.get("kind"),
-                                                body.get("flows", []))
+        body = request.body()
+        ech, _flows = self.registry.add_echelon(job_id, body["echelon_id"], body["kind"], body["flows"])
         return 201, views.echelon_view(self.registry, ech)
 
-    def post_flows(self, job_id: str, echelon_id: str, body: Any, query: Any) -> tuple[int, Any]:
+    def post_flows(self, job_id: str, echelon_id: str, request: Request) -> tuple[int, Any]:
         self.registry.echelon(job_id, echelon_id)
-        fields(body, ("flows",))
-        flows = self.registry.add_flows(job_id, echelon_id, body["flows"])
+        flows = self.registry.add_flows(job_id, echelon_id, request.body()["flows"])
         return 201, {"flows": [views.flow_view(self.registry, f) for f in flows]}
 
-    def list_channels(self, body: Any, query: Any) -> tuple[int, Any]:
-        channels = self.registry.channels.values()
-        return 200, {"channels": [views.channel_view(self.registry, c) for c in channels]}
+    def list_channels(self, request: Request) -> tuple[int, Any]:
+        channels, cursor = listing.channels(self.registry, *request.page)
+        return 200, {"channels": [views.channel_view(self.registry, c) for c in channels],
+                     "next_cursor": cursor}
 
-    def get_channel(self, channel_id: str, body: Any, query: Any) -> tuple[int, Any]:
+    def get_channel(self, channel_id: str, request: Request) -> tuple[int, Any]:
         channel = self.registry.channels.lookup(channel_id)
         return 200, {"channel": views.channel_view(self.registry, channel)}
 
-    def post_channel(self, body: Any, query: Any) -> tuple[int, Any]:
-        fields(body, ("channel_id", "src", "dst", "src_port", "dst_port"), ("path",))
-        wait_s = query.get("wait_s")
+    def post_channel(self, request: Request) -> tuple[int, Any]:
+        body = request.body()
         channel = self.registry.channels.add(body["channel_id"], body["src"], body["dst"], body["src_port"],
-                                             body["dst_port"], body.get("path"))
+                                             body["dst_port"], body["path"])
         self.service.reschedule("channel")  # its rules go to the switches now, before any flow uses it
-        return 201, self._waited({"channel": views.channel_view(self.registry, channel)}, wait_s)
+        return 201, self._waited({"channel": views.channel_view(self.registry, channel)},
+                                 request.query["wait_s"])
 
-    def delete_channel(self, channel_id: str, body: Any, query: Any) -> tuple[int, Any]:
-        wait_s = query.get("wait_s")
+    def delete_channel(self, channel_id: str, request: Request) -> tuple[int, Any]:
         channel = self.registry.channels.remove(channel_id)
         self.service.reschedule("channel")
-        return 200, self._waited({"channel": views.channel_view(self.registry, channel)}, wait_s)
+        return 200, self._waited({"channel": views.channel_view(self.registry, channel)},
+                                 request.query["wait_s"])
 
-    def post_start(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
+    def post_start(self, job_id: str, flow_id: str, request: Request) -> tuple[int, Any]:
+        """A start on the flow's own 5-tuple or on a channel: two bodies, told apart by ``channel_id``."""
         self.registry.flow(job_id, flow_id)
-        if isinstance(body, dict) and "channel_id" in body:
-            fields(body, ("channel_id",), ("start_s",))
-        else:
-            fields(body, ("src_port", "dst_port"), ("start_s",))
-        wait_s = query.get("wait_s")
+        body = request.raw
+        on_channel = isinstance(body, dict) and "channel_id" in body
+        body = request.body(START_ON_CHANNEL if on_channel else START_ON_PORTS)
         now_s = self.service.now()
-        start_s = body.get("start_s")
+        start_s = body["start_s"]
         flow = self.registry.flow_started(job_id, flow_id, body.get("src_port"), body.get("dst_port"),
                                           now_s if start_s is None else start_s,
                                           channel_id=body.get("channel_id"), now_s=now_s)
         self.service.on_arrival(flow.key)
         return 200, self._waited({"flow": views.flow_view(self.registry, self.registry.flows[flow.key]),
-                                  "allocation": self.service.allocation(flow.key)}, wait_s)
+                                  "allocation": self.service.allocation(flow.key)}, request.query["wait_s"])
 
-    def post_progress(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
+    def post_progress(self, job_id: str, flow_id: str, request: Request) -> tuple[int, Any]:
         self.registry.flow(job_id, flow_id)
-        fields(body, ("bytes_sent",))
-        flow = self.registry.flow_progress(job_id, flow_id, body["bytes_sent"])
+        flow = self.registry.flow_progress(job_id, flow_id, request.body()["bytes_sent"])
         self.service.on_progress(flow.key)
         return 200, {"flow": views.flow_view(self.registry, flow),
                      "allocation": self.service.allocation(flow.key)}
 
-    def post_finish(self, job_id: str, flow_id: str, body: Any, query: Any) -> tuple[int, Any]:
+    def post_finish(self, job_id: str, flow_id: str, request: Request) -> tuple[int, Any]:
         self.registry.flow(job_id, flow_id)
-        fields(body, (), ("finish_s", "bytes_sent"))
-        wait_s = query.get("wait_s")
-        flow = self.registry.flow_finished(job_id, flow_id, body.get("finish_s"), body.get("bytes_sent"),
+        body = request.body()
+        flow = self.registry.flow_finished(job_id, flow_id, body["finish_s"], body["bytes_sent"],
                                            now_s=self.service.now())
         self.service.on_departure(flow.key)
-        return 200, self._waited({"flow": views.flow_view(self.registry, flow)}, wait_s)
+        return 200, self._waited({"flow": views.flow_view(self.registry, flow)}, request.query["wait_s"])
 
-    def post_abort(self, job_id: str, body: Any, query: Any) -> tuple[int, Any]:
+    def post_abort(self, job_id: str, request: Request) -> tuple[int, Any]:
         """The job failed (an agent of it died): release its unfinished flows and their enforcement."""
         self.registry.job(job_id)
-        fields(body, (), ("at_s",))
-        wait_s = query.get("wait_s")
-        flows = self.registry.abort_job(job_id, body.get("at_s"), now_s=self.service.now())
+        flows = self.registry.abort_job(job_id, request.body()["at_s"], now_s=self.service.now())
         if flows:
             self.service.on_departure()
-        return 200, self._waited({"job_id": job_id, "aborted": [f.flow_id for f in flows]}, wait_s)
+        return 200, self._waited({"job_id": job_id, "aborted": [f.flow_id for f in flows]},
+                                 request.query["wait_s"])
 
     def _waited(self, answer: dict[str, Any], wait_s: float | None) -> dict[str, Any]:
         """With ``?wait_s=``: wait until the switches acknowledged everything pushed so far, and say so."""
         if wait_s is not None:
             answer["enforcement"] = self.service.wait_in_force(wait_s)
         return answer
+
+
+# ------------------------------------------------------------------ the route table
+@dataclass(frozen=True)
+class Endpoint:
+    """One method of one route: its handler, whether it needs the token, the body fields and query
+    parameters it takes (both :class:`~echelonflow.fields.Field`, read by ``echelonflow.fields.read``;
+    ``body`` None: the handler reads the body itself), and its body limit when above the API's."""
+
+    handler: Callable[..., tuple[int, Any]]
+    auth: bool = False
+    body: tuple[Field, ...] | None = None
+    query: tuple[Field, ...] = ()
+    body_limit: int = 0
+
+
+def _route(path: str, **methods: Endpoint) -> tuple[re.Pattern[str], dict[str, Endpoint]]:
+    return re.compile("^" + path.replace("{id}", r"([^/]+)") + "$"), methods
+
+
+def _body(*required: str, **optional: Any) -> tuple[Field, ...]:
+    """Body fields: names that must be there, and optional ones with their default (the registry
+    checks the values)."""
+    return (*(Field(name, required=True) for name in required),
+            *(Field(name, default=value) for name, value in optional.items()))
+
+
+#: A full 10,000-operation enforcement batch is 2-4 MB of JSON (docs/api.md): that endpoint gets more room.
+ENFORCEMENT_BODY_BYTES = 8 << 20
+#: Longest ``?wait_s=`` accepted (a request holds its connection while it waits).
+MAX_WAIT_S = 60.0
+WAIT = (Field("wait_s", seconds(0.0, MAX_WAIT_S, above=True)),)
+PAGE = (Field("limit", paging.read_limit, default=paging.DEFAULT_LIMIT), Field("cursor", paging.read_cursor))
+HEAVY_PAGE = (Field("limit", paging.read_heavy_limit, default=paging.DEFAULT_LIMIT), PAGE[1])
+STATE = (Field("state", choice(*STATES)),)
+START_ON_PORTS = _body("src_port", "dst_port", start_s=None)
+START_ON_CHANNEL = _body("channel_id", start_s=None)
+
+ROUTES: list[tuple[re.Pattern[str], dict[str, Endpoint]]] = [
+    _route("/health", GET=Endpoint(Api.health)),
+    _route("/scheduler", GET=Endpoint(Api.get_scheduler),
+           PUT=Endpoint(Api.put_scheduler, True, _body("scheduler"), WAIT)),
+    _route("/flows", GET=Endpoint(Api.list_all_flows, query=STATE + PAGE)),
+    _route("/allocations", GET=Endpoint(Api.get_allocations, query=(
+        Field("src", default=""), Field("after", count(0, 10**18 - 1), default=0),
+        Field("wait_s", seconds(0.0, MAX_WAIT_S), default=0.0)))),
+    _route("/topology", GET=Endpoint(Api.get_topology)),
+    _route("/links", GET=Endpoint(Api.get_links)),
+    _route("/echelons", GET=Endpoint(Api.get_echelons, query=(Field("recent_s", seconds(0.0, 86400.0)),
+                                                              *HEAVY_PAGE))),
+    _route("/rounds", GET=Endpoint(Api.get_rounds, query=(Field("limit", count(1, RECENT_PASSES),
+                                                                default=20),))),
+    _route("/enforcement", GET=Endpoint(Api.get_enforcement),
+           POST=Endpoint(Api.post_enforcement, True, None, WAIT, body_limit=ENFORCEMENT_BODY_BYTES)),
+    _route("/jobs", GET=Endpoint(Api.list_jobs, query=PAGE),
+           POST=Endpoint(Api.post_job, True, _body("job_id", weight=1.0, compute_s=None))),
+    _route("/channels", GET=Endpoint(Api.list_channels, query=PAGE),
+           POST=Endpoint(Api.post_channel, True,
+                         _body("channel_id", "src", "dst", "src_port", "dst_port", path=None), WAIT)),
+    _route("/channels/{id}", GET=Endpoint(Api.get_channel),
+           DELETE=Endpoint(Api.delete_channel, True, query=WAIT)),
+    _route("/jobs/{id}", GET=Endpoint(Api.get_job), DELETE=Endpoint(Api.delete_job, True)),
+    _route("/jobs/{id}/abort", POST=Endpoint(Api.post_abort, True, _body(at_s=None), WAIT)),
+    _route("/jobs/{id}/echelons", GET=Endpoint(Api.list_echelons, query=PAGE),
+           POST=Endpoint(Api.post_echelon, True, _body("echelon_id", kind=None, flows=()))),
+    _route("/jobs/{id}/echelons/{id}", GET=Endpoint(Api.get_echelon)),
+    _route("/jobs/{id}/echelons/{id}/flows", POST=Endpoint(Api.post_flows, True, _body("flows"))),
+    _route("/jobs/{id}/flows", GET=Endpoint(Api.list_flows, query=STATE + PAGE)),
+    _route("/jobs/{id}/flows/{id}", GET=Endpoint(Api.get_flow)),
+    _route("/jobs/{id}/flows/{id}/start", POST=Endpoint(Api.post_start, True, START_ON_PORTS, WAIT)),
+    _route("/jobs/{id}/flows/{id}/progress", POST=Endpoint(Api.post_progress, True, _body("bytes_sent"))),
+    _route("/jobs/{id}/flows/{id}/finish",
+           POST=Endpoint(Api.post_finish, True, _body(finish_s=None, bytes_sent=None), WAIT)),
+    _route("/jobs/{id}/flows/{id}/allocation", GET=Endpoint(Api.get_allocation)),
+]
 
 
 def _error(field: str | None, problem: str) -> dict[str, Any]:

@@ -9,6 +9,9 @@ own network namespaces and cannot reach the root namespace's 127.0.0.1, but they
 * Unix: ``/run/echelon/controller-<port>.sock`` by default, mode 0600 (root only, like the token).
   A stale socket file from a dead controller is replaced; a live one is an error (two controllers).
 
+A client polling in a loop cannot hold the hub: the server yields to the hub before each request, so a
+scheduling round due meanwhile waits for one request at most (docs/api.md, "Pages").
+
 Slow clients cannot starve the others.  eventlet.wsgi serves each connection in a green thread from a
 pool (1,024 by default) and its socket timeout bounds only the wait for *each* read, so a client that
 sends one header byte every few seconds (slowloris) held its thread for ever: 1,100 such connections
@@ -215,6 +218,11 @@ class _DeadlineProtocol(eventlet.wsgi.HttpProtocol):
     reject_bad_requests = False  # framing_problem refuses them, answered in JSON like every refusal
 
     def handle_one_request(self) -> None:
+        # A keep-alive client that sends its next request at once finds its bytes already read: the
+        # green thread would serve it without ever yielding, and a client polling in a loop would hold
+        # the hub for as many requests as it sends.  One turn of the hub before each request lets a
+        # scheduling round (or an OpenFlow handler) due meanwhile go first: it waits at most one request.
+        eventlet.sleep(0)
         # socket.timeout is what eventlet's server expects from a slow client: it just closes the socket
         self._head_timer = eventlet.Timeout(self.request_timeout_s, socket.timeout("request head too slow"))
         try:
@@ -498,10 +506,13 @@ def run_in_thread(server: ApiServer, tasks: tuple[Callable[[], Any], ...] = ()) 
 
 
 # --------------------------------------------------------------------------- standalone
+#: The controller settings the standalone server takes as options too (``--retain-done-s``, ...).
+RETENTION_SETTINGS = ("retain_done_jobs", "retain_done_s", "archive_done_s")
 def main(argv: list[str] | None = None) -> int:
     """Serve a registry with no OpenFlow fabric (enforcement disabled) until interrupted."""
     from controller.api import Api
     from controller.auth import DEFAULT_TOKEN_PATH, generate_token, write_token
+    from controller.config import add_arguments, from_arguments
     from controller.owner_lock import own_store_and_token
     from controller.registry import Registry
     from controller.service import SchedulingService
@@ -517,10 +528,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default=None, help="SQLite path (default: memory only)")
     parser.add_argument("--token-file", default=DEFAULT_TOKEN_PATH)
     parser.add_argument("--interval-s", type=float, default=0.5)
+    add_arguments(parser, RETENTION_SETTINGS)  # how long done jobs stay (docs/controller-config.md)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         topo = topology_from_arguments(args)
+        retention = from_arguments(args, RETENTION_SETTINGS).retention
         if not args.interval_s > 0:
             raise ValueError(f"--interval-s must be > 0, got {args.interval_s!r}")
         for what, path in (("--store", args.store), ("--token-file", args.token_file)):
@@ -529,7 +542,8 @@ def main(argv: list[str] | None = None) -> int:
         server = ApiServer(None, host=args.host, port=args.port, socket_path=args.socket)
         server.check()  # everything that can be refused is, before the first write (locks, store, token)
         locks = own_store_and_token(args.store or ":memory:", args.token_file)  # noqa: F841 - held till exit
-        registry = open_registry(topo, args.store) if args.store else Registry(topo)
+        registry = (open_registry(topo, args.store, retention) if args.store
+                    else Registry(topo, retention=retention))
         service = SchedulingService(registry, None, ControllerConfig(interval_s=args.interval_s),
                                     event_factory=GreenEvent)
         token = generate_token()

@@ -89,7 +89,7 @@ class EchelonApp(compat.BaseApp):
                 ApiServer(None, host=config.metrics_host, port=config.metrics_port, unix=False).check()
             # one controller per store and per token file, for this process's whole life (owner_lock)
             self._owner_locks = own_store_and_token(config.store, config.token_file)
-            self.registry = open_registry(self.topology, config.store)
+            self.registry = open_registry(self.topology, config.store, config.retention)
             token = generate_token()
             write_token(config.token_file, token)
         except (UserError, StoreError, TokenError, ServerError) as exc:  # a bad setting, spec, store,

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from controller.paging import OrderedKeys
 from controller.registry_errors import ConflictError, RegistryError, check_id, check_port, found
 from echelonflow.fields import Check, show
 from echelonflow.linkstate import LinkState
@@ -55,6 +56,8 @@ class Channels(Mapping):
         self._commit = commit
         self._host = host
         self._records: dict[str, ChannelRecord] = {}
+        #: The channels in the order they were registered, for the API's pages (``controller.paging``).
+        self.order = OrderedKeys()
         self._flow: dict[str, str] = {}  # channel id -> the active flow on it
         self._routes: dict[str, tuple[str, ...]] = {}  # channel id -> route at the last reroute
 
@@ -73,6 +76,7 @@ class Channels(Mapping):
         """Stored channels back in memory (never re-written: they are the store's own content)."""
         for channel in channels:
             self._records[channel.channel_id] = channel
+            self.order.add(channel.channel_id)
             self._owners[self.tuple_of(channel)] = f"channel {channel.channel_id}"
 
     def lookup(self, channel_id: Any) -> ChannelRecord:
@@ -98,6 +102,7 @@ class Channels(Mapping):
             raise ConflictError("src_port", f"{owner} already uses {src_h}:{sport} -> {dst_h}:{dport}")
         self._commit(channels=[record])
         self._records[channel_id] = record
+        self.order.add(channel_id)
         self._owners[self.tuple_of(record)] = f"channel {channel_id}"
         return record
 
@@ -108,6 +113,7 @@ class Channels(Mapping):
             raise ConflictError("channel_id", f"channel {record.channel_id!r} carries active flow {busy!r}")
         self._commit(removed_channels=[record.channel_id])
         del self._records[record.channel_id]
+        self.order.discard(record.channel_id)
         self._owners.pop(self.tuple_of(record), None)
         return record
 

@@ -160,22 +160,38 @@ class EchelonClient:
     def scheduler(self) -> dict[str, Any]:
         return self.request("GET", "/scheduler")
 
+    def pages(self, path: str, name: str, limit: int | None = None, **query: Any) -> list[dict[str, Any]]:
+        """Every item of a paginated list, following ``next_cursor`` page after page."""
+        params = {key: value for key, value in query.items() if value is not None}
+        if limit is not None:
+            params["limit"] = limit
+        items: list[dict[str, Any]] = []
+        while True:
+            answer = self.request("GET", path + (f"?{urlencode(params)}" if params else ""))
+            items.extend(answer[name])
+            if answer.get("next_cursor") is None:
+                return items
+            params["cursor"] = answer["next_cursor"]
+
     def jobs(self) -> list[dict[str, Any]]:
-        return self.request("GET", "/jobs")["jobs"]
+        return self.pages("/jobs", "jobs")
+
+    def delete_job(self, job_id: str) -> dict[str, Any]:
+        """Remove a done (finished or aborted) job from the controller's memory and store."""
+        return self.request("DELETE", f"/jobs/{_q(job_id)}", auth=True)
 
     def job(self, job_id: str) -> dict[str, Any]:
         return self.request("GET", f"/jobs/{_q(job_id)}")
 
     def echelons(self, job_id: str) -> list[dict[str, Any]]:
-        return self.request("GET", f"/jobs/{_q(job_id)}/echelons")["echelons"]
+        return self.pages(f"/jobs/{_q(job_id)}/echelons", "echelons")
 
     def echelon(self, job_id: str, echelon_id: str) -> dict[str, Any]:
         return self.request("GET", f"/jobs/{_q(job_id)}/echelons/{_q(echelon_id)}")
 
     def flows(self, job_id: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
-        query = f"?{urlencode({'state': state})}" if state else ""
         path = f"/jobs/{_q(job_id)}/flows" if job_id is not None else "/flows"
-        return self.request("GET", path + query)["flows"]
+        return self.pages(path, "flows", state=state)
 
     def flow(self, job_id: str, flow_id: str) -> dict[str, Any]:
         return self.request("GET", f"/jobs/{_q(job_id)}/flows/{_q(flow_id)}")
@@ -224,7 +240,7 @@ class EchelonClient:
         return self.request("DELETE", f"/channels/{_q(channel_id)}", auth=True)
 
     def channels(self) -> list[dict[str, Any]]:
-        return self.request("GET", "/channels")["channels"]
+        return self.pages("/channels", "channels")
 
     def flow_started(self, job_id: str, flow_id: str, src_port: int | None = None,
                      dst_port: int | None = None, start_s: float | None = None, wait_s: float | None = None,

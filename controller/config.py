@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from controller import retention
 from controller.auth import DEFAULT_TOKEN_PATH
 from controller.store import DEFAULT_PATH as DEFAULT_STORE_PATH
 from echelonflow.errors import UserError
@@ -158,6 +159,12 @@ SETTINGS = (
             "reschedule interval"),
     Setting("stats_interval_s", "ECHELON_STATS_INTERVAL_S", 1.0, number(0.0, 3600.0), _FLOAT,
             "switch counter poll interval (0: off)"),
+    Setting("retain_done_jobs", "ECHELON_RETAIN_DONE_JOBS", retention.MEMORY_JOBS, integer(0, 10**7), _INT,
+            "done (finished or aborted) jobs kept in memory at most; the longest done leave first"),
+    Setting("retain_done_s", "ECHELON_RETAIN_DONE_S", retention.MEMORY_S, number(0.0, 365 * 86400.0), _FLOAT,
+            "seconds a done job stays in memory (then it is read from the store)"),
+    Setting("archive_done_s", "ECHELON_ARCHIVE_DONE_S", retention.STORE_S, number(0.0, 3650 * 86400.0),
+            _FLOAT, "seconds a done job stays in the store after it was done (then it is deleted)"),
     Setting("metrics_host", "ECHELON_METRICS_HOST", "127.0.0.1", text(), str, "Prometheus /metrics address"),
     Setting("metrics_port", "ECHELON_METRICS_PORT", DEFAULT_METRICS_PORT, _port_or_off,
             lambda raw: raw if raw == OFF else _INT(raw), "Prometheus /metrics port ('off': none)"),
@@ -197,6 +204,9 @@ class ControllerConfig:
     check_decisions: bool = DEFAULTS["check_decisions"]
     interval_s: float = DEFAULTS["interval_s"]
     stats_interval_s: float = DEFAULTS["stats_interval_s"]
+    retain_done_jobs: int = DEFAULTS["retain_done_jobs"]
+    retain_done_s: float = DEFAULTS["retain_done_s"]
+    archive_done_s: float = DEFAULTS["archive_done_s"]
     metrics_host: str = DEFAULTS["metrics_host"]
     metrics_port: int | None = DEFAULTS["metrics_port"]
 
@@ -266,6 +276,11 @@ class ControllerConfig:
     @property
     def socket_path(self) -> str | None:
         return self.api_socket or None
+
+    @property
+    def retention(self) -> retention.Retention:
+        """How long done jobs stay in memory and in the store (``controller.retention``)."""
+        return retention.Retention(self.retain_done_jobs, self.retain_done_s, self.archive_done_s)
 
 
 def oslo_options(cfg: Any) -> list[Any]:

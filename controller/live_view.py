@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from controller import listing
+from controller.paging import DEFAULT_LIMIT
 from controller.registry import DONE_STATES, FlowRecord
 from controller.service import SchedulingService
 from controller.switch_stats import SwitchStats
@@ -115,26 +117,26 @@ class LiveView:
             values.append(finish - (reference + flow.offset_s))
         return max(values) if values else None
 
-    def echelons(self, recent_s: float | None = None) -> dict[str, Any]:
-        """Every EchelonFlow with its flows; with ``recent_s`` only the started ones that still have an
-        unfinished flow or finished one in the last ``recent_s`` seconds."""
+    def echelons(self, recent_s: float | None = None, limit: int = DEFAULT_LIMIT,
+                 cursor: str | None = None) -> dict[str, Any]:
+        """A page of the EchelonFlows with their flows; with ``recent_s`` only the started ones that still
+        have a flow not done or one done in the last ``recent_s`` seconds (read from the registry's
+        index of them, ``controller.recent``, not by walking every EchelonFlow)."""
         now_s = self.service.now()
+        if recent_s is None:
+            echelons, next_cursor = listing.echelons(self.registry, limit, cursor)
+        else:
+            echelons, next_cursor = listing.recent_echelons(self.registry, now_s - recent_s, limit, cursor)
         out = []
-        for key, ech in self.registry.echelons.items():
-            flows = self.registry.flows_of(key)
-            if recent_s is not None and not self._recent(key, flows, now_s - recent_s):
-                continue
+        for ech in echelons:
+            flows = self.registry.flows_of(ech.key)
             view = echelon_view(self.registry, ech, with_flows=False)
             view["state"] = _echelon_state(flows)
             view["tardiness_estimate_s"] = self.tardiness_estimate(flows, now_s)
             view["flows"] = [self._flow_view(flow, now_s) for flow in flows]
             out.append(view)
-        return {"now_s": now_s, "scheduler": self.service.scheduler_name, "echelons": out}
-
-    def _recent(self, key: str, flows: list[FlowRecord], since_s: float) -> bool:
-        if self.registry.reference_s(key) is None:
-            return False
-        return any(f.state not in DONE_STATES or (f.finish_s or 0.0) >= since_s for f in flows)
+        return {"now_s": now_s, "scheduler": self.service.scheduler_name, "echelons": out,
+                "next_cursor": next_cursor}
 
     def _flow_view(self, flow: FlowRecord, now_s: float) -> dict[str, Any]:
         view = flow_view(self.registry, flow)

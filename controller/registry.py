@@ -42,6 +42,9 @@ from typing import Any, Protocol
 
 from controller.channels import ChannelRecord, Channels, TupleOwners
 from controller.registry_errors import ConflictError, RegistryError, check_id, check_port, found
+from controller.registry_index import RegistryIndex
+from controller.retention import DEFAULT as DEFAULT_RETENTION
+from controller.retention import Retention
 from echelonflow.echelon import KINDS, FlowStart, infer_kind, reference_time_from_starts
 from echelonflow.fields import Field, array, integer, nullable, number, one_of, read, show
 from echelonflow.limits import SECONDS, SIZE_BYTES, WEIGHT
@@ -69,6 +72,8 @@ MAX_TIME_S = 1e12
 CLOCK_SKEW_S = 5.0
 #: Least payload a flow of undeclared size counts as having left when its scheduler has no estimate.
 UNDECLARED_LEFT_BYTES = 1 << 20
+#: Least time between two deletions of archived jobs past their time in the store.
+PURGE_EVERY_S = 60.0
 
 check_time = number(0.0, MAX_TIME_S)
 check_weight = number(WEIGHT.low, WEIGHT.high, above=WEIGHT.above)
@@ -164,6 +169,21 @@ class StoreSink:
     ) -> None:
         raise NotImplementedError
 
+    def archive(self, jobs: Sequence[tuple[str, float]]) -> None:
+        """Mark the jobs (id, done time) as out of memory: a restart does not load them."""
+        raise NotImplementedError
+
+    def archived(self, job_id: str) -> float | None:
+        """When an archived job was done (None: no such archived job)."""
+        raise NotImplementedError
+
+    def delete_job(self, job_id: str) -> None:
+        raise NotImplementedError
+
+    def purge(self, done_before_s: float) -> int:
+        """Delete the archived jobs done before ``done_before_s``; how many."""
+        raise NotImplementedError
+
 
 #: What ``Store.load`` returns and a registry starts from.
 LoadedRows = tuple[Iterable[JobRecord], Iterable[EchelonRecord], Iterable[FlowRecord], Mapping[str, str],
@@ -175,9 +195,14 @@ class Registry:
     """All jobs, EchelonFlows and flows the controller knows, with their live state."""
 
     def __init__(self, topology: Topology, store: StoreSink | None = None,
-                 loaded: LoadedRows | None = None) -> None:
+                 loaded: LoadedRows | None = None, retention: Retention = DEFAULT_RETENTION) -> None:
         self.topology = topology
         self.store = store
+        #: How long done jobs stay in memory and in the store (``controller.retention``).
+        self.retention = retention
+        #: Orders, counts, recent EchelonFlows and done jobs, so reads need not walk the records.
+        self.index = RegistryIndex(STATES)
+        self._purged_s = float("-inf")
         self._hosts: set[str] = set(topology.hosts)
         self._capacity_bps = topology.capacity_bps()
         self.jobs: dict[str, JobRecord] = {}
@@ -217,16 +242,20 @@ class Registry:
             raise RegistryError("topology", f"the store belongs to topology {stored_topo!r}, the controller "
                                             f"runs {self.topology.name!r}; use another store path")
         self.settings.update(settings)
+        index = self.index
         for job in jobs:
             self.jobs[job.job_id] = job
+            index.job_added(job.job_id)
         self.channels.load(channels)
         for ech in echelons:
             self.echelons[ech.key] = ech
             self.members[ech.key] = []
+            index.echelon_added(ech.job_id, ech.key)
         for flow in sorted(flows, key=lambda f: f.seq):
             self._paths[flow.key] = self._path(flow.key, flow.src, flow.dst, "flow " + flow.key)
             self.flows[flow.key] = flow
             self.members[flow.echelon_key].append(flow.key)
+            index.flow_added(flow.job_id, flow.echelon_key, flow.key, flow.seq, flow.state, flow.finish_s)
             self._next_seq = max(self._next_seq, flow.seq + 1)
             if flow.state == "active":
                 self._active[flow.key] = None
@@ -236,6 +265,9 @@ class Registry:
                     self._by_tuple[self._tuple(flow)] = flow.key
             else:
                 self._declare_in_table(flow)
+        for job in self.jobs.values():
+            if job.aborted_s is not None:
+                index.job_aborted(job.job_id, job.aborted_s)
         for key in self.echelons:
             self._refresh_reference(key)
         for key in self._active:
@@ -257,7 +289,17 @@ class Registry:
     # ------------------------------------------------------------------ lookups
     def job(self, job_id: Any) -> JobRecord:
         check_id("job_id", job_id)
+        job = self.jobs.get(job_id)
+        if job is None:
+            self._refuse_archived(job_id)
         return found(self.jobs, job_id, "job_id", f"no job {job_id!r}")
+
+    def _refuse_archived(self, job_id: str) -> None:
+        """A job that left memory for the store is read there (``controller.archive``), never changed."""
+        done_s = None if self.store is None else self.store.archived(job_id)
+        if done_s is not None:
+            raise ConflictError("job_id", f"job {job_id!r} was done at {done_s!r} and archived: it is read "
+                                          "only (GET), and takes no new work")
 
     def echelon(self, job_id: Any, echelon_id: Any) -> EchelonRecord:
         self.job(job_id)
@@ -318,9 +360,11 @@ class Registry:
         compute = check_compute("compute_s", compute_s)
         if job_id in self.jobs:
             raise ConflictError("job_id", f"job {job_id!r} is already registered")
+        self._refuse_archived(job_id)
         record = JobRecord(job_id, weight_f, registered_s, None, None if compute is None else float(compute))
         self._commit(jobs=[record])
         self.jobs[job_id] = record
+        self.index.job_added(job_id)
         return record
 
     def add_echelon(self, job_id: Any, echelon_id: Any, kind: Any = None,
@@ -341,6 +385,7 @@ class Registry:
         self._commit(echelons=[record], flows=new_flows)
         self.echelons[key] = record
         self.members[key] = []
+        self.index.echelon_added(job_id, key)
         self._apply_new_flows(new_flows)
         return record, new_flows
 
@@ -410,6 +455,7 @@ class Registry:
         self._commit(flows=[updated])
         self.flows[flow.key] = updated
         self._active[flow.key] = None
+        self.index.flow_moved(flow.state, updated.state)
         self._by_tuple[self._tuple(updated)] = flow.key
         self._refresh_reference(flow.echelon_key)
         self._schedule(updated)
@@ -430,6 +476,7 @@ class Registry:
         self._commit(flows=[updated])
         self.flows[flow.key] = updated
         self._active[flow.key] = None
+        self.index.flow_moved(flow.state, updated.state)
         self._on_channel(updated, channel)
         self._refresh_reference(flow.echelon_key)
         self._schedule(updated)
@@ -513,7 +560,8 @@ class Registry:
         ``at_s`` is not before the start of any flow it ends (None with ``now_s``: now, or the latest
         such start when that is later)."""
         job = self.job(job_id)
-        victims = [f for f in self.flows.values() if f.job_id == job_id and f.state not in DONE_STATES]
+        victims = [self.flows[key] for key in self.index.job_flows[job_id]
+                   if self.flows[key].state not in DONE_STATES]
         if at_s is None and now_s is not None:
             at_s = max([now_s, *(f.start_s for f in victims if f.start_s is not None)])
         at = self._reported_time("at_s", at_s, job_id, now_s)
@@ -529,6 +577,7 @@ class Registry:
         self.jobs[job_id] = aborted_job
         for old, new in zip(victims, updated):
             self._retire(old, new)
+        self.index.job_aborted(job_id, at)
         return updated
 
     def job_profile(self, job_id: str) -> JobProfile:
@@ -540,17 +589,67 @@ class Registry:
         known = self._profiles.get(job_id)
         if known is None:
             job = self.jobs[job_id]
-            flows = [self.flows[key] for ech in self.echelons.values() if ech.job_id == job_id
-                     for key in self.members[ech.key]]
+            flows = [self.flows[key] for key in self.index.job_flows[job_id]]
             known = self._profiles[job_id] = job_profile(
                 job_id, job.compute_s or 0.0,
                 ((self._paths[f.key][1], self.topology.wire_bytes(f.size_bytes))
                  for f in flows if f.size_bytes is not None), self._capacity_bps)
         return known
 
+    # ------------------------------------------------------------------ retention
+    def expire(self, now_s: float) -> list[str]:
+        """Done jobs past their time in memory leave it (archived in the store, where they stay readable),
+        and archived ones past their time in the store are deleted from it (checked at most once a
+        minute); the ids of the jobs that left memory (``controller.retention``)."""
+        due = self.index.done.due(now_s, self.retention)
+        if due and self.store is not None:
+            self.store.archive(due)
+        for job_id, _done_s in due:
+            self._forget_job(job_id)
+        if self.store is not None and now_s - self._purged_s >= PURGE_EVERY_S:
+            self._purged_s = now_s
+            self.store.purge(now_s - self.retention.store_s)
+        return [job_id for job_id, _done_s in due]
+
+    def delete_job(self, job_id: Any) -> None:
+        """Remove a done job (finished or aborted) from memory and from the store; a live one is refused
+        (409: abort it first), an unknown one is a 404."""
+        check_id("job_id", job_id)
+        if job_id in self.jobs:
+            if job_id not in self.index.done:
+                raise ConflictError("job_id", f"job {job_id!r} is live (a flow of it is declared or active, "
+                                              "or it has none yet): abort it first")
+        elif self.store is None or self.store.archived(job_id) is None:
+            found(self.jobs, job_id, "job_id", f"no job {job_id!r}")
+        if self.store is not None:
+            self.store.delete_job(job_id)
+        if job_id in self.jobs:
+            self._forget_job(job_id)
+        self.version += 1
+
+    def _forget_job(self, job_id: str) -> None:
+        """A done job leaves memory with its EchelonFlows and flows (none of them active or declared)."""
+        echelons = list(self.index.job_echelons[job_id])
+        flows = [(key, self.flows[key].state) for key in self.index.job_flows[job_id]]
+        for key, _state in flows:
+            if key in self._table:
+                self._table.remove(key)
+            del self.flows[key]
+            del self._paths[key]
+        for key in echelons:
+            del self.echelons[key]
+            del self.members[key]
+            self._reference_s.pop(key, None)
+            self._table.drop_group(key)
+        del self.jobs[job_id]
+        self._profiles.pop(job_id, None)
+        self.index.job_removed(job_id, echelons, flows)
+
     def _retire(self, flow: FlowRecord, updated: FlowRecord) -> None:
         """``flow`` (declared or active) reached a done state: apply ``updated`` and free what it held."""
         self.flows[flow.key] = updated
+        self.index.flow_ended(flow.job_id, flow.echelon_key, flow.state, updated.state,
+                              float(updated.finish_s))
         if flow.key in self._table:
             self._table.remove(flow.key)
         if flow.state != "active":
@@ -686,6 +785,7 @@ class Registry:
             self.flows[flow.key] = flow
             self.members[flow.echelon_key].append(flow.key)
             self._next_seq = max(self._next_seq, flow.seq + 1)
+            self.index.flow_added(flow.job_id, flow.echelon_key, flow.key, flow.seq, flow.state, None)
             self._declare_in_table(flow)
 
     def _declare_in_table(self, flow: FlowRecord) -> None:

@@ -272,7 +272,9 @@ class SchedulingService:
         """A flow finished: the scheduler hears of it, and its capacity goes to the others at once, not
         at the next interval."""
         self._observe("finish", flow_key)
-        return self.reschedule("departure")
+        report = self.reschedule("departure")
+        self._expire()
+        return report
 
     def on_links_changed(self) -> tuple[list[str], PassReport]:
         """A link or switch went down or came back (``registry.links`` already says so): re-pin.
@@ -309,8 +311,18 @@ class SchedulingService:
     def tick(self) -> PassReport | None:
         """Reschedule if the interval has passed since the last pass (of any reason)."""
         if self.now() - self._last_run_s >= self.interval_s:
-            return self.reschedule("interval")
+            report = self.reschedule("interval")
+            self._expire()
+            return report
         return None
+
+    def _expire(self) -> None:
+        """Done jobs past their retention leave memory (``Registry.expire``); a failure (the store) is
+        logged, not the caller's: its event is in the registry already, the next round tries again."""
+        try:
+            self.registry.expire(self.now())
+        except Exception:  # noqa: BLE001 - the finish that triggered it succeeded
+            LOG.exception("retention of done jobs failed; tried again at the next round")
 
     def run(self, sleep: Callable[[float], Any]) -> None:
         """Interval loop for a green thread: ``hub.spawn(service.run, hub.sleep)``; ends on :meth:`stop`."""
@@ -507,9 +519,10 @@ class SchedulingService:
         return result
 
     # ------------------------------------------------------------------ reads
-    def allocation(self, flow_key: str) -> dict[str, Any]:
-        """The flow's current allocation as the API reports it."""
-        flow = self.registry.flows[flow_key]
+    def allocation(self, flow_key: str, flow: FlowRecord | None = None) -> dict[str, Any]:
+        """The flow's current allocation as the API reports it (``flow``: its record when it is not in
+        the registry's memory, a done flow of an archived job)."""
+        flow = self.registry.flows[flow_key] if flow is None else flow
         decision = self.state.decision
         decided = flow_key in decision.rate_bps and flow.state == "active"
         installed = self.installed.get(self.enforcement_key(flow_key)) if flow.state == "active" else None

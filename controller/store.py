@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 
 from controller.channels import ChannelRecord
 from controller.registry import EchelonRecord, FlowRecord, JobRecord, Registry, StoreSink
+from controller.retention import DEFAULT as DEFAULT_RETENTION
+from controller.retention import Retention
 
 DEFAULT_PATH = "/var/lib/echelon/registry.sqlite"
 
@@ -81,7 +83,11 @@ UNDECLARED_SIZE = 0
 UNDECIDED_KIND = ""
 #: Columns added to a table after stores were first written: added to an older store when it is opened.
 ADDED_COLUMNS = (("flows", "channel_id", "TEXT"), ("jobs", "registered_s", "REAL"),
-                 ("jobs", "aborted_s", "REAL"), ("jobs", "compute_s", "REAL"))
+                 ("jobs", "aborted_s", "REAL"), ("jobs", "compute_s", "REAL"), ("jobs", "archived_s", "REAL"))
+#: Archived jobs by when they were done (what the retention deletes first), made after the columns.
+INDEXES = "CREATE INDEX IF NOT EXISTS jobs_archived ON jobs (archived_s) WHERE archived_s IS NOT NULL"
+#: The rows a registry loads: those of jobs in memory (``archived_s`` null), not of archived ones.
+LIVE_JOBS = "SELECT job_id FROM jobs WHERE archived_s IS NULL"
 CHANNEL_COLUMNS = ("channel_id", "src", "dst", "src_port", "dst_port", "path")
 
 
@@ -113,6 +119,7 @@ class Store(StoreSink):
                 columns = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
                 if column not in columns:
                     self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
+            self._db.execute(INDEXES)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open registry store {path!r}: {exc}") from None
 
@@ -161,18 +168,26 @@ class Store(StoreSink):
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"registry store {self.path!r}: write failed: {exc}") from None
 
-    def load(self) -> tuple[list[JobRecord], list[EchelonRecord], list[FlowRecord], dict[str, str],
-                            list[ChannelRecord]]:
+    def load(self, job_id: str | None = None) -> tuple[list[JobRecord], list[EchelonRecord], list[FlowRecord],
+                                                       dict[str, str], list[ChannelRecord]]:
+        """The rows of the jobs in memory (not archived), or of the one job ``job_id`` (archived or not,
+        with no settings: what ``controller.archive`` reads)."""
         db = self._db
+        which = f"IN ({LIVE_JOBS})" if job_id is None else "= ?"
+        args = () if job_id is None else (job_id,)
         try:
             jobs = [JobRecord(*row) for row in
                     db.execute("SELECT job_id, weight, registered_s, aborted_s, compute_s FROM jobs "
-                               "ORDER BY rowid")]
-            echelons = [EchelonRecord(job_id, echelon_id, None if kind == UNDECIDED_KIND else kind)
-                        for job_id, echelon_id, kind in
-                        db.execute("SELECT job_id, echelon_id, kind FROM echelons ORDER BY rowid")]
+                               f"WHERE job_id {which} ORDER BY rowid", args)]
+            echelons = [EchelonRecord(job, echelon_id, None if kind == UNDECIDED_KIND else kind)
+                        for job, echelon_id, kind in
+                        db.execute(f"SELECT job_id, echelon_id, kind FROM echelons WHERE job_id {which} "
+                                   "ORDER BY rowid", args)]
             flows = [_flow_record(row) for row in
-                     db.execute("SELECT {} FROM flows ORDER BY seq".format(", ".join(FLOW_COLUMNS)))]
+                     db.execute("SELECT {} FROM flows WHERE job_id {} ORDER BY seq".format(
+                         ", ".join(FLOW_COLUMNS), which), args)]
+            if job_id is not None:
+                return jobs, echelons, flows, {}, []
             settings = dict(db.execute("SELECT name, value FROM settings"))
             rows = db.execute("SELECT {} FROM channels ORDER BY rowid".format(", ".join(CHANNEL_COLUMNS)))
             channels = [ChannelRecord(cid, src, dst, sport, dport, tuple(json.loads(path)))
@@ -180,6 +195,44 @@ class Store(StoreSink):
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot read registry store {self.path!r}: {exc}") from None
         return jobs, echelons, flows, settings, channels
+
+
+    # ------------------------------------------------------------------ retention (controller.retention)
+    def archive(self, jobs: Sequence[tuple[str, float]]) -> None:
+        self._write([("UPDATE jobs SET archived_s = ? WHERE job_id = ?", [(at, job) for job, at in jobs])])
+
+    def archived(self, job_id: str) -> float | None:
+        try:
+            row = self._db.execute("SELECT archived_s FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot read registry store {self.path!r}: {exc}") from None
+        return None if row is None else row[0]
+
+    def delete_job(self, job_id: str) -> None:
+        self._write([(f"DELETE FROM {table} WHERE job_id = ?", [(job_id,)])
+                     for table in ("flows", "echelons", "jobs")])
+
+    def purge(self, done_before_s: float) -> int:
+        old = f"SELECT job_id FROM jobs WHERE archived_s < {float(done_before_s)!r}"
+        before = self._db.total_changes
+        self._write([(f"DELETE FROM {table} WHERE job_id IN ({old})", [()])
+                     for table in ("flows", "echelons", "jobs")])
+        return self._db.total_changes - before
+
+    def _write(self, statements: Sequence[tuple[str, Sequence[tuple]]]) -> None:
+        """Statements (each with its rows of parameters) in one transaction."""
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, rows in statements:
+                    db.executemany(sql, rows)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"registry store {self.path!r}: write failed: {exc}") from None
 
 
 def _flow_row(flow: FlowRecord) -> tuple:
@@ -194,9 +247,10 @@ def _flow_record(row: Sequence) -> FlowRecord:
     return FlowRecord(**values)
 
 
-def open_registry(topology, path: str = DEFAULT_PATH):
-    """A :class:`Registry` backed by the store at ``path``, holding whatever was stored there before."""
+def open_registry(topology, path: str = DEFAULT_PATH, retention: Retention = DEFAULT_RETENTION):
+    """A :class:`Registry` backed by the store at ``path``, holding the jobs stored there that were not
+    archived (``controller.retention``)."""
     store = Store(path)
-    registry = Registry(topology, store=store, loaded=store.load())
+    registry = Registry(topology, store=store, loaded=store.load(), retention=retention)
     registry.bind_topology_name()
     return registry

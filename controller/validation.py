@@ -1,4 +1,4 @@
-"""The one error a refused API request raises, and the check of a request body's fields.
+"""The one error a refused API request raises, and the reader of a request's query parameters.
 
 Built on the project's one field checker (:mod:`echelonflow.fields`), so the registry endpoints
 (``controller/api.py``), the enforcement primitives (``controller/enforcement_api.py``) and the files
@@ -9,7 +9,7 @@ Stdlib only, Python 3.9 compatible.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Sequence
 from typing import Any, Callable
 from urllib.parse import parse_qsl
 
@@ -31,21 +31,6 @@ class ApiError(FieldError):
         super().__init__(field or "", problem)
         self.status = status
         self.headers = list(headers)
-
-
-def fields(
-    body: Any, required: tuple[str, ...], optional: tuple[str, ...] = (), prefix: str = ""
-) -> dict[str, Any]:
-    """The body as a dict after checking it is an object with exactly the allowed keys.
-
-    ``prefix`` locates a nested object in error fields (``requests[3]`` or ``match``); a body that is
-    not an object is refused as ``body`` (or as the nested object's place).
-    """
-    if not isinstance(body, dict):
-        raise ApiError(400, prefix or "body", "must be a JSON object")
-    declared = [Field(name, required=True) for name in required] + [Field(name) for name in optional]
-    read(body, declared, prefix)
-    return body
 
 
 # --------------------------------------------------------------------------- query parameters
@@ -90,22 +75,26 @@ def choice(*options: str) -> QueryParser:
     return parse
 
 
-def read_query(query_string: str, allowed: Mapping[str, QueryParser]) -> dict[str, Any]:
-    """The request's query parameters, each read by its endpoint's parser: every name must be one the
-    endpoint takes and appear once; the endpoint sees only parsed values (absent ones are absent)."""
-    if not query_string:  # Python 3.9's strict parse_qsl refuses the empty string
-        return {}
+def read_query(query_string: str, declared: Sequence[Field]) -> dict[str, Any]:
+    """The request's query parameters as its endpoint declares them (each a :class:`Field` whose check
+    parses the text), read by the same :func:`~echelonflow.fields.read` as request bodies: an undeclared
+    name is refused, a declared one that is absent takes its default; each name at most once."""
+    values: dict[str, str] = {}
+    if query_string:  # Python 3.9's strict parse_qsl refuses the empty string
+        try:
+            pairs = parse_qsl(query_string, keep_blank_values=True, strict_parsing=True, max_num_fields=16)
+        except ValueError as exc:
+            raise ApiError(400, "query", f"malformed query string: {exc}") from None
+        for name, text in pairs:
+            if not name:
+                raise ApiError(400, "query", "a parameter without a name")
+            if name in values:
+                raise ApiError(400, name, "give it once")
+            if not declared:
+                raise ApiError(400, name, "unknown query parameter (this endpoint takes none)")
+            values[name] = text
     try:
-        pairs = parse_qsl(query_string, keep_blank_values=True, strict_parsing=True, max_num_fields=16)
-    except ValueError as exc:
-        raise ApiError(400, "query", f"malformed query string: {exc}") from None
-    values: dict[str, Any] = {}
-    for name, text in pairs:
-        parser = allowed.get(name)
-        if parser is None:
-            takes = f"allowed: {', '.join(allowed)}" if allowed else "this endpoint takes none"
-            raise ApiError(400, name or "query", f"unknown query parameter ({takes})")
-        if name in values:
-            raise ApiError(400, name, "give it once")
-        values[name] = parser(name, text)
-    return values
+        return read(values, declared, what="a query")
+    except FieldError as err:
+        problem = err.problem.replace("unknown field", "unknown query parameter")
+        raise ApiError(400, err.field, problem) from None

@@ -16,7 +16,7 @@ from controller.registry import STATES, EchelonRecord, FlowRecord, JobRecord, Re
 
 
 def job_view(registry: Registry, job: JobRecord) -> dict[str, Any]:
-    ids = [e.echelon_id for e in registry.echelons.values() if e.job_id == job.job_id]
+    ids = [registry.echelons[key].echelon_id for key in registry.index.job_echelons[job.job_id]]
     view: dict[str, Any] = {"job_id": job.job_id, "weight": job.weight, "registered_s": job.registered_s,
                             "aborted_s": job.aborted_s, "echelons": ids}
     if job.compute_s is not None:  # declared (``crux`` reads it)
@@ -66,8 +66,7 @@ def dump(registry: Registry) -> dict[str, Any]:
 
 
 def counts(registry: Registry) -> dict[str, int]:
-    """How many jobs and EchelonFlows there are, and how many flows in each state."""
-    states = {s: 0 for s in STATES}
-    for flow in registry.flows.values():
-        states[flow.state] += 1
-    return {"jobs": len(registry.jobs), "echelons": len(registry.echelons), **states}
+    """How many jobs and EchelonFlows memory holds, and how many flows in each state (kept by the
+    registry's index, not counted here: the health check costs nothing however many flows there are)."""
+    return {"jobs": len(registry.jobs), "echelons": len(registry.echelons),
+            **{state: registry.index.counts[state] for state in STATES}}

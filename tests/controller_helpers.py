@@ -145,3 +145,53 @@ def match_body(**over):
 def install_body(**over):
     """An enforcement ``install`` request for flow ``new``, with fields replaced by ``over``."""
     return {"op": "install", "flow_id": "new", "match": match_body(), "queue": 1, **over}
+
+
+class ServedApi:
+    """A registry (with its SQLite store when given a path) served over real HTTP on a Unix socket, its
+    service's clock set by the test (``now_s``); ``client`` is a real :class:`EchelonClient`."""
+
+    TOKEN = "t" * 32
+
+    def __init__(self, tmp_path, retention=None, store_path=None, topology=None):
+        from controller.api import Api
+        from controller.api_server import ApiServer, GreenEvent, run_in_thread
+        from controller.client import EchelonClient
+        from controller.registry import Registry
+        from controller.retention import Retention
+        from controller.service import SchedulingService
+        from controller.store import open_registry
+        from echelonflow.topology import fattree
+
+        self.now_s = 1000.0
+        self.topology = topology or fattree(20e6, 4)
+        self.retention = retention or Retention()
+        self.registry = (open_registry(self.topology, str(store_path), self.retention) if store_path
+                         else Registry(self.topology, retention=self.retention))
+        self.service = SchedulingService(self.registry, None, now=lambda: self.now_s,
+                                         event_factory=GreenEvent, interval_s=1.0)
+        self.server = ApiServer(Api(self.service, self.TOKEN), port=0, socket_path=str(tmp_path / "api.sock"))
+        self.thread = run_in_thread(self.server)
+        self.client = EchelonClient(socket_path=self.server.socket_path, token=self.TOKEN)
+
+    def run_job(self, job_id, flows=2, src="h1", dst="h5"):
+        """Register ``job_id`` with one EchelonFlow of ``flows`` flows, start and finish them all now."""
+        c = self.client
+        c.register_job(job_id)
+        c.register_echelon(job_id, "e", [{"flow_id": f"f{i}", "src": src, "dst": dst, "size_bytes": 1000}
+                                         for i in range(flows)])
+        for i in range(flows):
+            c.flow_started(job_id, f"f{i}", 40000 + i, 5201)
+        for i in range(flows):
+            c.flow_finished(job_id, f"f{i}")
+
+    def tick(self, now_s):
+        """The clock moves to ``now_s`` and the interval loop's round runs (with the retention)."""
+        self.now_s = now_s
+        self.service.tick()  # no request is being served meanwhile: the test waits for each answer
+
+    def stop(self):
+        self.client.close()
+        self.thread.stop()
+        if self.registry.store is not None:
+            self.registry.store.close()

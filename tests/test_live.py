@@ -169,7 +169,8 @@ def test_topology_and_links_views(live) -> None:
 
 
 def test_echelons_view_has_allocations_estimates_and_a_tardiness_estimate(live) -> None:
-    assert live.json("/v1/echelons") == {"now_s": 1000.0, "scheduler": "echelon", "echelons": []}
+    assert live.json("/v1/echelons") == {"now_s": 1000.0, "scheduler": "echelon", "echelons": [],
+                                         "next_cursor": None}
     live.start_stage()
     live.registry.flow_progress("train", "s0", 1_000_000)
     live.clock_s += 2.0

@@ -28,7 +28,7 @@ from controller.store import open_registry
 from echelonflow.schedulers import get_scheduler, kernels
 from echelonflow.schedulers.echelon import ORDERINGS, EchelonScheduler, EchelonVarysScheduler
 from echelonflow.schedulers.fair import FairScheduler
-from echelonflow.schedulers.live import COMPACT_SLACK, LiveFlowTable, OrderLabels
+from echelonflow.schedulers.live import COMPACT_SLACK, GROUP_SLACK, LiveFlowTable, OrderLabels
 from echelonflow.schedulers.varys import CoflowScheduler, FifoScheduler, PortFairScheduler
 from echelonflow.schedulers.view import decision_on_snapshot
 from echelonflow.topology import fattree
@@ -274,3 +274,34 @@ def test_interpreted_table_decides_like_the_snapshot() -> None:
                            text=True, timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert child.returncode == 0, child.stderr[-2000:]
     assert json.loads(child.stdout) == []
+
+
+def test_groups_of_forgotten_jobs_leave_the_table_and_decisions_stay_equal() -> None:
+    """Thousands of jobs come and go (each done job leaves memory, ``Registry.expire``) while a few stay
+    live: the table's group slots follow the live groups, not every group there ever was, and it still
+    decides like the snapshot."""
+    from controller.retention import Retention
+
+    rng = random.Random(11)
+    reg = Registry(fattree(20e6, 4), retention=Retention(memory_jobs=3, memory_s=1e9, store_s=1e9))
+    reg.add_job("live", 1.0)
+    reg.add_echelon("live", "e", flows=[{"flow_id": f"l{i}", "src": "h1", "dst": f"h{9 + i}",
+                                          "size_bytes": 10**6, "offset_s": 0.1 * i} for i in range(3)])
+    reg.flow_started("live", "l0", 9000, 5201, 0.5)
+    slots = []
+    for j in range(3 * COMPACT_SLACK):
+        job = f"j{j}"
+        reg.add_job(job, 1.0)
+        reg.add_echelon(job, "e", flows=[{"flow_id": f"f{i}", "src": f"h{1 + i}", "dst": "h16",
+                                          "size_bytes": 1000 + rng.randrange(1000)} for i in range(2)])
+        for i in range(2):
+            reg.flow_started(job, f"f{i}", 10000 + i, 5201, 1.0 + j)
+        for i in range(2):
+            reg.flow_finished(job, f"f{i}", 1.5 + j)
+        reg.expire(2.0 + j)
+        slots.append(len(reg._table.slot_ids))
+    assert list(reg.jobs)[0] == "live" and len(reg.jobs) == 4
+    assert max(slots) < 2 * 5 + GROUP_SLACK + 2  # dropped slots are swept: bounded by the live ones
+    assert compare(reg, 3.0 * COMPACT_SLACK, "after many forgotten jobs") == []
+    reg.flow_started("live", "l1", 9001, 5201, 3.0 * COMPACT_SLACK)
+    assert compare(reg, 3.0 * COMPACT_SLACK + 1, "a live group after the sweep") == []

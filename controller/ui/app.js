@@ -5,6 +5,7 @@ import { drawTopology, updateLinks } from "./topology.js";
 
 const POLL_MS = 1000;
 const RECENT_S = 60;
+const PAGE_LIMIT = 50; // the largest page of /v1/echelons (docs/api.md, "Pages")
 const $ = (id) => document.getElementById(id);
 let topologyName = null;
 let polls = 0;
@@ -19,7 +20,7 @@ async function getJson(path, options = {}) {
 async function poll() {
   try {
     const [health, links, echelons, rounds] = await Promise.all([
-      getJson("health"), getJson("links"), getJson(`echelons?recent_s=${RECENT_S}`), getJson("rounds?limit=15"),
+      getJson("health"), getJson("links"), recentEchelons(), getJson("rounds?limit=15"),
     ]);
     if (health.topology !== topologyName) await loadTopology();
     updateLinks($("topology"), links);
@@ -35,6 +36,17 @@ async function poll() {
   } finally {
     setTimeout(poll, POLL_MS);
   }
+}
+
+// Every recent EchelonFlow: the API answers a page at a time, so follow next_cursor to the last page.
+async function recentEchelons() {
+  const path = `echelons?recent_s=${RECENT_S}&limit=${PAGE_LIMIT}`;
+  const view = await getJson(path);
+  for (let page = view; page.next_cursor; ) {
+    page = await getJson(`${path}&cursor=${encodeURIComponent(page.next_cursor)}`);
+    view.echelons.push(...page.echelons);
+  }
+  return view;
 }
 
 async function loadTopology() {

@@ -35,6 +35,9 @@ from echelonflow.schedulers.view import FlowView, GroupView, JobProfile
 
 #: Compact when dead rows exceed live ones and this many.
 COMPACT_SLACK = 1024
+#: Dropped group slots kept beyond the live ones before they are swept: every round and every
+#: declaration walks the slots, so fewer than dead rows (a sweep costs a walk of the rows).
+GROUP_SLACK = 64
 
 
 class OrderLabels:
@@ -211,6 +214,30 @@ class LiveFlowTable:
                 self.active.remove(row)
         if len(self.row_ids) - len(self.row_of) > len(self.row_of) + COMPACT_SLACK:
             self._compact()
+
+    def drop_group(self, group_id: str) -> None:
+        """The group is gone for good (the controller forgot its job) and has no row left: its slot is
+        freed, all at once when the dropped slots outnumber the kept ones, so the table's size follows
+        the live groups, not every group there ever was."""
+        if self.group_slot.pop(group_id, None) is None:
+            return
+        self.group_labels.remove(group_id)
+        if len(self.slot_ids) - len(self.group_slot) > len(self.group_slot) + GROUP_SLACK:
+            self._compact()  # first the dead rows, which may still name dropped slots
+            self._compact_groups()
+
+    def _compact_groups(self) -> None:
+        keep = sorted(self.group_slot.values())
+        renumber = {old: new for new, old in enumerate(keep)}
+        self.group.replace([renumber[slot] for slot in self.group.view()])
+        for column in (self.reference, self.admission_key):
+            old = column.view()
+            column.replace([old[slot] for slot in keep])
+        self.group_label = [self.group_label[slot] for slot in keep]
+        self.slot_members = [self.slot_members[slot] for slot in keep]
+        self.slot_ids = [self.slot_ids[slot] for slot in keep]
+        self.group_slot = {gid: renumber[slot] for gid, slot in self.group_slot.items()}
+        self.members_cache = None
 
     def set_remaining(self, flow_id: str, remaining_bytes: float) -> None:
         self.remaining.data[self.row_of[flow_id]] = float(remaining_bytes)

@@ -1,0 +1,283 @@
+"""A controller that runs for weeks: its reads, a job's lifecycle, memory, store and restart as finished
+jobs accumulate (numbers go to docs/results.md, "A controller that runs for weeks").
+
+Grows one registry (SQLite store in a temporary folder, the default retention of
+``controller.retention``) to ``--jobs`` finished jobs, each the probe of issue 34: one EchelonFlow of 4
+declared flows on a k=4 fat-tree, every flow started on its own 5-tuple and finished: 10 API calls.
+The calls go through the API's WSGI application in this process (routing, validation, handlers, the
+scheduling rounds they trigger, the store's commits, JSON encoding), without the HTTP transport: the
+fastest honest path to 100,000 jobs in minutes.  The service's clock is simulated: each job advances it by
+``--job-gap-s`` (default 12 s, so 100,000 jobs span about two weeks and both retentions act).
+
+Every ``--every`` jobs it records (the soak series): RSS, open files, store size (with its WAL), jobs
+in memory, each read's median of 5 (``GET /v1/jobs``, ``/v1/flows``, ``/v1/echelons``,
+``/v1/echelons?recent_s=60``, ``/v1/health``, first page at the default limit and at the largest), and the
+mean lifecycle of the last ``--window`` jobs.  At the end:
+
+* a job's lifecycle on the grown controller against a fresh one's first jobs, in alternating windows
+  (the shared machine's load drifts over a long run, so the series' first and last windows alone do not
+  compare);
+* RSS against the empty controller (started: its first round done, the scheduler's kernels loaded) and
+  against the warm one (after the first ``--window`` jobs);
+* a restart on the grown store (``open_registry`` plus the service's first round, in this process);
+* with ``--stall-s S`` (default 3), the decision delay while reads are polled.  The registry is then
+  served over real HTTP (``controller.api_server``: eventlet hub in a thread) with a green thread that
+  asks for a scheduling round every 20 ms and records how late it woke: first alone, then while another
+  process only burns a core (the shared machine's part of the delay), then while a separate client
+  process polls the largest pages (200 jobs, 200 flows, 50 EchelonFlows, 50 recent ones) in a loop; and
+  how long each request held the hub (the WSGI call, JSON encoding included).
+
+Usage: ``.venv/bin/python benchmarks/bench_api_weeks.py [--jobs 100000] [--every 10000] [--json PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from controller.api import Api  # noqa: E402
+from controller.service import SchedulingService  # noqa: E402
+from controller.store import open_registry  # noqa: E402
+from echelonflow.topology import fattree  # noqa: E402
+
+RESULT_PATH = os.path.join(ROOT, "benchmarks", "results", "api_weeks.json")
+TOKEN = "bench-token"
+READS = {"jobs": "/v1/jobs", "flows": "/v1/flows", "echelons": "/v1/echelons",
+         "echelons_recent_60": "/v1/echelons?recent_s=60", "health": "/v1/health",
+         "jobs_200": "/v1/jobs?limit=200", "flows_200": "/v1/flows?limit=200",
+         "echelons_recent_60_50": "/v1/echelons?recent_s=60&limit=50"}
+#: A process that only burns a core for argv[1] seconds.
+BURN = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end: pass"
+POLLED = ["/v1/jobs?limit=200", "/v1/flows?limit=200", "/v1/echelons?limit=50",
+          "/v1/echelons?recent_s=60&limit=50"]
+
+
+class Controller:
+    """Registry + service + API on a simulated clock, called as WSGI."""
+
+    def __init__(self, store_path: str) -> None:
+        self.now_s = 1.0e9
+        self.topology = fattree(10e6, k=4)
+        self.registry = open_registry(self.topology, store_path)
+        self.service = SchedulingService(self.registry, None, now=lambda: self.now_s, interval_s=3600.0)
+        self.api = Api(self.service, TOKEN)
+        self.service.start()  # as the controller does when it starts (the scheduler's kernels load here)
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        raw = b"" if body is None else json.dumps(body).encode()
+        path, _, query = path.partition("?")
+        environ = {"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query,
+                   "wsgi.input": io.BytesIO(raw), "CONTENT_LENGTH": str(len(raw)),
+                   "CONTENT_TYPE": "application/json", "HTTP_AUTHORIZATION": f"Bearer {TOKEN}"}
+        status: list[str] = []
+        out = b"".join(self.api(environ, lambda s, _h: status.append(s)))
+        if not status[0].startswith("2"):
+            raise RuntimeError(f"{method} {path}: {status[0]} {out[:200]!r}")
+        return out
+
+    def lifecycle(self, index: int, gap_s: float) -> None:
+        self.now_s += gap_s
+        job = f"job{index}"
+        hosts = [(f"h{1 + (index + i) % 8}", f"h{9 + (index + 3 * i) % 8}") for i in range(4)]
+        self.call("POST", "/v1/jobs", {"job_id": job})
+        self.call("POST", f"/v1/jobs/{job}/echelons", {"echelon_id": "e", "flows": [
+            {"flow_id": f"f{i}", "src": src, "dst": dst, "size_bytes": 10**6}
+            for i, (src, dst) in enumerate(hosts)]})
+        for i in range(4):
+            self.call("POST", f"/v1/jobs/{job}/flows/f{i}/start", {"src_port": 40000 + i, "dst_port": 5201})
+        self.now_s += 0.5
+        for i in range(4):
+            self.call("POST", f"/v1/jobs/{job}/flows/f{i}/finish", {})
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def store_bytes(path: str) -> int:
+    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+
+
+def median_ms(fn, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - began)
+    return 1000 * statistics.median(times)
+
+
+def record(ctl: Controller, store: str, jobs: int, lifecycle_ms: float | None) -> dict[str, Any]:
+    reads = {name: median_ms(lambda p=path: ctl.call("GET", p)) for name, path in READS.items()}
+    return {"jobs": jobs, "simulated_days": (ctl.now_s - 1.0e9) / 86400, "rss_mib": rss_mib(),
+            "open_files": len(os.listdir("/proc/self/fd")), "store_bytes": store_bytes(store),
+            "jobs_in_memory": len(ctl.registry.jobs), "flows_in_memory": len(ctl.registry.flows),
+            "lifecycle_ms": lifecycle_ms, "read_ms": reads}
+
+
+def lifecycle_against_fresh(ctl: Controller, workdir: str, done: int, rounds: int = 5,
+                            jobs: int = 200) -> dict[str, Any]:
+    """A job's lifecycle on the grown controller against a fresh one's first jobs, timed in alternating
+    windows of ``jobs`` jobs (``rounds`` each), so the machine's load, which drifts over a long run on a
+    shared machine, weighs on both alike."""
+    fresh = Controller(os.path.join(workdir, "fresh.sqlite"))
+    grown_ms, fresh_ms = [], []
+    for r in range(rounds):
+        for controller, first, out in ((fresh, r * jobs, fresh_ms), (ctl, done + r * jobs, grown_ms)):
+            began = time.perf_counter()
+            for index in range(first, first + jobs):
+                controller.lifecycle(index, 12.0)
+            out.append(1000 * (time.perf_counter() - began) / jobs)
+    fresh.registry.store.close()
+    return {"fresh_ms": fresh_ms, "grown_ms": grown_ms,
+            "ratio": statistics.median(grown_ms) / statistics.median(fresh_ms)}
+
+
+# ------------------------------------------------------------------------------------------ stalls
+def reader(socket_path: str, seconds: float) -> int:
+    """The polling client (a separate process): the largest reads in a loop for ``seconds``."""
+    from controller.client import EchelonClient
+
+    count = 0
+    with EchelonClient(socket_path=socket_path, token=TOKEN) as client:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            client.request("GET", POLLED[count % len(POLLED)][3:])
+            count += 1
+    print(count)
+    return 0
+
+
+def stalls(ctl: Controller, workdir: str, seconds: float) -> dict[str, Any]:
+    import eventlet
+
+    from controller.api_server import ApiServer, run_in_thread
+
+    delays: list[float] = []
+    stop = [False]
+    period_s = 0.02
+
+    def probe() -> None:
+        while not stop[0]:
+            asked = time.perf_counter()
+            eventlet.sleep(period_s)
+            delays.append(time.perf_counter() - asked - period_s)
+            ctl.service.reschedule("probe")
+
+    held: list[float] = []
+
+    def timed_api(environ: dict[str, Any], start_response: Any) -> Any:
+        began = time.perf_counter()  # the hub is held from here to the answer's bytes
+        try:
+            return ctl.api(environ, start_response)
+        finally:
+            held.append(time.perf_counter() - began)
+
+    server = ApiServer(timed_api, port=0, socket_path=os.path.join(workdir, "api.sock"))
+    thread = run_in_thread(server, tasks=(probe,))
+    out: dict[str, Any] = {}
+    try:
+        for phase in ("alone", "cpu_busy", "polled"):
+            delays.clear()
+            held.clear()
+            reads = 0
+            if phase == "polled":
+                proc = subprocess.run([sys.executable, __file__, "--reader", server.socket_path,
+                                       "--stall-s", str(seconds)], capture_output=True, text=True, check=True)
+                reads = int(proc.stdout.strip() or 0)
+            elif phase == "cpu_busy":  # another process takes a core, reading nothing: the machine's part
+                subprocess.run([sys.executable, "-c", BURN, str(seconds)], check=True)
+            else:
+                time.sleep(seconds)
+            got = sorted(delays)
+            out[phase] = {"rounds": len(got), "reads": reads,
+                          "delay_p50_ms": 1000 * got[len(got) // 2],
+                          "delay_p99_ms": 1000 * got[min(len(got) - 1, int(0.99 * len(got)))],
+                          "delay_max_ms": 1000 * got[-1],
+                          "read_held_p50_ms": 1000 * statistics.median(held) if held else None,
+                          "read_held_max_ms": 1000 * max(held) if held else None}
+    finally:
+        stop[0] = True
+        thread.stop()
+    return out
+
+
+# ------------------------------------------------------------------------------------------ main
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--every", type=int, default=10_000, help="jobs between two records")
+    parser.add_argument("--window", type=int, default=1000, help="jobs whose lifecycle is timed per record")
+    parser.add_argument("--job-gap-s", type=float, default=12.0, help="simulated seconds per job")
+    parser.add_argument("--stall-s", type=float, default=3.0)
+    parser.add_argument("--reader", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--json", default=RESULT_PATH)
+    args = parser.parse_args()
+    if args.reader:
+        return reader(args.reader, args.stall_s)
+    workdir = tempfile.mkdtemp(prefix="echelon-bench-weeks-")
+    store = os.path.join(workdir, "registry.sqlite")
+    ctl = Controller(store)
+    series = [record(ctl, store, 0, None)]
+    empty_rss = series[0]["rss_mib"]
+    began = time.perf_counter()
+    for index in range(args.jobs):
+        if index == 0 or (index + args.window) % args.every == 0:  # a timed window of jobs begins
+            window_start = time.perf_counter()
+        ctl.lifecycle(index, args.job_gap_s)
+        done = index + 1
+        if done == args.window or done % args.every == 0:
+            lifecycle_ms = 1000 * (time.perf_counter() - window_start) / args.window
+            series.append(record(ctl, store, done, lifecycle_ms))
+            print(json.dumps(series[-1]), file=sys.stderr, flush=True)
+    grow_s = time.perf_counter() - began
+    against_fresh = lifecycle_against_fresh(ctl, workdir, args.jobs)
+    stall = stalls(ctl, workdir, args.stall_s)
+    ctl.registry.store.close()
+    started = time.perf_counter()
+    restarted = open_registry(ctl.topology, store)
+    SchedulingService(restarted, None, interval_s=3600.0).start()
+    restart_s = time.perf_counter() - started
+    last, first = series[-1], series[1]
+    summary = {
+        "jobs": args.jobs, "grow_s": grow_s, "simulated_days": last["simulated_days"],
+        "read_ms_at_end": last["read_ms"], "lifecycle_first_ms": first["lifecycle_ms"],
+        "lifecycle_last_ms": last["lifecycle_ms"],
+        "lifecycle_ratio": last["lifecycle_ms"] / first["lifecycle_ms"],
+        "lifecycle_against_fresh": against_fresh,
+        "rss_empty_mib": empty_rss, "rss_warm_mib": first["rss_mib"], "rss_end_mib": last["rss_mib"],
+        "rss_growth_from_empty_mib": last["rss_mib"] - empty_rss,
+        "rss_growth_from_warm_mib": last["rss_mib"] - first["rss_mib"],
+        "store_mib_end": last["store_bytes"] / 2**20, "restart_s": restart_s,
+        "restart_jobs_loaded": len(restarted.jobs), "decision_delay": stall,
+    }
+    document = {"benchmark": "bench_api_weeks", "command": " ".join(["benchmarks/bench_api_weeks.py",
+                                                                      *sys.argv[1:]]),
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
+                "calls": "in-process WSGI (the API's handlers, no HTTP transport); stalls over HTTP",
+                "summary": summary, "series": series}
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w", encoding="utf-8") as fh:
+        json.dump(document, fh, indent=1)
+        fh.write("\n")
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Done jobs leave memory after their retention, stay readable from the store until the second one, and
+``DELETE /v1/jobs/{job}`` removes a done job at once; a restart loads only what memory held.  A real
+registry with its SQLite store, served over real HTTP, on a clock the test moves."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.client import ApiClientError
+from controller.retention import Retention
+from controller.store import open_registry
+from tests.controller_helpers import ServedApi
+
+
+@pytest.fixture()
+def served(tmp_path):
+    s = ServedApi(tmp_path, Retention(memory_jobs=100, memory_s=100.0, store_s=1000.0),
+                  store_path=tmp_path / "registry.sqlite")
+    yield s
+    s.stop()
+
+
+def _listed(client):
+    return [job["job_id"] for job in client.jobs()]
+
+
+def _refused(call):
+    with pytest.raises(ApiClientError) as info:
+        call()
+    return info.value
+
+
+def test_a_done_job_leaves_memory_then_the_store(served):
+    c = served.client
+    served.run_job("old")
+    c.register_job("live")
+    served.tick(1050.0)
+    assert _listed(c) == ["old", "live"]  # done 50 s ago: still in memory
+    served.tick(1101.0)
+    assert _listed(c) == ["live"] and "old" not in served.registry.jobs
+    job = c.job("old")  # readable from the store, as it was
+    assert job["archived"] is True and job["echelons"] == ["e"]
+    assert [(f["flow_id"], f["state"]) for f in c.flows("old")] == [("f0", "finished"), ("f1", "finished")]
+    assert c.flow("old", "f1")["path"][0] == "h1" and c.echelons("old")[0]["echelon_id"] == "e"
+    assert c.allocation("old", "f0")["state"] == "finished"
+    assert c.health()["counts"]["finished"] == 0  # memory holds none of its flows
+    for call in (lambda: c.register_job("old"), lambda: c.register_echelon("old", "e2", [])):
+        err = _refused(call)
+        assert (err.status, err.field) == (409, "job_id") and "archived" in err.problem
+    served.tick(1999.0)
+    assert c.job("old")["archived"] is True  # the store keeps it 1,000 s after it was done
+    served.tick(2060.0)  # deleted at the next check (at most a minute apart)
+    err = _refused(lambda: c.job("old"))
+    assert (err.status, err.field) == (404, "job_id")
+    c.register_job("old")  # the id is free again
+
+
+def test_memory_keeps_at_most_the_newest_done_jobs(tmp_path):
+    served = ServedApi(tmp_path, Retention(memory_jobs=2, memory_s=1e6, store_s=1e7),
+                       store_path=tmp_path / "registry.sqlite")
+    try:
+        for name in ("a", "b", "c"):
+            served.run_job(name)
+        assert _listed(served.client) == ["b", "c"]
+        assert served.client.job("a")["archived"] is True
+    finally:
+        served.stop()
+
+
+def test_delete_removes_a_done_job_and_refuses_a_live_one(served):
+    c = served.client
+    c.register_job("live")
+    c.register_echelon("live", "e", [{"flow_id": "f", "src": "h1", "dst": "h2", "size_bytes": 10}])
+    err = _refused(lambda: c.delete_job("live"))
+    assert (err.status, err.field) == (409, "job_id")
+    served.run_job("done")
+    assert c.delete_job("done")["deleted"] is True
+    assert _listed(c) == ["live"]
+    err = _refused(lambda: c.job("done"))
+    assert err.status == 404
+    err = _refused(lambda: c.delete_job("done"))
+    assert (err.status, err.field) == (404, "job_id")
+    c.request("POST", "/jobs/live/abort", {}, auth=True)
+    assert c.delete_job("live")["job_id"] == "live"  # aborted: done
+    served.run_job("archived")
+    served.tick(1200.0)
+    assert c.job("archived")["archived"] is True
+    c.delete_job("archived")
+    assert _refused(lambda: c.job("archived")).status == 404
+    err = _refused(lambda: c.request("DELETE", "/jobs/x"))  # without the token
+    assert err.status == 401
+
+
+def test_a_restart_loads_only_what_memory_held(tmp_path):
+    path = tmp_path / "registry.sqlite"
+    retention = Retention(memory_jobs=100, memory_s=100.0, store_s=1000.0)
+    served = ServedApi(tmp_path, retention, store_path=path)
+    try:
+        served.run_job("old")
+        served.tick(1150.0)
+        served.run_job("recent")
+        served.client.register_job("live")
+    finally:
+        served.stop()
+    registry = open_registry(served.topology, str(path), retention)
+    try:
+        assert list(registry.jobs) == ["recent", "live"]
+        assert registry.index.counts["finished"] == 2 and len(registry.flows) == 2
+        assert registry.store.archived("old") == 1000.0
+        registry.expire(1251.0)  # "recent", done at 1150, is due now: its done time came back with it
+        assert list(registry.jobs) == ["live"]
+    finally:
+        registry.store.close()
+
+
+def test_the_standalone_server_takes_the_retention_settings(tmp_path):
+    """``python -m controller.api_server --retain-done-s`` (as ``echelon controller`` takes every setting):
+    a bad value is one line naming the option, exit 2, nothing written."""
+    import subprocess
+    import sys
+
+    token = tmp_path / "token"
+    proc = subprocess.run([sys.executable, "-m", "controller.api_server", "--port", "0", "--socket",
+                           str(tmp_path / "s.sock"), "--token-file", str(token), "--retain-done-s", "soon"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --retain-done-s: must be a number")
+    assert list(tmp_path.iterdir()) == []
