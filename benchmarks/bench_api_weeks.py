@@ -47,6 +47,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from controller.api import Api  # noqa: E402
+from controller.config import ControllerConfig  # noqa: E402
 from controller.service import SchedulingService  # noqa: E402
 from controller.store import open_registry  # noqa: E402
 from echelonflow.topology import fattree  # noqa: E402
@@ -70,7 +71,8 @@ class Controller:
         self.now_s = 1.0e9
         self.topology = fattree(10e6, k=4)
         self.registry = open_registry(self.topology, store_path)
-        self.service = SchedulingService(self.registry, None, now=lambda: self.now_s, interval_s=3600.0)
+        self.service = SchedulingService(self.registry, None, ControllerConfig(interval_s=3600.0),
+                                         now=lambda: self.now_s)
         self.api = Api(self.service, TOKEN)
         self.service.start()  # as the controller does when it starts (the scheduler's kernels load here)
 
@@ -251,7 +253,7 @@ def main() -> int:
     ctl.registry.store.close()
     started = time.perf_counter()
     restarted = open_registry(ctl.topology, store)
-    SchedulingService(restarted, None, interval_s=3600.0).start()
+    SchedulingService(restarted, None, ControllerConfig(interval_s=3600.0)).start()
     restart_s = time.perf_counter() - started
     last, first = series[-1], series[1]
     summary = {

@@ -118,7 +118,7 @@ def main() -> int:
                 t0, cpu0 = time.perf_counter(), time.process_time()
                 with engine._collector_paused():
                     run = engine._Run(scenario.topology, jobs, get_scheduler(name), False, specs,
-                                      decision_interval_s=interval_ms / 1e3)
+                                      rule=engine.DecisionRule(interval_s=interval_ms / 1e3))
                     current[:] = [run]
                     run.run()
                     current.clear()

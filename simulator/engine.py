@@ -38,7 +38,7 @@ operations in the same order, ties between links keep their order.  A scheduler 
 (SEBF, MADD, BSSI, echelon's order and estimates) or the clock is asked at every such event, since its
 numbers move with them (docs/performance.md, "Decisions that change nothing").
 
-Decision interval.  ``_Run(decision_interval_s=D)``, D > 0, is a rule change offered for studies that
+Decision interval.  ``_Run(rule=DecisionRule(interval_s=D))``, D > 0, is a rule change offered for studies that
 trade exactness for time (``benchmarks/exact_rule_scaling.py --interval-ms`` measures its error against
 the exact rule): a finish that comes less than D after the last decision waits, with every other rate
 unchanged and the freed capacity idle, until D has passed; a start, fault or expiry decides at once.
@@ -197,6 +197,25 @@ def _collector_paused():
             gc.enable()
 
 
+@dataclass(frozen=True)
+class DecisionRule:
+    """When a run decides: at every flow start and finish (``every_flow``, the exact rule) or only at
+    flow starts and group completions (the coflow rule); ``interval_s`` > 0 defers finishes (module
+    docstring, "Decision interval")."""
+
+    every_flow: bool = True
+    interval_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.interval_s < 0 or (self.interval_s > 0 and not self.every_flow):
+            raise ValueError("a decision interval is >= 0 and applies to the every-flow rule only")
+        object.__setattr__(self, "interval_s", float(self.interval_s))
+
+
+#: The exact rule: a decision at every flow start and finish.
+EXACT = DecisionRule()
+
+
 def _simulate(
     topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, check_invariants: bool, alone_runs: bool,
     workers: int, events: Sequence[FaultEvent], rescheduling: str,
@@ -208,14 +227,14 @@ def _simulate(
     specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
     # filled by the together run, read by the alone runs (none: each job's index goes with the run)
     prepared: dict[str, _JobIndex] | None = {} if alone_runs and len(jobs) > 1 else None
-    every_flow = rescheduling == "every-flow"
-    together = _Run(topology, jobs, scheduler, check_invariants, specs, events, prepared, every_flow)
+    rule = DecisionRule(every_flow=rescheduling == "every-flow")
+    together = _Run(topology, jobs, scheduler, check_invariants, specs, events, prepared, rule)
     alone_s: dict[str, float] = {}
     if len(jobs) == 1 or not alone_runs:
         together.run()
     elif workers > 1 and _can_fork():
         global _FORKED
-        _FORKED = (topology, jobs, pristine, check_invariants, specs, events, prepared, every_flow)
+        _FORKED = (topology, jobs, pristine, check_invariants, specs, events, prepared, rule)
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(min(workers - 1, len(jobs)), mp_context=context) as pool:
             pending = [pool.submit(_alone_in_child, index) for index in range(len(jobs))]
@@ -224,7 +243,7 @@ def _simulate(
         _FORKED = None
     else:
         together.run()
-        alone_s = dict(_alone(topology, job, pristine, check_invariants, specs, events, prepared, every_flow)
+        alone_s = dict(_alone(topology, job, pristine, check_invariants, specs, events, prepared, rule)
                        for job in jobs)
     # Only the times outlive the run: its state goes before the result is built (the peak of a large
     # trace is whichever of the two is larger, not their sum).
@@ -235,10 +254,11 @@ def _simulate(
 
 def _alone(
     topology: Topology, job: Job, pristine: Scheduler, check: bool, specs: Mapping,
-    events: Sequence[FaultEvent] = (), prepared: dict[str, _JobIndex] | None = None, every_flow: bool = True,
+    events: Sequence[FaultEvent] = (), prepared: dict[str, _JobIndex] | None = None,
+    rule: DecisionRule = EXACT,
 ) -> tuple[str, float]:
     """(job id, completion time) of ``job`` alone on the network, under a fresh copy of ``pristine``."""
-    run = _Run(topology, [job], copy.deepcopy(pristine), check, specs, events, prepared, every_flow)
+    run = _Run(topology, [job], copy.deepcopy(pristine), check, specs, events, prepared, rule)
     run.run()
     return job.job_id, completion_after_arrival_s(job, run.finish_s)
 
@@ -249,8 +269,8 @@ _FORKED: tuple | None = None
 
 def _alone_in_child(index: int) -> tuple[str, float]:
     assert _FORKED is not None
-    topology, jobs, scheduler, check, specs, events, prepared, every_flow = _FORKED
-    return _alone(topology, jobs[index], scheduler, check, specs, events, prepared, every_flow)
+    topology, jobs, scheduler, check, specs, events, prepared, rule = _FORKED
+    return _alone(topology, jobs[index], scheduler, check, specs, events, prepared, rule)
 
 
 def _can_fork() -> bool:
@@ -339,15 +359,11 @@ class _Run:
     def __init__(
         self, topology: Topology, jobs: Sequence[Job], scheduler: Scheduler, check: bool,
         specs: Mapping[str, Mapping[str, EchelonSpec]], events: Sequence[FaultEvent] = (),
-        prepared: dict[str, _JobIndex] | None = None, every_flow: bool = True,
-        decision_interval_s: float = 0.0,
+        prepared: dict[str, _JobIndex] | None = None, rule: DecisionRule = EXACT,
     ) -> None:
         self.topology = topology
-        self.every_flow = every_flow
-        # Module docstring, "Decision interval": 0 is the exact rule.
-        if decision_interval_s < 0 or (decision_interval_s > 0 and not every_flow):
-            raise ValueError("a decision interval is >= 0 and applies to the every-flow rule only")
-        self.decision_interval_s = float(decision_interval_s)
+        self.every_flow = rule.every_flow
+        self.decision_interval_s = rule.interval_s
         self.last_decision_s = -math.inf
         self.deferred_until_s = math.inf  # a decision owed for finishes, made then at the latest
         self.links = LinkState()

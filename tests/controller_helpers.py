@@ -168,8 +168,8 @@ class ServedApi:
         self.retention = retention or Retention()
         self.registry = (open_registry(self.topology, str(store_path), self.retention) if store_path
                          else Registry(self.topology, retention=self.retention))
-        self.service = SchedulingService(self.registry, None, now=lambda: self.now_s,
-                                         event_factory=GreenEvent, interval_s=1.0)
+        self.service = SchedulingService(self.registry, None, ControllerConfig(interval_s=1.0),
+                                         now=lambda: self.now_s, event_factory=GreenEvent)
         self.server = ApiServer(Api(self.service, self.TOKEN), port=0, socket_path=str(tmp_path / "api.sock"))
         self.thread = run_in_thread(self.server)
         self.client = EchelonClient(socket_path=self.server.socket_path, token=self.TOKEN)

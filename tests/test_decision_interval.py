@@ -15,7 +15,8 @@ from tests.test_skipped_decisions import TOPOLOGIES, _assert_same
 
 def _run(topology, jobs: list[Job], name: str, interval_s: float) -> engine._Run:
     specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
-    run = engine._Run(topology, jobs, get_scheduler(name), True, specs, decision_interval_s=interval_s)
+    run = engine._Run(topology, jobs, get_scheduler(name), True, specs,
+                      rule=engine.DecisionRule(interval_s=interval_s))
     run.run()
     return run
 
@@ -78,10 +79,7 @@ def test_an_interval_shorter_than_every_gap_is_the_exact_rule(name, kind) -> Non
 
 
 def test_an_interval_needs_the_every_flow_rule() -> None:
-    topology, jobs = _two_flows()
-    specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
     with pytest.raises(ValueError, match="every-flow"):
-        engine._Run(topology, jobs, get_scheduler("coflow"), True, specs, every_flow=False,
-                    decision_interval_s=0.01)
+        engine.DecisionRule(every_flow=False, interval_s=0.01)
     with pytest.raises(ValueError, match=">= 0"):
-        engine._Run(topology, jobs, get_scheduler("coflow"), True, specs, decision_interval_s=-1.0)
+        engine.DecisionRule(interval_s=-1.0)
