@@ -38,7 +38,7 @@ operations in the same order, ties between links keep their order.  A scheduler 
 (SEBF, MADD, BSSI, echelon's order and estimates) or the clock is asked at every such event, since its
 numbers move with them (docs/performance.md, "Decisions that change nothing").
 
-Decision interval.  ``_Run(rule=DecisionRule(interval_s=D))``, D > 0, is a rule change offered for studies that
+Decision interval.  ``_Run(rule=DecisionRule(interval_s=D))``, D > 0, is a rule change for studies that
 trade exactness for time (``benchmarks/exact_rule_scaling.py --interval-ms`` measures its error against
 the exact rule): a finish that comes less than D after the last decision waits, with every other rate
 unchanged and the freed capacity idle, until D has passed; a start, fault or expiry decides at once.
