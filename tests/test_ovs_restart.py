@@ -200,10 +200,12 @@ class SwitchesAfterRestart(threading.Thread):
             self.problem = f"{type(exc).__name__}: {exc}"
 
 
-#: A restart 1 s in (both jobs' first flows running) in the default suite; at 3 s (a's flow running, b
-#: between its flows) and a daemon down for about a second (``1s..3s``: the stop itself takes about a
-#: second) in the reference tier.
+#: A restart 1 s in (both jobs' first flows running) in the default suite; in the reference tier: at 3 s
+#: (a's flow running, b between its flows), a start due while the stop is still under way (``1s..1.5s``:
+#: the stop takes about a second; the start must wait for it, or it finds the old daemon and fails) and
+#: a daemon down for about a second (``1s..3s``).
 INSTANTS = ("1s", pytest.param("3s", marks=pytest.mark.reference),
+            pytest.param("1s..1.5s", marks=pytest.mark.reference),
             pytest.param("1s..3s", marks=pytest.mark.reference))
 
 
