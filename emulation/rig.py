@@ -197,7 +197,6 @@ class Rig:
         return (f"fault: controller restarted on the same store (pid {self.controller.pid}), serving again "
                 f"{time.monotonic() - killed_at:.1f} s after the kill")
 
-
     def stop_switch_daemon(self) -> str:
         """The switch daemon's fault: ovs-vswitchd stopped, so every switch loses its flows, meters and
         ports at once and drops its controller connection (waited for: the restart's reconnection must

@@ -236,8 +236,8 @@ def _alive(pid: int) -> bool:
 
 def start_vswitchd(timeout_s: float = 60.0) -> int:
     """Start ovs-vswitchd alone, as :func:`ensure_ovs_running` starts it (``ovs-ctl``, ovsdb-server left
-    running); returns its pid once it answers on its control socket.  Its bridges and ports come back as
-    it reads OVSDB: :func:`datapath_ports` says which are there."""
+    running); returns its pid (ovs-ctl returns once the daemon has detached and written its pidfile).
+    Its bridges and ports come back as it reads OVSDB: :func:`datapath_ports` says which are there."""
     if not os.path.exists(OVS_CTL):
         raise OvsError(f"{OVS_CTL} is missing (install openvswitch)")
     proc = subprocess.run([OVS_CTL, "--no-ovsdb-server", "start"], capture_output=True, text=True,
