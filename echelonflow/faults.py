@@ -148,10 +148,14 @@ def _check_host(topology: Topology, target: tuple[str, ...]) -> str | None:
     return None
 
 
-def _no_target_from_json(field: str, value: Any) -> tuple[str, ...]:
-    if value is not True:
-        raise FieldError(field, f"must be true (a controller fault has no target), got {show(value)}")
-    return ()
+def _no_target(kind: str) -> Callable[[str, Any], tuple[str, ...]]:
+    """A scenario's ``<kind>_down: true``: the one thing of its kind, so no target."""
+    def read_target(field: str, value: Any) -> tuple[str, ...]:
+        if value is not True:
+            raise FieldError(field, f"must be true (the {kind} fault has no target), got {show(value)}")
+        return ()
+
+    return read_target
 
 
 #: ``agent:h5@3s``: that host's traffic agent is killed (SIGKILL) then; its jobs fail, the others go on.
@@ -159,7 +163,12 @@ register_kind(FaultKind("agent", "agent:h5@3s", _host_from_text, lambda field, v
                         _check_host, one_way=True))
 #: ``controller@4s``: the controller is killed (SIGKILL) then and restarted on the same registry store at
 #: once; ``controller@4s..6s`` restarts it at 6 s.  The switches keep forwarding meanwhile.
-register_kind(FaultKind("controller", "controller@4s", lambda value: (), _no_target_from_json,
+register_kind(FaultKind("controller", "controller@4s", lambda value: (), _no_target("controller"),
+                        lambda topology, target: None, target_free=True))
+#: ``ovs@3s``: ovs-vswitchd, the one daemon behind every bridge of the machine, is stopped then and started
+#: again at once (``ovs@3s..5s``: started at 5 s).  Every switch loses its flows, meters and datapath
+#: ports at the same instant and reconnects to the controller, which installs them again.
+register_kind(FaultKind("ovs", "ovs@3s", lambda value: (), _no_target("ovs"),
                         lambda topology, target: None, target_free=True))
 
 
@@ -192,13 +201,16 @@ def _parse_fault(spec: str, topology: Topology | None) -> list[FaultEvent]:
     head, at, when = spec.partition("@")
     kind_name, colon, target_text = head.partition(":")
     kind = FAULT_KINDS.get(kind_name)
-    if not at or not (colon or (kind is not None and kind.target_free)):
-        raise ValueError("must look like KIND:TARGET@TIME, e.g. link:a1-e1@3s (or controller@4s)")
+    shape = "must look like KIND:TARGET@TIME, e.g. link:a1-e1@3s (or controller@4s, ovs@3s)"
+    if not at:
+        raise ValueError(shape)
     if kind is None:
         kinds = ", ".join(f"{k.name} ({k.example})" for k in FAULT_KINDS.values())
         raise ValueError(f"unknown kind {kind_name!r}; kinds: {kinds}")
+    if not (colon or kind.target_free):
+        raise ValueError(shape)
     if colon and kind.target_free:
-        raise ValueError(f"a {kind.name} fault has no target: write it like {kind.example}")
+        raise ValueError(f"the {kind.name} fault has no target: write it like {kind.example}")
     target = kind.parse_target(target_text)
     down_text, dots, up_text = when.partition("..")
     down_s = _seconds(down_text)

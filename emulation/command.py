@@ -17,7 +17,9 @@ picks F by a calibration on the fabric (docs/emulation.md, "Time dilation"); ``-
 (repeatable) takes a link or switch down, and optionally back, in every round and in the simulation
 alike, ``agent:h5@3s`` kills that host's agent in the round with all jobs together (its jobs fail in one
 line each, the others go on), ``controller@4s`` kills the controller and restarts it on the same store
-(``controller@4s..6s``: restarted at 6 s) (docs/faults.md).  Needs root, Open vSwitch and Mininet.
+(``controller@4s..6s``: restarted at 6 s), ``ovs@3s`` restarts ovs-vswitchd, every switch's flows,
+meters and ports gone at once (``ovs@3s..5s``: started again at 5 s) (docs/faults.md).  Needs root,
+Open vSwitch and Mininet.
 """
 
 from __future__ import annotations
@@ -124,7 +126,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "simulation replays the same (docs/faults.md); agent:HOST@3s kills that host's "
                              "traffic agent (its jobs fail, the others go on); controller@4s kills the "
                              "controller and restarts it on the same registry store (controller@4s..6s: "
-                             "restarted at 6 s)")
+                             "restarted at 6 s); ovs@3s stops ovs-vswitchd, the daemon behind every "
+                             "switch, and starts it again (ovs@3s..5s: at 5 s): the switches lose their "
+                             "flows, meters and ports and the controller puts them back")
     parser.add_argument("--congestion-control", type=_congestion_control, metavar="NAME", default=None,
                         help="TCP congestion control of the agents' connections (one of the kernel's "
                              "net.ipv4.tcp_available_congestion_control; default: the hosts' own, bbr here)")

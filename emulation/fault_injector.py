@@ -8,10 +8,12 @@ sees its port go, as when a cable is pulled; a switch: all its links) and return
 Whatever is still down when the round ends is brought back by :meth:`NetworkFaults.restore`, so the
 next round starts on a whole fabric.
 
-The controller fault (``controller@4s``, ``controller@4s..6s``) is timed the same way by
-:func:`controller_actions`, with the kill and the restart the rig provides
-(:meth:`emulation.rig.Rig.crash_controller`, :meth:`~emulation.rig.Rig.restart_controller`).  An agent
-fault (``agent:h5@3s``) is a SIGKILL that :func:`emulation.agents.run_agents` sends itself.
+The controller fault (``controller@4s``, ``controller@4s..6s``) and the switch daemon's restart
+(``ovs@3s``, ``ovs@3s..5s``) are timed the same way by :func:`restart_actions`, with the stop and the
+start the rig provides (:meth:`emulation.rig.Rig.crash_controller`,
+:meth:`~emulation.rig.Rig.restart_controller`, :meth:`~emulation.rig.Rig.stop_switch_daemon`,
+:meth:`~emulation.rig.Rig.start_switch_daemon`).  An agent fault (``agent:h5@3s``) is a SIGKILL that
+:func:`emulation.agents.run_agents` sends itself.
 """
 
 from __future__ import annotations
@@ -70,10 +72,11 @@ class NetworkFaults:
         return problems
 
 
-def controller_actions(events: Sequence[FaultEvent], crash: Callable[[], str],
-                       restart: Callable[[], str]) -> list[tuple[float, Callable[[], str]]]:
-    """``controller@T``: kill and restart at once; ``controller@T..U``: kill at T, restart at U."""
-    mine = [e for e in events if e.kind == "controller"]
+def restart_actions(kind: str, events: Sequence[FaultEvent], crash: Callable[[], str],
+                    restart: Callable[[], str]) -> list[tuple[float, Callable[[], str]]]:
+    """A process fault of ``kind`` (``controller``, ``ovs``): ``KIND@T`` stops and restarts it at once,
+    ``KIND@T..U`` stops it at T and restarts it at U."""
+    mine = [e for e in events if e.kind == kind]
     actions: list[tuple[float, Callable[[], str]]] = []
     for event in mine:
         if event.up:

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from echelonflow.fileio import write_json_atomic
-from topologies.ovs import socket_fds, vswitchd_pid
+from topologies.ovs import socket_fds, vswitchd_pid, vswitchd_pidfile_pid
 
 
 # ------------------------------------------------------------------------------------------ thresholds
@@ -362,6 +362,10 @@ def sample_interval_s(ports: int) -> float:
     return max(0.25, 0.0008 * ports)
 
 
+#: Samples after an ovs-vswitchd restart that list its sockets again (its ports come back within seconds).
+INODE_REREADS = 40
+
+
 class FidelityMonitor:
     """Samples the machine every ``interval_s`` in a thread between :meth:`start` and :meth:`stop`.
 
@@ -384,6 +388,7 @@ class FidelityMonitor:
         self._ovs_pid = vswitchd_pid()
         self._ifindex = interface_indexes(self.port_rates_bps)
         self._ovs_inodes = set(socket_fds(self._ovs_pid)) if self._ovs_pid else set()
+        self._inode_reads_left = 0  # samples that read the sockets of a restarted ovs-vswitchd again
         self._qdisc: QdiscReader | None = None
         self._clock_ticks = os.sysconf("SC_CLK_TCK")
 
@@ -391,6 +396,11 @@ class FidelityMonitor:
         t_cost = time.perf_counter()
         total, idle = read_cpu_jiffies()
         threads = read_thread_jiffies(self._ovs_pid) if self._ovs_pid else {}
+        if self._ovs_pid and not threads:
+            threads = self._follow_vswitchd()
+        elif self._inode_reads_left:
+            self._inode_reads_left -= 1
+            self._ovs_inodes = set(socket_fds(self._ovs_pid))
         with open("/proc/net/dev", encoding="ascii") as fh:
             tx = parse_net_dev(fh.read())
         backlog: dict[int, int] = {}
@@ -409,6 +419,18 @@ class FidelityMonitor:
         sample = Sample(time.time(), total, idle, threads, ports, controller)
         self.sample_cost_s.append(time.perf_counter() - t_cost)
         return sample
+
+    def _follow_vswitchd(self) -> dict[int, int]:
+        """The watched ovs-vswitchd is gone (``--fault ovs@T`` restarted it): watch the one its pidfile
+        names now.  It reopens its ports' sockets over its first seconds, so they are read again at the
+        next :data:`INODE_REREADS` samples."""
+        pid = vswitchd_pidfile_pid()
+        if pid is None:
+            return {}
+        self._ovs_pid = pid
+        self._ovs_inodes = set(socket_fds(pid))
+        self._inode_reads_left = INODE_REREADS
+        return read_thread_jiffies(pid)
 
     def start(self) -> FidelityMonitor:
         try:

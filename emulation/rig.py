@@ -10,7 +10,9 @@ copies the logs into the run folder and removes its temporary folder.
 A start that fails (Mininet and OVS fail in assorted ways on a loaded machine) is undone and retried
 once.  The controller fault is the rig's too: :meth:`Rig.crash_controller` kills it (the switches keep
 forwarding on the rules they hold) and :meth:`Rig.restart_controller` starts its successor on the same
-folder, store, ports and API socket.
+folder, store, ports and API socket.  So is the switch daemon's: :meth:`Rig.stop_switch_daemon` stops
+ovs-vswitchd (every switch's flows, meters and ports gone at once) and :meth:`Rig.start_switch_daemon`
+starts it again and waits until every switch is back with the controller, which re-installs their state.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from typing import Callable
@@ -63,6 +66,8 @@ class Rig:
         self.problems: list[str] = []  # the controllers' log lines that look wrong, over every round
         self._pairs = sorted({(f.src, f.dst) for job in jobs for f in job.flows})
         self._crashed: list[tuple[ControllerProcess, float]] = []  # killed, not yet succeeded
+        self._vswitchd_stopped_at: float | None = None  # monotonic time of a stop not yet undone
+        self._daemon_lock = threading.Lock()  # one stop or start of ovs-vswitchd at a time
         self.workdir = ownership.make_run_folder("emu")
 
     def __enter__(self) -> Rig:
@@ -71,6 +76,8 @@ class Rig:
     def __exit__(self, *exc_info: object) -> None:
         self.say("tearing down")
         try:
+            for problem in self.ensure_switch_daemon():
+                self.say(f"warning: {problem}")
             self.fabric.stop()
         finally:
             if self.controller is not None:
@@ -137,17 +144,26 @@ class Rig:
             self.fabric.host(src).cmd(f"ping -c 1 -W 2 {self.hosts_ip[dst]}")
             self.fabric.host(dst).cmd(f"ping -c 1 -W 2 {self.hosts_ip[src]}")
 
-    def _tune_datapath(self) -> None:
+    def _tune_datapath(self, wait_s: float = 0.0) -> bool:
         """Give the userspace datapath's shared transmit socket a large send buffer (see
         ``topologies.ovs.ensure_tx_buffer``): without it ovs-vswitchd drops packets on every port as soon
-        as a few htb queues back up.  The socket exists once packets flowed, i.e. after the warm-up."""
-        try:
-            size = ovs.ensure_tx_buffer()
-        except (ovs.OvsError, OSError) as exc:
-            self.say(f"warning: could not enlarge ovs-vswitchd's send buffer ({exc}); expect drops")
-            return
-        if size is None:
+        as a few htb queues back up.  The socket exists once packets flowed, i.e. after the warm-up (or,
+        after a restart of the daemon, once traffic flows again: waited for up to ``wait_s``)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                size = ovs.ensure_tx_buffer()
+            except (ovs.OvsError, OSError) as exc:
+                self.say(f"warning: could not enlarge ovs-vswitchd's send buffer ({exc}); expect drops")
+                return False
+            if size is not None:
+                return True
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        if not wait_s:
             self.say("note: ovs-vswitchd has no packet transmit socket (kernel datapath?)")
+        return False
 
     # ------------------------------------------------------------------------------ during a round
     def registry_settings(self) -> RegistrySettings:
@@ -182,6 +198,64 @@ class Rig:
         self.controller.wait_switches(timeout_s=30)
         return (f"fault: controller restarted on the same store (pid {self.controller.pid}), serving again "
                 f"{time.monotonic() - killed_at:.1f} s after the kill")
+
+    def stop_switch_daemon(self) -> str:
+        """The switch daemon's fault: ovs-vswitchd stopped, so every switch loses its flows, meters and
+        ports at once and drops its controller connection (waited for: the restart's reconnection must
+        be a new one)."""
+        with self._daemon_lock:  # a start due while the stop is under way waits for it
+            started = time.monotonic()
+            pid = self.fabric.stop_switch_daemon()
+            self._vswitchd_stopped_at = started
+            stop_ms = 1000 * (time.monotonic() - started)
+            try:
+                self._wait_switch_count(lambda connected: connected == 0, timeout_s=10.0)
+            except (ApiClientError, EmulationError) as exc:
+                return (f"fault: ovs-vswitchd pid {pid} stopped in {stop_ms:.0f} ms (controller: "
+                        f"{one_line(exc)})")
+            return (f"fault: ovs-vswitchd pid {pid} stopped in {stop_ms:.0f} ms; the controller saw every "
+                    f"switch go {time.monotonic() - started:.2f} s after the stop began")
+
+    def start_switch_daemon(self) -> str:
+        """ovs-vswitchd started again: its ports and QoS back (the fabric), every switch reconnected (the
+        controller then re-installs routes, rules and meters), its new transmit socket enlarged."""
+        with self._daemon_lock:
+            stopped_at = self._vswitchd_stopped_at
+            if stopped_at is None:
+                return "fault: ovs-vswitchd is running; nothing to start"
+            timings = self.fabric.start_switch_daemon()
+            self._vswitchd_stopped_at = None
+            self.controller.wait_switches(timeout_s=30)
+            reconnected_s = time.monotonic() - stopped_at
+            tx = self._tune_datapath(wait_s=5.0)
+        return (f"fault: ovs-vswitchd restarted: ports back {timings['ports']:.2f} s and QoS "
+                f"{timings['qos']:.2f} s after its start, every switch reconnected {reconnected_s:.2f} s "
+                f"after the stop{'' if tx else '; send buffer not enlarged yet'}")
+
+    def ensure_switch_daemon(self) -> list[str]:
+        """Start ovs-vswitchd again if a fault left it stopped (``ovs@T..U`` with U after the round's end),
+        so the next round and the teardown find their switches; the problem, if that fails."""
+        with self._daemon_lock:
+            if self._vswitchd_stopped_at is None:
+                return []
+        try:
+            self.say(self.start_switch_daemon())
+        except Exception as exc:  # noqa: BLE001 - said, and the teardown still runs
+            return [f"starting ovs-vswitchd again failed: {one_line(exc)}"]
+        return []
+
+    def _wait_switch_count(self, done: Callable[[int], bool], timeout_s: float) -> None:
+        """Wait until the controller's count of connected switches satisfies ``done``."""
+        deadline = time.monotonic() + timeout_s
+        with EchelonClient(socket_path=self.controller.api_socket_path,
+                           token_file=self.controller.token_file, timeout_s=5.0) as client:
+            while True:
+                connected = int(client.health()["switches"]["connected"])
+                if done(connected):
+                    return
+                if time.monotonic() > deadline:
+                    raise EmulationError(f"{connected} switches still connected after {timeout_s:.0f} s")
+                time.sleep(0.02)
 
 
 def retry_once(action: Callable[[], None], undo: Callable[[], None], what: str, say: Say,

@@ -6,8 +6,8 @@ A scheduler's run is a round with all jobs together and, with several jobs, one 
 did the machine forward faithfully?), with ``--capture`` the wire capture of the hosts' first-hop ports
 (:mod:`emulation.capture`), and acts out the faults at their times (:mod:`emulation.fault_injector`):
 links and switches in every round, as the simulator replays them in every run; an agent or the
-controller killed only in the round with all jobs together.  Whatever a round starts is stopped when it
-ends, also on errors.
+controller killed, or ovs-vswitchd restarted, only in the round with all jobs together.  Whatever a
+round starts is stopped when it ends, also on errors.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from echelonflow.topology import Topology, intf_name
 from emulation.agents import AgentsOutcome, agent_hosts, fabric_popen, run_agents
 from emulation.capture import CaptureError, WireCapture
 from emulation.errors import EmulationError
-from emulation.fault_injector import NetworkFaults, controller_actions
+from emulation.fault_injector import NetworkFaults, restart_actions
 from emulation.monitor import FidelityMonitor, sample_interval_s
 from emulation.progress import prefixed, say_all, say_monitor, say_wire
 from emulation.rig import Rig
@@ -38,7 +38,7 @@ TOGETHER = "together"
 @dataclass
 class Round:
     """The jobs of one round, its label (``together`` or ``alone-<job>``) and the process faults it
-    acts out (agents and the controller: the round with all jobs only)."""
+    acts out (agents, the controller, ovs-vswitchd: the round with all jobs only)."""
 
     label: str
     jobs: list[Job]
@@ -81,6 +81,7 @@ def run_round(rig: Rig, round_: Round, simulated_s: Mapping[str, float],
     network = NetworkFaults(rig.fabric, rig.settings.faults)  # links and switches: every round
     with contextlib.ExitStack() as watchers:
         watchers.callback(say_all, rig.say, network.restore)
+        watchers.callback(say_all, rig.say, rig.ensure_switch_daemon)  # a stopped ovs-vswitchd: first
         if wire is not None:
             try:
                 watchers.enter_context(wire)
@@ -109,7 +110,9 @@ def _run_agents(rig: Rig, round_: Round, simulated_s: Mapping[str, float],
         agent_template(rig, round_, simulated_s), agents_dir, fabric_popen(rig.fabric),
         channel_plan=_channel_plan(rig, round_, simulated_flows),
         kill_agents={f.target[0]: f.at_s for f in faults if f.kind == "agent"},
-        actions=controller_actions(faults, rig.crash_controller, rig.restart_controller) + network_actions,
+        actions=(restart_actions("controller", faults, rig.crash_controller, rig.restart_controller)
+                 + restart_actions("ovs", faults, rig.stop_switch_daemon, rig.start_switch_daemon)
+                 + network_actions),
         progress=prefixed(rig.say, f"{round_.label}: "),
     )
 

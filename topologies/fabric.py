@@ -308,6 +308,71 @@ class Fabric:
         for neighbour in sorted(self.topology.graph.neighbors(switch)):
             self.set_link(switch, neighbour, up)
 
+    # ------------------------------------------------------------------ the switch daemon
+    def stop_switch_daemon(self) -> int:
+        """Stop ovs-vswitchd, the one process behind every bridge of the machine (``ovs-appctl exit`` on
+        the pid its pidfile names): every switch loses its flows, meters and datapath ports at once, and
+        its controller connection.  OVSDB keeps the bridges, ports, controllers and QoS rows.  Returns
+        the pid stopped; :class:`FabricError` if that fails."""
+        if self.net is None:
+            raise FabricError("the fabric is not started")
+        try:
+            return ovs.stop_vswitchd()
+        except ovs.OvsError as exc:
+            raise FabricError(f"stopping ovs-vswitchd failed: {exc}") from None
+
+    def start_switch_daemon(self, timeout_s: float = 30.0) -> dict[str, float]:
+        """Start ovs-vswitchd again as bring-up starts it and wait for what it must re-create from OVSDB:
+        every bridge's datapath ports, and every port's htb tree with its DSCP filters (the filter
+        watchdog re-adds filters lost with a rebuilt root).  Seconds from the start to each
+        (``ports``, ``qos``); the send buffer of its new transmit socket is enlarged later
+        (:func:`topologies.ovs.ensure_tx_buffer`, once packets flowed).  The bridges reconnect to their
+        controller by themselves (their ``Controller`` rows); the controller then puts their rules and
+        meters back.  :class:`FabricError` if something is not back within ``timeout_s``."""
+        if self.net is None:
+            raise FabricError("the fabric is not started")
+        t0 = time.monotonic()
+        try:
+            ovs.start_vswitchd(timeout_s)
+        except ovs.OvsError as exc:
+            raise FabricError(f"starting ovs-vswitchd again failed: {exc}") from None
+        self.tx_buffer_bytes = None
+        timings = {"started": time.monotonic() - t0}
+        wanted = self._ports_by_bridge()
+        deadline = t0 + timeout_s
+        while True:
+            have = ovs.datapath_ports()
+            missing = sorted(f"{bridge}:{port}" for bridge, ports in wanted.items()
+                             for port in ports - have.get(bridge, set()))
+            if not missing:
+                break
+            if time.monotonic() > deadline:
+                raise FabricError(f"ovs-vswitchd restarted but {len(missing)} ports are not back in its "
+                                  f"datapath after {timeout_s:.0f} s, e.g. {', '.join(missing[:5])}")
+            time.sleep(0.05)
+        timings["ports"] = time.monotonic() - t0
+        if self.watchdog is not None:
+            while True:
+                self.watchdog.check_once()
+                missing_qos = self.watchdog.missing()
+                if missing_qos == []:
+                    break
+                if time.monotonic() > deadline:
+                    shown = ", ".join((missing_qos or self.watchdog.devs)[:5])
+                    raise FabricError(f"ovs-vswitchd restarted but did not rebuild htb QoS with DSCP filters "
+                                      f"within {timeout_s:.0f} s on ports such as {shown}")
+                time.sleep(0.05)
+        timings["qos"] = time.monotonic() - t0
+        return timings
+
+    def _ports_by_bridge(self) -> dict[str, set[str]]:
+        """Bridge -> the interface names of its ports (what its datapath must hold)."""
+        out: dict[str, set[str]] = {bridge: set() for bridge in self.bridges}
+        for switch in self.bridges:
+            for neighbour in self.topology.graph.neighbors(switch):
+                out[switch].add(intf_name(switch, self.topology.port(switch, neighbour)))
+        return out
+
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> Fabric:
         return self.start()

@@ -14,9 +14,12 @@ keeps QoS/Queue rows after their bridge is gone).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -171,6 +174,105 @@ def ensure_ovs_running() -> None:
                           timeout=120)
     if proc.returncode != 0 or not ovs_running():
         raise OvsError(f"could not start Open vSwitch: {(proc.stderr or proc.stdout).strip()[-300:]}")
+
+
+#: Where ovs-ctl keeps ovs-vswitchd's pidfile (``/var/run`` is a link to ``/run`` here).
+VSWITCHD_PIDFILES = ("/var/run/openvswitch/ovs-vswitchd.pid", "/run/openvswitch/ovs-vswitchd.pid")
+
+
+def vswitchd_pidfile_pid() -> int | None:
+    """ovs-vswitchd's pid as its pidfile says, None without a pidfile naming a live process.
+
+    Only the pidfile: stopping the daemon must hit the one this machine's OVS started, never something
+    that merely has its name.
+    """
+    for path in VSWITCHD_PIDFILES:
+        try:
+            with open(path, encoding="ascii") as fh:
+                pid = int(fh.read().strip())
+        except (OSError, ValueError):
+            continue
+        if os.path.exists(f"/proc/{pid}"):
+            return pid
+    return None
+
+
+def stop_vswitchd(timeout_s: float = 10.0) -> int:
+    """Stop ovs-vswitchd: ``ovs-appctl exit`` on its control socket, then SIGTERM and SIGKILL of that pid
+    if it lingers.  Returns the pid stopped; :class:`OvsError` if none runs or it would not go.
+
+    ``exit`` without ``--cleanup`` leaves OVSDB alone (bridges, ports, controllers, QoS and Queue rows stay)
+    and the kernel's devices too (the veths, their MTU and their htb qdiscs); what goes with the process is
+    everything the userspace datapath held: flow tables, meters, the bridges' internal ports, the packet
+    sockets on every port.  ovs-ctl starts the daemon under ``--monitor``, whose watchdog restarts it after
+    a crash but not after a clean exit.
+    """
+    pid = vswitchd_pidfile_pid()
+    if pid is None:
+        raise OvsError("ovs-vswitchd is not running (no pidfile naming a live process)")
+    control = os.path.join(os.path.dirname(VSWITCHD_PIDFILES[0]), f"ovs-vswitchd.{pid}.ctl")
+    run(["ovs-appctl", "-t", control, "exit"], check=False, timeout_s=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    for signum in (None, signal.SIGTERM, signal.SIGKILL):
+        if signum is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+            deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not _alive(pid):
+                return pid
+            time.sleep(0.01)
+    raise OvsError(f"ovs-vswitchd (pid {pid}) did not stop, not even on SIGKILL")
+
+
+def _alive(pid: int) -> bool:
+    """Is ``pid`` a process that has not ended (a zombie counts as ended)?"""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def start_vswitchd(timeout_s: float = 60.0) -> int:
+    """Start ovs-vswitchd alone, as :func:`ensure_ovs_running` starts it (``ovs-ctl``, ovsdb-server left
+    running); returns its pid (ovs-ctl returns once the daemon has detached and written its pidfile).
+    Its bridges and ports come back as it reads OVSDB: :func:`datapath_ports` says which are there."""
+    if not os.path.exists(OVS_CTL):
+        raise OvsError(f"{OVS_CTL} is missing (install openvswitch)")
+    proc = subprocess.run([OVS_CTL, "--no-ovsdb-server", "start"], capture_output=True, text=True,
+                          timeout=timeout_s)
+    pid = vswitchd_pidfile_pid()
+    if proc.returncode != 0 or pid is None:
+        said = (proc.stderr or proc.stdout).strip()[-300:]
+        raise OvsError(f"could not start ovs-vswitchd: {said or 'no pidfile after ovs-ctl start'}")
+    return pid
+
+
+def datapath_ports() -> dict[str, set[str]]:
+    """Bridge -> the ports ovs-vswitchd has opened in its datapath (``ovs-appctl dpif/show``), the
+    bridge's own internal port left out; {} while the daemon does not answer."""
+    return parse_dpif_show(run(["ovs-appctl", "--timeout=5", "dpif/show"], check=False, timeout_s=10))
+
+
+def parse_dpif_show(text: str) -> dict[str, set[str]]:
+    """``ovs-appctl dpif/show``'s text -> bridge -> its ports but the bridge's own.  The datapath
+    (``netdev@ovs-netdev: hit:244 missed:92``) is not indented, its bridges (``  e1:``) are, and their
+    ports (``    e1-eth1 1/2: (system)``) more."""
+    bridges: dict[str, set[str]] = {}
+    bridge = None
+    for line in text.splitlines():
+        depth = len(line) - len(line.lstrip())
+        if not depth or not line.strip():
+            bridge = None
+            continue
+        name = line.split()[0].rstrip(":")
+        if line.rstrip().endswith(":") and " " not in line.strip():
+            bridge = name
+            bridges[bridge] = set()
+        elif bridge is not None and name != bridge:
+            bridges[bridge].add(name)
+    return bridges
 
 
 def kernel_datapath_available() -> bool:
