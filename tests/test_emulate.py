@@ -1,4 +1,5 @@
-"""Emulation on the real fabric: Mininet hosts, Open vSwitch switches, the controller, TCP agents.
+"""Emulation on the real fabric: Mininet hosts, Open vSwitch switches, the controller, TCP agents
+(under the clairvoyant schedulers and under ``echelon-online``, which learns the flows' sizes).
 
 Everything here is real: agents run inside Mininet hosts' namespaces and move bytes through shaped OVS
 ports; the controller routes them.  Needs root, Open vSwitch and Mininet (``require_fabric``).
@@ -31,9 +32,15 @@ RATE_BPS = 20e6
 
 @pytest.fixture(scope="module")
 def fabric(require_fabric):
-    """A dumbbell (h1 h2 | h3 h4) at 20 Mbit/s with the project's controller, shared by this module."""
+    """A dumbbell (h1 h2 | h3 h4) at 20 Mbit/s with the project's controller, shared by this module's
+    tests that need a fabric up (``state.topo``, ``state.fabric``, ``state.ctl``); a test that changes the
+    controller's scheduler puts it back."""
     with dumbbell_with_controller(RATE_BPS) as state:
-        yield state.fabric, {h: state.topo.graph.nodes[h]["ip"] for h in state.topo.hosts}
+        yield state
+
+
+def host_ips(state) -> dict[str, str]:
+    return {h: state.topo.graph.nodes[h]["ip"] for h in state.topo.hosts}
 
 
 def cross_jobs():
@@ -56,11 +63,12 @@ def cross_jobs():
 # fixture below holds from its first use until the end of the module.
 def test_emulate_fig2_reproduces_the_paper_within_10_percent(require_fabric, tmp_path):
     out_dir = tmp_path / "run"
-    emu = run_echelon("emulate", "fig2", "--json", "--out",
-                      str(out_dir), timeout_s=900)
+    emu = run_echelon("emulate", "fig2", "--scheduler", "coflow", "--scheduler", "echelon", "--json",
+                      "--out", str(out_dir), timeout_s=900)
     assert emu.returncode == 0, emu.stderr[-2000:]
     # the emulation's document keeps its per-flow records; the simulator's has them on request
-    sim = run_echelon("simulate", "fig2", "--json", "--per-flow", timeout_s=120)
+    sim = run_echelon("simulate", "fig2", "--scheduler", "coflow", "--scheduler", "echelon", "--json",
+                      "--per-flow", timeout_s=120)
     emulated, simulated = json.loads(emu.stdout), json.loads(sim.stdout)
     assert emulated["mode"] == "emulate" and simulated["mode"] == "simulate"
     # same keys, same ids; an emulation adds its own keys (docs/results-format.md)
@@ -69,7 +77,7 @@ def test_emulate_fig2_reproduces_the_paper_within_10_percent(require_fabric, tmp
                       for run in emulated["runs"]]
     assert _shape({**shared, "mode": 0}) == _shape({**simulated, "mode": 0})
     assert emulated["status"]["complete"] and all(isinstance(r["trusted"], bool) for r in emulated["runs"])
-    assert set(emulated["summary"]) == {"fair", "coflow", "echelon"} and emulated["fidelity"]["gains"]
+    assert set(emulated["summary"]) == {"coflow", "echelon"} and emulated["fidelity"]["gains"]
     emu_s = {r["scheduler"]: r["jobs"]["fig2"]["completion_s"] for r in emulated["runs"]}
     sim_s = {r["scheduler"]: r["jobs"]["fig2"]["completion_s"] for r in simulated["runs"]}
     for name, value in emu_s.items():
@@ -77,7 +85,9 @@ def test_emulate_fig2_reproduces_the_paper_within_10_percent(require_fabric, tmp
         assert abs(gap) <= 0.10, f"{name}: emulated {value:.2f} s vs simulated {sim_s[name]:.2f} s"
     # The paper's order for the schedulers the controller enforces.  Plain TCP ("fair") is not ordered:
     # in this kernel's FIFO queues (no fair-queueing qdisc) it serialises Fig. 2's flows rather than
-    # sharing max-min, landing near echelon's 8 s (docs/emulation.md, "What plain TCP does").
+    # sharing max-min, landing near echelon's 8 s (docs/emulation.md, "What plain TCP does").  Its run
+    # on the fabric, held within 10 % of its simulation, is test_emulate_robust.py's
+    # test_a_run_that_dies_leaves_its_finished_runs_marked_partial, which runs fig2 under fair to the end.
     assert emu_s["echelon"] < emu_s["coflow"] and emu_s["echelon"] <= 8.0 * 1.10, emu_s
     for name in ("results.json", "results-simulate.json", "results.csv", "jct.png", "fidelity.md",
                  "fidelity.png", "timeline-emulate-echelon.png", "timeline-simulate-echelon.png"):
@@ -97,11 +107,10 @@ def test_emulate_fattree_fsdp_ps_echelon_lands_near_its_simulation(require_fabri
                       "--repeat", "3", "--no-alone", "--no-plots", "--timing-noise-ms", "0", "--json",
                       "--out", str(tmp_path / "run"), timeout_s=1200)
     assert emu.returncode == 0, emu.stderr[-2000:]
-    sim = run_echelon("simulate", "fattree-fsdp-ps", "--scheduler",
-                      "echelon", "--json", timeout_s=120)
-    assert sim.returncode == 0, sim.stderr[-2000:]
     runs = json.loads(emu.stdout)["runs"]
-    (simulated,) = json.loads(sim.stdout)["runs"]
+    # the emulation's own simulation of the scenario (the same as `echelon simulate` without timing noise)
+    (simulated,) = json.loads((tmp_path / "run" / "results-simulate.json").read_text())["runs"]
+    assert simulated["scheduler"] == "echelon" and simulated["objective_s"] == pytest.approx(17.55, abs=0.01)
     assert len(runs) == 3 and all(sorted(r["jobs"]) == ["fsdp", "ps"] for r in runs), runs
     pairs = [(job, statistics.median(r["jobs"][job]["completion_s"] for r in runs),
               simulated["jobs"][job]["completion_s"]) for job in simulated["jobs"]]
@@ -169,7 +178,7 @@ def test_emulate_fig2_through_mininets_cluster_mode_on_localhost(require_fabric,
 
 
 def test_agents_on_the_fabric_deliver_exact_bytes_and_respect_dependencies(fabric, tmp_path):
-    fab, hosts_ip = fabric
+    fab, hosts_ip = fabric.fabric, host_ips(fabric)
     jobs = cross_jobs()
     outcome = run_agents(RunSpec(hosts_ip=hosts_ip, jobs=jobs, data_port=46100, run_timeout_s=60),
                          str(tmp_path), fabric_popen(fab))
@@ -192,7 +201,7 @@ def test_ovs_transmit_socket_gets_the_large_send_buffer(fabric):
 
     if ovs.kernel_datapath_available():
         pytest.skip("kernel datapath: no shared userspace packet socket")
-    fab, hosts_ip = fabric
+    fab, hosts_ip = fabric.fabric, host_ips(fabric)
     fab.host("h1").cmd(f"ping -c 1 -W 2 {hosts_ip['h3']}")  # the socket exists once a packet was sent
     pid = int(ovs.run(["pidof", "ovs-vswitchd"]).split()[0])
     assert ovs._packet_tx_inodes(pid), "ovs-vswitchd has no unbound AF_PACKET socket"
@@ -202,7 +211,7 @@ def test_ovs_transmit_socket_gets_the_large_send_buffer(fabric):
 
 
 def test_a_killed_agent_on_the_fabric_fails_the_run_cleanly(fabric, tmp_path):
-    fab, hosts_ip = fabric
+    fab, hosts_ip = fabric.fabric, host_ips(fabric)
     job = Job("s")
     job.add(ComputeTask("c1", "h1", 0.2))
     job.add(FlowTask("f1", "h1", "h3", 100_000, ("c1",)))
@@ -231,6 +240,59 @@ def test_a_killed_agent_on_the_fabric_fails_the_run_cleanly(fabric, tmp_path):
                    recording_popen)
     assert time.monotonic() - t < 15
     assert all(proc.poll() is not None for proc in started.values())
+
+
+# ``echelon-online`` on the fabric: agents declare no sizes, the controller's scheduler learns them.  The
+# agents register only which flows make up which EchelonFlow (no size, no offset), report starts, progress
+# and finishes, and the controller's ``echelon-online`` hears every one of them and schedules later
+# iterations on what it learned.
+ONLINE_ITERATIONS = 3
+
+
+def test_an_echelon_online_run_completes_and_the_controller_learned_every_flow(fabric, tmp_path):
+    from controller.client import EchelonClient
+    from controller.launcher import free_tcp_port
+    from echelonflow.topology_spec import TopologySpec
+    from echelonflow.workloads import generate
+    from traffic.runspec import RegistrySettings
+
+    topo, fab, ctl = fabric.topo, fabric.fabric, fabric.ctl
+    client = EchelonClient(socket_path=ctl.api_socket_path, token_file=ctl.token_file)
+    before = client.scheduler()["scheduler"]
+    try:
+        answer = client.set_scheduler("echelon-online", wait_s=10)
+        assert (answer["clairvoyant"], answer["enforces"]) == (False, True)
+        # a ring all-reduce across the bottleneck, repeated: the iterations are what echelon-online learns
+        job = generate("ring_allreduce", "ring", ["h1", "h2", "h3", "h4"],
+                       {"iterations": ONLINE_ITERATIONS, "bytes": 1_200_000})
+        spec = RunSpec(hosts_ip=host_ips(fabric), jobs=[job], data_port=free_tcp_port(),
+                       registry=RegistrySettings(ctl.api_socket_path, ctl.token_file, 0.05),
+                       scheduler="echelon-online", run_timeout_s=120,
+                       topology_spec=TopologySpec.of(topo).to_json())
+        outcome = run_agents(spec, str(tmp_path), fabric_popen(fab))
+        result = assemble_run([job], outcome.documents, "echelon-online")  # raises unless every byte arrived
+        assert result.jobs["ring"].completion_s > 0
+        records = {f["flow_id"]: f for f in client.flows("ring")}
+        assert sorted(records) == sorted(f.task_id for f in job.flows)
+        for flow in job.flows:
+            record = records[flow.task_id]
+            assert record["size_bytes"] is None and record["offset_s"] == 0.0, record  # nothing was declared
+            assert (record["state"], record["bytes_sent"]) == ("finished", flow.size_bytes), record
+            assert record["expected_size_bytes"] == flow.size_bytes, record  # learned from the reports
+            received = outcome.documents[flow.dst].received[qualified(job.job_id, flow.task_id)]
+            assert received["received_bytes"] == flow.size_bytes
+        observed = client.scheduler()["observed"]
+        assert observed["start"] == observed["finish"] == len(job.flows), observed
+        assert observed["progress"] > 0, observed  # the agents' polls of the longer flows reached it
+        # the controller enforced its decisions on these flows: the agents were given scheduled classes
+        traces = [outcome.documents[f.src].sent[qualified(job.job_id, f.task_id)].get("allocations") or []
+                  for f in job.flows]
+        assert any(entry["rate_bps"] is not None for trace in traces for entry in trace), traces[:3]
+        health = client.health()
+        assert health["scheduler"] == "echelon-online" and not health["last_round"]["error"], health
+    finally:
+        client.set_scheduler(before, wait_s=10)  # the module's fabric is left as it was found
+        client.close()
 
 
 def _shape(value):

@@ -21,7 +21,9 @@ from controller.launcher import ControllerError, ControllerProcess, free_tcp_por
 from controller.owner_lock import OwnerLock, OwnerLockError, owner_pid
 from echelonflow.topology import two_hosts
 
-pytestmark = pytest.mark.usefixtures("require_controller")
+#: Every test here but the two that start no controller process (the lock alone; a token file that is a
+#: folder, refused by the CLI before the manager starts), which stay in the unit tier.
+CONTROLLER = pytest.mark.usefixtures("require_controller")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -53,6 +55,7 @@ def _still_serving(ctl: ControllerProcess, token_before: str, job_id: str) -> No
         assert client.register_job(job_id)["job_id"] == job_id
 
 
+@CONTROLLER
 def test_second_controller_on_the_same_store_is_refused_naming_store_and_owner(first, tmp_path):
     token_before = _read(first.token_file)
     second = _controller(tmp_path, "second", first.store_path, str(tmp_path / "token-b"))
@@ -66,6 +69,7 @@ def test_second_controller_on_the_same_store_is_refused_naming_store_and_owner(f
     _still_serving(first, token_before, "after-second")
 
 
+@CONTROLLER
 def test_second_controller_on_the_same_token_file_neither_rewrites_nor_deletes_it(first, tmp_path):
     token_before = _read(first.token_file)
     second = _controller(tmp_path, "second", str(tmp_path / "other.sqlite"), first.token_file)
@@ -78,6 +82,7 @@ def test_second_controller_on_the_same_token_file_neither_rewrites_nor_deletes_i
     _still_serving(first, token_before, "after-second")
 
 
+@CONTROLLER
 def test_cli_second_controller_gets_one_line_and_exit_2(first, tmp_path):
     token_before = _read(first.token_file)
     proc = subprocess.run(
@@ -93,6 +98,7 @@ def test_cli_second_controller_gets_one_line_and_exit_2(first, tmp_path):
     _still_serving(first, token_before, "after-cli")
 
 
+@CONTROLLER
 def test_owner_killed_with_sigkill_releases_store_and_token_so_a_restart_works(tmp_path):
     store, token = str(tmp_path / "registry.sqlite"), str(tmp_path / "token")
     ctl = _controller(tmp_path, "first", store, token)
@@ -132,6 +138,7 @@ def test_lock_is_per_resolved_path_and_names_its_owner(tmp_path):
     OwnerLock.acquire(str(target), "registry store").release()
 
 
+@CONTROLLER
 def test_a_refused_start_leaves_no_temporary_folder(monkeypatch):
     """A start refused for a port in use or a socket path too long removes the echelon-ctl-* folder it
     made (before, every refused start left one behind)."""

@@ -4,7 +4,8 @@ them from the starts, progress and finishes it hears.
 The registry keeps such flows with an undeclared size, the scheduling service feeds the selected
 scheduler every start, progress report and finish, and the snapshot's remaining bytes come from the
 scheduler's estimate.  Real registry, store, service, API server and agents throughout (no fabric here:
-tests/test_online_fabric.py runs the same over Mininet/OVS).
+tests/test_emulate.py::test_an_echelon_online_run_completes_and_the_controller_learned_every_flow runs the
+same over Mininet/OVS).
 """
 
 from __future__ import annotations
