@@ -33,6 +33,9 @@ import pytest
 from controller.launcher import free_tcp_port
 from tests.conftest import find_python39, need_python39
 
+#: One xdist worker runs these (``tests/run``'s parallel pass uses ``--dist loadgroup``): the first builds
+#: the venv, and a second worker would only wait for it on vagrant/venv.sh's lock.
+pytestmark = pytest.mark.xdist_group("py39")
 ROOT = Path(__file__).resolve().parent.parent
 VENV39 = Path(os.environ.get("ECHELON_VENV39", str(ROOT / ".venv39")))
 # Packages that must run on the VM's Python (docs/CONTRACTS.md, "Python and environment").
@@ -236,7 +239,8 @@ def _openflow_hello(port: int, timeout_s: float = 5.0) -> bytes:
 
 
 @pytest.mark.slow
-def test_ryu_manager_loads_the_app_and_speaks_openflow(venv39: Path, tmp_path: Path) -> None:
+def test_ryu_manager_loads_the_app_and_speaks_openflow(venv39: Path, tmp_path: Path,
+                                                       require_controller: None) -> None:
     """``ryu-manager controller/app.py`` (the README's VM command) starts, listens, answers HELLO."""
     app = ROOT / "controller" / "app.py"
     spec = tmp_path / "topology.json"
