@@ -2,12 +2,13 @@
 
 Each test runs the CLI as a user would (its own Mininet/OVS fat-tree, controller and traffic agents,
 real TCP) on a scenario of two jobs on disjoint hosts, and checks results.json, the one-line report and
-the logs.  The lower-level checks of the same faults are in tests/test_faults.py.
+the logs.  The lower-level checks of the same faults are in tests/test_faults.py; a link fault under
+``echelon emulate`` (and how the table, results.csv and fidelity.md mark it) is in
+tests/test_reroute_fabric.py.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 
@@ -69,28 +70,3 @@ def test_emulate_fault_controller_restarts_on_its_store_and_every_job_completes(
         sim_s = simulated[job_id]["completion_s"]
         print(f"job {job_id}: {job['completion_s']:.2f} s emulated, {sim_s:.2f} s simulated")
         assert job["completion_s"] < 1.2 * sim_s  # no stall, no lost bytes
-
-
-def test_emulate_fault_link_is_marked_in_the_table_the_csv_and_fidelity_md(require_fabric, tmp_path):
-    """A link taken down and back: results.json records it, and so do the three things a reader looks at
-    first: the printed table's notes, results.csv and fidelity.md.  One run: how several runs with faults
-    are listed is tests/test_reports.py's (test_the_table_the_csv_and_fidelity_md_say_which_runs_had_
-    which_faults), and that a fault hits every run of an emulation is test_controller_restart.py's (two
-    runs, each restarting the controller once)."""
-    out = tmp_path / "run"
-    proc = run_echelon("emulate", _two_job_scenario(tmp_path), "--no-alone", "--no-plots",
-                       "--timing-noise-ms", "0", "--scheduler", "echelon", "--fault", "link:a1-e1@1s..2.5s",
-                       "--out", str(out), timeout_s=600)
-    print(proc.stderr[-3000:])
-    print(proc.stdout)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    runs = json.loads((out / "results.json").read_text())["runs"]
-    assert [(r["scheduler"], r["faults"][0]["target"]) for r in runs] == [("echelon", ["a1", "e1"])]
-    assert sorted(runs[0]["jobs"]) == ["a", "b"] and not runs[0].get("failed_jobs")
-    words = "link a1-e1 down at 1 s; link a1-e1 up at 2.5 s"
-    assert f"faults injected: {words} (runs: echelon)" in proc.stdout.splitlines()
-    with open(out / "results.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    assert {(r["mode"], r["faults"]) for r in rows} == {("emulate", words), ("simulate", "")}
-    text = (out / "fidelity.md").read_text()
-    assert "## Faults injected" in text and f"- {words}: echelon" in text

@@ -12,6 +12,7 @@ flow goes back to its pinned path when the link returns.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import time
@@ -31,17 +32,26 @@ REROUTE_TARGET_S = 1.0
 
 def test_emulate_with_link_faults_reroutes_and_completes(require_fabric, tmp_path, capsys):
     """``echelon emulate --fault``: two links go down (one comes back) under a real emulation; every job
-    completes, the faults are in the results and the controller moved channels off the failed links.
+    completes, the controller moved channels off the failed links, and the faults are marked where a
+    reader looks: results.json, the printed table's notes, results.csv and fidelity.md.
     (First in this file: it brings up its own fabric, which cannot coexist with the module's.)"""
     run_dir = tmp_path / "run"
     faults = ["--fault", "link:a1-e1@1s", "--fault", "link:a2-c3@1.5s..3s"]
     code = main(["emulate", "fattree-gpipe-ring", "--scheduler", "echelon", "--no-alone", "--no-plots",
-                 "--json", *faults, "--out", str(run_dir)])
-    assert code == 0, capsys.readouterr().err[-500:]
-    run = json.loads(capsys.readouterr().out)["runs"][0]
+                 *faults, "--out", str(run_dir)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err[-500:]
+    (run,) = json.loads((run_dir / "results.json").read_text())["runs"]
     assert [(f["target"], f["at_s"], f["up"]) for f in run["faults"]] == [
         (["a1", "e1"], 1.0, False), (["a2", "c3"], 1.5, False), (["a2", "c3"], 3.0, True)]
     assert sorted(run["jobs"]) == ["gpipe", "ring"] and not run.get("failed_jobs")
+    words = "link a1-e1 down at 1 s; link a2-c3 down at 1.5 s; link a2-c3 up at 3 s"
+    assert f"faults injected: {words} (runs: echelon)" in printed.out.splitlines(), printed.out[-2000:]
+    with open(run_dir / "results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {(r["mode"], r["faults"]) for r in rows} == {("emulate", words), ("simulate", "")}
+    fidelity = (run_dir / "fidelity.md").read_text()
+    assert "## Faults injected" in fidelity and f"- {words}: echelon" in fidelity
     (log,) = (run_dir / "logs" / "echelon").glob("*controller.log")
     moves = re.findall(r"link (\S+) (down|up) \(port \d+\); down now: .*; moved (\d+) enforced flows in "
                        r"([\d.]+) ms", log.read_text())
