@@ -11,12 +11,15 @@ number, which the agent takes, and the poller asks every 50 ms anyway.)
 The first test pins the cause on the launcher alone; the fabric test runs ``echelon emulate`` with the
 controller killed and restarted at several instants of a scenario whose flows start, run and pause
 (coflow holds the large flow while the small one goes), twice each, and fails on any stall: every job
-complete, the fault recorded, the successor serving to the end (the agents saw the registry away once).
+complete, the fault recorded in each run, the successor serving to the end (the agents saw the registry
+away once) after loading the registry from its store with the live flows and re-enforcing them.  (The
+same on a k=4 fat-tree, below the CLI: tests/test_faults.py's controller-death test.)
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -90,3 +93,11 @@ def test_emulation_rides_out_a_controller_restart_at_any_moment(require_fabric, 
     for log in sorted((out / "logs").glob("coflow*/together_agent-h1.log")):
         outages = log.read_text().count("registry unreachable (")
         assert outages == 1, f"{log}: the registry went away {outages} times (the successor died?)"
+    # the successor loaded the registry from the store, live flows and all, and re-enforced them
+    logs = sorted((out / "logs").glob("coflow*/ctl-together-*controller.log"))
+    assert len(logs) == 2, logs
+    for log in logs:
+        text = log.read_text()
+        loaded = re.search(r"registry loaded: (.*); scheduler (\S+) re-enforced (\d+) flows", text)
+        assert loaded and loaded.group(2) == "coflow" and int(loaded.group(3)) > 0, text[-2000:]
+        assert "'active': 0" not in loaded.group(1), loaded.group(0)  # flows were live across the crash
