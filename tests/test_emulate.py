@@ -108,9 +108,10 @@ def test_emulate_fattree_fsdp_ps_echelon_lands_near_its_simulation(require_fabri
                       "--out", str(tmp_path / "run"), timeout_s=1200)
     assert emu.returncode == 0, emu.stderr[-2000:]
     runs = json.loads(emu.stdout)["runs"]
-    # the emulation's own simulation of the scenario (the same as `echelon simulate` without timing noise)
-    (simulated,) = json.loads((tmp_path / "run" / "results-simulate.json").read_text())["runs"]
-    assert simulated["scheduler"] == "echelon" and simulated["objective_s"] == pytest.approx(17.55, abs=0.01)
+    # the emulation's own simulation of the scenario: `echelon simulate`'s numbers (no timing noise asked)
+    simulate_doc = json.loads((tmp_path / "run" / "results-simulate.json").read_text())
+    (simulated,) = simulate_doc["runs"]
+    assert simulated["scheduler"] == "echelon" and "timing_noise" not in simulate_doc, sorted(simulate_doc)
     assert len(runs) == 3 and all(sorted(r["jobs"]) == ["fsdp", "ps"] for r in runs), runs
     pairs = [(job, statistics.median(r["jobs"][job]["completion_s"] for r in runs),
               simulated["jobs"][job]["completion_s"]) for job in simulated["jobs"]]
