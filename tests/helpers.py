@@ -42,9 +42,16 @@ def run_echelon(*args: str, timeout_s: float = 120.0) -> subprocess.CompletedPro
 
 
 # ------------------------------------------------------------------------------ agents without a fabric
+def xdist_worker_number() -> int:
+    """This test process's number among pytest-xdist's workers (``gw3`` -> 3; 0 without xdist), so that
+    fixed port ranges differ between workers running at once."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
+
+
 #: Data ports of agents run on loopback, one per run (a port a finished run's sockets linger on is not
-#: taken again).
-_PORTS = itertools.count(47100)
+#: taken again), in a range of 300 per xdist worker.
+_PORTS = itertools.count(47100 + 300 * xdist_worker_number())
 
 
 def loopback(hosts: Sequence[str]) -> dict[str, str]:

@@ -29,7 +29,7 @@ from emulation.agents import local_popen
 from emulation.assemble import assemble_run
 from emulation.errors import EmulationError
 from tests.conftest import need, need_tool
-from tests.helpers import ROOT, loopback, run_local_agents
+from tests.helpers import ROOT, loopback, run_local_agents, xdist_worker_number
 from tests.waiting import wait_until
 from traffic.agent import Agent
 from traffic.result import DIED, FAILED, load_result
@@ -45,7 +45,7 @@ from traffic.runspec import (
 )
 from traffic.transfer import REFRESH_S, Channel, FlowHeader, FlowReceiver, TransferError
 
-_PORTS = itertools.count(47600)  # the agents' own runs take theirs from tests.helpers
+_PORTS = itertools.count(52000 + 100 * xdist_worker_number())  # runs of agents take theirs from tests.helpers
 
 #: ioctl: bytes in a TCP socket's send queue not yet sent (linux/sockios.h)
 SIOCOUTQNSD = 0x894B
