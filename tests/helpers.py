@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+#: The project's top-level packages (the layering and contracts tests walk them).
+PACKAGES = ("echelonflow", "simulator", "topologies", "controller", "traffic", "emulation", "reports", "cli")
+
 
 def echelon_env() -> dict[str, str]:
     """The environment ``echelon`` runs in: ours, with this checkout first on ``PYTHONPATH``."""

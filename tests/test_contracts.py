@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import TIERS, UNIT, over_budget, tier_markers
-from tests.test_layering import PACKAGES
+from tests.helpers import PACKAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = ROOT / "docs" / "CONTRACTS.md"
@@ -303,3 +303,26 @@ def test_links_into_the_docs_name_headings_that_exist_and_carry_no_date():
 def test_the_anchor_reader_follows_github():
     text = "# FB2010 against Sincronia's simulator\n## Core and simulator (`benchmarks/`)\n"
     assert heading_anchors(text) == {"fb2010-against-sincronias-simulator", "core-and-simulator-benchmarks"}
+
+
+#: Test modules that still import another test module's helpers, each with why it is left (issue 33:
+#: shared helpers live in tests/helpers.py, tests/controller_helpers.py, tests/instances.py or conftest).
+CROSS_IMPORTS_LEFT = {
+    # the served API with real clients and a call-name recorder; ServedApi (controller_helpers) is the
+    # same with a test clock: the two are to become one
+    ("test_api_hostile", "test_api"), ("test_api_fuzz", "test_api"), ("test_undeclared_sizes", "test_api"),
+    ("test_crux", "test_api"),
+    # Sincronia's Fig. 1 instance is defined, with the paper's layout, beside the tests of the figure
+    ("test_coflow_rule_faithful", "test_sincronia_fig1"),
+}
+
+
+def test_no_test_module_imports_another_test_modules_helpers():
+    found = set()
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.test_"):
+                found.add((path.stem, node.module.split(".", 1)[1]))
+    new, gone = found - CROSS_IMPORTS_LEFT, CROSS_IMPORTS_LEFT - found
+    assert not new, f"move shared helpers out of test modules: {sorted(new)}"
+    assert not gone, f"no longer imported, drop it from the list: {sorted(gone)}"

@@ -10,7 +10,7 @@ from echelonflow.model import FlowTask, Job
 from echelonflow.schedulers import get_scheduler
 from echelonflow.topology import bigswitch
 from simulator import engine
-from tests.test_skipped_decisions import TOPOLOGIES, _assert_same
+from tests.instances import TOPOLOGIES, assert_same_times
 
 
 def _run(topology, jobs: list[Job], name: str, interval_s: float) -> engine._Run:
@@ -73,7 +73,7 @@ def test_an_interval_shorter_than_every_gap_is_the_exact_rule(name, kind) -> Non
         jobs.append(job)
     exact = _run(topology, jobs, name, 0.0)
     tiny = _run(topology, jobs, name, 1e-12)
-    _assert_same(tiny.finish_s, exact.finish_s)
+    assert_same_times(tiny.finish_s, exact.finish_s)
     coarse = _run(topology, jobs, name, 0.002)  # invariants checked on every decision; every byte lands
     assert all(finish is not None for finish in coarse.finish_s)
 

@@ -25,7 +25,7 @@ from echelonflow.schedulers.fifo import FifoPriorityScheduler
 from echelonflow.schedulers.sincronia import SincroniaScheduler
 from echelonflow.schedulers.varys import CoflowScheduler, FifoScheduler, PortFairScheduler
 from echelonflow.schedulers.view import decision_on_snapshot
-from tests.test_schedulers import _random_instance
+from tests.instances import random_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = range(40)
@@ -41,14 +41,14 @@ from echelonflow.schedulers import kernels
 from echelonflow.schedulers.view import decision_on_snapshot
 assert not kernels.HAVE_NUMBA
 from tests.test_kernels import SEEDS, schedulers
-from tests.test_schedulers import _random_instance
+from tests.instances import random_snapshot
 variants = {{"as-is": (kernels.SCAN_FACTOR, kernels.BSSI_SCAN_FACTOR), "heap": (0, 0),
             "scan": (10**9, 10**9)}}
 out = {{}}
 for variant, (scan_factor, bssi_factor) in variants.items():
     kernels.SCAN_FACTOR, kernels.BSSI_SCAN_FACTOR = scan_factor, bssi_factor
     for seed in SEEDS:
-        snap = _random_instance(seed, 1 + seed % 25)
+        snap = random_snapshot(seed, 1 + seed % 25)
         for key, sched in schedulers():
             d = decision_on_snapshot(sched, snap)
             out[f"{{variant}}/{{seed}}/{{key}}"] = [d.rate_bps, d.rank]
@@ -70,7 +70,7 @@ def assert_compiled_equal_interpreted(variants: tuple[str, ...]) -> None:
     interpreted = interpreted_decisions()
     compared = 0
     for seed in SEEDS:
-        snap = _random_instance(seed, 1 + seed % 25)
+        snap = random_snapshot(seed, 1 + seed % 25)
         for key, sched in schedulers():
             decision = decision_on_snapshot(sched, snap)
             for variant in variants:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import networkx as nx
 
+from tests.helpers import PACKAGES
+
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("echelonflow", "simulator", "topologies", "controller", "traffic", "emulation", "reports", "cli")
 #: What each package may import besides itself.  The core imports nothing of ours; everything else
 #: builds on it.  Anything not listed here is a layering change and should be decided, not drifted into.
 ALLOWED = {

@@ -20,7 +20,7 @@ from echelonflow.schedulers.base import ActiveFlow, Decision, Snapshot
 from echelonflow.schedulers.echelon import EchelonScheduler, EchelonVarysScheduler
 from echelonflow.schedulers.varys import CoflowScheduler
 from echelonflow.schedulers.view import decision_on_snapshot
-from echelonflow.topology import Topology, build
+from tests.instances import random_snapshot
 
 REL = 1e-6
 
@@ -53,34 +53,6 @@ def validate(snapshot: Snapshot, decision: Decision, work_conserving: bool = Tru
         assert slack <= full * REL, (flow.flow_id, slack)
 
 
-def _random_instance(seed: int, n_flows: int) -> Snapshot:
-    rng = random.Random(seed)
-    kind = rng.choice(["two_hosts", "dumbbell", "fattree", "leafspine", "bigswitch"])
-    topo = {
-        "two_hosts": lambda: build("two_hosts", 1e6),
-        "dumbbell": lambda: build("dumbbell", 1e6, hosts_per_side=rng.randint(1, 3)),
-        "fattree": lambda: build("fattree", 1e6, k=rng.choice([2, 4]), oversubscription=rng.choice([1, 3])),
-        "leafspine": lambda: build("leafspine", 1e6, leaves=rng.randint(2, 3), spines=rng.randint(1, 2),
-                                   hosts_per_leaf=rng.randint(1, 2), oversubscription=rng.choice([1, 2.5])),
-        "bigswitch": lambda: build("bigswitch", 1e6, hosts=rng.randint(2, 6)),
-    }[kind]()
-    hosts = topo.hosts
-    now = rng.uniform(0, 5)
-    flows = []
-    n_groups = rng.randint(1, 4)
-    refs = [now - rng.uniform(0, 3) for _ in range(n_groups)]
-    weights = [rng.choice([1.0, 1.0, rng.uniform(0.1, 5)]) for _ in range(n_groups)]
-    group_sent = [rng.choice([0.0, rng.uniform(0, 1e5), rng.uniform(0, 1e8)]) for _ in range(n_groups)]
-    for i in range(n_flows):
-        src, dst = rng.sample(hosts, 2)
-        g = rng.randrange(n_groups)
-        offset = rng.choice([0.0, rng.uniform(0, 4)])
-        remaining = rng.choice([0.0, rng.uniform(1e-3, 1e6), float(rng.randint(1, 10**6))])
-        path = Topology.links_of(topo.path_for(src, dst, f"f{i}"))
-        flows.append(ActiveFlow(f"f{i}", f"g{g}", path, remaining, refs[g] + offset, offset, refs[g],
-                                weight=weights[g], sent_bytes=rng.uniform(0, 1e5),
-                                group_sent_bytes=group_sent[g], group_start_s=refs[g]))
-    return Snapshot(now, topo.capacity_bps(), flows)
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))
@@ -89,7 +61,7 @@ def _random_instance(seed: int, n_flows: int) -> Snapshot:
 def test_every_scheduler_is_feasible_work_conserving_deterministic(
     name: str, seed: int, n_flows: int
 ) -> None:
-    snapshot = _random_instance(seed, n_flows)
+    snapshot = random_snapshot(seed, n_flows)
     first = decision_on_snapshot(get_scheduler(name), snapshot)
     validate(snapshot, first, name not in NOT_WORK_CONSERVING)
     shuffled = Snapshot(snapshot.now_s, snapshot.capacity_bps, list(reversed(snapshot.flows)))
@@ -113,7 +85,7 @@ def test_non_clairvoyant_schedulers_ignore_sizes_and_ideal_finishes(
     """Sizes and ideal finish times may change arbitrarily (a flow stays unfinished): same decision."""
     from dataclasses import replace
 
-    snapshot = _random_instance(seed, n_flows)
+    snapshot = random_snapshot(seed, n_flows)
     rng = random.Random(seed + 1)
     blind = [
         replace(f, remaining_bytes=rng.uniform(1, 1e9) if f.remaining_bytes > 1e-9 else f.remaining_bytes,
@@ -199,7 +171,7 @@ def test_coflow_alone_gets_varys_madd_rates_whatever_its_offsets(seed: int) -> N
     """Varys's MADD, computed here from its definition: a Coflow alone finishes all flows together at
     Gamma = max over links (bits on the link / capacity), so flow j needs b_j / Gamma; back-fill may add
     to flows off the bottleneck, never to those on it.  Offsets (given here at random) do not matter."""
-    instance = _random_instance(seed, 12)
+    instance = random_snapshot(seed, 12)
     r = instance.now_s - 1.0  # one group, one reference time
     flows = [ActiveFlow(f.flow_id, "coflow", f.path, f.remaining_bytes, r + f.offset_s, f.offset_s, r)
              for f in instance.flows if f.remaining_bytes > 1e-3]
@@ -258,7 +230,7 @@ def test_unknown_scheduler_lists_valid_names() -> None:
 def test_order_by_tardiness_option_is_validated_and_feasible() -> None:
     with pytest.raises(ValueError, match="order_by"):
         EchelonVarysScheduler(order_by="size")
-    snapshot = _random_instance(3, 15)
+    snapshot = random_snapshot(3, 15)
     validate(snapshot, decision_on_snapshot(EchelonVarysScheduler(order_by="tardiness"), snapshot))
     validate(snapshot, decision_on_snapshot(EchelonVarysScheduler(order_by="bottleneck"), snapshot))
 

@@ -11,11 +11,10 @@ from hypothesis import strategies as st
 from echelonflow import echelon as echelon_mod
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.schedulers import SCHEDULERS, get_scheduler
-from echelonflow.topology import bigswitch, dumbbell, fattree
+from echelonflow.topology import bigswitch
 from simulator import engine
+from tests.instances import TOPOLOGIES, assert_same_times
 
-TOPOLOGIES = {"bigswitch": lambda: bigswitch(1e9, hosts=6), "dumbbell": lambda: dumbbell(1e9, 3),
-              "fattree": lambda: fattree(1e9, k=4)}
 SIZES_BYTES = (0, 125_000, 250_000, 250_000, 1_000_000, 3_000_000)
 
 
@@ -52,12 +51,6 @@ def _times(kind: str, jobs: list[Job], name: str, skip: bool) -> tuple[list, lis
     return run.start_s, run.finish_s, run.skipped
 
 
-def _assert_same(got: list, expected: list) -> None:
-    assert len(got) == len(expected)
-    for a, b in zip(got, expected):
-        assert a == pytest.approx(b, rel=1e-9, abs=0.0), (got, expected)
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
 def test_every_scheduler_gives_the_same_times_with_and_without_skipping(workload) -> None:
@@ -71,8 +64,8 @@ def test_every_scheduler_gives_the_same_times_with_and_without_skipping(workload
         start_all, finish_all, none = _times(kind, jobs, name, False)
         assert none == 0
         assert skipped == 0 or SCHEDULERS[name].blind_to_bytes
-        _assert_same(start, start_all)
-        _assert_same(finish, finish_all)
+        assert_same_times(start, start_all)
+        assert_same_times(finish, finish_all)
 
 
 @pytest.mark.parametrize("name", ["fair", "port-fair", "fifo-priority"])
