@@ -69,9 +69,35 @@ print(json.dumps({"total": total, "timeline": timeline}))
 """
 
 
-def tcp_transfer(fabric, src: str, dst: str, size_bytes: int, ports: tuple[int, int]):
+class Transfer:
+    """One TCP transfer's ``sender`` and ``receiver`` processes (:func:`tcp_transfer`); leaving the
+    ``with`` block kills whichever is still running, whatever the test raised."""
+
+    def __init__(self, sender: subprocess.Popen, receiver: subprocess.Popen) -> None:
+        self.sender, self.receiver = sender, receiver
+
+    def __enter__(self) -> Transfer:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for proc in (self.sender, self.receiver):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def received(self, timeout_s: float = 60.0) -> dict:
+        """The receiver's report (``total``, ``timeline``: see TCP_RECEIVER) once both ends exited, each
+        with status 0 (the stderr of both in the message otherwise)."""
+        out, err = self.receiver.communicate(timeout=timeout_s)
+        sender_err = self.sender.communicate(timeout=10)[1]
+        statuses = (self.sender.returncode, self.receiver.returncode)
+        assert statuses == (0, 0), (sender_err + err).decode()[-300:]
+        return json.loads(out.decode())
+
+
+def tcp_transfer(fabric, src: str, dst: str, size_bytes: int, ports: tuple[int, int]) -> Transfer:
     """Start one TCP transfer of exactly ``size_bytes`` on fixed ports (client, server), so the
-    controller can enforce its 5-tuple; returns the (sender, receiver) processes (see TCP_RECEIVER)."""
+    controller can enforce its 5-tuple (use the result in a ``with`` block)."""
     cport, sport = ports
     receiver = fabric.host(dst).popen([sys.executable, "-c", TCP_RECEIVER, str(sport)],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -79,7 +105,7 @@ def tcp_transfer(fabric, src: str, dst: str, size_bytes: int, ports: tuple[int, 
     sender = fabric.host(src).popen([sys.executable, "-c", TCP_SENDER, fabric.host(dst).IP(), str(sport),
                                      str(cport), str(size_bytes)], stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE)
-    return sender, receiver
+    return Transfer(sender, receiver)
 
 
 def assert_within(value: float, target: float, lo: float, hi: float, what: str) -> None:

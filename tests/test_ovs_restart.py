@@ -67,10 +67,9 @@ def test_the_switches_come_back_with_their_rules_meters_and_queues(require_fabri
         meters_before = _meters(first_hop)
         assert len(rules_before) == len(flow["path"]) - 2 and meters_before, (rules_before, meters_before)
         old_pid = ovs.vswitchd_pidfile_pid()
-        sender, receiver = tcp_transfer(env.fabric, "h1", "h16", size_bytes, ports)
-        try:
+        with tcp_transfer(env.fabric, "h1", "h16", size_bytes, ports) as transfer:
             time.sleep(1.5)
-            assert sender.poll() is None, "the transfer ended before the restart"
+            assert transfer.sender.poll() is None, "the transfer ended before the restart"
             stopped_wall, stopped = time.time(), time.monotonic()
             assert env.fabric.stop_switch_daemon() == old_pid
             stop_s = time.monotonic() - stopped
@@ -83,15 +82,7 @@ def test_the_switches_come_back_with_their_rules_meters_and_queues(require_fabri
                                "the flow's rules back on its path")
             meters = wait_until(lambda: _meters(first_hop), 10, "the flow's meter back")
             back_s = time.monotonic() - stopped
-            out, err = receiver.communicate(timeout=60)
-            sender_err = sender.communicate(timeout=10)[1]
-        finally:
-            for proc in (sender, receiver):
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-        assert sender.returncode == 0 and receiver.returncode == 0, (sender_err + err).decode()[-300:]
-        received = json.loads(out.decode())
+            received = transfer.received()
         times = [t for t, _n in received["timeline"]]
         gap_s, gap_at = max((b - a, a) for a, b in zip(times, times[1:]) if b > stopped_wall)
         print(f"\novs-vswitchd restarted 1.5 s into a {size_bytes}-byte transfer: stopped in {stop_s:.2f} s, "

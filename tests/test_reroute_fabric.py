@@ -130,32 +130,25 @@ def _fault_under_enforced_transfer(env, job: str, ports: tuple[int, int], fault:
             _cut_openflow(b, cut=True)
             env.fabric.set_switch(b, up=False)
 
-    sender, receiver = tcp_transfer(env.fabric, "h1", "h16", SIZE_BYTES, ports)
     try:
-        time.sleep(DOWN_AFTER_S)
-        assert sender.poll() is None, f"the transfer ended before the {fault} went down"
-        down_at = time.time()
-        hit(up=False)
-        new_path, seen_at = _poll_path(client, job, down_at + 10, old_path)
-        reroute_s = seen_at - down_at
-        if fault == "switch":  # the controller lost its OpenFlow connection, not only the links
-            wait_until(lambda: client.health()["switches"]["connected"] == len(env.topo.switches) - 1, 5,
-                       f"the controller seeing {b} disconnected")
-        moved = client.flow(job, "f0")
-        rules = wait_until(lambda: set(rules_of(moved)) == set(new_path[1:-1]) and rules_of(moved), 5,
-                           "the flow's rules on every switch of the new path")
-        dead = {b} if fault == "switch" else set()  # a dead switch keeps what it held (fail-secure)
-        stale = set(rules_of({**moved, "path": old_path})) - set(new_path) - dead
-        out, err = receiver.communicate(timeout=60)
-        sender_err = sender.communicate(timeout=10)[1]
+        with tcp_transfer(env.fabric, "h1", "h16", SIZE_BYTES, ports) as transfer:
+            time.sleep(DOWN_AFTER_S)
+            assert transfer.sender.poll() is None, f"the transfer ended before the {fault} went down"
+            down_at = time.time()
+            hit(up=False)
+            new_path, seen_at = _poll_path(client, job, down_at + 10, old_path)
+            reroute_s = seen_at - down_at
+            if fault == "switch":  # the controller lost its OpenFlow connection, not only the links
+                wait_until(lambda: client.health()["switches"]["connected"] == len(env.topo.switches) - 1, 5,
+                           f"the controller seeing {b} disconnected")
+            moved = client.flow(job, "f0")
+            rules = wait_until(lambda: set(rules_of(moved)) == set(new_path[1:-1]) and rules_of(moved), 5,
+                               "the flow's rules on every switch of the new path")
+            dead = {b} if fault == "switch" else set()  # a dead switch keeps what it held (fail-secure)
+            stale = set(rules_of({**moved, "path": old_path})) - set(new_path) - dead
+            got = transfer.received()
     finally:
-        for proc in (sender, receiver):
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
         hit(up=True)
-    assert sender.returncode == 0 and receiver.returncode == 0, (sender_err + err).decode()[-300:]
-    got = json.loads(out.decode())
     stall_start, stall_s = _longest_stall(got["timeline"], down_at)
     resumed_s = stall_start + stall_s - down_at
     print(f"\n{what} down {DOWN_AFTER_S} s into a {SIZE_BYTES}-byte enforced transfer h1->h16: "
