@@ -135,38 +135,25 @@ class Store(StoreSink):
         channels: Sequence[ChannelRecord] = (),
         removed_channels: Sequence[str] = (),
     ) -> None:
-        db = self._db
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany("INSERT INTO jobs (job_id, weight, registered_s, aborted_s, compute_s) "
-                               "VALUES (?, ?, ?, ?, ?) "
-                               "ON CONFLICT (job_id) DO UPDATE SET weight = excluded.weight, "
-                               "registered_s = excluded.registered_s, aborted_s = excluded.aborted_s, "
-                               "compute_s = excluded.compute_s",
-                               [(j.job_id, j.weight, j.registered_s, j.aborted_s, j.compute_s) for j in jobs])
-                db.executemany("INSERT INTO echelons (job_id, echelon_id, kind) VALUES (?, ?, ?) "
-                               "ON CONFLICT (job_id, echelon_id) DO UPDATE SET kind = excluded.kind",
-                               [(e.job_id, e.echelon_id, UNDECIDED_KIND if e.kind is None else e.kind)
-                                for e in echelons])
-                db.executemany(
-                    "INSERT OR REPLACE INTO flows ({}) VALUES ({})".format(
-                        ", ".join(FLOW_COLUMNS), ", ".join("?" * len(FLOW_COLUMNS))),
-                    [_flow_row(f) for f in flows])
-                db.executemany("INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)",
-                               list((settings or {}).items()))
-                db.executemany(
-                    "INSERT OR REPLACE INTO channels ({}) VALUES ({})".format(
-                        ", ".join(CHANNEL_COLUMNS), ", ".join("?" * len(CHANNEL_COLUMNS))),
-                    [(c.channel_id, c.src, c.dst, c.src_port, c.dst_port, json.dumps(list(c.path)))
-                     for c in channels])
-                db.executemany("DELETE FROM channels WHERE channel_id = ?", [(c,) for c in removed_channels])
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"registry store {self.path!r}: write failed: {exc}") from None
+        self._write([
+            ("INSERT INTO jobs (job_id, weight, registered_s, aborted_s, compute_s) VALUES (?, ?, ?, ?, ?) "
+             "ON CONFLICT (job_id) DO UPDATE SET weight = excluded.weight, "
+             "registered_s = excluded.registered_s, aborted_s = excluded.aborted_s, "
+             "compute_s = excluded.compute_s",
+             [(j.job_id, j.weight, j.registered_s, j.aborted_s, j.compute_s) for j in jobs]),
+            ("INSERT INTO echelons (job_id, echelon_id, kind) VALUES (?, ?, ?) "
+             "ON CONFLICT (job_id, echelon_id) DO UPDATE SET kind = excluded.kind",
+             [(e.job_id, e.echelon_id, UNDECIDED_KIND if e.kind is None else e.kind) for e in echelons]),
+            ("INSERT OR REPLACE INTO flows ({}) VALUES ({})".format(
+                ", ".join(FLOW_COLUMNS), ", ".join("?" * len(FLOW_COLUMNS))),
+             [_flow_row(f) for f in flows]),
+            ("INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)", list((settings or {}).items())),
+            ("INSERT OR REPLACE INTO channels ({}) VALUES ({})".format(
+                ", ".join(CHANNEL_COLUMNS), ", ".join("?" * len(CHANNEL_COLUMNS))),
+             [(c.channel_id, c.src, c.dst, c.src_port, c.dst_port, json.dumps(list(c.path)))
+              for c in channels]),
+            ("DELETE FROM channels WHERE channel_id = ?", [(c,) for c in removed_channels]),
+        ])
 
     def load(self, job_id: str | None = None) -> tuple[list[JobRecord], list[EchelonRecord], list[FlowRecord],
                                                        dict[str, str], list[ChannelRecord]]:
