@@ -4,7 +4,7 @@
 * :func:`echelon_argv` and :func:`run_echelon`: the ``echelon`` command as a user runs it, on this
   checkout's code (``python -m cli`` from :data:`ROOT`, with :data:`ROOT` first on ``PYTHONPATH`` so
   every process it starts, such as the traffic agents, runs the same code);
-* :func:`loopback`, :func:`hosts_of` and :func:`run_local_agents`: traffic agents as plain processes on
+* :func:`loopback` and :func:`run_local_agents`: traffic agents as plain processes on
   this machine, hosts on 127.0.0.x addresses (no fabric).
 
 Fixtures live in ``tests/conftest.py``.
@@ -62,25 +62,16 @@ def loopback(hosts: Sequence[str]) -> dict[str, str]:
     return {h: f"127.0.0.{10 + i}" for i, h in enumerate(hosts)}
 
 
-def hosts_of(jobs: Sequence[Job]) -> list[str]:
-    """Every host the jobs use, in first-use order."""
-    seen: dict[str, None] = {}
-    for job in jobs:
-        for host in job.hosts:
-            seen.setdefault(host)
-    return list(seen)
-
-
 def run_local_agents(jobs: Sequence[Job], tmp_path: Any, popen: Any = None, start_margin_s: float = 1.5,
                      kill_agents: dict[str, float] | None = None, **spec: Any) -> Any:
     """The agents of ``jobs`` as processes on this machine (``emulation.agents.run_agents``); ``spec``:
     run-spec fields (``registry``, ``data_port``, ...) over a fresh data port and a 30 s run timeout."""
-    from emulation.agents import local_popen, run_agents
+    from emulation.agents import agent_hosts, local_popen, run_agents
     from traffic.runspec import RunSpec
 
     spec.setdefault("data_port", next(_PORTS))
     spec.setdefault("run_timeout_s", 30.0)
-    template = RunSpec(hosts_ip=loopback(hosts_of(jobs)), jobs=list(jobs), **spec)
+    template = RunSpec(hosts_ip=loopback(agent_hosts(jobs)), jobs=list(jobs), **spec)
     return run_agents(template, str(tmp_path), popen or local_popen, start_margin_s=start_margin_s,
                       kill_agents=kill_agents)
 

@@ -352,16 +352,8 @@ class Fabric:
             time.sleep(0.05)
         timings["ports"] = time.monotonic() - t0
         if self.watchdog is not None:
-            while True:
-                self.watchdog.check_once()
-                missing_qos = self.watchdog.missing()
-                if missing_qos == []:
-                    break
-                if time.monotonic() > deadline:
-                    shown = ", ".join((missing_qos or self.watchdog.devs)[:5])
-                    raise FabricError(f"ovs-vswitchd restarted but did not rebuild htb QoS with DSCP filters "
-                                      f"within {timeout_s:.0f} s on ports such as {shown}")
-                time.sleep(0.05)
+            self._await_qos(deadline, 0.05, "ovs-vswitchd restarted but did not rebuild htb QoS with DSCP "
+                                            f"filters within {timeout_s:.0f} s")
         timings["qos"] = time.monotonic() - t0
         return timings
 
@@ -617,18 +609,24 @@ class Fabric:
         self.state.save()
         ovs.vsctl_transactions([["set", "Port", p, f"qos={qos_uuid[r]}"] for p, r in sorted(ports.items())])
         self.watchdog = qos.FilterWatchdog(sorted(ports), self.queues)
-        deadline = time.monotonic() + 30
-        while True:  # OVS applies QoS asynchronously; add filters once every port has its htb root
+        # OVS applies QoS asynchronously; the filters go on once every port has its htb root
+        self._await_qos(time.monotonic() + 30, 0.2, "OVS did not build htb QoS with DSCP filters")
+        self.watchdog.reapplied = 0
+        self.watchdog.start()
+
+    def _await_qos(self, deadline: float, poll_s: float, problem: str) -> None:
+        """Until every switch port has OVS's htb root with every DSCP filter (the watchdog adds what is
+        missing as it checks); past ``deadline`` a FabricError: ``problem``, then a few of the ports."""
+        assert self.watchdog is not None
+        while True:
             self.watchdog.check_once()
             missing = self.watchdog.missing()
             if missing == []:
-                break
+                return
             if time.monotonic() > deadline:
                 shown = ", ".join((missing or self.watchdog.devs)[:5])
-                raise FabricError(f"OVS did not build htb QoS with DSCP filters on ports such as {shown}")
-            time.sleep(0.2)
-        self.watchdog.reapplied = 0
-        self.watchdog.start()
+                raise FabricError(f"{problem} on ports such as {shown}")
+            time.sleep(poll_s)
 
     def _wait_connected(self) -> None:
         deadline = time.monotonic() + self.connect_timeout_s
