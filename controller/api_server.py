@@ -508,6 +508,8 @@ def run_in_thread(server: ApiServer, tasks: tuple[Callable[[], Any], ...] = ()) 
 # --------------------------------------------------------------------------- standalone
 #: The controller settings the standalone server takes as options too (``--retain-done-s``, ...).
 RETENTION_SETTINGS = ("retain_done_jobs", "retain_done_s", "archive_done_s")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve a registry with no OpenFlow fabric (enforcement disabled) until interrupted."""
     from controller.api import Api

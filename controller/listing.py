@@ -10,6 +10,7 @@ Kept Python 3.9 compatible; stdlib only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from controller.paging import Cursor, OrderedKeys, page
@@ -17,7 +18,8 @@ from controller.registry import EchelonRecord, FlowRecord, JobRecord, Registry
 
 JOBS, ECHELONS, FLOWS, CHANNELS = Cursor("jobs"), Cursor("echelons"), Cursor("flows"), Cursor("channels")
 
-def _records(order: OrderedKeys, after: int, table: dict[str, Any]):
+
+def _records(order: OrderedKeys, after: int, table: Mapping[str, Any]):
     return ((ordinal, table[key]) for ordinal, key in order.after(after))
 
 
@@ -57,5 +59,4 @@ def flows(registry: Registry, limit: int, cursor: str | None, job_id: str | None
 def channels(registry: Registry, limit: int, cursor: str | None) -> tuple[list[Any], str | None]:
     """Channels in the order they were registered."""
     channels = registry.channels
-    pairs = ((ordinal, channels[key]) for ordinal, key in channels.order.after(CHANNELS.decode(cursor)))
-    return page(pairs, limit, CHANNELS)
+    return page(_records(channels.order, CHANNELS.decode(cursor), channels), limit, CHANNELS)
