@@ -34,6 +34,7 @@ from emulation.calibrate import CalibrationError
 from emulation.dilation import MAX_DILATION, Dilation, choose_dilation, dilated
 from emulation.errors import EmulationError
 from emulation.progress import Say, completion_times, stderr_progress
+from emulation.round import Simulated
 from emulation.run import EmulatedRun, emulate_scheduler
 from emulation.runfolder import Checkpoints
 from emulation.settings import EmulationSettings
@@ -227,9 +228,9 @@ class ExperimentRuns:
         topology, jobs, settings = self._inputs(factor)
         scheduler = sim_run.scheduler
         try:
-            return emulate_scheduler(topology, jobs, scheduler, _scaled(sim_s, factor), settings, self.say,
-                                     None if alone_s is None else _scaled(alone_s, factor), run_name=name,
-                                     simulated_flows=sim_run.flows)
+            simulated = Simulated(_scaled(sim_s, factor), sim_run.flows,
+                                  None if alone_s is None else _scaled(alone_s, factor))
+            return emulate_scheduler(topology, jobs, scheduler, simulated, settings, self.say, run_name=name)
         except EmulationError as exc:
             reason = f"emulation of {self.scenario.name} under {scheduler}{which} failed: {exc}"
             raise RunFailedError(reason, f"{self.run_dir}/logs/{name}") from None

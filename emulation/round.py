@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from echelonflow import ownership
 from echelonflow.model import Job
@@ -49,6 +49,18 @@ class Round:
         return self.label != TOGETHER
 
 
+class Simulated(NamedTuple):
+    """What the simulated run says of the one emulated, at the rig's time scale: each job's completion
+    (``completion_s``, job -> seconds: sizes the run timeout), its flows (``flows``, results format: size
+    each agent's channel pool; None: one channel per destination and path) and each job's completion
+    alone (``alone_s``: the slowdowns' reference without alone rounds; None: the alone rounds measure
+    it)."""
+
+    completion_s: Mapping[str, float]
+    flows: Mapping[str, Any] | None = None
+    alone_s: Mapping[str, float] | None = None
+
+
 @dataclass
 class RoundRecord:
     """What a round leaves: the agents' documents, the fidelity monitor's verdict, the wire check."""
@@ -66,13 +78,9 @@ def plan_rounds(jobs: Sequence[Job], alone_runs: bool, faults: Sequence[Any]) ->
     return rounds
 
 
-def run_round(rig: Rig, round_: Round, simulated_s: Mapping[str, float],
-              simulated_flows: Mapping[str, Any] | None) -> RoundRecord:
-    """Run ``round_``'s agents on ``rig`` (controller up), watched by the monitor (and the capture).
-
-    ``simulated_s`` (job -> simulated completion, at the rig's time scale) sizes the run timeout;
-    ``simulated_flows`` (the simulated run's flows) size each agent's channel pool.
-    """
+def run_round(rig: Rig, round_: Round, simulated: Simulated) -> RoundRecord:
+    """Run ``round_``'s agents on ``rig`` (controller up), watched by the monitor (and the capture);
+    ``simulated`` sizes the run timeout and the agents' channel pools."""
     label = round_.label
     host_ports = {h: first_hop_port(rig.topology, h) for h in agent_hosts(round_.jobs)}
     rig.say(f"{label}: {len(round_.jobs)} job(s), {len(host_ports)} agents")
@@ -89,7 +97,7 @@ def run_round(rig: Rig, round_: Round, simulated_s: Mapping[str, float],
                 raise EmulationError(str(exc)) from None
             ownership.record_processes(rig.workdir, wire.proc.pid)
         watchers.enter_context(monitor)
-        outcome = _run_agents(rig, round_, simulated_s, simulated_flows, network.actions())
+        outcome = _run_agents(rig, round_, simulated, network.actions())
     record = RoundRecord(outcome, monitor.report(window=(outcome.t0_s, time.time())))
     monitor.save_intervals(os.path.join(rig.workdir, f"monitor-{label}.json"))
     say_monitor(rig.say, label, record.monitor)
@@ -100,15 +108,14 @@ def run_round(rig: Rig, round_: Round, simulated_s: Mapping[str, float],
     return record
 
 
-def _run_agents(rig: Rig, round_: Round, simulated_s: Mapping[str, float],
-                simulated_flows: Mapping[str, Any] | None, network_actions: list) -> AgentsOutcome:
+def _run_agents(rig: Rig, round_: Round, simulated: Simulated, network_actions: list) -> AgentsOutcome:
     """The agents of ``round_``, with the run-spec, channel plan and timed faults they need."""
     agents_dir = os.path.join(rig.workdir, round_.label)
     os.makedirs(agents_dir)
     faults = round_.process_faults
     return run_agents(
-        agent_template(rig, round_, simulated_s), agents_dir, fabric_popen(rig.fabric),
-        channel_plan=_channel_plan(rig, round_, simulated_flows),
+        agent_template(rig, round_, simulated.completion_s), agents_dir, fabric_popen(rig.fabric),
+        channel_plan=_channel_plan(rig, round_, simulated.flows),
         kill_agents={f.target[0]: f.at_s for f in faults if f.kind == "agent"},
         actions=(restart_actions("controller", faults, rig.crash_controller, rig.restart_controller)
                  + restart_actions("ovs", faults, rig.stop_switch_daemon, rig.start_switch_daemon)

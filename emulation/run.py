@@ -9,8 +9,8 @@ brings them back to the scenario's time scale and records the faults there, in t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from echelonflow.model import Job
 from echelonflow.results import RunResult
@@ -19,7 +19,7 @@ from emulation.assemble import assemble_run
 from emulation.monitor import combine
 from emulation.progress import Say
 from emulation.rig import Rig
-from emulation.round import TOGETHER, RoundRecord, plan_rounds, run_round
+from emulation.round import TOGETHER, RoundRecord, Simulated, plan_rounds, run_round
 from emulation.settings import EmulationSettings
 from traffic.result import Failure
 
@@ -28,21 +28,19 @@ def emulate_scheduler(
     topology: Topology,
     jobs: Sequence[Job],
     scheduler: str,
-    simulated_s: Mapping[str, float],
+    simulated: Simulated,
     settings: EmulationSettings,
     progress: Say,
-    alone_fallback_s: Mapping[str, float] | None = None,
     run_name: str = "",
-    simulated_flows: Mapping[str, Any] | None = None,
 ) -> EmulatedRun:
     """One scheduler on a fresh fabric and controller: all jobs together, then (several jobs) each alone.
 
-    ``simulated_s`` (job -> simulated completion) only sizes the run timeout.  Without the alone
-    rounds (``settings.alone_runs`` false) slowdowns are taken against ``alone_fallback_s``.  Every round
-    is watched by the fidelity monitor (and, with ``settings.capture``, captured on the wire); the result
-    carries their verdicts.  ``run_name`` (default: the scheduler) names this run's folders under
-    ``settings.logs_dir``.  ``simulated_flows`` (the simulated run's flows) size each agent's channel
-    pool (:func:`traffic.channels.channel_plan`).  A fabric or controller start that fails is retried once.
+    ``simulated`` (the simulated run, at the rig's time scale) sizes the run timeout and each agent's
+    channel pool (:func:`traffic.channels.channel_plan`); without the alone rounds
+    (``settings.alone_runs`` false) slowdowns are taken against its ``alone_s``.  Every round is watched
+    by the fidelity monitor (and, with ``settings.capture``, captured on the wire); the result carries
+    their verdicts.  ``run_name`` (default: the scheduler) names this run's folders under
+    ``settings.logs_dir``.  A fabric or controller start that fails is retried once.
     The result comes with the failures of the jobs that failed (a killed agent's).
     Everything started here (controller, fabric, agents, capture) is stopped on the way out, also on
     Ctrl-C.
@@ -52,7 +50,7 @@ def emulate_scheduler(
     with Rig(topology, jobs, scheduler, settings, progress, run_name or scheduler) as rig:
         for round_ in plan_rounds(jobs, settings.alone_runs, settings.faults):
             rig.bring_up(round_.label)
-            records[round_.label] = record = run_round(rig, round_, simulated_s, simulated_flows)
+            records[round_.label] = record = run_round(rig, round_, simulated)
             if round_.alone:
                 solo = assemble_run(round_.jobs, record.outcome.documents, scheduler)
                 alone_s.update({j: r.completion_s for j, r in solo.jobs.items()})
@@ -60,7 +58,7 @@ def emulate_scheduler(
             rig.say(f"warning: controller log shows {len(rig.problems)} problem line(s), e.g. "
                     f"{rig.problems[0][:160]}")
         together = records[TOGETHER].outcome
-        result = assemble_run(jobs, together.documents, scheduler, alone_s or alone_fallback_s,
+        result = assemble_run(jobs, together.documents, scheduler, alone_s or simulated.alone_s,
                               together.failed_jobs)
     result.fidelity_monitor = combine({label: record.monitor for label, record in records.items()})
     result.trusted = result.fidelity_monitor["trusted"]

@@ -193,10 +193,6 @@ KERNELS = "echelonflow/schedulers/*kernels*.py"
 OVERSIZE_ALLOWED = {
     # a numba kernel outside the kernels' folder: its arrays come one by one, like KERNELS'
     "simulator/fluid.py:advance": "a numba kernel: its arrays one by one",
-    # being reworked in issue 33 items 1-6 / issue 34 (RunSpec passed whole, the agent's runtime)
-    "emulation/run.py:emulate_scheduler": "being reworked in issue 33 items 1-6 / issue 34",
-    # its one caller is traffic/agent.py
-    "traffic/transfer.py:Channel.__init__": "being reworked in issue 33 items 1-6 / issue 34",
 }
 
 

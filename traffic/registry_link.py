@@ -143,15 +143,16 @@ class RegistryLink(RegistryPort):
     def register_channel(self, channel: Channel) -> None:
         wait_s = self.settings.install_wait_s if self.enforces and self.settings.install_wait_s > 0 else None
         with self.connection.locked() as client:
-            client.register_channel(channel.channel_id, channel.src, channel.dst, channel.src_port,
-                                    channel.dst_port, path=channel.path, wait_s=wait_s)
+            route = channel.route
+            client.register_channel(channel.channel_id, route.src, route.dst, channel.src_port,
+                                    route.dst_port, path=route.path, wait_s=wait_s)
         self._channels.append(channel.channel_id)
 
     # ------------------------------------------------------------------ during the run (in the background)
     def flow_started(self, job: Job, flow: FlowTask, channel: Channel, start_s: float) -> None:
         if flow.size_bytes > 0:
-            if channel.path_rate_bps:
-                self.allocations.awaiting(self._name(job.job_id, flow.task_id), channel.path_rate_bps)
+            if channel.route.path_rate_bps:
+                self.allocations.awaiting(self._name(job.job_id, flow.task_id), channel.route.path_rate_bps)
             self.reports.put(_StartReport(self.prefix + job.job_id, flow.task_id, channel, start_s))
 
     def flow_finished(self, job: Job, flow: FlowTask, finish_s: float) -> None:
