@@ -125,7 +125,7 @@ def test_a_fabric_start_that_fails_is_retried_once(require_fabric, tmp_path):
     the start fails with one line, everything is torn down, and the second attempt runs the job."""
     from echelonflow.scenario import load_scenario
     from echelonflow.schedulers import get_scheduler
-    from emulation.round import Simulated
+    from emulation.phase import Simulated
     from emulation.run import emulate_scheduler
     from emulation.settings import EmulationSettings
     from simulator.engine import simulate

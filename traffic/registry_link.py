@@ -364,7 +364,7 @@ class _Reporter:
 class _AllocationTracker:
     """Every active flow's allocation, kept current: a poller reads it every ``poll_interval_s`` while
     reporting the bytes TCP has seen acknowledged, and (with the sending host known, under a scheduler
-    that enforces) one long-poll hears every change the moment a round makes it
+    that enforces) one long-poll hears every change the moment a scheduling pass makes it
     (``controller.allocation_watch``).  Flows are named ``<prefixed job>/<flow>``."""
 
     def __init__(self, settings: RegistrySettings, connection: _Connection, info: dict[str, Any],
@@ -518,7 +518,8 @@ class _AllocationTracker:
         # either held by its sender (the controller's hold_paused: it writes nothing more, as the fluid
         # model gives it nothing, and keeps its class, so none of its packets wait in a lower class when
         # it is raised: docs/emulation.md, "The allocation delivered") or left unpaced in the last class,
-        # taking leftovers; pacing it near zero instead would stall it for a whole round after the raise.
+        # taking leftovers; pacing it near zero instead would stall it for a whole scheduling pass after
+        # the raise.
         rate = allocation.get("meter_rate_bps")
         if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
             self._rate_bps[name] = float(rate)
