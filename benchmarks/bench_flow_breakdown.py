@@ -35,7 +35,7 @@ from reports.flow_breakdown import (  # noqa: E402
     format_rate_after_raise,
     format_summary,
     host_tcp,
-    load_round,
+    load_phase,
     rate_after_raise,
     rate_tracking,
     retransmits_by_class_changes,
@@ -75,7 +75,7 @@ def analyse(run_dir: str, scenario_name: str | None) -> dict:
     pooled_lags: dict[str, list[float]] = {}  # scheduler -> decision-to-applied delays, all runs
     for run in emulated["runs"]:
         name = run_folder_name(run["scheduler"], int(run.get("repeat", 0)), repeats)
-        docs = load_round(run_dir, name)
+        docs = load_phase(run_dir, name)
         sim = simulated[run["scheduler"]]
         parts = flow_parts(docs, deps, sim["flows"])
         summary = summarise(parts)

@@ -216,8 +216,8 @@ class Api:
         agents declare none for a policy that does not), and the flow events it has heard."""
         scheduler = self.service.scheduler
         return {"scheduler": scheduler.name, "available": self.service.available(),
-                "enforces": scheduler.enforces, "queues": self.service.queues,
-                "hold_paused": self.service.hold_paused, "idle_queue": self.service.idle_queue,
+                "enforces": scheduler.enforces, "queues": self.service.config.queues,
+                "hold_paused": self.service.config.hold_paused, "idle_queue": self.service.idle_queue,
                 "clairvoyant": scheduler.clairvoyant, "observed": dict(self.service.observed)}
 
     def list_jobs(self, request: Request) -> tuple[int, Any]:

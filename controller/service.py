@@ -152,36 +152,22 @@ class SchedulingService:
         event_factory: Callable[[], Any] = threading.Event,
         tuning: Tuning | None = None,
     ) -> None:
-        """``config``: the controller's settings (default: their defaults); this reads ``interval_s``,
-        ``queues``, ``min_rate_bps``, ``hold_paused``, ``fixed_class`` and ``check_decisions``.
+        """``config``: the controller's settings (default: their defaults), held and read where used
+        (``interval_s``, ``queues``, ``min_rate_bps``, ``hold_paused``, ``fixed_class``,
+        ``check_decisions``); ``tuning`` likewise.
         ``now``, ``lock`` and ``event_factory`` are the clock, the one-pass-at-a-time lock and the
         long-polls' events (the app passes its hub's)."""
-        config = config or ControllerConfig()
-        tuning = tuning or Tuning()
-        check_queues(config.queues)  # queue 0 plus at least one scheduled class
+        self.config = config or ControllerConfig()
+        self.tuning = tuning or Tuning()
+        check_queues(self.config.queues)  # queue 0 plus at least one scheduled class
         self.registry = registry
-        self.check_decisions = config.check_decisions
         self.sink = sink
         self.now = now
-        self.interval_s = config.interval_s
-        self.queues = config.queues
-        self.headroom = tuning.headroom
-        self.rate_tolerance = tuning.rate_tolerance
-        self.min_meter_bps = config.min_rate_bps
-        #: Senders hold paused flows (write nothing), so a paused flow keeps the class its last packets
-        #: were sent in and idle channels sit in class 1: no flow is ever raised out of a class it still
-        #: has packets queued in (they would be overtaken by its newer ones: docs/emulation.md).
-        self.hold_paused = config.hold_paused
-        self.idle_queue = 1 if self.hold_paused else self.queues - 1
-        #: A flow keeps the class of its first allocation until it ends: a class change moves its newer
-        #: packets into another queue than its older ones, and a raise lets them overtake those still
-        #: waiting, which TCP takes for loss (docs/emulation.md, "The allocation delivered", item 8).
-        self.fixed_class = config.fixed_class
         self._first_class: dict[str, int] = {}  # with fixed_class: flow -> the class it keeps
         #: agents' long-polls for their flows' changed allocations (``GET /v1/allocations``)
         self.watch = AllocationWatch(event_factory)
         #: payload bytes per counted frame byte; by default the topology's (its MTU's) framing
-        self.payload_fraction = float(tuning.payload_fraction or registry.topology.payload_fraction)
+        self.payload_fraction = float(self.tuning.payload_fraction or registry.topology.payload_fraction)
         name = registry.settings.get("scheduler", DEFAULT_SCHEDULER)
         #: Flow events handed to the scheduler's ``observe`` since this service started, by kind.
         self.observed: dict[str, int] = {"start": 0, "progress": 0, "finish": 0}
@@ -310,7 +296,7 @@ class SchedulingService:
 
     def tick(self) -> PassReport | None:
         """Reschedule if the interval has passed since the last pass (of any reason)."""
-        if self.now() - self._last_run_s >= self.interval_s:
+        if self.now() - self._last_run_s >= self.config.interval_s:
             report = self.reschedule("interval")
             self._expire()
             return report
@@ -327,7 +313,7 @@ class SchedulingService:
     def run(self, sleep: Callable[[float], Any]) -> None:
         """Interval loop for a green thread: ``hub.spawn(service.run, hub.sleep)``; ends on :meth:`stop`."""
         while not self._stopped:
-            sleep(self.interval_s)
+            sleep(self.config.interval_s)
             if self._stopped:
                 break
             try:
@@ -359,7 +345,7 @@ class SchedulingService:
         started = time.perf_counter()
         try:
             allocation = scheduler.decide(view)
-            if self.check_decisions:
+            if self.config.check_decisions:
                 check_decision(view, allocation)
             decision = view.decision_of(allocation)
         except Exception as exc:  # noqa: BLE001 - keep the last good enforcement
@@ -406,18 +392,21 @@ class SchedulingService:
             if group not in group_best or rank < group_best[group]:
                 group_best[group] = rank
         order = sorted(group_best, key=lambda g: (group_best[g], g))
-        last = self.queues - 1
-        group_queue = {g: 1 + min(i, self.queues - 2) for i, g in enumerate(order)}
+        last = self.config.queues - 1
+        group_queue = {g: 1 + min(i, self.config.queues - 2) for i, g in enumerate(order)}
         out = {}
         for fid in decision.rank:
             if not self.paused(decision.rate_bps.get(fid, 0.0)):
                 out[fid] = group_queue[flows[fid].echelon_key]
-            elif self.hold_paused:
+            elif self.config.hold_paused:
                 have = self.installed.get(self.enforcement_key(fid))
                 out[fid] = self.idle_queue if have is None else have.queue
             else:
                 out[fid] = last
-        if self.fixed_class:
+        if self.config.fixed_class:
+            # a flow keeps the class of its first allocation until it ends: a class change moves its
+            # newer packets into another queue than its older ones, and a raise lets them overtake those
+            # still waiting, which TCP takes for loss (docs/emulation.md, "The allocation delivered")
             kept = {fid: self._first_class[fid] for fid in out if fid in self._first_class}
             kept.update((fid, q) for fid, q in out.items()
                         if fid not in kept and not self.paused(decision.rate_bps.get(fid, 0.0)))
@@ -425,9 +414,17 @@ class SchedulingService:
             out.update(kept)
         return out
 
+    @property
+    def idle_queue(self) -> int:
+        """The class of idle channels and of paused flows without one.  Senders that hold paused flows
+        (``hold_paused``: they write nothing) keep a paused flow in the class its last packets went in,
+        and idle channels sit in class 1: no flow is ever raised out of a class it still has packets
+        queued in (they would be overtaken by its newer ones: docs/emulation.md).  Otherwise the last."""
+        return 1 if self.config.hold_paused else self.config.queues - 1
+
     def paused(self, rate_bps: float) -> bool:
-        """A rate below ``min_meter_bps`` (incl. 0) means "wait": last queue, no meter (leftovers only)."""
-        return rate_bps < self.min_meter_bps
+        """A rate below ``min_rate_bps`` (incl. 0) means "wait": last queue, no meter (leftovers only)."""
+        return rate_bps < self.config.min_rate_bps
 
     def enforcement_key(self, flow_key: str) -> str:
         """What the switches hold a flow's rules under: its channel's, or its own (``job/flow``)."""
@@ -441,7 +438,7 @@ class SchedulingService:
         out = {channel_key(cid): idle for cid in self.registry.channels}
         for fid, q in queue.items():
             rate = decision.rate_bps.get(fid, 0.0)
-            meter = None if self.paused(rate) else rate * self.headroom
+            meter = None if self.paused(rate) else rate * self.tuning.headroom
             out[self.enforcement_key(fid)] = Installed(q, meter)
         return out
 
@@ -456,7 +453,7 @@ class SchedulingService:
         """Apply ``controller.plan``'s operations; record each one the sink accepted."""
         sink = self.sink
         self.pending_acks = [a for a in self.pending_acks if not a.done]
-        for op in plan(self.installed, desired, self.rate_tolerance):
+        for op in plan(self.installed, desired, self.tuning.rate_tolerance):
             if op.kind == "remove":
                 if sink is not None and not self._call(sink.remove, op.flow_id):
                     continue

@@ -165,7 +165,7 @@ class RunResult:
     faults: list[dict[str, Any]] | None = None
     failed_jobs: dict[str, str] | None = None
     #: Each job's completion when it ran alone (the slowdowns' reference; None: not measured).  Kept for
-    #: whoever needs the times again (an emulation without its own alone rounds), not written out.
+    #: whoever needs the times again (an emulation without its own alone phases), not written out.
     alone_s: dict[str, float] | None = field(default=None, compare=False, repr=False)
 
     def to_json_dict(self, per_flow: bool = True) -> dict[str, Any]:

@@ -7,10 +7,10 @@ Read it top-down, in the order ``echelon emulate`` (and ``echelon demo``) runs i
 * :mod:`emulation.experiment`: the scenario simulated, then every scheduler emulated ``repeat`` times,
   the run folder kept current (:mod:`emulation.runfolder`), the table at the end; the time dilation it
   runs at is chosen by :mod:`emulation.dilation` (calibrated on the fabric by :mod:`emulation.calibrate`);
-* :mod:`emulation.run`: one run, one scheduler: a rig, its rounds, one result;
+* :mod:`emulation.run`: one run, one scheduler: a rig, its phases, one result;
 * :mod:`emulation.rig`: the fabric (``topologies.fabric``) and a controller (``controller.launcher``) for
-  the run's rounds; the controller fault;
-* :mod:`emulation.round`: one round: the agents (:mod:`emulation.agents`) watched by the fidelity monitor
+  the run's phases; the controller fault;
+* :mod:`emulation.phase`: one phase: the agents (:mod:`emulation.agents`) watched by the fidelity monitor
   (:mod:`emulation.monitor`) and, with ``--capture``, the wire capture (:mod:`emulation.capture`), with
   the faults acted out (:mod:`emulation.fault_injector`);
 * :mod:`emulation.assemble`: the agents' documents -> the result shape the simulator writes; then

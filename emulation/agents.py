@@ -268,8 +268,8 @@ def tell_agents(control_dir: str, hosts: Sequence[str], message: Mapping[str, An
 def release_in_registry(registry: RegistrySettings, job_ids: Sequence[str], host: str,
                         say: Callable[[str], None]) -> None:
     """A dead agent leaves nothing behind in the registry: its failed jobs' unfinished flows are aborted
-    (their enforcement goes with the next round) and its own channels removed.  A registry that refuses
-    or is unreachable is said in one line; the run goes on."""
+    (their enforcement goes with the next scheduling pass) and its own channels removed.  A registry
+    that refuses or is unreachable is said in one line; the run goes on."""
     try:
         with EchelonClient(socket_path=registry.socket_path, token_file=registry.token_file,
                            timeout_s=10.0) as client:

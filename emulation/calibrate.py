@@ -9,7 +9,7 @@ backlogged where streams share a link) for a few seconds while the fidelity moni
 (:mod:`emulation.monitor`) samples.  The first factor whose window the monitor trusts (busy ports at
 >= 90 % of their rate, the machine not pegged, no switch ingress lag) is chosen.  All pairs at once is
 more load than most moments of a training schedule, so the choice errs on the safe side; the
-emulation's own monitor still judges every round.
+emulation's own monitor still judges every phase.
 
 The numbers of every factor tried (the monitor document, the pairs' goodput) go into the run folder
 (``calibration/calibration.json`` and ``calibration/monitor-x<F>.json``) and into results.json's

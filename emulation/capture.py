@@ -4,7 +4,7 @@ Why: every number the emulation reports comes from the agents' own clocks and fr
 says it allocated.  A capture shows what the network actually carried: which DSCP mark (so which queue)
 each packet of a flow had, and when its first and last packets passed.
 
-Capturing (``python -m emulation.capture OUT_DIR IFACE...``, started and stopped by pid by the round):
+Capturing (``python -m emulation.capture OUT_DIR IFACE...``, started and stopped by pid by the phase):
 one AF_PACKET socket per interface in the root namespace (the switch side of each host's link), a
 classic BPF filter that keeps IPv4 TCP only and cuts every packet to :data:`SNAP_BYTES` in the kernel
 (headers are all the check needs, and copying less costs less), kernel receive timestamps
@@ -14,7 +14,7 @@ counts, kernel drops and the CPU time the capture used.  The loop is plain ``rec
 dissects a packet in tens of microseconds, too slow for the hot path on this 2-core machine, so the
 checker reads the files back with scapy's pcap reader and decodes the few header fields it needs itself.
 
-Checking (:func:`check_round`): a flow is its 5-tuple (the agents report the source and destination
+Checking (:func:`check_phase`): a flow is its 5-tuple (the agents report the source and destination
 port) AND its time window [start, finish] (with persistent connections several flows use one 5-tuple
 one after another).  A packet belongs to the flow whose window, widened by the tolerance, contains it.
 Only packets with payload count (pure ACKs go the other way and carry no class).  Per flow:
@@ -272,7 +272,7 @@ class SideCheck:
 
 def flow_windows(documents: Mapping[str, AgentResult], hosts_ip: Mapping[str, str], t0_s: float,
                  enforces: bool) -> tuple[list[FlowWindow], list[str]]:
-    """Every flow of a round from the agents' results (sent + received records), and problems."""
+    """Every flow of a phase from the agents' results (sent + received records), and problems."""
     flows, problems = [], []
     received_by_qid = {qid: rec for doc in documents.values() for qid, rec in doc.received.items()}
     for host, doc in documents.items():
@@ -380,9 +380,9 @@ def _spread_ms(values: Sequence[float]) -> dict[str, float | None]:
             "max": round(ordered[-1], 6)}
 
 
-def check_round(capture_dir: str, documents: Mapping[str, AgentResult], hosts_ip: Mapping[str, str],
+def check_phase(capture_dir: str, documents: Mapping[str, AgentResult], hosts_ip: Mapping[str, str],
                 host_ports: Mapping[str, str], t0_s: float, enforces: bool) -> dict[str, Any]:
-    """Check one round's capture (``capture_dir`` with ``<port>.pcap`` per host port) against the
+    """Check one phase's capture (``capture_dir`` with ``<port>.pcap`` per host port) against the
     agents' documents; ``host_ports`` maps each host to its first-hop switch port."""
     flows, problems = flow_windows(documents, hosts_ip, t0_s, enforces)
     ip_host = {ip: host for host, ip in hosts_ip.items()}
@@ -411,10 +411,10 @@ class CaptureError(RuntimeError):
 
 
 class WireCapture:
-    """The capture process of one round: started before the agents, stopped (by pid) after them (and
+    """The capture process of one phase: started before the agents, stopped (by pid) after them (and
     sent SIGTERM by the kernel if the process that started it dies: :data:`ownership.PDEATHSIG`).
 
-    :meth:`check` then compares the pcaps with the agents' documents (:func:`check_round`), writes the
+    :meth:`check` then compares the pcaps with the agents' documents (:func:`check_phase`), writes the
     full per-flow result to ``check.json`` next to the pcaps and returns it without the per-flow part.
     """
 
@@ -455,7 +455,7 @@ class WireCapture:
 
     def check(self, documents: Mapping[str, AgentResult], hosts_ip: Mapping[str, str],
               host_ports: Mapping[str, str], t0_s: float, enforces: bool) -> dict[str, Any]:
-        doc = check_round(self.out_dir, documents, hosts_ip, host_ports, t0_s, enforces)
+        doc = check_phase(self.out_dir, documents, hosts_ip, host_ports, t0_s, enforces)
         write_json_atomic(os.path.join(self.out_dir, "check.json"), doc)
         summary = {k: v for k, v in doc.items() if k != "per_flow"}
         summary["pcaps"] = sorted(f"{port}.pcap" for port in host_ports.values())

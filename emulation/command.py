@@ -11,11 +11,11 @@ finished runs kept in the folder, marked partial) or a job failed that no ``--fa
 explains.
 
 Options in brief (their help says more): ``--live`` keeps the dashboard and ``/metrics`` at one address
-(8181 and 9302) while the run goes from round to round; ``--dilation F`` runs the scenario time-dilated
+(8181 and 9302) while the run goes from phase to phase; ``--dilation F`` runs the scenario time-dilated
 by F (link rates / F, compute and arrivals x F) and reports its times divided by F, ``--dilation auto``
 picks F by a calibration on the fabric (docs/emulation.md, "Time dilation"); ``--fault link:a1-e1@3s``
-(repeatable) takes a link or switch down, and optionally back, in every round and in the simulation
-alike, ``agent:h5@3s`` kills that host's agent in the round with all jobs together (its jobs fail in one
+(repeatable) takes a link or switch down, and optionally back, in every phase and in the simulation
+alike, ``agent:h5@3s`` kills that host's agent in the phase with all jobs together (its jobs fail in one
 line each, the others go on), ``controller@4s`` kills the controller and restarts it on the same store
 (``controller@4s..6s``: restarted at 6 s), ``ovs@3s`` restarts ovs-vswitchd, every switch's flows,
 meters and ports gone at once (``ovs@3s..5s``: started again at 5 s) (docs/faults.md).  Needs root,
@@ -106,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="agents only mark DSCP and do not pace flows at their allocated rates")
     parser.add_argument("--live", action="store_true",
                         help="serve the dashboard at http://127.0.0.1:8181/ui/ and metrics on port 9302 "
-                             "during the run (the controller restarts per scheduler and round; the page "
+                             "during the run (the controller restarts per scheduler and phase; the page "
                              "reconnects)")
     parser.add_argument("--repeat", type=_positive_int, default=1, metavar="N",
                         help="run every scheduler N times; tables and results.json give the median, mean "

@@ -62,7 +62,7 @@ class Dilation:
 
         The calibration loads the fabric with plain bulk traffic, which leaves out what the real run
         costs besides forwarding (the controller deciding on every start and finish, an agent per host
-        writing and pacing each flow's segments): at k=8 it trusted 10 Mbit/s while the first real round
+        writing and pacing each flow's segments): at k=8 it trusted 10 Mbit/s while the first real run
         left the machine 1 % idle.  So the first run confirms the factor, and until one is trusted (or
         :data:`MAX_DILATION`) it is run again, twice as slow; the untrusted trial keeps its logs under
         ``logs/<run>-x<F>-untrusted`` and its verdict in ``dilation.confirmation``."""
@@ -113,6 +113,6 @@ def dilated(scenario: Scenario, base: EmulationSettings, factor: float,
 
 
 def monitor_reasons(run: Any) -> list[str]:
-    """Why the fidelity monitor did not trust a run, over its rounds (empty when it did)."""
+    """Why the fidelity monitor did not trust a run, over its phases (empty when it did)."""
     return [reason for doc in (run.fidelity_monitor or {}).get("rounds", {}).values()
             for reason in doc.get("reasons", [])]

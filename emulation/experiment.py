@@ -33,6 +33,7 @@ from emulation.assemble import fault_records
 from emulation.calibrate import CalibrationError
 from emulation.dilation import MAX_DILATION, Dilation, choose_dilation, dilated
 from emulation.errors import EmulationError
+from emulation.phase import Simulated
 from emulation.progress import Say, completion_times, stderr_progress
 from emulation.run import EmulatedRun, emulate_scheduler
 from emulation.runfolder import Checkpoints
@@ -147,7 +148,7 @@ def simulate_side(scenario: Scenario, request: EmulationRequest) -> Results:
 
 def base_settings(request: EmulationRequest, run_dir: str) -> EmulationSettings:
     """The undilated settings of every run of the experiment (``--live``: the controllers' default API
-    and metrics ports, so the dashboard keeps one address from round to round)."""
+    and metrics ports, so the dashboard keeps one address from phase to phase)."""
     settings = EmulationSettings(alone_runs=request.alone_runs, logs_dir=run_dir, pace=request.pace,
                                  capture=request.capture, tcp_congestion_control=request.congestion_control,
                                  host_sysctls=dict(request.host_sysctls), cluster=request.cluster)
@@ -198,8 +199,8 @@ class ExperimentRuns:
             yield self._run(sim_run, index, sim_s, alone_s)
 
     def _simulated_alone_s(self, sim_run: RunResult) -> dict[str, float] | None:
-        """Without alone rounds (``--no-alone``) and several jobs: each job's simulated time alone (the
-        simulated run's own), the slowdowns' reference (None otherwise: the alone rounds measure it)."""
+        """Without alone phases (``--no-alone``) and several jobs: each job's simulated time alone (the
+        simulated run's own), the slowdowns' reference (None otherwise: the alone phases measure it)."""
         if self.request.alone_runs or len(self.scenario.jobs) <= 1:
             return None
         return dict(sim_run.alone_s or {})
@@ -227,9 +228,9 @@ class ExperimentRuns:
         topology, jobs, settings = self._inputs(factor)
         scheduler = sim_run.scheduler
         try:
-            return emulate_scheduler(topology, jobs, scheduler, _scaled(sim_s, factor), settings, self.say,
-                                     None if alone_s is None else _scaled(alone_s, factor), run_name=name,
-                                     simulated_flows=sim_run.flows)
+            simulated = Simulated(_scaled(sim_s, factor), sim_run.flows,
+                                  None if alone_s is None else _scaled(alone_s, factor))
+            return emulate_scheduler(topology, jobs, scheduler, simulated, settings, self.say, run_name=name)
         except EmulationError as exc:
             reason = f"emulation of {self.scenario.name} under {scheduler}{which} failed: {exc}"
             raise RunFailedError(reason, f"{self.run_dir}/logs/{name}") from None

@@ -1,12 +1,12 @@
-"""Faults acted out during a round (``echelon emulate --fault link:a1-e1@3s``, scenario events).
+"""Faults acted out during a phase (``echelon emulate --fault link:a1-e1@3s``, scenario events).
 
 Network faults: the events are :class:`echelonflow.faults.FaultEvent` of the kinds that change the
 network (``link``, ``switch``), the very list the simulator replays.  :meth:`NetworkFaults.actions`
 turns them into (seconds after t0, action) pairs for :func:`emulation.agents.run_agents`'s timers; an
 action takes a link down or brings it back (both interfaces administratively down or up, so each switch
 sees its port go, as when a cable is pulled; a switch: all its links) and returns the line to say.
-Whatever is still down when the round ends is brought back by :meth:`NetworkFaults.restore`, so the
-next round starts on a whole fabric.
+Whatever is still down when the phase ends is brought back by :meth:`NetworkFaults.restore`, so the
+next phase starts on a whole fabric.
 
 The controller fault (``controller@4s``, ``controller@4s..6s``) and the switch daemon's restart
 (``ovs@3s``, ``ovs@3s..5s``) are timed the same way by :func:`restart_actions`, with the stop and the
@@ -33,7 +33,7 @@ ACTIONS: dict[str, Callable[[Any, FaultEvent], None]] = {
 
 
 class NetworkFaults:
-    """The network events of one round on ``fabric``; other kinds are left to their own handlers."""
+    """The network events of one phase on ``fabric``; other kinds are left to their own handlers."""
 
     def __init__(self, fabric: Any, events: Sequence[FaultEvent]) -> None:
         self.fabric = fabric

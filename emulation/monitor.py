@@ -1,11 +1,11 @@
-"""Fidelity monitor: is the emulated fabric forwarding faithfully while a round runs?
+"""Fidelity monitor: is the emulated fabric forwarding faithfully while a phase runs?
 
 An emulation is only a result if the machine kept up with it.  This 2-core machine forwards every
 packet of the fabric through ovs-vswitchd's main thread (userspace datapath) and shapes every port with
 kernel htb, while the controller and one Python agent per host compete for the same cores.  When they
 do not keep up, flows take longer for reasons that have nothing to do with the scheduler, and the run
 must say so instead of reporting its numbers as a plain result.  Like Mininet-HiFi's invariant checks,
-the monitor samples during every round:
+the monitor samples during every phase:
 
 * **CPU saturation of the forwarding path**: the busy fraction of each ovs-vswitchd thread (from
   ``/proc/<pid>/task/<tid>/stat``; the userspace datapath forwards on its main thread, so a thread near
@@ -20,7 +20,7 @@ the monitor samples during every round:
 Layers: :class:`Sample` is one reading (``take_sample`` reads it from the machine);
 :func:`interval_stats` and :func:`evaluate` are pure functions from samples to per-interval numbers and
 a verdict against :class:`Thresholds` (unit-tested without a fabric); :class:`FidelityMonitor` is the
-sampling thread each round starts around its agents (:mod:`emulation.round`).  How the thresholds were
+sampling thread each phase starts around its agents (:mod:`emulation.phase`).  How the thresholds were
 chosen is in ``docs/emulation.md`` ("Fidelity monitor").
 """
 
@@ -43,7 +43,7 @@ from topologies.ovs import socket_fds, vswitchd_pid, vswitchd_pidfile_pid
 # ------------------------------------------------------------------------------------------ thresholds
 @dataclass(frozen=True)
 class Thresholds:
-    """Where a round stops being trustworthy (measured; see docs/emulation.md, "Fidelity monitor").
+    """Where a phase stops being trustworthy (measured; see docs/emulation.md, "Fidelity monitor").
 
     ``ovs_thread_busy_max`` is None (not judged) by default: ovs-vswitchd's main thread was measured at
     90-99 % of a core whenever fat-tree traffic flows, in faithful and unfaithful runs alike (its poll
@@ -52,12 +52,12 @@ class Thresholds:
 
     cpu_idle_min: float = 0.05  # share of all cores idle; below: the machine is pegged
     ovs_thread_busy_max: float | None = None  # fraction of one core (None: recorded, not judged)
-    saturated_share_max: float = 0.10  # share of the round's time allowed in CPU saturation
+    saturated_share_max: float = 0.10  # share of the phase's time allowed in CPU saturation
     link_ratio_min: float = 0.90  # achieved / configured rate of a busy (backlogged) port
     slow_link_share_max: float = 0.05  # share of busy port intervals allowed below link_ratio_min ...
     slow_link_min_count: int = 3  # ... once at least this many are (one slow interval is noise)
     ingress_lag_max_s: float = 0.05  # bytes waiting in the switch's receive queues, as time at link rate
-    lagging_share_max: float = 0.10  # share of the round's time allowed with ingress lag above that
+    lagging_share_max: float = 0.10  # share of the phase's time allowed with ingress lag above that
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,10 +150,10 @@ def _summary(values: Sequence[float]) -> dict[str, float | None]:
 
 def evaluate(intervals: Sequence[IntervalStats], thresholds: Thresholds = Thresholds(),
              window: tuple[float, float] | None = None) -> dict[str, Any]:
-    """The round's monitor document: summaries, shares of time in violation, ``trusted`` and reasons.
+    """The phase's monitor document: summaries, shares of time in violation, ``trusted`` and reasons.
 
-    Only intervals inside ``window`` (epoch start, end; the agents' t0 to the round's end) count: agents
-    starting up (interpreter imports) load the CPU before t0 without touching the traffic.  A round with
+    Only intervals inside ``window`` (epoch start, end; the agents' t0 to the phase's end) count: agents
+    starting up (interpreter imports) load the CPU before t0 without touching the traffic.  A phase with
     no interval to judge is not trusted (nothing says it was faithful).
     """
     if window is not None:
@@ -207,10 +207,11 @@ def evaluate(intervals: Sequence[IntervalStats], thresholds: Thresholds = Thresh
     return doc
 
 
-def combine(rounds: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """A run's verdict from its rounds' documents: trusted only if every round was."""
-    untrusted = {label: doc.get("reasons", []) for label, doc in rounds.items() if not doc.get("trusted")}
-    return {"rounds": dict(rounds), "trusted": not untrusted and bool(rounds),
+def combine(phases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """A run's verdict from its phases' documents: trusted only if every phase was."""
+    untrusted = {label: doc.get("reasons", []) for label, doc in phases.items() if not doc.get("trusted")}
+    # the results format's keys for the phases: "rounds", "untrusted_rounds" (docs/results-format.md)
+    return {"rounds": dict(phases), "trusted": not untrusted and bool(phases),
             "untrusted_rounds": sorted(untrusted)}
 
 
@@ -470,7 +471,7 @@ class FidelityMonitor:
         return [i for i in found if i is not None]
 
     def report(self, window: tuple[float, float] | None = None) -> dict[str, Any]:
-        """The round's monitor document (see :func:`evaluate`), plus sampling cost and any problems."""
+        """The phase's monitor document (see :func:`evaluate`), plus sampling cost and any problems."""
         doc = evaluate(self.intervals(), self.thresholds, window)
         doc["sample_interval_s"] = self.interval_s
         doc["sample_cost_ms"] = (round(1000 * statistics.median(self.sample_cost_s), 3)

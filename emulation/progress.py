@@ -1,8 +1,8 @@
 """What an emulation says while it runs: one progress line per step on stderr.
 
 Every part below the command takes a ``say`` function (one line of text in, nothing out), so tests can
-record the lines and the command can stamp them with the time since it started.  The round's verdict
-lines (fidelity monitor, wire check) are written here so every round reads the same.
+record the lines and the command can stamp them with the time since it started.  The phase's verdict
+lines (fidelity monitor, wire check) are written here so every phase reads the same.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def say_all(say: Say, lines: Callable[[], list[str]]) -> None:
 
 
 def say_monitor(say: Say, label: str, doc: Mapping[str, Any]) -> None:
-    """One line with the round's fidelity verdict."""
+    """One line with the phase's fidelity verdict."""
     busy = doc["ovs_thread_busy"]
     idle = doc["cpu_idle"]
     verdict = "trusted" if doc["trusted"] else "NOT trusted: " + "; ".join(doc["reasons"])
@@ -46,7 +46,7 @@ def say_monitor(say: Say, label: str, doc: Mapping[str, Any]) -> None:
 
 
 def say_wire(say: Say, label: str, doc: Mapping[str, Any]) -> None:
-    """One line with the round's wire check."""
+    """One line with the phase's wire check."""
     bad = doc["flows_with_problems"]
     say(f"{label}: wire check: {doc['flows']} flows, {doc['packets_judged']} packets judged, "
         f"{doc['packets_mismatched']} with a mark other than assigned; {bad} flow(s) with problems"

@@ -1,8 +1,8 @@
-"""The rig: one Mininet/OVS fabric and its controller, for one scheduler's rounds.
+"""The rig: one Mininet/OVS fabric and its controller, for one scheduler's phases.
 
-A scheduler's run brings the fabric up once and gives every round a controller of its own (so a new,
+A scheduler's run brings the fabric up once and gives every phase a controller of its own (so a new,
 empty registry): job and flow ids then stay exactly the simulator's ("job/flow"), which is the key
-``Topology.path_for`` pins a flow's path with, so each round's flows take the paths the simulator gives
+``Topology.path_for`` pins a flow's path with, so each phase's flows take the paths the simulator gives
 them; reusing one registry would need renamed jobs and so other paths.  The rig owns what it starts:
 leaving its ``with`` block (normally, on an error or on Ctrl-C) stops the fabric and the controller,
 copies the logs into the run folder and removes its temporary folder.
@@ -43,7 +43,7 @@ from traffic.runspec import RegistrySettings
 
 
 class Rig:
-    """The fabric of ``topology`` and a controller running ``scheduler``, for the rounds of one run.
+    """The fabric of ``topology`` and a controller running ``scheduler``, for the phases of one run.
 
     ``jobs`` (all of the run's) give the host pairs warmed up before the clock starts; ``run_name``
     names the run's log folder under ``settings.logs_dir``.  Use it as a context manager.
@@ -63,7 +63,7 @@ class Rig:
                              tcp_rto_min_ms=settings.tcp_rto_min_ms, host_sysctls=settings.host_sysctls,
                              cluster=settings.cluster)
         self.controller: ControllerProcess | None = None
-        self.problems: list[str] = []  # the controllers' log lines that look wrong, over every round
+        self.problems: list[str] = []  # the controllers' log lines that look wrong, over every phase
         self._pairs = sorted({(f.src, f.dst) for job in jobs for f in job.flows})
         self._crashed: list[tuple[ControllerProcess, float]] = []  # killed, not yet succeeded
         self._vswitchd_stopped_at: float | None = None  # monotonic time of a stop not yet undone
@@ -88,12 +88,12 @@ class Rig:
 
     # ------------------------------------------------------------------------------ bring-up
     def bring_up(self, label: str) -> None:
-        """A fresh controller for the round ``label`` (the fabric too, on the first round), retried once."""
+        """A fresh controller for the phase ``label`` (the fabric too, on the first phase), retried once."""
         what = f"{'fabric' if self.fabric.net is None else 'controller'} start"
         retry_once(lambda: self._bring_up(label), self._undo_start, what, self.say)
 
     def _bring_up(self, label: str) -> None:
-        """Controller, then the fabric connected to it (first round only), ARP warm-up and tuning."""
+        """Controller, then the fabric connected to it (first phase only), ARP warm-up and tuning."""
         self._fresh_controller(label)
         if self.fabric.net is None:
             self.say(f"starting fabric {self.topology.name}")
@@ -126,7 +126,7 @@ class Rig:
             self._warm_up()  # ARP and first-packet routes off the clock
 
     def _controller_process(self, folder: str, **ports: int | None) -> ControllerProcess:
-        """A controller with this run's settings; a fresh round and a restart after a crash differ only
+        """A controller with this run's settings; a fresh phase and a restart after a crash differ only
         in folder and ``ports`` (a restart keeps ``api_port`` and ``metrics_port``)."""
         config = local_config(**self.settings.controller_settings(**ports))
         return ControllerProcess(self.topology, config, ofp_port=self.port, workdir=folder)
@@ -165,9 +165,9 @@ class Rig:
             self.say("note: ovs-vswitchd has no packet transmit socket (kernel datapath?)")
         return False
 
-    # ------------------------------------------------------------------------------ during a round
+    # ------------------------------------------------------------------------------ during a phase
     def registry_settings(self) -> RegistrySettings:
-        """How this round's agents reach the controller's registry."""
+        """How this phase's agents reach the controller's registry."""
         settings = self.settings
         return RegistrySettings(socket_path=self.controller.api_socket_path,
                                 token_file=self.controller.token_file,
@@ -233,8 +233,8 @@ class Rig:
                 f"after the stop{'' if tx else '; send buffer not enlarged yet'}")
 
     def ensure_switch_daemon(self) -> list[str]:
-        """Start ovs-vswitchd again if a fault left it stopped (``ovs@T..U`` with U after the round's end),
-        so the next round and the teardown find their switches; the problem, if that fails."""
+        """Start ovs-vswitchd again if a fault left it stopped (``ovs@T..U`` with U after the phase's end),
+        so the next phase and the teardown find their switches; the problem, if that fails."""
         with self._daemon_lock:
             if self._vswitchd_stopped_at is None:
                 return []

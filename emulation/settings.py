@@ -2,7 +2,7 @@
 to them.
 
 The defaults suit this 2-core machine's userspace datapath; each says why it has its value.  One value
-object travels from the command down to the rig and its rounds, so nothing below the command reads
+object travels from the command down to the rig and its phases, so nothing below the command reads
 arguments or the environment.
 """
 
@@ -20,7 +20,7 @@ from traffic.runspec import DEFAULT_DATA_PORT
 #: The controllers' settings in an emulated run, by their names in ``controller.config.SETTINGS`` (what
 #: ``controller.launcher.local_config`` takes, over its defaults), so none is declared twice.
 CONTROLLER_SETTINGS = {
-    "interval_s": 0.2,  # the scheduling service's periodic round (arrivals run at once)
+    "interval_s": 0.2,  # the scheduling service's periodic pass (arrivals run at once)
     "stats_interval_s": 1.0,  # the switch-counter poll (dashboard, metrics)
     "hold_paused": True,  # agents hold paused flows and the controller keeps their class (with ``pace``)
     "fixed_class": True,  # a flow keeps the class of its first allocation (with ``pace``)
@@ -33,7 +33,7 @@ DILATED_CONTROLLER_SETTINGS = ("interval_s", "stats_interval_s")
 
 @dataclass
 class EmulationSettings:
-    """Knobs of :func:`emulation.run.emulate_scheduler` and of the rig and rounds under it."""
+    """Knobs of :func:`emulation.run.emulate_scheduler` and of the rig and phases under it."""
 
     data_port: int = DEFAULT_DATA_PORT
     queues: int = 4
@@ -60,10 +60,10 @@ class EmulationSettings:
     monitor_thresholds: Thresholds = field(default_factory=Thresholds)  # .dilated(F) for dilated runs
     capture: bool = False  # capture first-hop switch ports and check marks and times (emulation.capture)
     fabric_connect_timeout_s: float = 30.0  # every switch connected to the controller within this
-    #: faults injected into the round with all jobs together (``echelon emulate --fault``): objects with
+    #: faults injected into the phase with all jobs together (``echelon emulate --fault``): objects with
     #: ``kind``, ``target`` and ``at_s`` (``echelonflow.faults.FaultEvent``); ``agent`` (that host's
     #: agent killed with SIGKILL) and ``controller`` (killed with SIGKILL, then restarted on the same
-    #: registry store) in that round only; ``link`` and ``switch`` go down (and up) in every round, as
+    #: registry store) in that phase only; ``link`` and ``switch`` go down (and up) in every phase, as
     #: the simulator replays them in every run (emulation.fault_injector)
     faults: list = field(default_factory=list)
     #: build the fabric through Mininet's cluster mode on these servers (``localhost`` only; None: plain

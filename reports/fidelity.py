@@ -198,20 +198,20 @@ def noisy_median(noisy: dict[str, Any], scheduler: str, job_id: str | None) -> f
 
 
 def run_verdicts(emulated: Results) -> list[dict[str, Any]]:
-    """Per run: the fidelity monitor's verdict and worst numbers over its rounds, and the wire check's
+    """Per run: the fidelity monitor's verdict and worst numbers over its phases, and the wire check's
     counts and mismatches (runs without either are left out)."""
     out = []
     for run in emulated.runs:
         if run.fidelity_monitor is None and run.wire_check is None:
             continue
-        rounds = (run.fidelity_monitor or {}).get("rounds", {})
+        phases = (run.fidelity_monitor or {}).get("rounds", {})
         row: dict[str, Any] = {
             "scheduler": run.scheduler, "repeat": run.repeat, "trusted": run.trusted,
-            "reasons": [f"{label}: {reason}" for label, doc in rounds.items()
+            "reasons": [f"{label}: {reason}" for label, doc in phases.items()
                         for reason in doc.get("reasons", [])],
-            "slow_link_share": max((doc.get("slow_link_share") or 0.0 for doc in rounds.values()),
+            "slow_link_share": max((doc.get("slow_link_share") or 0.0 for doc in phases.values()),
                                    default=None),
-            "cpu_idle_median": min((doc["cpu_idle"]["median"] for doc in rounds.values()
+            "cpu_idle_median": min((doc["cpu_idle"]["median"] for doc in phases.values()
                                     if doc.get("cpu_idle", {}).get("median") is not None), default=None),
         }
         wire = (run.wire_check or {}).get("rounds", {})
@@ -349,8 +349,8 @@ def _format_faults(groups: list[dict[str, Any]]) -> list[str]:
         return []
     return ["", "## Faults injected", "",
             "Times are seconds after the run's start, in the scenario's time scale; links and switches went "
-            "down (and up) in every round of a run and in its simulation alike, an agent or the controller "
-            "in the round with all jobs together only (docs/faults.md).", ""] + [
+            "down (and up) in every phase of a run and in its simulation alike, an agent or the controller "
+            "in the phase with all jobs together only (docs/faults.md).", ""] + [
         f"- {group['faults']}: {', '.join(group['runs'])}" for group in groups]
 
 
@@ -411,7 +411,7 @@ def _format_runs(runs: list[dict[str, Any]]) -> list[str]:
                      "-" if not wire else f"{wire['packets_mismatched']} of {wire['packets_judged']}"])
     parts = ["", "## Runs: fidelity monitor and wire check", "",
              "`slow_ports`: share of busy (backlogged) switch-port intervals below 90 % of the link rate, "
-             "worst round; `idle`: the machine's median idle share, lowest round (docs/emulation.md, "
+             "worst phase; `idle`: the machine's median idle share, lowest phase (docs/emulation.md, "
              "\"Fidelity monitor\"). Wire columns only for `--capture` runs (\"Wire capture\").", "", "```",
              render_table("runs", ["scheduler", "repeat", "trusted", "slow_ports", "idle", "wire_flows_off",
                                    "marks_off"], rows), "```"]

@@ -17,7 +17,7 @@ and compares each flow's emulated duration (start -> last byte) with its simulat
 compares, per progress poll interval, the payload rate TCP achieved (acknowledged bytes) with the rate
 the controller allocated then (wire bits, hence scaled by the topology's payload fraction).
 
-Pure: it works on the parsed documents; :func:`load_round` reads them from a run folder.
+Pure: it works on the parsed documents; :func:`load_phase` reads them from a run folder.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def run_folder_name(scheduler: str, repeat_index: int, repeats: int) -> str:
     return scheduler if repeats == 1 else f"{scheduler}-r{repeat_index + 1}"
 
 
-def load_round(run_dir: str, run_name: str, label: str = "together") -> dict[str, dict[str, Any]]:
-    """The agents' result documents of one round (host -> document)."""
+def load_phase(run_dir: str, run_name: str, label: str = "together") -> dict[str, dict[str, Any]]:
+    """The agents' result documents of one phase (host -> document)."""
     docs = {}
     for path in sorted(glob.glob(os.path.join(run_dir, "logs", run_name, f"{label}_out-*.json"))):
         doc = read_json(path, "agent result")
@@ -59,7 +59,7 @@ def load_round(run_dir: str, run_name: str, label: str = "together") -> dict[str
 
 def flow_parts(docs: Mapping[str, Mapping[str, Any]], deps: Mapping[str, Sequence[str]],
                simulated_flows: Mapping[str, Mapping[str, Any]] | None = None) -> list[FlowParts]:
-    """Every delivered flow of a round, split into :data:`PARTS` (seconds).
+    """Every delivered flow of a phase, split into :data:`PARTS` (seconds).
 
     ``deps``: qualified task id -> qualified ids of its dependencies (the jobs' DAGs);
     ``simulated_flows``: a simulated run's ``flows`` (results format) for the duration ratio.
@@ -244,7 +244,7 @@ def format_class_changes(groups: Mapping[int, Sequence[int]], cap: int = 5) -> l
 
 
 def host_tcp(docs: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
-    """The hosts' TCP counters over the round (``traffic.tcpstats``), summed over the agents."""
+    """The hosts' TCP counters over the phase (``traffic.tcpstats``), summed over the agents."""
     total: dict[str, int] = {}
     for doc in docs.values():
         for name, value in (doc.get("tcp") or {}).items():

@@ -93,9 +93,9 @@ def format_trust(emulated: Results) -> str:
     lines = [f"fidelity monitor: {sum(1 for run in judged if run.trusted)} of {len(judged)} run(s) trusted"]
     for run in judged:
         if not run.trusted:
-            rounds = (run.fidelity_monitor or {}).get("rounds", {})
+            phases = (run.fidelity_monitor or {}).get("rounds", {})
             reasons = "; ".join(f"{label}: {', '.join(doc.get('reasons', []))}"
-                                for label, doc in rounds.items() if not doc.get("trusted"))
+                                for label, doc in phases.items() if not doc.get("trusted"))
             which = "" if run.repeat is None else f" repeat {run.repeat + 1}"
             lines.append(f"  NOT trusted: {run.scheduler}{which}: {reasons}")
     return "\n".join(lines)

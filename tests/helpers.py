@@ -110,6 +110,10 @@ class RecordingSink:
         calls, self.calls = self.calls, []
         return calls
 
+    def told(self) -> list[tuple[str, str]]:
+        """The calls so far as (kind, flow id): what was done to which flow."""
+        return [call[:2] for call in self.calls]
+
 
 class Clock:
     """A clock that says ``now`` until told otherwise (a service's ``now``)."""

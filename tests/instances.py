@@ -6,8 +6,11 @@ import random
 
 import pytest
 
+from echelonflow.model import FlowTask, Job
+from echelonflow.schedulers import get_scheduler
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
 from echelonflow.topology import Topology, bigswitch, build, dumbbell, fattree
+from simulator.engine import simulate
 
 #: Small topologies for random DAG workloads, by name.
 TOPOLOGIES = {"bigswitch": lambda: bigswitch(1e9, hosts=6), "dumbbell": lambda: dumbbell(1e9, 3),
@@ -52,3 +55,40 @@ def random_snapshot(seed: int, n_flows: int) -> Snapshot:
                                 weight=weights[g], sent_bytes=rng.uniform(0, 1e5),
                                 group_sent_bytes=group_sent[g], group_start_s=refs[g]))
     return Snapshot(now, topo.capacity_bps(), flows)
+
+
+# ----------------------------------------------------------------------------- Sincronia's Fig. 1
+# Sincronia's running example (SIGCOMM '18, Fig. 1): a big switch with ingress ports 1-4 (hosts h1-h4,
+# senders) and egress ports 5-8 (h5-h8, receivers); five coflows at time 0: C1 of eight 1-unit flows
+# (every port carries 2 units), and C2 1->5, C3 2->6, C4 3->7, C5 4->8 of 2 + eps units each.  One unit
+# is 1 MB at 8 Mbit/s: one second.  What the schedulers make of it: tests/test_sincronia_fig1.py.
+FIG1_UNIT_BYTES = 1_000_000
+FIG1_EPS = 0.001
+#: C1's flows (ingress, egress), from ingress port 4 down (the order BSSI's port tie depends on)
+C1_FROM_PORT_4 = [(4, 8), (4, 7), (3, 8), (3, 6), (2, 7), (2, 5), (1, 6), (1, 5)]
+
+
+def _fig1_coflow(name: str, flows: list[tuple[int, int, float]]) -> Job:
+    job = Job(name)
+    job.echelon_kinds["c"] = "coflow"
+    for k, (src, dst, units) in enumerate(flows):
+        job.add(FlowTask(f"f{k}", f"h{src}", f"h{dst}", round(units * FIG1_UNIT_BYTES), echelon_id="c"))
+    return job
+
+
+def fig1(c1_flows: list[tuple[int, int]] = C1_FROM_PORT_4) -> list[Job]:
+    """The five coflows, C1's flows listed as ``c1_flows``."""
+    jobs = [_fig1_coflow("C1", [(i, e, 1) for i, e in c1_flows])]
+    return jobs + [_fig1_coflow(f"C{i + 1}", [(i, i + 4, 2 + FIG1_EPS)]) for i in (1, 2, 3, 4)]
+
+
+def fig1_topology() -> Topology:
+    """The big switch, idealised links (no framing), 8 hosts."""
+    return build("bigswitch", 8 * FIG1_UNIT_BYTES, mtu_bytes=None, hosts=8)
+
+
+def run_fig1(scheduler: str, jobs: list[Job], rescheduling: str = "every-flow") -> dict[str, float]:
+    """Each coflow's completion time (s) under ``scheduler`` on :func:`fig1_topology`."""
+    result = simulate(fig1_topology(), jobs, get_scheduler(scheduler), alone_runs=False,
+                      rescheduling=rescheduling)
+    return {job.job_id: result.jobs[job.job_id].completion_s for job in jobs}

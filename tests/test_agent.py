@@ -43,7 +43,7 @@ from traffic.runspec import (
     parse_runspec,
     save_runspec,
 )
-from traffic.transfer import REFRESH_S, Channel, FlowHeader, FlowReceiver, TransferError
+from traffic.transfer import REFRESH_S, Channel, ChannelRoute, FlowHeader, FlowReceiver, TransferError
 
 _PORTS = itertools.count(52000 + 100 * xdist_worker_number())  # runs of agents take theirs from tests.helpers
 
@@ -55,7 +55,7 @@ run = run_local_agents
 
 def send_flow(header, ip, port, io_timeout_s=30.0, **sources):
     """One flow over a fresh channel (the agents keep theirs open; one-shot is enough here)."""
-    channel = Channel("t", header.src, "peer", None, "127.0.0.1", ip, port, io_timeout_s=io_timeout_s)
+    channel = Channel("t", ChannelRoute(header.src, "peer", "127.0.0.1", ip, port), io_timeout_s=io_timeout_s)
     channel.connect(5.0)
     try:
         return channel.send_flow(header, **sources)
@@ -292,13 +292,13 @@ def test_receiver_rejects_bytes_beyond_a_declared_flow():
 
 _LOSSY_CHANNEL = """
 import subprocess
-from traffic.transfer import Channel, FlowHeader, FlowReceiver
+from traffic.transfer import Channel, ChannelRoute, FlowHeader, FlowReceiver
 subprocess.run(["ip", "link", "set", "lo", "up", "mtu", "1500"], check=True)
 # a 20 Mbit/s shaper with a 15 kB queue: a 2 MB flow overflows it and TCP has to retransmit
 subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "20mbit", "burst", "20k",
                 "limit", "15k"], check=True)
 receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, lambda a: None, print).start()
-channel = Channel("c1", "h1", "h2", None, "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
+channel = Channel("c1", ChannelRoute("h1", "h2", "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1]))
 channel.bind()
 channel.connect(5.0)
 # 64 KB writes: GSO packets larger than the shaper's queue, which it drops (with the default one-segment
@@ -329,7 +329,8 @@ def test_one_channel_carries_flow_after_flow_with_exact_accounting():
     """Persistent connections: many flows, one handshake; each flow's bytes, times and acks are its own."""
     arrivals, errors = [], []
     receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, arrivals.append, errors.append).start()
-    channel = Channel("c1", "h1", "h2", None, "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
+    route = ChannelRoute("h1", "h2", "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
+    channel = Channel("c1", route)
     sizes = [1, 65_536, 1_000_003, 0, 250_000]
     try:
         src_port = channel.bind()
@@ -409,7 +410,8 @@ def test_rates_under_a_segment_per_refresh_are_paced_by_the_sender_itself():
     at that rate can hold back a later raise."""
     receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, lambda a: None, lambda e: None).start()
     receiver.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1448)
-    channel = Channel("t", "h1", "peer", None, "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
+    route = ChannelRoute("h1", "peer", "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
+    channel = Channel("t", route)
     channel.connect(5.0)
     try:
         started = time.monotonic()
@@ -430,7 +432,8 @@ def test_a_channel_socket_never_holds_more_than_two_unsent_segments():
     ~96 KB queued in its socket, which a pause could not stop (docs/emulation.md, item 7)."""
     receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, lambda a: None, lambda e: None).start()
     receiver.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1448)  # Ethernet-sized segments
-    channel = Channel("t", "h1", "peer", None, "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
+    route = ChannelRoute("h1", "peer", "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
+    channel = Channel("t", route)
     channel.connect(5.0)
     unsent_seen = []
     results = []
@@ -672,8 +675,8 @@ def _one_flow_on_a_registered_channel(registry_server, job_id: str, src_port: in
     link = RegistryLink(RegistrySettings(sock_path, token, 600.0, f"{job_id}-", True, 0.5),
                         log=lambda text: None)
     link.declare_job(job)
-    channel = Channel(f"{job_id}.1", "h1", "h16", None, "127.0.0.1", "127.0.0.2", 47000,
-                      path_rate_bps=path_rate_bps)
+    channel = Channel(f"{job_id}.1", ChannelRoute("h1", "h16", "127.0.0.1", "127.0.0.2", 47000,
+                                                  path_rate_bps=path_rate_bps))
     channel.src_port = src_port
     link.register_channel(channel)
     return link, job, channel
@@ -781,7 +784,8 @@ def test_a_held_flow_writes_nothing_and_keeps_its_marking_until_released():
     packets on the wire drain in the class they were sent in); once released it sends every byte."""
     receiver = FlowReceiver("127.0.0.1", 0, lambda h: None, lambda a: None, lambda e: None).start()
     held, tos = [True], [0x20]
-    channel = Channel("t", "h1", "peer", None, "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
+    route = ChannelRoute("h1", "peer", "127.0.0.1", "127.0.0.1", receiver.sock.getsockname()[1])
+    channel = Channel("t", route)
     channel.connect(5.0)
     channel.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0x20)
     header = FlowHeader("j", "held", "h1", 3_000_000)

@@ -21,62 +21,22 @@ import time
 import pytest
 
 from controller import views
-from controller.api import Api
-from controller.api_server import ApiServer, GreenEvent, ServerError, ServerLimits, run_in_thread
+from controller.api_server import ApiServer, ServerError, ServerLimits, run_in_thread
 from controller.auth import read_token, write_token
 from controller.client import ApiClientError, EchelonClient
-from controller.registry import Registry
-from controller.service import SchedulingService
 from controller.store import open_registry
 from echelonflow.topology import fattree
+from tests.api_helpers import ServedApi, flows
 from tests.conftest import need, need_tool
-
-TOKEN = "test-token-0123456789"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-class Recorder:
-    def __init__(self):
-        self.calls = []
-
-    def install(self, flow_id, match, path, queue, rate_bps):
-        self.calls.append(("install", flow_id))
-
-    def update(self, flow_id, queue=None, rate_bps=None, clear_rate=False):
-        self.calls.append(("update", flow_id))
-
-    def remove(self, flow_id):
-        self.calls.append(("remove", flow_id))
-
-
-class Served:
-    """A registry + service + API served in its own thread/hub; stop() cleans up."""
-
-    def __init__(self, tmp_path, registry=None, max_body_bytes=64 * 1024, name="c.sock", **server_options):
-        self.registry = registry or Registry(fattree(20e6, 4))
-        self.port = Recorder()
-        self.service = SchedulingService(self.registry, self.port, event_factory=GreenEvent)
-        self.api = Api(self.service, TOKEN, max_body_bytes=max_body_bytes)
-        self.server = ApiServer(self.api, port=0, socket_path=str(tmp_path / name), **server_options)
-        self.thread = run_in_thread(self.server)
-        self.unix = EchelonClient(socket_path=self.server.socket_path, token=TOKEN)
-        self.tcp = EchelonClient(url=f"http://127.0.0.1:{self.server.port}", token=TOKEN)
-
-    def stop(self):
-        self.unix.close()
-        self.tcp.close()
-        self.thread.stop()
+from tests.controller_helpers import TOKEN
+from tests.helpers import ROOT
 
 
 @pytest.fixture()
 def served(tmp_path):
-    s = Served(tmp_path)
+    s = ServedApi(tmp_path)
     yield s
     s.stop()
-
-
-def flows(*specs):
-    return [{"flow_id": f, "src": a, "dst": b, "size_bytes": n} for f, a, b, n in specs]
 
 
 def test_lifecycle_over_the_unix_socket_and_tcp(served):
@@ -94,14 +54,14 @@ def test_lifecycle_over_the_unix_socket_and_tcp(served):
     assert started["flow"]["state"] == "active" and started["flow"]["src_ip"] == "10.0.0.2"
     alloc = started["allocation"]
     assert alloc["enforced"] and alloc["queue"] == 1 and alloc["rate_bps"] == pytest.approx(20e6)
-    assert ("install", "j1/f1") in served.port.calls
+    assert ("install", "j1/f1") in served.sink.told()
     assert c.allocation("j1", "f1") == served.tcp.allocation("j1", "f1")
     assert c.flow_progress("j1", "f1", 4000)["flow"]["bytes_sent"] == 4000
     assert c.flows(state="active")[0]["flow_id"] == "f1"
     assert [f["flow_id"] for f in c.flows("j1")] == ["f1", "f2"]
     assert c.echelon("j1", "e1")["reference_s"] == t0 + 0.5
     assert c.flow_finished("j1", "f1", finish_s=t0 + 1.5)["flow"]["state"] == "finished"
-    assert ("remove", "j1/f1") in served.port.calls
+    assert ("remove", "j1/f1") in served.sink.told()
     assert c.jobs()[0]["echelons"] == ["e1"] and c.job("j1")["weight"] == 2.0
     assert c.echelons("j1")[0]["echelon_id"] == "e1"
     assert c.flow("j1", "f1")["bytes_sent"] == 10**6
@@ -115,7 +75,7 @@ def test_channel_lifecycle(served):
     c.register_echelon("j", "e", flows(("f", "h1", "h5", 1000), ("g", "h1", "h5", 1000)))
     answer = c.register_channel("c1", "h1", "h5", 40001, 46000, wait_s=1.0)
     assert answer["channel"]["path"] == list(served.registry.topology.pair_path("h1", "h5"))
-    assert ("install", "channel:c1") in served.port.calls  # held before any flow uses it
+    assert ("install", "channel:c1") in served.sink.told()  # held before any flow uses it
     started = c.flow_started("j", "f", channel_id="c1")
     assert (started["flow"]["channel_id"], started["flow"]["src_port"]) == ("c1", 40001)
     assert c.channels()[0]["flow"] == "j/f"
@@ -126,7 +86,7 @@ def test_channel_lifecycle(served):
     c.flow_started("j", "g", channel_id="c1")  # the same connection, the next flow
     c.flow_finished("j", "g")
     assert c.remove_channel("c1")["channel"]["channel_id"] == "c1"
-    assert c.channels() == [] and ("remove", "channel:c1") in served.port.calls
+    assert c.channels() == [] and ("remove", "channel:c1") in served.sink.told()
 
 
 def test_scheduler_get_and_switch(served):
@@ -138,13 +98,6 @@ def test_scheduler_get_and_switch(served):
         served.unix.set_scheduler("pfabric")
     assert info.value.status == 400 and info.value.field == "scheduler" and "echelon" in info.value.problem
     assert served.tcp.scheduler()["scheduler"] == "fair"
-
-
-def seed(served):
-    served.unix.register_job("j1")
-    served.unix.register_echelon("j1", "e1", flows(("f1", "h1", "h5", 1000), ("f2", "h2", "h6", 1000)))
-    served.unix.flow_started("j1", "f2", 40000, 5201)
-    served.unix.register_channel("c1", "h1", "h5", 40001, 46000)
 
 
 CHANNEL = {"channel_id": "c2", "src": "h1", "dst": "h5", "src_port": 40002, "dst_port": 46000}
@@ -242,9 +195,9 @@ BAD = [
 @pytest.mark.parametrize(("method", "path", "body", "headers", "status", "field"), BAD,
                          ids=[f"{m} {p} {s} {f}" for m, p, _b, _h, s, f in BAD])
 def test_bad_request_is_a_json_error_and_changes_nothing(served, method, path, body, headers, status, field):
-    seed(served)
+    served.seed()
     before, version = copy.deepcopy(views.dump(served.registry)), served.registry.version
-    calls = list(served.port.calls)
+    calls = list(served.sink.calls)
     raw = body if isinstance(body, bytes) else None
     payload = None if isinstance(body, bytes) else body
     needs_auth = method in ("POST", "PUT", "DELETE")
@@ -254,12 +207,12 @@ def test_bad_request_is_a_json_error_and_changes_nothing(served, method, path, b
         assert (info.value.status, info.value.field) == (status, field), info.value
         assert info.value.problem
     assert views.dump(served.registry) == before and served.registry.version == version
-    assert served.port.calls == calls
+    assert served.sink.calls == calls
 
 
 @pytest.mark.parametrize("token", [None, "wrong", ""])
 def test_state_changes_need_the_token(served, token):
-    seed(served)
+    served.seed()
     before = copy.deepcopy(views.dump(served.registry))
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
     attempts = (("/jobs", {"job_id": "j2"}), ("/jobs/j1/flows/f1/start", {"src_port": 1, "dst_port": 2}))
@@ -325,7 +278,7 @@ def _raw_exchange(served, data: bytes, close_write: bool) -> bytes:
 
 def test_truncated_body_is_refused_and_changes_nothing(served):
     """A client that announced 1000 bytes, sent 19 and gave up must not get its job created."""
-    seed(served)
+    served.seed()
     before = copy.deepcopy(views.dump(served.registry))
     head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
             + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
@@ -392,7 +345,7 @@ class Trickle:
 def test_slow_clients_cannot_starve_the_others(tmp_path):
     """Connections trickling a header byte every 0.2 s fill every slot of the listener; a request must
     still be answered: each request has ``request_timeout_s`` to arrive whole, then its slot is freed."""
-    served = Served(tmp_path, limits=ServerLimits(max_connections=4, request_timeout_s=1.0))
+    served = ServedApi(tmp_path, limits=ServerLimits(max_connections=4, request_timeout_s=1.0))
     slow = Trickle(served.server.port, 8, b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
     try:
         client = EchelonClient(url=f"http://127.0.0.1:{served.server.port}", token=TOKEN, timeout_s=8)
@@ -405,7 +358,7 @@ def test_slow_clients_cannot_starve_the_others(tmp_path):
 
 
 def test_a_body_trickled_past_the_deadline_is_refused_and_changes_nothing(tmp_path):
-    served = Served(tmp_path, limits=ServerLimits(request_timeout_s=1.0))
+    served = ServedApi(tmp_path, limits=ServerLimits(request_timeout_s=1.0))
     head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
             + b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n" + b'{"job_id": "slow"')
     slow = Trickle(served.server.port, 1, head, every_s=0.3)
@@ -424,7 +377,7 @@ def test_a_request_after_a_long_idle_keep_alive_has_its_own_deadline(tmp_path):
     """The deadline of a request counts from its head's arrival, not from when the connection began
     waiting: an agent's keep-alive connection idle for nearly ``request_timeout_s`` whose next request
     arrived just in time had its body refused (HTTP 400 "could not be read whole", a k=8 emulation)."""
-    served = Served(tmp_path, limits=ServerLimits(request_timeout_s=1.0))
+    served = ServedApi(tmp_path, limits=ServerLimits(request_timeout_s=1.0))
     body = json.dumps({"job_id": "late"}).encode()
     head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
             + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
@@ -509,24 +462,22 @@ def test_client_in_another_network_namespace_reaches_the_unix_socket(served):
 def test_restart_keeps_the_registry_and_reenforces(tmp_path):
     path = str(tmp_path / "reg.sqlite")
     topo = fattree(20e6, 4)
-    first = Served(tmp_path, registry=open_registry(topo, path), name="a.sock")
+    first = ServedApi(tmp_path, registry=open_registry(topo, path), name="a.sock")
     try:
-        seed(first)
+        first.seed()
         first.unix.set_scheduler("coflow")
         dump = views.dump(first.registry)
     finally:
         first.stop()
-        first.registry.store.close()
-    second = Served(tmp_path, registry=open_registry(topo, path), name="b.sock")
+    second = ServedApi(tmp_path, registry=open_registry(topo, path), name="b.sock")
     try:
         assert views.dump(second.registry) == dump
         assert second.unix.scheduler()["scheduler"] == "coflow"
         second.service.start()  # what the app does once it is up
-        assert second.port.calls == [("install", "channel:c1"), ("install", "j1/f2")]
+        assert second.sink.told() == [("install", "channel:c1"), ("install", "j1/f2")]
         assert second.unix.allocation("j1", "f2")["enforced"] is True
     finally:
         second.stop()
-        second.registry.store.close()
 
 
 def test_an_allocation_long_poll_answers_when_a_round_changes_its_hosts_flows(served):

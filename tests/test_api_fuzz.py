@@ -15,7 +15,7 @@ import pytest
 
 from controller import views
 from controller.client import ApiClientError
-from tests.test_api import Served, flows, seed
+from tests.api_helpers import ServedApi, flows
 
 AWKWARD = [None, True, False, 0, -1, 1, 2**31, 10**400, -(10**400), 1e308, -0.0, 0.5, "", " ", "a\n",
            "h1", "h99", "j1", "f1", "x" * 300, [], [1, 2], {}, {"a": 1}, [[[[[]]]]], "é", "\u0000"]
@@ -58,15 +58,15 @@ def _mutate(rng: random.Random, body):
 @pytest.mark.parametrize("seed_value", range(4))
 def test_random_bodies_never_5xx_and_refusals_change_nothing(tmp_path, seed_value):
     rng = random.Random(seed_value)
-    served = Served(tmp_path)
+    served = ServedApi(tmp_path)
     try:
-        seed(served)
+        served.seed()
         statuses: dict[int, int] = {}
         for _ in range(150):
             (method, path), valid = rng.choice(sorted(VALID.items()))
             body = _mutate(rng, valid)
             before, version = copy.deepcopy(views.dump(served.registry)), served.registry.version
-            calls = list(served.port.calls)
+            calls = list(served.sink.calls)
             try:
                 served.unix.request(method, path, body, auth=True)
                 status = 200
@@ -76,7 +76,7 @@ def test_random_bodies_never_5xx_and_refusals_change_nothing(tmp_path, seed_valu
                 assert err.problem and "\n" not in err.problem
                 unchanged = views.dump(served.registry) == before and served.registry.version == version
                 assert unchanged, (path, body)
-                assert served.port.calls == calls, (path, body)
+                assert served.sink.calls == calls, (path, body)
             statuses[status] = statuses.get(status, 0) + 1
         assert sum(n for s, n in statuses.items() if s >= 400) > 50, statuses  # the fuzz does reach refusals
     finally:

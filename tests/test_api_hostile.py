@@ -2,7 +2,7 @@
 parameters, oversize chunks, EchelonFlows declared empty, aborted jobs, and refused server starts.
 
 Every test drives the real API server (eventlet, in its own thread and hub) over real sockets, as the
-agents do (``tests/test_api.py``'s ``Served``); the standalone server's refused starts run it as a
+agents do (``tests/api_helpers.py``'s ``ServedApi``); the standalone server's refused starts run it as a
 process.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -23,14 +22,14 @@ from controller.client import ApiClientError
 from controller.registry import CLOCK_SKEW_S
 from controller.store import open_registry
 from echelonflow.topology import fattree
-from tests.test_api import TOKEN, Served, flows, seed
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.api_helpers import ServedApi, flows
+from tests.controller_helpers import TOKEN
+from tests.helpers import ROOT
 
 
 @pytest.fixture()
 def served(tmp_path):
-    s = Served(tmp_path)
+    s = ServedApi(tmp_path)
     yield s
     s.stop()
 
@@ -145,7 +144,7 @@ def test_an_aborted_job_refuses_new_echelonflows_and_flows(served, tmp_path):
 
 def test_an_aborted_job_stays_aborted_after_a_restart(tmp_path):
     path, topo = str(tmp_path / "reg.sqlite"), fattree(20e6, 4)
-    first = Served(tmp_path, registry=open_registry(topo, path), name="a.sock")
+    first = ServedApi(tmp_path, registry=open_registry(topo, path), name="a.sock")
     try:
         first.unix.register_job("j")
         first.unix.register_echelon("j", "e", flows(("f", "h1", "h5", 1000)))
@@ -153,15 +152,13 @@ def test_an_aborted_job_stays_aborted_after_a_restart(tmp_path):
         registered_s = first.unix.job("j")["registered_s"]
     finally:
         first.stop()
-        first.registry.store.close()
-    second = Served(tmp_path, registry=open_registry(topo, path), name="b.sock")
+    second = ServedApi(tmp_path, registry=open_registry(topo, path), name="b.sock")
     try:
         assert second.unix.job("j")["registered_s"] == registered_s
         err = _refused(second.unix, "POST", "/jobs/j/echelons", {"echelon_id": "e2"})
         assert (err.status, err.field) == (409, "job_id")
     finally:
         second.stop()
-        second.registry.store.close()
 
 
 # --------------------------------------------------------------------------- raw HTTP
@@ -279,7 +276,7 @@ def _header(head: bytes, name: bytes) -> bytes | None:
     (b"/elsewhere", 404),
 ])
 def test_head_answers_like_get_without_a_body_and_the_connection_stays_in_step(served, path, status):
-    seed(served)
+    served.seed()
     with socket.create_connection(("127.0.0.1", served.server.port), timeout=5) as sock:
         sock.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
         get_head, rest = _read_head(sock)
@@ -318,7 +315,7 @@ POSTS = [("POST", "/jobs", {"job_id": "j9"}), ("POST", "/jobs/j1/echelons", {"ec
 
 @pytest.mark.parametrize("path", GET_PATHS)
 def test_an_unknown_query_parameter_is_refused_on_every_read(served, path):
-    seed(served)
+    served.seed()
     sep = "&" if "?" in path else "?"
     err = _refused(served.unix, "GET", f"{path}{sep}colour=red", auth=False)
     assert (err.status, err.field) == (400, "colour"), err
@@ -327,7 +324,7 @@ def test_an_unknown_query_parameter_is_refused_on_every_read(served, path):
 
 @pytest.mark.parametrize("method, path, body", POSTS, ids=[f"{m} {p}" for m, p, _ in POSTS])
 def test_an_unknown_query_parameter_is_refused_on_every_write(served, method, path, body):
-    seed(served)
+    served.seed()
     err = _unchanged(served, lambda: served.unix.request(method, f"{path}?colour=red", body, auth=True))
     assert (err.status, err.field) == (400, "colour"), err
 
@@ -347,7 +344,7 @@ def test_query_values_are_read_by_one_reader(served, query, field):
 
 
 def test_query_values_the_clients_send_are_accepted(served):
-    seed(served)
+    served.seed()
     assert len(served.unix.request("GET", "/rounds?limit=2")["rounds"]) <= 2
     assert served.unix.request("GET", "/echelons?recent_s=60")["echelons"]
     assert served.unix.request("GET", "/echelons?recent_s=1.5e1")["echelons"]

@@ -10,18 +10,18 @@ import pytest
 
 from controller.client import ApiClientError
 from controller.paging import MAX_LIMIT
-from tests.controller_helpers import ServedApi
+from tests.api_helpers import ServedApi
 
 
 @pytest.fixture()
 def served(tmp_path):
-    s = ServedApi(tmp_path)
+    s = ServedApi(tmp_path, now_s=1000.0)  # the clock the recent_s test moves
     yield s
     s.stop()
 
 
 def test_a_walk_meets_every_job_once_while_jobs_are_added(served):
-    c = served.client
+    c = served.unix
     for i in range(25):
         c.register_job(f"j{i:03d}")
     seen, cursor, added = [], None, 0
@@ -41,7 +41,7 @@ def test_a_walk_meets_every_job_once_while_jobs_are_added(served):
 
 
 def test_flow_pages_filter_on_the_server(served):
-    c = served.client
+    c = served.unix
     for job in ("a", "b"):
         c.register_job(job)
         c.register_echelon(job, "e", [{"flow_id": f"f{i}", "src": "h1", "dst": "h9", "size_bytes": 100}
@@ -64,14 +64,14 @@ def test_flow_pages_filter_on_the_server(served):
     ("/echelons?limit=51", "limit"),
 ])
 def test_a_bad_limit_or_cursor_is_refused_by_name(served, query, field):
-    served.client.register_job("j")
+    served.unix.register_job("j")
     with pytest.raises(ApiClientError) as info:
-        served.client.request("GET", query)
+        served.unix.request("GET", query)
     assert (info.value.status, info.value.field) == (400, field), info.value
 
 
 def test_a_cursor_of_another_list_is_refused(served):
-    c = served.client
+    c = served.unix
     for i in range(3):
         c.register_job(f"j{i}")
     cursor = c.request("GET", "/jobs?limit=1")["next_cursor"]
@@ -89,7 +89,7 @@ def _recent_by_definition(echelons, since_s):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_recent_echelons_from_the_index_are_those_of_the_definition(served, seed):
-    rng, c = random.Random(seed), served.client
+    rng, c = random.Random(seed), served.unix
     pending, port = [], 30000
     for j in range(8):
         job = f"j{j}"
@@ -123,7 +123,7 @@ def test_recent_echelons_from_the_index_are_those_of_the_definition(served, seed
 
 
 def test_a_walk_of_the_channels_meets_each_once_while_some_are_removed(served):
-    c = served.client
+    c = served.unix
     for i in range(9):
         c.register_channel(f"c{i}", "h1", "h2", 30000 + i, 5201)
     first = c.request("GET", "/channels?limit=4")

@@ -23,7 +23,7 @@ from emulation.capture import (
     assign,
     bpf_ipv4_tcp,
     check_flows,
-    check_round,
+    check_phase,
     decode,
     flow_windows,
     read_pcap,
@@ -166,7 +166,7 @@ def test_flow_windows_from_agent_documents():
     assert problems == ["j/a: no 5-tuple or finish recorded by the agents"]
 
 
-def test_check_round_reads_pcaps_of_both_first_hop_ports(tmp_path):
+def test_check_phase_reads_pcaps_of_both_first_hop_ports(tmp_path):
     def write(name, entries):
         writer = RawPcapWriter(str(tmp_path / name), linktype=1, nano=True, snaplen=96)
         writer.write_header(None)
@@ -183,7 +183,7 @@ def test_check_round_reads_pcaps_of_both_first_hop_ports(tmp_path):
                            (1.0, frame(src=H2, dst=H1, sport=46000, dport=40000, payload=0))])
     allocations = [{"t_s": 1.0, "dscp": 8, "pacing_bytes_per_s": 1000}, {"t_s": 1.5, "dscp": 24,
                                                                          "pacing_bytes_per_s": None}]
-    doc = check_round(str(tmp_path), agent_documents(allocations), {"h1": H1, "h2": H2},
+    doc = check_phase(str(tmp_path), agent_documents(allocations), {"h1": H1, "h2": H2},
                       {"h1": "s1-eth1", "h2": "s1-eth2"}, T0, enforces=True)
     flow = doc["per_flow"]["j/a"]
     assert flow["sender"]["packets"] == 5 and flow["sender"]["marks"] == {"8": 4, "24": 1}
@@ -203,7 +203,7 @@ def test_enforced_flow_carries_its_queue_mark_on_the_wire(require_fabric, tmp_pa
     from echelonflow.queues import dscp_for_queue
     from echelonflow.topology import two_hosts
     from emulation.capture import WireCapture
-    from emulation.round import first_hop_port
+    from emulation.phase import first_hop_port
     from tests.fabric_helpers import controller_and_fabric, iperf3_flows
 
     topo = two_hosts(10e6)

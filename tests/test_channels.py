@@ -11,7 +11,7 @@ from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import get_scheduler
 from simulator.engine import simulate
 from traffic.channels import ChannelPool, channel_plan, max_overlap
-from traffic.transfer import Channel
+from traffic.transfer import Channel, ChannelRoute
 
 
 @pytest.mark.parametrize("intervals, expected", [
@@ -61,7 +61,7 @@ _NUMBERS = iter(range(1, 1 << 20))
 
 def unconnected(key):
     dst, path = key
-    return Channel(f"h1.{dst}.{next(_NUMBERS)}", "h1", dst, path, "127.0.0.1", "127.0.0.2", 1)
+    return Channel(f"h1.{dst}.{next(_NUMBERS)}", ChannelRoute("h1", dst, "127.0.0.1", "127.0.0.2", 1, path))
 
 
 def test_pool_hands_out_idle_channels_and_counts_the_ones_it_had_to_open_late():
@@ -73,7 +73,7 @@ def test_pool_hands_out_idle_channels_and_counts_the_ones_it_had_to_open_late():
     assert pool.opened_late == 1 and len(pool.channels) == 3
     pool.release(("h2", None), first)
     assert pool.acquire(("h2", None)) is first and pool.opened_late == 1
-    assert pool.acquire(("h3", None)).dst == "h3" and pool.opened_late == 2  # a key the plan lacked
+    assert pool.acquire(("h3", None)).route.dst == "h3" and pool.opened_late == 2  # a key the plan lacked
     for channel in (second, third):
         pool.release(("h2", None), channel)
     pool.close()
@@ -111,14 +111,15 @@ def test_a_channel_takes_the_congestion_control_it_is_given():
     from traffic.transfer import TransferError, available_congestion_controls
 
     chosen = next(name for name in available_congestion_controls() if name != "bbr")
-    channel = Channel("h1.h2.0", "h1", "h2", None, "127.0.0.1", "127.0.0.1", 9, congestion_control=chosen)
+    route = ChannelRoute("h1", "h2", "127.0.0.1", "127.0.0.1", 9)
+    channel = Channel("h1.h2.0", route, congestion_control=chosen)
     channel.bind()
     try:
         got = channel.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
         assert got.rstrip(b"\0").decode() == chosen
     finally:
         channel.close()
-    bad = Channel("h1.h2.1", "h1", "h2", None, "127.0.0.1", "127.0.0.1", 9, congestion_control="nosuch")
+    bad = Channel("h1.h2.1", route, congestion_control="nosuch")
     with pytest.raises(TransferError, match="TCP congestion control 'nosuch'"):
         bad.bind()
     assert bad.sock is None

@@ -16,7 +16,7 @@ import pytest
 
 from cli.main import main
 from echelonflow.schedulers import SCHEDULERS, coflow_rule_warning
-from tests.test_sincronia_fig1 import fig1, run
+from tests.instances import fig1, run_fig1
 
 
 def test_the_rule_is_faithful_to_the_madd_family_only() -> None:
@@ -25,12 +25,12 @@ def test_the_rule_is_faithful_to_the_madd_family_only() -> None:
 
 
 def test_the_rule_idles_what_a_greedy_allocator_frees_and_not_what_madd_holds() -> None:
-    """Sincronia's Fig. 1 instance (tests/test_sincronia_fig1.py): ``sincronia``'s average rises from
+    """Sincronia's Fig. 1 instance (tests/instances.py): ``sincronia``'s average rises from
     2.801 to 3.001 under the coflow rule (C2, third in its order at 0, finishes at 5.002 instead of
     4.001: the bandwidth C1's early flow frees at 1 s waits for a coflow event); ``coflow`` is the same
     under both rules."""
     def average(name: str, rule: str) -> float:
-        return statistics.fmean(run(name, fig1(), rule).values())
+        return statistics.fmean(run_fig1(name, fig1(), rule).values())
 
     assert average("sincronia", "coflow") > average("sincronia", "every-flow") + 0.1
     assert average("coflow", "coflow") == pytest.approx(average("coflow", "every-flow"))

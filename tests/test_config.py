@@ -57,12 +57,11 @@ def test_each_default_is_written_once_and_every_component_reads_the_one_config()
     assert router.idle_timeout_s == 7
     assert (enforcer.queues, enforcer.idle_timeout_s, enforcer.meter_burst_s, enforcer.min_burst_kbit) == (
         6, 8, 0.5, 9)
-    assert (service.queues, service.min_meter_bps, service.hold_paused, service.fixed_class,
-            service.check_decisions, service.interval_s) == (6, 1e4, True, True, True, 2.0)
+    assert service.config is config and service.idle_queue == 1  # hold_paused: idle channels in class 1
     defaults = ControllerConfig()
     assert Router(topo).idle_timeout_s == defaults.route_idle_s
     assert Enforcer(topo, lambda dpid, ops: None).idle_timeout_s == defaults.enforce_idle_s
-    assert SchedulingService(Registry(topo)).interval_s == defaults.interval_s
+    assert SchedulingService(Registry(topo)).config == defaults
 
 
 def test_environment_round_trip_and_precedence():

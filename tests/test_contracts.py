@@ -193,10 +193,6 @@ KERNELS = "echelonflow/schedulers/*kernels*.py"
 OVERSIZE_ALLOWED = {
     # a numba kernel outside the kernels' folder: its arrays come one by one, like KERNELS'
     "simulator/fluid.py:advance": "a numba kernel: its arrays one by one",
-    # being reworked in issue 33 items 1-6 / issue 34 (RunSpec passed whole, the agent's runtime)
-    "emulation/run.py:emulate_scheduler": "being reworked in issue 33 items 1-6 / issue 34",
-    # its one caller is traffic/agent.py
-    "traffic/transfer.py:Channel.__init__": "being reworked in issue 33 items 1-6 / issue 34",
 }
 
 
@@ -305,24 +301,12 @@ def test_the_anchor_reader_follows_github():
     assert heading_anchors(text) == {"fb2010-against-sincronias-simulator", "core-and-simulator-benchmarks"}
 
 
-#: Test modules that still import another test module's helpers, each with why it is left (issue 33:
-#: shared helpers live in tests/helpers.py, tests/controller_helpers.py, tests/instances.py or conftest).
-CROSS_IMPORTS_LEFT = {
-    # the served API with real clients and a call-name recorder; ServedApi (controller_helpers) is the
-    # same with a test clock: the two are to become one
-    ("test_api_hostile", "test_api"), ("test_api_fuzz", "test_api"), ("test_undeclared_sizes", "test_api"),
-    ("test_crux", "test_api"),
-    # Sincronia's Fig. 1 instance is defined, with the paper's layout, beside the tests of the figure
-    ("test_coflow_rule_faithful", "test_sincronia_fig1"),
-}
-
-
 def test_no_test_module_imports_another_test_modules_helpers():
+    """What two test modules share lives in a helper module (tests/helpers.py, tests/api_helpers.py,
+    tests/controller_helpers.py, tests/instances.py, conftest), so editing a test never breaks another."""
     found = set()
     for path in sorted((ROOT / "tests").glob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.test_"):
                 found.add((path.stem, node.module.split(".", 1)[1]))
-    new, gone = found - CROSS_IMPORTS_LEFT, CROSS_IMPORTS_LEFT - found
-    assert not new, f"move shared helpers out of test modules: {sorted(new)}"
-    assert not gone, f"no longer imported, drop it from the list: {sorted(gone)}"
+    assert not found, f"move shared helpers out of test modules: {sorted(found)}"

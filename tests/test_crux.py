@@ -25,6 +25,7 @@ from echelonflow.schedulers.crux import (
 )
 from echelonflow.topology import build
 from simulator.engine import simulate
+from tests.api_helpers import ServedApi
 from tests.helpers import RecordingSink
 
 MB = 1_000_000
@@ -182,9 +183,8 @@ def test_the_api_takes_compute_s_with_the_job_and_shows_it(tmp_path) -> None:
     """``POST /v1/jobs`` with ``compute_s`` (what the traffic agents send), through the real client and
     server; a bad one is refused with the field named and nothing registered."""
     from controller.client import ApiClientError
-    from tests.test_api import Served
 
-    served = Served(tmp_path)
+    served = ServedApi(tmp_path)
     try:
         client = served.unix
         assert client.register_job("gpt", 1.0, compute_s=12.5)["compute_s"] == 12.5

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from controller.paging import MAX_HEAVY_LIMIT
+from tests.api_helpers import ServedApi
 from tests.conftest import CHROMEDRIVER, CHROMIUM
-from tests.controller_helpers import ServedApi
 
 pytestmark = [pytest.mark.browser]
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -25,16 +25,15 @@ def test_the_page_shows_more_echelonflows_than_a_page_holds(tmp_path, require_br
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
-    served = ServedApi(tmp_path)
-    served.now_s = time.time()  # the page shows times relative to its own clock
+    served = ServedApi(tmp_path)  # on the wall clock: the page shows times relative to its own
     jobs = MAX_HEAVY_LIMIT + 10
     profile = tempfile.mkdtemp(prefix="echelon-chromium-")
     try:
         for j in range(jobs):
-            served.client.register_job(f"j{j}")
-            served.client.register_echelon(f"j{j}", "e", [{"flow_id": "f", "src": "h1", "dst": "h5",
-                                                          "size_bytes": 10**6}])
-            served.client.flow_started(f"j{j}", "f", 20000 + j, 5201)
+            served.unix.register_job(f"j{j}")
+            served.unix.register_echelon(f"j{j}", "e", [{"flow_id": "f", "src": "h1", "dst": "h5",
+                                                        "size_bytes": 10**6}])
+            served.unix.flow_started(f"j{j}", "f", 20000 + j, 5201)
         options = webdriver.ChromeOptions()
         options.binary_location = CHROMIUM
         for flag in (*FLAGS, f"--user-data-dir={profile}"):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from echelonflow.schedulers import echelon_kernels as ek
+from echelonflow.schedulers.columns import TableArrays
 from echelonflow.schedulers.kernels import floats, ints, stable_argsort
 
 
@@ -59,30 +60,25 @@ def test_one_walk_gives_the_rule_s_keys_order_and_estimates(seed: int, whole: bo
             x["members_ptr"], x["members"] = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         n = len(x["active"])
         sel, due, starts = ints(n), floats(n), ints(n + 1)
-        args = (x["remaining"], x["group"], x["offset"], x["reference"], x["ref_slot"], x["idrank"],
-                x["path_ptr"])
-        m, n_groups = ek._edf_groups(x["active"], *args, True, floats(len(x["remaining"])), sel, due, starts)
-    flows = (x["remaining"], x["offset"], x["path_ptr"], x["path_links"], x["capacity"], x["members_ptr"],
-             x["members"])
+        table = TableArrays(**{name: x[name] for name in TableArrays._fields})
+        m, n_groups = ek._edf_groups(x["active"], table, True, floats(len(x["remaining"])), sel, due, starts)
     (keys, w, other, m_flow, m_ptr, e_link, e_cum, g_mptr, g_lptr, gl_link, gl_cum) = ek._walk_groups(
-        sel, starts, n_groups, x["group"], x["idrank"], x["weight"], *flows)
+        sel, starts, n_groups, table)
     n_links = len(x["capacity"])
     cumulative, touched = floats(n_links), ints(n_links)
     for g in range(n_groups):
         a, b = starts[g], starts[g + 1]
-        key = ek._residual_bottleneck(x["group"][sel[a]], sel, a, b, *flows, cumulative, touched)
+        key = ek._residual_bottleneck(x["group"][sel[a]], sel, a, b, table, cumulative, touched)
         expected = ek._per_weight(key, ek._group_weight(sel, a, b, x["idrank"], x["weight"]))
         assert keys[g] == expected or (np.isnan(keys[g]) and np.isnan(expected))
-    bssi = ek._bssi_groups(sel, starts, n_groups, x["group"], x["idrank"], x["weight"], *flows[:5],
-                           x["members_ptr"], x["members"])
+    bssi = ek._bssi_groups(sel, starts, n_groups, table)
     assert other.tolist() == bssi.tolist()
     for group_order in (stable_argsort(keys, n_groups), other):
         zeros = [floats(n_links) for _ in range(3)]
         walked = ek._estimates_walked(group_order, n_groups, sel, starts, due, x["offset"], w, x["now"],
                                       m_flow, m_ptr, e_link, e_cum, g_mptr, g_lptr, gl_link, gl_cum, *zeros)
-        defined = ek._estimated_tardiness(
-            group_order, n_groups, sel, starts, due, x["group"], x["idrank"], x["weight"], x["remaining"],
-            x["offset"], x["path_ptr"], x["path_links"], x["capacity"], x["members_ptr"], x["members"],
-            x["now"], floats(n_links), floats(n_links), floats(n_links), floats(n_links), ints(n_links))
+        defined = ek._estimated_tardiness(group_order, n_groups, sel, starts, due, table, x["now"],
+                                          floats(n_links), floats(n_links), floats(n_links), floats(n_links),
+                                          ints(n_links))
         assert walked == defined
         assert all(not z.any() for z in zeros)  # scratch handed back as zeros

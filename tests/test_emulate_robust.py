@@ -125,6 +125,7 @@ def test_a_fabric_start_that_fails_is_retried_once(require_fabric, tmp_path):
     the start fails with one line, everything is torn down, and the second attempt runs the job."""
     from echelonflow.scenario import load_scenario
     from echelonflow.schedulers import get_scheduler
+    from emulation.phase import Simulated
     from emulation.run import emulate_scheduler
     from emulation.settings import EmulationSettings
     from simulator.engine import simulate
@@ -142,8 +143,8 @@ def test_a_fabric_start_that_fails_is_retried_once(require_fabric, tmp_path):
             os.kill(controller_pids[-1], signal.SIGKILL)
 
     settings = EmulationSettings(fabric_connect_timeout_s=5.0, logs_dir=str(tmp_path))
-    result, _failures = emulate_scheduler(scenario.topology, scenario.jobs, "fair", {"short": simulated_s},
-                                          settings, progress)
+    result, _failures = emulate_scheduler(scenario.topology, scenario.jobs, "fair",
+                                          Simulated({"short": simulated_s}), settings, progress)
     retried = [line for line in lines if "retrying once" in line]
     assert len(retried) == 1 and "fabric start failed (" in retried[0], lines
     assert "did not connect to the controller" in retried[0] and "\n" not in retried[0]

@@ -67,7 +67,8 @@ def test_fabric_options_are_read_through_the_one_field_checker():
     with pytest.raises(FabricError, match="^cluster: must be an array of server names"):
         FabricOptions(cluster="localhost")
     fab = Fabric(two_hosts(RATE_BPS), FabricOptions(queues=6, controller_port=None), queues=3, tag="t1")
-    assert (fab.queues, fab.controller_port, fab.tag, fab.host_sysctls) == (3, None, "t1", {})
+    assert (fab.options.queues, fab.options.controller_port, fab.tag, fab.options.host_sysctls) == (
+        3, None, "t1", {})
     assert fab.build_timeout_s == build_deadline_s(two_hosts(RATE_BPS))
 
 

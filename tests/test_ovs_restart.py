@@ -108,7 +108,7 @@ def test_the_switches_come_back_with_their_rules_meters_and_queues(require_fabri
         have = ovs.datapath_ports()
         assert all(have.get(b, set()) >= ports_of for b, ports_of in env.fabric._ports_by_bridge().items())
         assert env.fabric.watchdog.missing() == []  # every port: htb root 1: with every DSCP filter
-        assert {_htb_classes(port) for port in env.fabric.switch_ports} == {1 + env.fabric.queues}
+        assert {_htb_classes(port) for port in env.fabric.switch_ports} == {1 + env.fabric.options.queues}
         assert ovs.ensure_tx_buffer() is not None  # the new daemon's transmit socket, enlarged again
         assert client.health()["switches"] == {"connected": 20, "expected": 20}
         client.flow_finished("ft", "f0", wait_s=10)

@@ -30,7 +30,7 @@ from echelonflow.model import FlowTask, Job
 from tests.waiting import wait_until
 from traffic.registry_link import RegistryLink, RegistryLinkError
 from traffic.runspec import RegistrySettings
-from traffic.transfer import Channel
+from traffic.transfer import Channel, ChannelRoute
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -100,7 +100,7 @@ def _link_with_a_flow(server: Server, job_id: str = "j"):
     link = RegistryLink(RegistrySettings(server.socket_path, server.token_file, 0.05, "", True, 0.0),
                         log=logged.append)
     link.declare_job(job)
-    channel = Channel("ch1", "h1", "h16", None, "127.0.0.1", "127.0.0.2", 47000)
+    channel = Channel("ch1", ChannelRoute("h1", "h16", "127.0.0.1", "127.0.0.2", 47000))
     channel.src_port = 40001
     link.register_channel(channel)
     return link, job, channel, logged

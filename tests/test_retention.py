@@ -9,13 +9,19 @@ import pytest
 from controller.client import ApiClientError
 from controller.retention import Retention
 from controller.store import open_registry
-from tests.controller_helpers import ServedApi
+from echelonflow.topology import fattree
+from tests.api_helpers import ServedApi
+
+
+def _served(tmp_path, retention: Retention) -> ServedApi:
+    """The API over a registry with its store and ``retention``, on the test's clock from 1,000 s."""
+    registry = open_registry(fattree(20e6, 4), str(tmp_path / "registry.sqlite"), retention)
+    return ServedApi(tmp_path, registry, now_s=1000.0)
 
 
 @pytest.fixture()
 def served(tmp_path):
-    s = ServedApi(tmp_path, Retention(memory_jobs=100, memory_s=100.0, store_s=1000.0),
-                  store_path=tmp_path / "registry.sqlite")
+    s = _served(tmp_path, Retention(memory_jobs=100, memory_s=100.0, store_s=1000.0))
     yield s
     s.stop()
 
@@ -31,7 +37,7 @@ def _refused(call):
 
 
 def test_a_done_job_leaves_memory_then_the_store(served):
-    c = served.client
+    c = served.unix
     served.run_job("old")
     c.register_job("live")
     served.tick(1050.0)
@@ -56,19 +62,18 @@ def test_a_done_job_leaves_memory_then_the_store(served):
 
 
 def test_memory_keeps_at_most_the_newest_done_jobs(tmp_path):
-    served = ServedApi(tmp_path, Retention(memory_jobs=2, memory_s=1e6, store_s=1e7),
-                       store_path=tmp_path / "registry.sqlite")
+    served = _served(tmp_path, Retention(memory_jobs=2, memory_s=1e6, store_s=1e7))
     try:
         for name in ("a", "b", "c"):
             served.run_job(name)
-        assert _listed(served.client) == ["b", "c"]
-        assert served.client.job("a")["archived"] is True
+        assert _listed(served.unix) == ["b", "c"]
+        assert served.unix.job("a")["archived"] is True
     finally:
         served.stop()
 
 
 def test_delete_removes_a_done_job_and_refuses_a_live_one(served):
-    c = served.client
+    c = served.unix
     c.register_job("live")
     c.register_echelon("live", "e", [{"flow_id": "f", "src": "h1", "dst": "h2", "size_bytes": 10}])
     err = _refused(lambda: c.delete_job("live"))
@@ -94,15 +99,15 @@ def test_delete_removes_a_done_job_and_refuses_a_live_one(served):
 def test_a_restart_loads_only_what_memory_held(tmp_path):
     path = tmp_path / "registry.sqlite"
     retention = Retention(memory_jobs=100, memory_s=100.0, store_s=1000.0)
-    served = ServedApi(tmp_path, retention, store_path=path)
+    served = _served(tmp_path, retention)
     try:
         served.run_job("old")
         served.tick(1150.0)
         served.run_job("recent")
-        served.client.register_job("live")
+        served.unix.register_job("live")
     finally:
         served.stop()
-    registry = open_registry(served.topology, str(path), retention)
+    registry = open_registry(served.registry.topology, str(path), retention)
     try:
         assert list(registry.jobs) == ["recent", "live"]
         assert registry.index.counts["finished"] == 2 and len(registry.flows) == 2

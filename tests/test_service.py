@@ -159,7 +159,7 @@ def test_ranks_compress_into_queues_by_group_order():
     svc.reschedule("test")
     decision = decision_on_snapshot(get_scheduler("echelon"), reg.snapshot(0.0))  # the scheduler's own order
     assert decision.rank == svc.state.decision.rank
-    sending = [fid for fid, rate in decision.rate_bps.items() if rate >= svc.min_meter_bps]
+    sending = [fid for fid, rate in decision.rate_bps.items() if rate >= svc.config.min_rate_bps]
     assert sorted(sending) == ["j/c1-0", "j/c2-0", "j/c3-0", "j/c4-0"]
     expected = {"c1": 1, "c2": 2, "c3": 3, "c4": 3}
     queue = {fid: svc.state.queue[fid] for fid in reg.active_keys()}

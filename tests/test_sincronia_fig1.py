@@ -40,36 +40,12 @@ import statistics
 
 import pytest
 
-from echelonflow.model import FlowTask, Job
-from echelonflow.schedulers import get_scheduler
+from echelonflow.model import Job
 from echelonflow.schedulers.sincronia import SincroniaScheduler
-from echelonflow.topology import build
 from simulator.engine import simulate
+from tests.instances import C1_FROM_PORT_4, FIG1_EPS, fig1, fig1_topology, run_fig1
 
-UNIT_BYTES = 1_000_000  # one unit of data: one second at 8 Mbit/s
-EPS = 0.001
-#: C1's flows (ingress, egress), from ingress port 4 down (module docstring: BSSI's ties)
-C1_FROM_PORT_4 = [(4, 8), (4, 7), (3, 8), (3, 6), (2, 7), (2, 5), (1, 6), (1, 5)]
 OPTIMAL_AVG = 2.4
-
-
-def coflow(name: str, flows: list[tuple[int, int, float]]) -> Job:
-    job = Job(name)
-    job.echelon_kinds["c"] = "coflow"
-    for k, (src, dst, units) in enumerate(flows):
-        job.add(FlowTask(f"f{k}", f"h{src}", f"h{dst}", round(units * UNIT_BYTES), echelon_id="c"))
-    return job
-
-
-def fig1(c1_flows: list[tuple[int, int]] = C1_FROM_PORT_4) -> list[Job]:
-    jobs = [coflow("C1", [(i, e, 1) for i, e in c1_flows])]
-    return jobs + [coflow(f"C{i + 1}", [(i, i + 4, 2 + EPS)]) for i in (1, 2, 3, 4)]
-
-
-def run(name: str, jobs: list[Job], rescheduling: str = "every-flow") -> dict[str, float]:
-    topology = build("bigswitch", 8 * UNIT_BYTES, mtu_bytes=None, hosts=8)
-    result = simulate(topology, jobs, get_scheduler(name), alone_runs=False, rescheduling=rescheduling)
-    return {job.job_id: result.jobs[job.job_id].completion_s for job in jobs}
 
 
 class FirstOrder(SincroniaScheduler):
@@ -88,8 +64,7 @@ class FirstOrder(SincroniaScheduler):
 
 def first_bssi_order(jobs: list[Job]) -> list[str]:
     FirstOrder.orders = []
-    topology = build("bigswitch", 8 * UNIT_BYTES, mtu_bytes=None, hosts=8)
-    simulate(topology, jobs, FirstOrder(), alone_runs=False)
+    simulate(fig1_topology(), jobs, FirstOrder(), alone_runs=False)
     return FirstOrder.orders[0]
 
 
@@ -105,23 +80,23 @@ def test_bssi_breaks_the_port_tie_on_the_link_listed_first() -> None:
 
 @pytest.mark.parametrize("rescheduling", ["every-flow", "coflow"])
 def test_varys_gives_the_papers_average(rescheduling: str) -> None:
-    cct = run("coflow", fig1(), rescheduling)
+    cct = run_fig1("coflow", fig1(), rescheduling)
     assert cct["C1"] == pytest.approx(2.0)
-    assert [cct[f"C{i}"] for i in (2, 3, 4, 5)] == pytest.approx([4 + EPS] * 4)
-    assert statistics.fmean(cct.values()) == pytest.approx(3.6 + 0.8 * EPS)
+    assert [cct[f"C{i}"] for i in (2, 3, 4, 5)] == pytest.approx([4 + FIG1_EPS] * 4)
+    assert statistics.fmean(cct.values()) == pytest.approx(3.6 + 0.8 * FIG1_EPS)
 
 
 @pytest.mark.parametrize("listing", [C1_FROM_PORT_4, sorted(C1_FROM_PORT_4)], ids=["from-4", "from-1"])
 def test_sincronia_with_fair_rates_inside_a_coflow_gives_2_8(listing: list[tuple[int, int]]) -> None:
     """The paper's order with max-min inside C1: C1 and the last coflow both end at 4 + ε (docstring)."""
-    cct = run("sincronia", fig1(listing))
-    assert sorted(cct.values()) == pytest.approx([2 + EPS] * 3 + [4 + EPS] * 2)
-    assert cct["C1"] == pytest.approx(4 + EPS)
-    assert statistics.fmean(cct.values()) == pytest.approx(2.8 + EPS)
+    cct = run_fig1("sincronia", fig1(listing))
+    assert sorted(cct.values()) == pytest.approx([2 + FIG1_EPS] * 3 + [4 + FIG1_EPS] * 2)
+    assert cct["C1"] == pytest.approx(4 + FIG1_EPS)
+    assert statistics.fmean(cct.values()) == pytest.approx(2.8 + FIG1_EPS)
     assert statistics.fmean(cct.values()) > OPTIMAL_AVG
 
 
 def test_echelon_reaches_the_papers_sincronia_average() -> None:
-    cct = run("echelon", fig1())
-    assert statistics.fmean(cct.values()) == pytest.approx(2.6 + EPS)
+    cct = run_fig1("echelon", fig1())
+    assert statistics.fmean(cct.values()) == pytest.approx(2.6 + FIG1_EPS)
     assert statistics.fmean(cct.values()) > OPTIMAL_AVG

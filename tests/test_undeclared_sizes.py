@@ -26,8 +26,8 @@ from echelonflow.model import qualified
 from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
 from echelonflow.topology import build, fattree
 from echelonflow.workloads import generate
+from tests.api_helpers import ServedApi
 from tests.helpers import Clock, RecordingSink, run_local_agents
-from tests.test_api import Served
 
 MB = 1_000_000
 RATE_BPS = 8 * MB
@@ -172,7 +172,7 @@ def test_a_restarted_or_newly_selected_scheduler_learns_from_the_registry_histor
 
 # --------------------------------------------------------------------------- the API
 def test_the_api_takes_undeclared_flows_and_reports_what_the_scheduler_heard(tmp_path):
-    served = Served(tmp_path)
+    served = ServedApi(tmp_path)
     try:
         c = served.unix
         answer = c.set_scheduler("echelon-online")

@@ -230,22 +230,11 @@ class Fabric:
         if unknown:
             raise FabricError(f"{unknown[0]}: unknown fabric option (allowed: "
                               f"{', '.join(spec.name for spec in FABRIC_FIELDS)})")
-        options = replace(options or FabricOptions(), **given)
         self.topology = topology
-        self.options = options
-        self.controller_port = options.controller_port
-        self.controller_ip = options.controller_ip
-        self.tcp_rto_min_ms = options.tcp_rto_min_ms
-        self.host_sysctls = dict(options.host_sysctls)
-        self.datapath = options.datapath
-        self.queues = options.queues
+        self.options = options = replace(options or FabricOptions(), **given)
+        #: what this fabric's OVS rows, interfaces and state file are tagged with: the options' or its own
         self.tag = options.tag or f"f{os.getpid()}x{int(time.time() * 1000) % 10**8}"
-        self.shape_hosts = options.shape_hosts
-        self.fail_mode = options.fail_mode
-        self.connect_timeout_s = options.connect_timeout_s
-        self.lock_timeout_s = options.lock_timeout_s
-        self.packet_in_limit = options.packet_in_limit
-        self.cluster = options.cluster
+        #: the options' bound on building the nodes and links, or the topology's default
         self.build_timeout_s = options.build_timeout_s or build_deadline_s(topology)
         self._made_dirs: list[str] = []  # folders Mininet's cluster mode made (its ssh control folder)
         self.net: Any = None
@@ -378,7 +367,7 @@ class Fabric:
             raise FabricError("this fabric is already started")
         _check_prerequisites()
         t_wait = time.monotonic()
-        self._lock.acquire(self.lock_timeout_s)
+        self._lock.acquire(self.options.lock_timeout_s)
         t0 = time.monotonic()
         self.timings_s = {"lock_wait": t0 - t_wait}  # the other timings exclude waiting for the lock
         self._started = True
@@ -412,9 +401,9 @@ class Fabric:
                 # emulation runner calls it again after its warm-up pings).
                 with contextlib.suppress(ovs.OvsError, OSError):
                     self.tx_buffer_bytes = ovs.ensure_tx_buffer()
-            if self.controller_port is not None:
-                if self.packet_in_limit is not None:
-                    ovs.limit_packet_ins(self.bridges, *self.packet_in_limit)
+            if self.options.controller_port is not None:
+                if self.options.packet_in_limit is not None:
+                    ovs.limit_packet_ins(self.bridges, *self.options.packet_in_limit)
                 self._wait_connected()
         except BaseException as exc:
             try:
@@ -465,11 +454,11 @@ class Fabric:
     # ------------------------------------------------------------------ steps
     def _resolve_datapath(self) -> str:
         has_kernel = ovs.kernel_datapath_available()
-        if self.datapath == "kernel" and not has_kernel:
+        if self.options.datapath == "kernel" and not has_kernel:
             raise FabricError("datapath='kernel' asked for, but this kernel has no openvswitch module")
-        if self.datapath == "auto":
+        if self.options.datapath == "auto":
             return "kernel" if has_kernel else "user"
-        return self.datapath
+        return self.options.datapath
 
     def _recover_crashed(self) -> None:
         """Remove fabrics whose owner died without cleaning up (we hold the lock, so none is starting)."""
@@ -498,19 +487,19 @@ class Fabric:
         setLogLevel(os.environ.get("ECHELON_MININET_LOG", "error"))
         network: Any = Mininet
         classes: dict[str, Any] = {"switch": _switch_class(), "host": Host, "link": Link}
-        if self.cluster is not None:
+        if self.options.cluster is not None:
             network, classes = self._cluster_network()
         switch = partial(
             classes["switch"], owner_tag=self.tag, datapath=datapath, protocols="OpenFlow13",
-            failMode=self.fail_mode,
+            failMode=self.options.fail_mode,
         )
         self.net = network(
             topo=GraphTopo(self.topology), switch=switch, host=classes["host"], controller=None,
             link=classes["link"], build=False, autoSetMacs=False, autoStaticArp=False, waitConnected=False,
         )
-        if self.controller_port is not None:
+        if self.options.controller_port is not None:
             self.net.addController(
-                _controller_class()("c0", ip=self.controller_ip, port=self.controller_port)
+                _controller_class()("c0", ip=self.options.controller_ip, port=self.options.controller_port)
             )
         self.net.build()
         assert self.state is not None
@@ -532,7 +521,7 @@ class Fabric:
         return f"starting the switches took over {self.build_timeout_s:.0f} s (is ovsdb-server answering?)"
 
     def _cluster_network(self) -> tuple[Any, dict[str, Any]]:
-        """Mininet's cluster mode: ``MininetCluster`` places the nodes on ``self.cluster`` (switches in
+        """Mininet's cluster mode: ``MininetCluster`` places the nodes on the ``cluster`` servers (switches in
         even bins, each host beside its switch: ``SwitchBinPlacer``, ``mn --cluster``'s default) and
         builds them as its remote-capable classes (:func:`_cluster_classes`), which run commands
         locally for ``localhost``."""
@@ -543,7 +532,7 @@ class Fabric:
         self._made_dirs = [d for d in (os.path.join(home, ".ssh"), os.path.join(home, ".ssh", "mn"))
                            if not os.path.isdir(d)]
         user = findUser()  # once, not per node (it runs `who am i`)
-        network = partial(MininetCluster, servers=self.cluster, placement=SwitchBinPlacer, user=user)
+        network = partial(MininetCluster, servers=self.options.cluster, placement=SwitchBinPlacer, user=user)
         host, switch = _cluster_classes()
         return network, {"switch": partial(switch, user=user), "host": partial(host, user=user),
                          "link": RemoteLink}
@@ -570,7 +559,7 @@ class Fabric:
             node = self.net.get(name)
             intf = self.topology.host_intf(name)
             sysctls = {"net.ipv4.tcp_slow_start_after_idle": 0,
-                       "net.ipv4.tcp_limit_output_bytes": 2 * (mtu + 1000), **self.host_sysctls}
+                       "net.ipv4.tcp_limit_output_bytes": 2 * (mtu + 1000), **self.options.host_sysctls}
             settings = " ".join(f"{k}={v}" for k, v in sysctls.items())
             out = node.cmd(f"ip link set dev {intf} mtu {mtu} && "
                            f"ethtool -K {intf} tx off rx off >/dev/null 2>&1 && "
@@ -578,15 +567,16 @@ class Fabric:
             if "rc=0" not in out:
                 raise FabricError(f"MTU {mtu}, ethtool -K {intf} tx off rx off or sysctl {settings} "
                                   f"failed in host {name}")
-            if self.tcp_rto_min_ms is not None:
+            rto_min_ms = self.options.tcp_rto_min_ms
+            if rto_min_ms is not None:
                 out = node.cmd(f"ip route change $(ip -o route show dev {intf} | head -1) dev {intf} "
-                               f"rto_min {self.tcp_rto_min_ms}ms; echo rc=$?")
+                               f"rto_min {rto_min_ms}ms; echo rc=$?")
                 if "rc=0" not in out:
-                    raise FabricError(f"rto_min {self.tcp_rto_min_ms}ms on the route of {intf} failed "
-                                      f"in host {name}")
-            if self.shape_hosts:
+                    raise FabricError(f"rto_min {rto_min_ms}ms on the route of {intf} failed in host {name}")
+            if self.options.shape_hosts:
                 rate_bps = self.topology.graph.edges[name, self.topology.host_switch(name)]["rate_bps"]
-                proc = qos.run_tc_batch(qos.htb_lines(intf, rate_bps, self.queues), netns_pid=node.pid)
+                htb = qos.htb_lines(intf, rate_bps, self.options.queues)
+                proc = qos.run_tc_batch(htb, netns_pid=node.pid)
                 if proc.returncode != 0:
                     raise FabricError(f"shaping {intf} in host {name} failed: {proc.stderr.strip()[:300]}")
 
@@ -597,9 +587,9 @@ class Fabric:
         rates = sorted(set(ports.values()))
         create: list[list[str]] = []
         for i, rate in enumerate(rates):
-            create += qos.ovs_qos_commands(f"r{i}", rate, self.queues, self.tag)
+            create += qos.ovs_qos_commands(f"r{i}", rate, self.options.queues, self.tag)
         uuids = ovs.vsctl_transactions(create)  # one transaction: @refs stay valid
-        per_rate = 1 + self.queues
+        per_rate = 1 + self.options.queues
         qos_uuid: dict[float, str] = {}
         for i, rate in enumerate(rates):
             chunk = uuids[i * per_rate:(i + 1) * per_rate]
@@ -608,7 +598,7 @@ class Fabric:
             self.state.queues.extend(chunk[1:])
         self.state.save()
         ovs.vsctl_transactions([["set", "Port", p, f"qos={qos_uuid[r]}"] for p, r in sorted(ports.items())])
-        self.watchdog = qos.FilterWatchdog(sorted(ports), self.queues)
+        self.watchdog = qos.FilterWatchdog(sorted(ports), self.options.queues)
         # OVS applies QoS asynchronously; the filters go on once every port has its htb root
         self._await_qos(time.monotonic() + 30, 0.2, "OVS did not build htb QoS with DSCP filters")
         self.watchdog.reapplied = 0
@@ -629,7 +619,8 @@ class Fabric:
             time.sleep(poll_s)
 
     def _wait_connected(self) -> None:
-        deadline = time.monotonic() + self.connect_timeout_s
+        options = self.options
+        deadline = time.monotonic() + options.connect_timeout_s
         ours = set(self.bridges)
         while True:
             waiting = sorted(ours - ovs.connected_bridges())
@@ -638,7 +629,8 @@ class Fabric:
             if time.monotonic() > deadline:
                 raise FabricError(
                     f"{len(waiting)} of {len(ours)} switches did not connect to the controller at "
-                    f"tcp:{self.controller_ip}:{self.controller_port} within {self.connect_timeout_s:.0f} s "
+                    f"tcp:{options.controller_ip}:{options.controller_port} within "
+                    f"{options.connect_timeout_s:.0f} s "
                     f"(e.g. {', '.join(waiting[:5])}); is the controller running?"
                 )
             time.sleep(0.2)

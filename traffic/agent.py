@@ -45,7 +45,7 @@ from traffic.control import ControlEndpoint, ControlError
 from traffic.registry_link import RegistryLinkError, RegistryPort, build_registry
 from traffic.result import ABORTED, FAILED, INTERRUPTED, AgentResult, Failure, save_result
 from traffic.runspec import RunSpec, SpecError, load_runspec
-from traffic.transfer import Arrival, Channel, FlowHeader, FlowReceiver, TransferError
+from traffic.transfer import Arrival, Channel, ChannelRoute, FlowHeader, FlowReceiver, TransferError
 
 #: An agent that becomes ready later than this after t0 fails (its peers would already be waiting).
 LATE_START_TOLERANCE_S = 0.25
@@ -364,7 +364,8 @@ class Agent:
         channel: Channel | None = None
         try:
             channel = self.channels.acquire(key)
-            record.update(channel=channel.channel_id, src_port=channel.src_port, dst_port=channel.dst_port)
+            record.update(channel=channel.channel_id, src_port=channel.src_port,
+                          dst_port=channel.route.dst_port)
             self.registry.flow_started(owned.job, flow, channel, start_epoch)
             result = channel.send_flow(
                 FlowHeader(job_id, flow.task_id, self.me, flow.size_bytes),
@@ -419,10 +420,10 @@ class Agent:
     def _open_channel(self, key: ChannelKey) -> Channel:
         dst, path = key
         path_rate_bps = None if path is None else min(self.capacity_bps[link] for link in zip(path, path[1:]))
-        channel = Channel(f"{self.me}.{dst}.{next(self._channel_numbers)}", self.me, dst, path,
-                          self.spec.hosts_ip[self.me], self.spec.hosts_ip[dst], self.spec.data_port,
-                          io_timeout_s=self.spec.confirm_timeout_s,
-                          congestion_control=self.spec.congestion_control, path_rate_bps=path_rate_bps)
+        route = ChannelRoute(self.me, dst, self.spec.hosts_ip[self.me], self.spec.hosts_ip[dst],
+                             self.spec.data_port, path, path_rate_bps)
+        channel_id = f"{self.me}.{dst}.{next(self._channel_numbers)}"
+        channel = Channel(channel_id, route, self.spec.confirm_timeout_s, self.spec.congestion_control)
         channel.bind()
         self.registry.register_channel(channel)  # its rules are in the switches before its SYN leaves
         channel.connect(self.spec.connect_timeout_s)

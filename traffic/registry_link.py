@@ -143,15 +143,16 @@ class RegistryLink(RegistryPort):
     def register_channel(self, channel: Channel) -> None:
         wait_s = self.settings.install_wait_s if self.enforces and self.settings.install_wait_s > 0 else None
         with self.connection.locked() as client:
-            client.register_channel(channel.channel_id, channel.src, channel.dst, channel.src_port,
-                                    channel.dst_port, path=channel.path, wait_s=wait_s)
+            route = channel.route
+            client.register_channel(channel.channel_id, route.src, route.dst, channel.src_port,
+                                    route.dst_port, path=route.path, wait_s=wait_s)
         self._channels.append(channel.channel_id)
 
     # ------------------------------------------------------------------ during the run (in the background)
     def flow_started(self, job: Job, flow: FlowTask, channel: Channel, start_s: float) -> None:
         if flow.size_bytes > 0:
-            if channel.path_rate_bps:
-                self.allocations.awaiting(self._name(job.job_id, flow.task_id), channel.path_rate_bps)
+            if channel.route.path_rate_bps:
+                self.allocations.awaiting(self._name(job.job_id, flow.task_id), channel.route.path_rate_bps)
             self.reports.put(_StartReport(self.prefix + job.job_id, flow.task_id, channel, start_s))
 
     def flow_finished(self, job: Job, flow: FlowTask, finish_s: float) -> None:
@@ -363,7 +364,7 @@ class _Reporter:
 class _AllocationTracker:
     """Every active flow's allocation, kept current: a poller reads it every ``poll_interval_s`` while
     reporting the bytes TCP has seen acknowledged, and (with the sending host known, under a scheduler
-    that enforces) one long-poll hears every change the moment a round makes it
+    that enforces) one long-poll hears every change the moment a scheduling pass makes it
     (``controller.allocation_watch``).  Flows are named ``<prefixed job>/<flow>``."""
 
     def __init__(self, settings: RegistrySettings, connection: _Connection, info: dict[str, Any],
@@ -517,7 +518,8 @@ class _AllocationTracker:
         # either held by its sender (the controller's hold_paused: it writes nothing more, as the fluid
         # model gives it nothing, and keeps its class, so none of its packets wait in a lower class when
         # it is raised: docs/emulation.md, "The allocation delivered") or left unpaced in the last class,
-        # taking leftovers; pacing it near zero instead would stall it for a whole round after the raise.
+        # taking leftovers; pacing it near zero instead would stall it for a whole scheduling pass after
+        # the raise.
         rate = allocation.get("meter_rate_bps")
         if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
             self._rate_bps[name] = float(rate)

@@ -143,10 +143,10 @@ def _ip_address(name: str, value: Any) -> str:
 
 @dataclass
 class RunSpec:
-    """Everything one agent needs, passed whole from the round that starts it to the agent: a new agent
-    setting is one field here (its check beside it) and its use in the agent.
+    """Everything one agent needs, passed whole from the emulation phase that starts it to the agent: a
+    new agent setting is one field here (its check beside it) and its use in the agent.
 
-    The round builds one template (no ``host``, ``t0_s``, ``control_dir``, ``output_path`` or
+    The phase builds one template (no ``host``, ``t0_s``, ``control_dir``, ``output_path`` or
     ``channels`` yet); :func:`emulation.agents.run_agents` fills those in for each host.  In the file the
     fields marked required must be there (the template's empty defaults never reach a file)."""
 

@@ -129,6 +129,21 @@ class FlowProgress(NamedTuple):
 
 
 # ------------------------------------------------------------------------------------------- sender
+@dataclass(frozen=True)
+class ChannelRoute:
+    """Where a channel goes: from agent ``src`` (bound to ``bind_ip``) to agent ``dst`` listening on
+    ``dst_ip``:``dst_port``, over ``path`` (None: the host pair's route), whose slowest link is
+    ``path_rate_bps`` (None: not known; what a flow alone on the path would get)."""
+
+    src: str
+    dst: str
+    bind_ip: str
+    dst_ip: str
+    dst_port: int
+    path: tuple[str, ...] | None = None
+    path_rate_bps: float | None = None
+
+
 class Channel:
     """One persistent connection to a peer agent; :meth:`send_flow` moves one flow at a time over it.
 
@@ -136,19 +151,11 @@ class Channel:
     :meth:`send_flow`, :meth:`close`.
     """
 
-    def __init__(self, channel_id: str, src: str, dst: str, path: tuple[str, ...] | None, bind_ip: str,
-                 dst_ip: str, dst_port: int, io_timeout_s: float = 30.0,
-                 congestion_control: str | None = None, path_rate_bps: float | None = None) -> None:
+    def __init__(self, channel_id: str, route: ChannelRoute, io_timeout_s: float = 30.0,
+                 congestion_control: str | None = None) -> None:
         self.channel_id = channel_id
+        self.route = route
         self.congestion_control = congestion_control
-        self.src = src
-        self.dst = dst
-        self.path = path
-        #: the slowest link of the path (None: not known): what a flow alone on it would get
-        self.path_rate_bps = path_rate_bps
-        self.bind_ip = bind_ip
-        self.dst_ip = dst_ip
-        self.dst_port = dst_port
         self.io_timeout_s = io_timeout_s
         self.src_port = 0
         self.sock: socket.socket | None = None
@@ -170,11 +177,11 @@ class Channel:
 
     @property
     def five_tuple(self) -> tuple[str, str, int, int]:
-        return self.bind_ip, self.dst_ip, self.src_port, self.dst_port
+        return self.route.bind_ip, self.route.dst_ip, self.src_port, self.route.dst_port
 
     def bind(self) -> int:
         """Take a local port (the channel's 5-tuple is then fixed); returns it."""
-        self.sock = _bound_socket(self.bind_ip, self.src_port, self.congestion_control)
+        self.sock = _bound_socket(self.route.bind_ip, self.src_port, self.congestion_control)
         self.src_port = self.sock.getsockname()[1]
         return self.src_port
 
@@ -187,16 +194,16 @@ class Channel:
             assert self.sock is not None
             try:
                 self.sock.settimeout(max(0.05, deadline - time.monotonic()))
-                self.sock.connect((self.dst_ip, self.dst_port))
+                self.sock.connect((self.route.dst_ip, self.route.dst_port))
                 break
             except OSError as exc:
                 self.sock.close()
                 if time.monotonic() + 0.05 >= deadline:
-                    raise TransferError(f"channel {self.channel_id}: cannot connect to {self.dst} at "
-                                        f"{self.dst_ip}:{self.dst_port} within {timeout_s:g} s "
+                    raise TransferError(f"channel {self.channel_id}: cannot connect to {self.route.dst} at "
+                                        f"{self.route.dst_ip}:{self.route.dst_port} within {timeout_s:g} s "
                                         f"({_describe(exc)})") from None
                 time.sleep(0.05)
-                self.sock = _bound_socket(self.bind_ip, self.src_port, self.congestion_control)
+                self.sock = _bound_socket(self.route.bind_ip, self.src_port, self.congestion_control)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.piece_bytes = _segment_bytes(self.sock)
         self.sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, self.piece_bytes)
@@ -253,10 +260,11 @@ class Channel:
             reply = self._read_reply(header, refresh)
             confirmed_s = time.time()
         except OSError as exc:
-            raise TransferError(f"flow {header.name}: connection to {self.dst_ip} failed: {_describe(exc)}") \
-                from None
+            raise TransferError(f"flow {header.name}: connection to {self.route.dst_ip} failed: "
+                                f"{_describe(exc)}") from None
         if "error" in reply:
-            raise TransferError(f"flow {header.name}: receiver {self.dst_ip} refused it: {reply['error']}")
+            raise TransferError(f"flow {header.name}: receiver {self.route.dst_ip} refused it: "
+                                f"{reply['error']}")
         if reply.get("flow") != header.name or reply.get("received_bytes") != header.size_bytes:
             raise TransferError(f"flow {header.name}: sent {header.size_bytes} bytes but receiver confirmed "
                                 f"{reply.get('received_bytes')!r} for {reply.get('flow')!r}")
@@ -278,7 +286,7 @@ class Channel:
 
     def _send_all(self, view: memoryview, header: FlowHeader, refresh: Callable[[], None]) -> None:
         assert self.sock is not None
-        stalled = f"flow {header.name}: peer {self.dst_ip} stalled for {self.io_timeout_s:g} s"
+        stalled = f"flow {header.name}: peer {self.route.dst_ip} stalled for {self.io_timeout_s:g} s"
         while view:
             n = self._patiently(stalled, refresh, self.sock.send, view)
             view = view[n:]
@@ -288,12 +296,13 @@ class Channel:
     def _read_reply(self, header: FlowHeader, refresh: Callable[[], None]) -> dict:
         """The receiver's one-line JSON confirmation; keeps marking and pacing the tail meanwhile."""
         assert self.sock is not None
-        stalled = f"flow {header.name}: peer {self.dst_ip} did not confirm within {self.io_timeout_s:g} s"
+        stalled = (f"flow {header.name}: peer {self.route.dst_ip} did not confirm within "
+                   f"{self.io_timeout_s:g} s")
         data = self._pending
         while b"\n" not in data:
             chunk = self._patiently(stalled, refresh, self.sock.recv, 4096)
             if not chunk:
-                raise TransferError(f"flow {header.name}: receiver {self.dst_ip} closed without a "
+                raise TransferError(f"flow {header.name}: receiver {self.route.dst_ip} closed without a "
                                     f"confirmation ({data[:80]!r})")
             data += chunk
             if len(data) > MAX_HEADER_BYTES:

@@ -14,10 +14,29 @@ Kept Python 3.9 compatible: the controller imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from echelonflow.schedulers import kernels
 from echelonflow.schedulers.base import EPS_BYTES, ActiveFlow, Snapshot
+
+
+class TableArrays(NamedTuple):
+    """A :class:`FlowTable`'s arrays as one kernel argument (numba compiles a named tuple of arrays like
+    the arrays themselves): a kernel reads each by its name, so no caller can hand one in another's
+    place.  Built by :meth:`FlowTable.arrays`; the fields are the table's, described there."""
+
+    remaining: Any
+    group: Any
+    offset: Any
+    reference: Any
+    ref_slot: Any
+    idrank: Any
+    weight: Any
+    path_ptr: Any
+    path_links: Any
+    capacity: Any
+    members_ptr: Any
+    members: Any
 
 
 @dataclass
@@ -49,6 +68,13 @@ class FlowTable:
     #: yet; ``coflow-static``).  Lives as long as the table; a caller that rebuilds the table for each
     #: decision from longer-lived columns passes its own (the controller's ``LiveFlowTable``).
     admission_key: Any = None
+
+    def arrays(self) -> TableArrays:
+        """The arrays the kernels read, as one argument (``members_ptr``/``members`` as integer arrays,
+        empty when the caller knows only the active flows)."""
+        return TableArrays(self.remaining, self.group, self.offset, self.reference, self.ref_slot,
+                           self.idrank, self.weight, self.path_ptr, self.path_links, self.capacity,
+                           kernels.int_array(self.members_ptr), kernels.int_array(self.members))
 
     def admission_keys(self) -> Any:
         """:attr:`admission_key`, made (all -1) on first use."""

@@ -44,7 +44,6 @@ the switch's few priority queues.  The loops are in ``echelon_kernels.py``.
 from __future__ import annotations
 
 from echelonflow.schedulers import echelon_kernels as ek
-from echelonflow.schedulers import kernels
 from echelonflow.schedulers.base import Scheduler
 from echelonflow.schedulers.view import Allocation, FlowView
 
@@ -60,14 +59,9 @@ class EchelonScheduler(Scheduler):
     active_order = "group-offset"
 
     def decide(self, view: FlowView) -> Allocation:
-        table = view.table
         order = view.ranking(len(view.active))
-        count = ek.echelon_decide(
-            view.active, table.remaining, table.group, table.offset, table.reference, table.ref_slot,
-            table.idrank, table.weight, table.path_ptr, table.path_links, table.capacity,
-            kernels.int_array(table.members_ptr), kernels.int_array(table.members), float(view.now_s),
-            bool(view.every_flow), view.rate, order,
-        )
+        count = ek.echelon_decide(view.active, view.table.arrays(), float(view.now_s), bool(view.every_flow),
+                                  view.rate, order)
         return Allocation(view.rate, order, count)
 
 
@@ -86,11 +80,7 @@ class EchelonVarysScheduler(Scheduler):
         self.order_by = order_by
 
     def decide(self, view: FlowView) -> Allocation:
-        table = view.table
         order = view.ranking(len(view.active))
-        count = ek.jit_decide(
-            view.active, table.remaining, table.group, table.offset, table.reference, table.ref_slot,
-            table.idrank, table.weight, table.path_ptr, table.path_links, table.capacity, float(view.now_s),
-            self.use_offsets, _ORDER_CODES[self.order_by], view.rate, order,
-        )
+        count = ek.jit_decide(view.active, view.table.arrays(), float(view.now_s), self.use_offsets,
+                              _ORDER_CODES[self.order_by], view.rate, order)
         return Allocation(view.rate, order, count)

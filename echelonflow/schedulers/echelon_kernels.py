@@ -14,7 +14,8 @@ Two algorithms share one prologue (each group's active flows in earliest-due-fir
   just-in-time rates (MADD for a Coflow) for every group, back-fill.
 
 Same conventions as ``kernels.py`` (flow numbers, ``path_ptr``/``path_links``, rates in bits/s, bytes,
-seconds; compiled and interpreted runs agree bit for bit).  Kept Python 3.9 compatible.
+seconds; compiled and interpreted runs agree bit for bit).  The flow table's arrays come as one
+argument, ``table`` (``columns.TableArrays``), read by name.  Kept Python 3.9 compatible.
 """
 
 from __future__ import annotations
@@ -50,14 +51,15 @@ ORDER_BOTTLENECK, ORDER_TARDINESS, ORDER_VOLUME = 0, 1, 2
 
 
 @jit
-def _edf_groups(active, remaining, group, offset, reference, ref_slot, idrank, path_ptr, use_offsets, rate,
-                sel, due, starts):
+def _edf_groups(active, table, use_offsets, rate, sel, due, starts):
     """The flows a decision covers (``_select``) into ``sel``, each group's run contiguous and in
     earliest-due-first order (equal due times by ``idrank``), due times into ``due``, the runs' starts
     into ``starts``.  ``active`` must list each group's flows contiguously, groups in group-id order
     (sorted by due already where it can: the insertion sort then only checks).  Returns (flows, groups).
     """
-    m = _select(active, 0, len(active), remaining, path_ptr, rate, sel)
+    group, offset, reference, ref_slot, idrank = (table.group, table.offset, table.reference, table.ref_slot,
+                                                  table.idrank)
+    m = _select(active, 0, len(active), table.remaining, table.path_ptr, rate, sel)
     for k in range(m):
         f = sel[k]
         due[k] = reference[ref_slot[f]] + (offset[f] if use_offsets else 0.0)
@@ -119,13 +121,14 @@ def _left_span(slot, a, b, members_ptr, whole):
     return a, b
 
 
-def _residual_bottleneck(slot, sel, a, b, remaining, offset, path_ptr, path_links, capacity, members_ptr,
-                         members, cumulative, touched):
+def _residual_bottleneck(slot, sel, a, b, table, cumulative, touched):
     """max over links l and earliest-due prefixes j of ``C_j / c_l - o_j`` over what group ``slot``
     has left: every flow of ``members[members_ptr[slot]:members_ptr[slot + 1]]`` (listed by offset)
     with bytes left and a path, declared flows that have not started included; without members
     (``members_ptr`` empty) its active flows ``sel[a:b]``.  ``cumulative`` is zeros on entry and exit.
     """
+    remaining, offset, path_ptr, path_links = table.remaining, table.offset, table.path_ptr, table.path_links
+    capacity, members_ptr, members = table.capacity, table.members_ptr, table.members
     worst = -INF
     n_touched = 0
     whole = len(members_ptr) > 0
@@ -151,12 +154,13 @@ def _residual_bottleneck(slot, sel, a, b, remaining, offset, path_ptr, path_link
     return worst
 
 
-def _bssi_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset, path_ptr, path_links,
-                 capacity, members_ptr, members):
+def _bssi_groups(sel, starts, n_groups, table):
     """Sincronia's BSSI order of the decision's groups on what they have left (as for
     :func:`_residual_bottleneck`), with their offsets (``kernels.group_demands``: a group's seconds on
     link l are ``max_j (C_j / c_l - (o_j - o_first))``).  Returns group indices, most urgent first.
     """
+    group, idrank, weight, members_ptr, members = (table.group, table.idrank, table.weight, table.members_ptr,
+                                                   table.members)
     whole = len(members_ptr) > 0
     count = 0
     for g in range(n_groups):
@@ -174,14 +178,13 @@ def _bssi_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset
             flows[n] = members[e] if whole else sel[e]
             n += 1
         ptr[g + 1] = n
-    dem_ptr, dem_link, dem_time, n_local = group_demands(flows, ptr, remaining, offset, True, path_ptr,
-                                                         path_links, capacity)
+    dem_ptr, dem_link, dem_time, n_local = group_demands(flows, ptr, table.remaining, table.offset, True,
+                                                         table.path_ptr, table.path_links, table.capacity)
     return bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, w)
 
 
-def _estimated_tardiness(group_order, n_groups, sel, starts, due, group, idrank, weight, remaining,
-                         offset, path_ptr, path_links, capacity, members_ptr, members, now, ahead, held, cum,
-                         need, touched):
+def _estimated_tardiness(group_order, n_groups, sel, starts, due, table, now, ahead, held, cum, need,
+                         touched):
     """Two estimates of the weighted tardiness of what is left if the groups went in ``group_order``,
     each link serving them one after another (list schedules; only for choosing between candidate
     orders).  Returns ``(served, held)``.
@@ -194,6 +197,10 @@ def _estimated_tardiness(group_order, n_groups, sel, starts, due, group, idrank,
     due times, ``max_j (C_{j,l} / c_l - (due_j - now))`` (what the groups after it could have at no
     cost to it).  ``ahead``, ``held``, ``cum``, ``need``: zeros on entry, zeros on exit.
     """
+    group, idrank, weight, remaining, offset = (table.group, table.idrank, table.weight, table.remaining,
+                                                table.offset)
+    path_ptr, path_links, capacity = table.path_ptr, table.path_links, table.capacity
+    members_ptr, members = table.members_ptr, table.members
     whole = len(members_ptr) > 0
     total_served = 0.0
     total_held = 0.0
@@ -249,8 +256,7 @@ def _estimated_tardiness(group_order, n_groups, sel, starts, due, group, idrank,
 
 
 @jit
-def _walk_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset, path_ptr, path_links,
-                 capacity, members_ptr, members):
+def _walk_groups(sel, starts, n_groups, table):
     """Rule 1's three readings of what each group has left, in one walk over its members (each flow
     with bytes left, each link of its path): the same operations in the same order as
     :func:`_residual_bottleneck`, :func:`_bssi_groups` (through ``kernels.group_demands``) and the
@@ -264,6 +270,10 @@ def _walk_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset
     cumulative seconds on them (``e_link``/``e_cum[m_ptr[k]:m_ptr[k + 1]]``) and each group's links
     with its total seconds on them (``gl_link``/``gl_cum[g_lptr[g]:g_lptr[g + 1]]``).
     """
+    group, idrank, weight, remaining, offset = (table.group, table.idrank, table.weight, table.remaining,
+                                                table.offset)
+    path_ptr, path_links, capacity = table.path_ptr, table.path_links, table.capacity
+    members_ptr, members = table.members_ptr, table.members
     whole = len(members_ptr) > 0
     n_global = len(capacity)
     n_members = 0
@@ -401,25 +411,25 @@ def _estimates_walked(group_order, n_groups, sel, starts, due, offset, w, now, m
 
 
 @jit
-def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank, weight, path_ptr,
-                   path_links, capacity, members_ptr, members, now, every_flow, rate, order):
+def echelon_decide(active, table, now, every_flow, rate, order):
     """The ``echelon`` scheduler (module docstring; ``schedulers/echelon.py``).  Returns the count of
     ranked flows written to ``order`` (most urgent first); flows with no bytes left or no path get rate
     0 and no rank.
 
-    ``members_ptr``/``members``: per group slot, every flow of the group in offset order (declared,
-    active or finished; what is finished has no bytes left), or empty when the caller knows only the
-    active flows.  ``every_flow``: the caller decides again at every flow start and finish; when it
-    does not (the coflow rescheduling rule), a Coflow's flows share its paths max-min fairly and a
-    staggered EchelonFlow's get just-in-time rates instead of going one after another, so that no
-    capacity idles between decisions.
+    ``table``: the flow table's arrays (``columns.TableArrays``).  Its ``members_ptr``/``members``: per
+    group slot, every flow of the group in offset order (declared, active or finished; what is finished
+    has no bytes left), or empty when the caller knows only the active flows.  ``every_flow``: the
+    caller decides again at every flow start and finish; when it does not (the coflow rescheduling
+    rule), a Coflow's flows share its paths max-min fairly and a staggered EchelonFlow's get
+    just-in-time rates instead of going one after another, so that no capacity idles between decisions.
     """
+    remaining, offset, path_ptr, path_links, capacity = (table.remaining, table.offset, table.path_ptr,
+                                                         table.path_links, table.capacity)
     n = len(active)
     sel = ints(n)
     due = floats(n)
     starts = ints(n + 1)
-    m, n_groups = _edf_groups(active, remaining, group, offset, reference, ref_slot, idrank, path_ptr, True,
-                              rate, sel, due, starts)
+    m, n_groups = _edf_groups(active, table, True, rate, sel, due, starts)
     n_links = len(capacity)
     cumulative = floats(n_links)
     touched = ints(n_links)
@@ -431,8 +441,7 @@ def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank
         # unless both list-schedule estimates say Smith's is better by more than BSSI_MARGIN
         # (docs/scheduler-design.md, Rule 1b); one walk over the members gives all three readings
         (keys, w, other, m_flow, m_ptr, e_link, e_cum, g_mptr, g_lptr, gl_link,
-         gl_cum) = _walk_groups(sel, starts, n_groups, group, idrank, weight, remaining, offset, path_ptr,
-                                path_links, capacity, members_ptr, members)
+         gl_cum) = _walk_groups(sel, starts, n_groups, table)
         group_order = stable_argsort(keys, n_groups)
         ahead = floats(n_links)
         held = floats(n_links)
@@ -496,18 +505,18 @@ def echelon_decide(active, remaining, group, offset, reference, ref_slot, idrank
 
 # --------------------------------------------------------------------------- the paper's sketch
 @jit
-def jit_decide(active, remaining, group, offset, reference, ref_slot, idrank, weight, path_ptr, path_links,
-               capacity, now, use_offsets, order_by, rate, order):
+def jit_decide(active, table, now, use_offsets, order_by, rate, order):
     """The paper's Varys adaptation, with the ideal-finish offsets as its one knob (``echelon-varys``;
     with ``use_offsets`` false it is Varys without CoflowSim's spare split): groups by ``order_by`` on
     their active flows, just-in-time rates ``b_j / (d_j + t* - now)`` group by group against what
     earlier groups left, back-fill.  Returns the count of ranked flows written to ``order``."""
+    remaining, offset, idrank, weight = table.remaining, table.offset, table.idrank, table.weight
+    path_ptr, path_links, capacity = table.path_ptr, table.path_links, table.capacity
     n = len(active)
     sel = ints(n)
     due = floats(n)
     starts = ints(n + 1)
-    m, n_groups = _edf_groups(active, remaining, group, offset, reference, ref_slot, idrank, path_ptr,
-                              use_offsets, rate, sel, due, starts)
+    m, n_groups = _edf_groups(active, table, use_offsets, rate, sel, due, starts)
     bits = floats(m)
     offs = floats(m)
     for k in range(m):

@@ -38,11 +38,8 @@ class VarysScheduler(Scheduler):
     def decide(self, view: FlowView) -> Allocation:
         table = view.table
         order = view.ranking(len(view.active))
-        count = varys_kernels.varys_decide(
-            view.active, table.remaining, table.group, table.reference, table.ref_slot, table.idrank,
-            table.weight, table.path_ptr, table.path_links, table.capacity, self.order_by, view.rate, order,
-            table.admission_keys(),
-        )
+        count = varys_kernels.varys_decide(view.active, table.arrays(), self.order_by, view.rate, order,
+                                           table.admission_keys())
         return Allocation(view.rate, order, count)
 
 

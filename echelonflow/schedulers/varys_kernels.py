@@ -36,9 +36,9 @@ ORDER_SEBF, ORDER_ARRIVAL, ORDER_SEBF_ADMITTED = 0, 1, 2
 
 
 @jit
-def varys_decide(active, remaining, group, reference, ref_slot, idrank, weight, path_ptr, path_links,
-                 capacity, order_by, rate, order, admission_key):
-    """Varys's rates for the ``active`` flows; returns how many flows were ranked into ``order``.
+def varys_decide(active, table, order_by, rate, order, admission_key):
+    """Varys's rates for the ``active`` flows of ``table`` (the flow table's arrays,
+    ``columns.TableArrays``); returns how many flows were ranked into ``order``.
 
     ``active`` must list each group's flows contiguously, groups in group-id order, and inside a group
     in ``idrank`` order (flow id).  Flows with no bytes left or no path get rate 0 and no rank.
@@ -56,6 +56,9 @@ def varys_decide(active, remaining, group, reference, ref_slot, idrank, weight, 
        rescheduling rule, leave it idle once they finish.
     4. Whatever is still free is back-filled greedily, flow by flow in the global order.
     """
+    remaining, group, reference, ref_slot = table.remaining, table.group, table.reference, table.ref_slot
+    idrank, weight = table.idrank, table.weight
+    path_ptr, path_links, capacity = table.path_ptr, table.path_links, table.capacity
     sel = ints(len(active))
     m = _select(active, 0, len(active), remaining, path_ptr, rate, sel)
     starts = ints(m + 1)

@@ -1,13 +1,13 @@
-"""One round: the agents of some jobs on a rig that is up, watched while they run.
+"""One phase: the agents of some jobs on a rig that is up, watched while they run.
 
-A scheduler's run is a round with all jobs together and, with several jobs, one round per job alone
+A scheduler's run is a phase with all jobs together and, with several jobs, one phase per job alone
 (the simulator's slowdown is a job's completion together over its completion alone).  Around the agents
-(:func:`emulation.agents.run_agents`) a round starts the fidelity monitor (:mod:`emulation.monitor`:
+(:func:`emulation.agents.run_agents`) a phase starts the fidelity monitor (:mod:`emulation.monitor`:
 did the machine forward faithfully?), with ``--capture`` the wire capture of the hosts' first-hop ports
 (:mod:`emulation.capture`), and acts out the faults at their times (:mod:`emulation.fault_injector`):
-links and switches in every round, as the simulator replays them in every run; an agent or the
-controller killed, or ovs-vswitchd restarted, only in the round with all jobs together.  Whatever a
-round starts is stopped when it ends, also on errors.
+links and switches in every phase, as the simulator replays them in every run; an agent or the
+controller killed, or ovs-vswitchd restarted, only in the phase with all jobs together.  Whatever a
+phase starts is stopped when it ends, also on errors.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from echelonflow import ownership
 from echelonflow.model import Job
@@ -36,9 +36,9 @@ TOGETHER = "together"
 
 
 @dataclass
-class Round:
-    """The jobs of one round, its label (``together`` or ``alone-<job>``) and the process faults it
-    acts out (agents, the controller, ovs-vswitchd: the round with all jobs only)."""
+class Phase:
+    """The jobs of one phase, its label (``together`` or ``alone-<job>``) and the process faults it
+    acts out (agents, the controller, ovs-vswitchd: the phase with all jobs only)."""
 
     label: str
     jobs: list[Job]
@@ -49,36 +49,44 @@ class Round:
         return self.label != TOGETHER
 
 
+class Simulated(NamedTuple):
+    """What the simulated run says of the one emulated, at the rig's time scale: each job's completion
+    (``completion_s``, job -> seconds: sizes the run timeout), its flows (``flows``, results format: size
+    each agent's channel pool; None: one channel per destination and path) and each job's completion
+    alone (``alone_s``: the slowdowns' reference without alone phases; None: the alone phases measure
+    it)."""
+
+    completion_s: Mapping[str, float]
+    flows: Mapping[str, Any] | None = None
+    alone_s: Mapping[str, float] | None = None
+
+
 @dataclass
-class RoundRecord:
-    """What a round leaves: the agents' documents, the fidelity monitor's verdict, the wire check."""
+class PhaseRecord:
+    """What a phase leaves: the agents' documents, the fidelity monitor's verdict, the wire check."""
 
     outcome: AgentsOutcome
     monitor: dict[str, Any]
     wire: dict[str, Any] | None = None
 
 
-def plan_rounds(jobs: Sequence[Job], alone_runs: bool, faults: Sequence[Any]) -> list[Round]:
+def plan_phases(jobs: Sequence[Job], alone_runs: bool, faults: Sequence[Any]) -> list[Phase]:
     """All jobs together (with the process faults), then each job alone when there are several."""
-    rounds = [Round(TOGETHER, list(jobs), list(faults))]
+    phases = [Phase(TOGETHER, list(jobs), list(faults))]
     if alone_runs and len(jobs) > 1:
-        rounds += [Round(f"alone-{job.job_id}", [job]) for job in jobs]
-    return rounds
+        phases += [Phase(f"alone-{job.job_id}", [job]) for job in jobs]
+    return phases
 
 
-def run_round(rig: Rig, round_: Round, simulated_s: Mapping[str, float],
-              simulated_flows: Mapping[str, Any] | None) -> RoundRecord:
-    """Run ``round_``'s agents on ``rig`` (controller up), watched by the monitor (and the capture).
-
-    ``simulated_s`` (job -> simulated completion, at the rig's time scale) sizes the run timeout;
-    ``simulated_flows`` (the simulated run's flows) size each agent's channel pool.
-    """
-    label = round_.label
-    host_ports = {h: first_hop_port(rig.topology, h) for h in agent_hosts(round_.jobs)}
-    rig.say(f"{label}: {len(round_.jobs)} job(s), {len(host_ports)} agents")
+def run_phase(rig: Rig, phase: Phase, simulated: Simulated) -> PhaseRecord:
+    """Run ``phase``'s agents on ``rig`` (controller up), watched by the monitor (and the capture);
+    ``simulated`` sizes the run timeout and the agents' channel pools."""
+    label = phase.label
+    host_ports = {h: first_hop_port(rig.topology, h) for h in agent_hosts(phase.jobs)}
+    rig.say(f"{label}: {len(phase.jobs)} job(s), {len(host_ports)} agents")
     wire = _wire_capture(rig, label, host_ports) if rig.settings.capture else None
     monitor = _monitor(rig)
-    network = NetworkFaults(rig.fabric, rig.settings.faults)  # links and switches: every round
+    network = NetworkFaults(rig.fabric, rig.settings.faults)  # links and switches: every phase
     with contextlib.ExitStack() as watchers:
         watchers.callback(say_all, rig.say, network.restore)
         watchers.callback(say_all, rig.say, rig.ensure_switch_daemon)  # a stopped ovs-vswitchd: first
@@ -89,8 +97,8 @@ def run_round(rig: Rig, round_: Round, simulated_s: Mapping[str, float],
                 raise EmulationError(str(exc)) from None
             ownership.record_processes(rig.workdir, wire.proc.pid)
         watchers.enter_context(monitor)
-        outcome = _run_agents(rig, round_, simulated_s, simulated_flows, network.actions())
-    record = RoundRecord(outcome, monitor.report(window=(outcome.t0_s, time.time())))
+        outcome = _run_agents(rig, phase, simulated, network.actions())
+    record = PhaseRecord(outcome, monitor.report(window=(outcome.t0_s, time.time())))
     monitor.save_intervals(os.path.join(rig.workdir, f"monitor-{label}.json"))
     say_monitor(rig.say, label, record.monitor)
     if wire is not None:
@@ -100,37 +108,36 @@ def run_round(rig: Rig, round_: Round, simulated_s: Mapping[str, float],
     return record
 
 
-def _run_agents(rig: Rig, round_: Round, simulated_s: Mapping[str, float],
-                simulated_flows: Mapping[str, Any] | None, network_actions: list) -> AgentsOutcome:
-    """The agents of ``round_``, with the run-spec, channel plan and timed faults they need."""
-    agents_dir = os.path.join(rig.workdir, round_.label)
+def _run_agents(rig: Rig, phase: Phase, simulated: Simulated, network_actions: list) -> AgentsOutcome:
+    """The agents of ``phase``, with the run-spec, channel plan and timed faults they need."""
+    agents_dir = os.path.join(rig.workdir, phase.label)
     os.makedirs(agents_dir)
-    faults = round_.process_faults
+    faults = phase.process_faults
     return run_agents(
-        agent_template(rig, round_, simulated_s), agents_dir, fabric_popen(rig.fabric),
-        channel_plan=_channel_plan(rig, round_, simulated_flows),
+        agent_template(rig, phase, simulated.completion_s), agents_dir, fabric_popen(rig.fabric),
+        channel_plan=_channel_plan(rig, phase, simulated.flows),
         kill_agents={f.target[0]: f.at_s for f in faults if f.kind == "agent"},
         actions=(restart_actions("controller", faults, rig.crash_controller, rig.restart_controller)
                  + restart_actions("ovs", faults, rig.stop_switch_daemon, rig.start_switch_daemon)
                  + network_actions),
-        progress=prefixed(rig.say, f"{round_.label}: "),
+        progress=prefixed(rig.say, f"{phase.label}: "),
     )
 
 
-def agent_template(rig: Rig, round_: Round, simulated_s: Mapping[str, float]) -> RunSpec:
-    """What every agent of ``round_`` is told (:class:`~traffic.runspec.RunSpec`, passed whole to the
+def agent_template(rig: Rig, phase: Phase, simulated_s: Mapping[str, float]) -> RunSpec:
+    """What every agent of ``phase`` is told (:class:`~traffic.runspec.RunSpec`, passed whole to the
     agents; each gets its host, t0 and files filled in): the run deadline is ``run_timeout_factor`` x
     the latest simulated completion (``simulated_s``, job -> seconds) plus ``run_timeout_extra_s``."""
     settings = rig.settings
-    budget_s = max(j.arrival_s + simulated_s.get(j.job_id, 0.0) for j in round_.jobs)
-    return RunSpec(hosts_ip=dict(rig.hosts_ip), jobs=list(round_.jobs), data_port=settings.data_port,
+    budget_s = max(j.arrival_s + simulated_s.get(j.job_id, 0.0) for j in phase.jobs)
+    return RunSpec(hosts_ip=dict(rig.hosts_ip), jobs=list(phase.jobs), data_port=settings.data_port,
                    registry=rig.registry_settings(), scheduler=rig.scheduler,
                    run_timeout_s=settings.run_timeout_factor * budget_s + settings.run_timeout_extra_s,
                    confirm_timeout_s=settings.confirm_timeout_s, topology_spec=dict(rig.topology_spec),
                    congestion_control=settings.tcp_congestion_control)
 
 
-def _channel_plan(rig: Rig, round_: Round,
+def _channel_plan(rig: Rig, phase: Phase,
                   simulated_flows: Mapping[str, Any] | None) -> dict[str, list[dict[str, Any]]] | None:
     """How many channels each agent opens before t0: the most flows of one (source, destination, path)
     in flight at once in the simulated run (the same at any dilation: only which flows overlap counts).
@@ -139,13 +146,13 @@ def _channel_plan(rig: Rig, round_: Round,
         return None
     topology = rig.topology
     path_of = topology.path_for if rig.enforces else (lambda src, dst, key: topology.pair_path(src, dst))
-    round_ids = {j.job_id for j in round_.jobs}
-    mine = {key: flow for key, flow in simulated_flows.items() if key.split("/", 1)[0] in round_ids}
+    phase_ids = {j.job_id for j in phase.jobs}
+    mine = {key: flow for key, flow in simulated_flows.items() if key.split("/", 1)[0] in phase_ids}
     return channel_plan(mine, path_of)
 
 
 def _wire_capture(rig: Rig, label: str, host_ports: Mapping[str, str]) -> WireCapture:
-    """The capture of the round's first-hop switch ports, into the run folder's ``captures/``."""
+    """The capture of the phase's first-hop switch ports, into the run folder's ``captures/``."""
     capture_dir = os.path.join(rig.settings.logs_dir or rig.workdir, "captures", rig.run_name, label)
     return WireCapture(capture_dir, sorted(host_ports.values()))
 
