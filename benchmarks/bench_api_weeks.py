@@ -27,7 +27,12 @@ mean lifecycle of the last ``--window`` jobs.  At the end:
   process polls the largest pages (200 jobs, 200 flows, 50 EchelonFlows, 50 recent ones) in a loop; and
   how long each request held the hub (the WSGI call, JSON encoding included).
 
-Usage: ``.venv/bin/python benchmarks/bench_api_weeks.py [--jobs 100000] [--every 10000] [--json PATH]``.
+With ``--stalls-only`` it grows the registry and measures the decision delay only (no series, no
+fresh-controller comparison, no restart): how the stall benchmark compares two versions of the code in
+one session (copy this file into the other checkout's ``benchmarks/`` and run both in turns).
+
+Usage: ``.venv/bin/python benchmarks/bench_api_weeks.py [--jobs 100000] [--every 10000] [--json PATH]``,
+``.venv/bin/python benchmarks/bench_api_weeks.py --stalls-only --jobs 2000 [--stall-s 3] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -220,6 +225,20 @@ def stalls(ctl: Controller, workdir: str, seconds: float) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ main
+def stalls_only(ctl: Controller, workdir: str, args: argparse.Namespace) -> int:
+    for index in range(args.jobs):
+        ctl.lifecycle(index, args.job_gap_s)
+    stall = stalls(ctl, workdir, args.stall_s)
+    document = {"benchmark": "bench_api_weeks --stalls-only", "root": ROOT, "jobs": args.jobs,
+                "jobs_in_memory": len(ctl.registry.jobs),
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "decision_delay": stall}
+    with open(args.json, "w", encoding="utf-8") as fh:
+        json.dump(document, fh, indent=1)
+    print(json.dumps(document))
+    ctl.registry.store.close()
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -227,6 +246,7 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=1000, help="jobs whose lifecycle is timed per record")
     parser.add_argument("--job-gap-s", type=float, default=12.0, help="simulated seconds per job")
     parser.add_argument("--stall-s", type=float, default=3.0)
+    parser.add_argument("--stalls-only", action="store_true", help="grow, then measure the decision delay")
     parser.add_argument("--reader", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", default=RESULT_PATH)
     args = parser.parse_args()
@@ -235,6 +255,8 @@ def main() -> int:
     workdir = tempfile.mkdtemp(prefix="echelon-bench-weeks-")
     store = os.path.join(workdir, "registry.sqlite")
     ctl = Controller(store)
+    if args.stalls_only:
+        return stalls_only(ctl, workdir, args)
     series = [record(ctl, store, 0, None)]
     empty_rss = series[0]["rss_mib"]
     began = time.perf_counter()
