@@ -257,8 +257,20 @@ class Api:
         return _page(request, "echelons", echelons, cursor, lambda ech: reader.echelons.get(ech.key),
                      lambda ech: views.echelon_view(reader, ech, with_flows=False))
 
-    def get_echelon(self, job_id: str, echelon_id: str, request: Request) -> tuple[int, Any]:
+    def _part_reader(self, job_id: str, echelon_id: str | None = None,
+                     flow_id: str | None = None) -> Registry:
+        """The registry that holds the EchelonFlow (or flow) of ``job_id``: :meth:`_reader`'s, or for a
+        job in memory whose done EchelonFlow left it, that EchelonFlow read back from the store."""
         reader = self._reader(job_id)
+        if reader is self.registry:
+            archived = (archive.read_echelon(reader, job_id, echelon_id) if echelon_id is not None
+                        else archive.read_flow(reader, job_id, flow_id))  # type: ignore[arg-type]
+            if archived is not None:
+                return archived
+        return reader
+
+    def get_echelon(self, job_id: str, echelon_id: str, request: Request) -> tuple[int, Any]:
+        reader = self._part_reader(job_id, echelon_id=echelon_id)
         return 200, views.echelon_view(reader, reader.echelon(job_id, echelon_id))
 
     def list_flows(self, job_id: str, request: Request) -> tuple[int, Any]:
@@ -269,11 +281,11 @@ class Api:
         return _flow_page(self.registry, request)
 
     def get_flow(self, job_id: str, flow_id: str, request: Request) -> tuple[int, Any]:
-        reader = self._reader(job_id)
+        reader = self._part_reader(job_id, flow_id=flow_id)
         return 200, views.flow_view(reader, reader.flow(job_id, flow_id))
 
     def get_allocation(self, job_id: str, flow_id: str, request: Request) -> tuple[int, Any]:
-        reader = self._reader(job_id)
+        reader = self._part_reader(job_id, flow_id=flow_id)
         flow = reader.flow(job_id, flow_id)
         return 200, self.service.allocation(flow.key, flow)
 
