@@ -39,7 +39,15 @@ _ITERATION = re.compile(r"^i(\d+)\.(.+)$")
 #: A known flow that has sent more than its learned size still counts this much (of that size) unsent.
 MIN_LEFT_FRACTION = 0.05
 #: Flow ids whose template is remembered (forgotten all at once beyond this: a memo, not state).
-MAX_PARTS = 1_000_000
+MAX_PARTS = 100_000
+#: What it remembers is bounded, so a controller that runs for weeks does not keep every job it saw:
+#: the first starts of this many EchelonFlows (the newest: a group's start matters until its last flow
+#: finishes), the starts of this many flows not finished yet (an aborted flow's never is), and what it
+#: learned of this many templates (the latest learned: a job still running relearns its own every
+#: iteration, so the ones dropped first are those of jobs that ended).
+MAX_GROUPS = 20_000
+MAX_OPEN_STARTS = 20_000
+MAX_TEMPLATES = 50_000
 
 
 def template(qualified_id: str) -> tuple[str, int | None]:
@@ -69,14 +77,15 @@ class EchelonOnlineScheduler(EchelonScheduler):
 
     def observe(self, event: FlowEvent) -> None:
         if event.kind == "start":
-            self.flow_start_s[event.flow_id] = event.time_s
-            self.group_start_s.setdefault(event.echelon_id, event.time_s)
+            _keep(self.flow_start_s, event.flow_id, event.time_s, MAX_OPEN_STARTS)
+            if event.echelon_id not in self.group_start_s:
+                _keep(self.group_start_s, event.echelon_id, event.time_s, MAX_GROUPS)
             return
         if event.kind != "finish":  # progress: the bytes sent reach decide() through the snapshot
             return
         start_s = self.flow_start_s.pop(event.flow_id, event.time_s)
         offset_s = max(0.0, start_s - self.group_start_s.get(event.echelon_id, start_s))
-        self.learned[template(event.flow_id)[0]] = (float(event.size_bytes), offset_s)
+        _keep(self.learned, template(event.flow_id)[0], (float(event.size_bytes), offset_s), MAX_TEMPLATES)
 
     def estimate_remaining_bytes(self, flow_id: str, sent_bytes: float) -> float | None:
         known = self.learned.get(template(flow_id)[0])
@@ -129,6 +138,15 @@ class EchelonOnlineScheduler(EchelonScheduler):
         kernels.online_estimate(view.active, view.table.remaining, groups.flow_sent_bytes, known_size,
                                 known_offset, estimates.group, group_left, MIN_LEFT_FRACTION,
                                 estimates.remaining, estimates.offset)
+
+
+def _keep(table: dict, key: str, value: object, most: int) -> None:
+    """``table[key] = value`` as its newest entry, the oldest dropped beyond ``most`` entries (dicts keep
+    insertion order)."""
+    table.pop(key, None)
+    table[key] = value
+    while len(table) > most:
+        del table[next(iter(table))]
 
 
 def _left(size_bytes: float, sent_bytes: float) -> float:
