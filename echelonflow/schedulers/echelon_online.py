@@ -38,8 +38,6 @@ from echelonflow.schedulers.view import Allocation, FlowView, GroupView
 _ITERATION = re.compile(r"^i(\d+)\.(.+)$")
 #: A known flow that has sent more than its learned size still counts this much (of that size) unsent.
 MIN_LEFT_FRACTION = 0.05
-#: Flow ids whose template is remembered (forgotten all at once beyond this: a memo, not state).
-MAX_PARTS = 100_000
 #: What it remembers is bounded, so a controller that runs for weeks does not keep every job it saw:
 #: the first starts of this many EchelonFlows (the newest: a group's start matters until its last flow
 #: finishes), the starts of this many flows not finished yet (an aborted flow's never is), and what it
@@ -73,7 +71,7 @@ class EchelonOnlineScheduler(EchelonScheduler):
         self.group_start_s: dict[str, float] = {}  # echelon id -> first start seen
         self.flow_start_s: dict[str, float] = {}  # flow id -> its start
         self.learned: dict[str, tuple[float, float]] = {}  # flow template -> (size_bytes, start offset_s)
-        self.parts: dict[str, str] = {}  # flow id -> its template (a regex per flow, once)
+        self.parts: dict[str, str] = {}  # active flow id -> its template (a regex per flow, once)
 
     def observe(self, event: FlowEvent) -> None:
         if event.kind == "start":
@@ -124,14 +122,13 @@ class EchelonOnlineScheduler(EchelonScheduler):
             group_left[head] = max(upper - sent, thresholds[0]) / (ptr[g + 1] - ptr[g])
         learned = self.learned
         active = kernels.to_list(view.active, len(view.active))
-        parts = self.parts
-        if len(parts) > MAX_PARTS:
-            parts.clear()
+        parts, self.parts = self.parts, {}  # the active flows' only: what the next decision asks again
         known = []
         for fid in view.flow_ids(active):
             part = parts.get(fid)
             if part is None:
-                part = parts[fid] = template(fid)[0]
+                part = template(fid)[0]
+            self.parts[fid] = part
             known.append(learned.get(part))
         known_size = kernels.float_array([-1.0 if k is None else k[0] for k in known])
         known_offset = kernels.float_array([0.0 if k is None else k[1] for k in known])
