@@ -52,7 +52,7 @@ class LiveView:
         self.registry = service.registry
         self.switch_stats = switch_stats
         #: Encoded views of EchelonFlows whose flows are all done (they no longer change with the clock).
-        self.done_echelons = DoneEchelons()
+        self.done_views = DoneEchelonViews()
 
     @property
     def topology_graph(self) -> Topology:
@@ -134,7 +134,7 @@ class LiveView:
                       cooperate: Callable[[], None] | None = None) -> encoded.Encoded:
         """:meth:`echelons` as the API sends it, encoded an EchelonFlow at a time with turns of the hub
         (``controller.encoded``); an EchelonFlow whose flows are all done is encoded once and its bytes
-        kept until one of its records changes (:class:`DoneEchelons`)."""
+        kept until one of its records changes (:class:`DoneEchelonViews`)."""
         now_s, echelons, next_cursor = self._echelon_page(recent_s, limit, cursor)
         items = encoded.render(echelons, lambda ech: self.registry.echelons.get(ech.key),
                                lambda ech: self._echelon_bytes(ech, now_s), cooperate)
@@ -152,11 +152,11 @@ class LiveView:
 
     def _echelon_bytes(self, ech: EchelonRecord, now_s: float) -> bytes:
         flows = self.registry.flows_of(ech.key)
-        known = self.done_echelons.get(ech, flows)
+        known = self.done_views.get(ech, flows)
         if known is not None:
             return known
         raw = encoded.encode(self._echelon_view(ech, now_s, flows))
-        self.done_echelons.put(ech, flows, raw)
+        self.done_views.put(ech, flows, raw)
         return raw
 
     def _echelon_view(self, ech: EchelonRecord, now_s: float,
@@ -183,7 +183,7 @@ class LiveView:
         return {"rounds": [dataclasses.asdict(r) for r in reversed(recent)]}
 
 
-class DoneEchelons:
+class DoneEchelonViews:
     """The encoded views of EchelonFlows whose flows are all done, each valid while its records are the
     same objects (records are immutable: any change of an EchelonFlow or of one of its flows replaces
     the record), the least recently read dropped beyond :attr:`max_bytes` in all (about 1,500

@@ -1,7 +1,7 @@
 """Reads never hold the controller's hub for a whole page (``controller.encoded``): a page is built and
 encoded an item at a time with turns of the hub between items, an item that leaves memory meanwhile is
 left out, and the bytes are those ``json.dumps(payload, sort_keys=True)`` gives for the whole page.  An
-EchelonFlow whose flows are all done is encoded once (``live_view.DoneEchelons``) until a record of it
+EchelonFlow whose flows are all done is encoded once (``live_view.DoneEchelonViews``) until a record of it
 changes.  Standalone registry and API (the served test uses the real HTTP server on its own hub)."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_the_echelons_page_matches_the_live_view_and_done_ones_are_encoded_once(
     live = api.live
     first = get(api, "/v1/echelons")[1]
     assert json.loads(first) == live.echelons()
-    assert len(live.done_echelons) == 6  # the finished ones; active ones change with the clock
+    assert len(live.done_views) == 6  # the finished ones; active ones change with the clock
     clock.now_s += 5.0
     again = get(api, "/v1/echelons")[1]
     assert json.loads(again) == live.echelons()
@@ -85,7 +85,7 @@ def test_the_echelons_page_matches_the_live_view_and_done_ones_are_encoded_once(
 
 def test_the_done_views_stay_within_their_bytes():
     api, _clock = grown(jobs=30, done=30)
-    done = api.live.done_echelons
+    done = api.live.done_views
     done.max_bytes = 3 * len(encoded.encode(api.live.echelons(limit=1)["echelons"][0]))
     assert json.loads(get(api, "/v1/echelons")[1]) == api.live.echelons()
     assert 2 <= len(done) <= 3 and done.bytes <= done.max_bytes  # ids grow longer: j10 on
