@@ -25,9 +25,20 @@ mean lifecycle of the last ``--window`` jobs.  At the end:
   asks for a scheduling round every 20 ms and records how late it woke: first alone, then while another
   process only burns a core (the shared machine's part of the delay), then while a separate client
   process polls the largest pages (200 jobs, 200 flows, 50 EchelonFlows, 50 recent ones) in a loop; and
-  how long each request held the hub (the WSGI call, JSON encoding included).
+  each stretch a request held the hub (the WSGI call, JSON encoding included, cut where the page gave the
+  hub a turn: ``controller.encoded``).
 
-Usage: ``.venv/bin/python benchmarks/bench_api_weeks.py [--jobs 100000] [--every 10000] [--json PATH]``.
+With ``--stalls-only`` it grows the registry and measures the decision delay only (no series, no
+fresh-controller comparison, no restart): how the stall benchmark compares two versions of the code in
+one session (copy this file into the other checkout's ``benchmarks/`` and run both in turns).
+
+With ``--scheduler NAME`` that policy is selected first, and every record counts the entries it keeps
+(``scheduler_entries``: a learning policy's memory of the jobs it saw); ``--no-stalls`` stops after the
+series.  With ``--one-job`` every lifecycle is an iteration of one job that stays live throughout (its
+EchelonFlows ``i<k>.e``), what a training job that runs for weeks does.
+
+Usage: ``.venv/bin/python benchmarks/bench_api_weeks.py [--jobs 100000] [--every 10000] [--json PATH]``,
+``.venv/bin/python benchmarks/bench_api_weeks.py --stalls-only --jobs 2000 [--stall-s 3] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -46,12 +57,15 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from controller import validation  # noqa: E402
 from controller.api import Api  # noqa: E402
 from controller.config import ControllerConfig  # noqa: E402
 from controller.service import SchedulingService  # noqa: E402
 from controller.store import open_registry  # noqa: E402
 from echelonflow.topology import fattree  # noqa: E402
 
+#: The hook a page calls to give the hub a turn (absent from versions that built a page in one go).
+COOPERATE_KEY = getattr(validation, "COOPERATE_KEY", None)
 RESULT_PATH = os.path.join(ROOT, "benchmarks", "results", "api_weeks.json")
 TOKEN = "bench-token"
 READS = {"jobs": "/v1/jobs", "flows": "/v1/flows", "echelons": "/v1/echelons",
@@ -67,13 +81,15 @@ POLLED = ["/v1/jobs?limit=200", "/v1/flows?limit=200", "/v1/echelons?limit=50",
 class Controller:
     """Registry + service + API on a simulated clock, called as WSGI."""
 
-    def __init__(self, store_path: str) -> None:
+    def __init__(self, store_path: str, scheduler: str | None = None) -> None:
         self.now_s = 1.0e9
         self.topology = fattree(10e6, k=4)
         self.registry = open_registry(self.topology, store_path)
         self.service = SchedulingService(self.registry, None, ControllerConfig(interval_s=3600.0),
                                          now=lambda: self.now_s)
         self.api = Api(self.service, TOKEN)
+        if scheduler is not None:
+            self.service.set_scheduler(scheduler)
         self.service.start()  # as the controller does when it starts (the scheduler's kernels load here)
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
@@ -88,19 +104,39 @@ class Controller:
             raise RuntimeError(f"{method} {path}: {status[0]} {out[:200]!r}")
         return out
 
-    def lifecycle(self, index: int, gap_s: float) -> None:
+    def lifecycle(self, index: int, gap_s: float, one_job: bool = False) -> None:
+        """Job ``job{index}``'s one EchelonFlow, or with ``one_job`` iteration ``index`` of the job
+        ``long`` that stays live throughout (an EchelonFlow ``i{index}.e`` of flows ``i{index}.f*``)."""
         self.now_s += gap_s
-        job = f"job{index}"
+        job, prefix = (f"job{index}", "") if not one_job else ("long", f"i{index}.")
         hosts = [(f"h{1 + (index + i) % 8}", f"h{9 + (index + 3 * i) % 8}") for i in range(4)]
-        self.call("POST", "/v1/jobs", {"job_id": job})
-        self.call("POST", f"/v1/jobs/{job}/echelons", {"echelon_id": "e", "flows": [
-            {"flow_id": f"f{i}", "src": src, "dst": dst, "size_bytes": 10**6}
+        if not one_job:
+            self.call("POST", "/v1/jobs", {"job_id": job})
+        elif index == 0:  # an EchelonFlow whose flow never starts keeps the job live
+            self.call("POST", "/v1/jobs", {"job_id": job})
+            self.call("POST", f"/v1/jobs/{job}/echelons", {"echelon_id": "keep", "flows": [
+                {"flow_id": "keep", "src": "h1", "dst": "h16", "size_bytes": 10**6}]})
+        self.call("POST", f"/v1/jobs/{job}/echelons", {"echelon_id": f"{prefix}e", "flows": [
+            {"flow_id": f"{prefix}f{i}", "src": src, "dst": dst, "size_bytes": 10**6}
             for i, (src, dst) in enumerate(hosts)]})
         for i in range(4):
-            self.call("POST", f"/v1/jobs/{job}/flows/f{i}/start", {"src_port": 40000 + i, "dst_port": 5201})
+            self.call("POST", f"/v1/jobs/{job}/flows/{prefix}f{i}/start", {"src_port": 40000 + i,
+                                                                           "dst_port": 5201})
         self.now_s += 0.5
         for i in range(4):
-            self.call("POST", f"/v1/jobs/{job}/flows/f{i}/finish", {})
+            self.call("POST", f"/v1/jobs/{job}/flows/{prefix}f{i}/finish", {})
+
+
+def state_entries(obj: Any, depth: int = 2) -> int:
+    """Entries the scheduler keeps (its dicts, lists and sets, and those of the policies it holds): what
+    grows if a learning policy remembers every job it saw."""
+    total = 0
+    for value in vars(obj).values():
+        if isinstance(value, (dict, list, set)):
+            total += len(value)
+        elif depth and type(value).__module__.startswith("echelonflow.schedulers") and vars(value):
+            total += state_entries(value, depth - 1)
+    return total
 
 
 def rss_mib() -> float:
@@ -128,7 +164,10 @@ def record(ctl: Controller, store: str, jobs: int, lifecycle_ms: float | None) -
     reads = {name: median_ms(lambda p=path: ctl.call("GET", p)) for name, path in READS.items()}
     return {"jobs": jobs, "simulated_days": (ctl.now_s - 1.0e9) / 86400, "rss_mib": rss_mib(),
             "open_files": len(os.listdir("/proc/self/fd")), "store_bytes": store_bytes(store),
-            "jobs_in_memory": len(ctl.registry.jobs), "flows_in_memory": len(ctl.registry.flows),
+            "jobs_in_memory": len(ctl.registry.jobs), "echelons_in_memory": len(ctl.registry.echelons),
+            "flows_in_memory": len(ctl.registry.flows),
+            "scheduler": ctl.service.scheduler_name,
+            "scheduler_entries": state_entries(ctl.service.scheduler),
             "lifecycle_ms": lifecycle_ms, "read_ms": reads}
 
 
@@ -181,14 +220,29 @@ def stalls(ctl: Controller, workdir: str, seconds: float) -> dict[str, Any]:
             delays.append(time.perf_counter() - asked - period_s)
             ctl.service.reschedule("probe")
 
-    held: list[float] = []
+    held: list[float] = []  # wall time of each stretch (the OS may take the core meanwhile)
+    held_cpu: list[float] = []  # and the CPU time this thread spent in it (the work itself)
 
     def timed_api(environ: dict[str, Any], start_response: Any) -> Any:
-        began = time.perf_counter()  # the hub is held from here to the answer's bytes
+        """The API, recording each stretch it held the hub: from the call (or a turn it gave the hub,
+        ``COOPERATE_KEY`` where the server offers one) to the next turn or the answer's bytes."""
+        began = [time.perf_counter(), time.thread_time()]
+
+        def stretch() -> None:
+            held.append(time.perf_counter() - began[0])
+            held_cpu.append(time.thread_time() - began[1])
+
+        turn = environ.get(COOPERATE_KEY) if COOPERATE_KEY else None
+        if turn is not None:
+            def timed_turn() -> None:
+                stretch()
+                turn()
+                began[:] = [time.perf_counter(), time.thread_time()]
+            environ[COOPERATE_KEY] = timed_turn
         try:
             return ctl.api(environ, start_response)
         finally:
-            held.append(time.perf_counter() - began)
+            stretch()
 
     server = ApiServer(timed_api, port=0, socket_path=os.path.join(workdir, "api.sock"))
     thread = run_in_thread(server, tasks=(probe,))
@@ -197,6 +251,7 @@ def stalls(ctl: Controller, workdir: str, seconds: float) -> dict[str, Any]:
         for phase in ("alone", "cpu_busy", "polled"):
             delays.clear()
             held.clear()
+            held_cpu.clear()
             reads = 0
             if phase == "polled":
                 proc = subprocess.run([sys.executable, __file__, "--reader", server.socket_path,
@@ -212,7 +267,9 @@ def stalls(ctl: Controller, workdir: str, seconds: float) -> dict[str, Any]:
                           "delay_p99_ms": 1000 * got[min(len(got) - 1, int(0.99 * len(got)))],
                           "delay_max_ms": 1000 * got[-1],
                           "read_held_p50_ms": 1000 * statistics.median(held) if held else None,
-                          "read_held_max_ms": 1000 * max(held) if held else None}
+                          "read_held_max_ms": 1000 * max(held) if held else None,
+                          "read_held_cpu_p50_ms": 1000 * statistics.median(held_cpu) if held else None,
+                          "read_held_cpu_max_ms": 1000 * max(held_cpu) if held else None}
     finally:
         stop[0] = True
         thread.stop()
@@ -220,6 +277,20 @@ def stalls(ctl: Controller, workdir: str, seconds: float) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ main
+def stalls_only(ctl: Controller, workdir: str, args: argparse.Namespace) -> int:
+    for index in range(args.jobs):
+        ctl.lifecycle(index, args.job_gap_s)
+    stall = stalls(ctl, workdir, args.stall_s)
+    document = {"benchmark": "bench_api_weeks --stalls-only", "root": ROOT, "jobs": args.jobs,
+                "jobs_in_memory": len(ctl.registry.jobs),
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "decision_delay": stall}
+    with open(args.json, "w", encoding="utf-8") as fh:
+        json.dump(document, fh, indent=1)
+    print(json.dumps(document))
+    ctl.registry.store.close()
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -227,6 +298,10 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=1000, help="jobs whose lifecycle is timed per record")
     parser.add_argument("--job-gap-s", type=float, default=12.0, help="simulated seconds per job")
     parser.add_argument("--stall-s", type=float, default=3.0)
+    parser.add_argument("--stalls-only", action="store_true", help="grow, then measure the decision delay")
+    parser.add_argument("--scheduler", default=None, help="select this policy first")
+    parser.add_argument("--no-stalls", action="store_true", help="skip the fresh comparison, stalls, restart")
+    parser.add_argument("--one-job", action="store_true", help="every lifecycle an iteration of one live job")
     parser.add_argument("--reader", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", default=RESULT_PATH)
     args = parser.parse_args()
@@ -234,20 +309,26 @@ def main() -> int:
         return reader(args.reader, args.stall_s)
     workdir = tempfile.mkdtemp(prefix="echelon-bench-weeks-")
     store = os.path.join(workdir, "registry.sqlite")
-    ctl = Controller(store)
+    ctl = Controller(store, args.scheduler)
+    if args.stalls_only:
+        return stalls_only(ctl, workdir, args)
     series = [record(ctl, store, 0, None)]
     empty_rss = series[0]["rss_mib"]
     began = time.perf_counter()
     for index in range(args.jobs):
         if index == 0 or (index + args.window) % args.every == 0:  # a timed window of jobs begins
             window_start = time.perf_counter()
-        ctl.lifecycle(index, args.job_gap_s)
+        ctl.lifecycle(index, args.job_gap_s, args.one_job)
         done = index + 1
         if done == args.window or done % args.every == 0:
             lifecycle_ms = 1000 * (time.perf_counter() - window_start) / args.window
             series.append(record(ctl, store, done, lifecycle_ms))
             print(json.dumps(series[-1]), file=sys.stderr, flush=True)
     grow_s = time.perf_counter() - began
+    if args.no_stalls:
+        return write(args, {"jobs": args.jobs, "grow_s": grow_s, "scheduler": ctl.service.scheduler_name,
+                            "rss_empty_mib": empty_rss, "rss_end_mib": series[-1]["rss_mib"],
+                            "scheduler_entries_end": series[-1]["scheduler_entries"]}, series)
     against_fresh = lifecycle_against_fresh(ctl, workdir, args.jobs)
     stall = stalls(ctl, workdir, args.stall_s)
     ctl.registry.store.close()
@@ -268,6 +349,10 @@ def main() -> int:
         "store_mib_end": last["store_bytes"] / 2**20, "restart_s": restart_s,
         "restart_jobs_loaded": len(restarted.jobs), "decision_delay": stall,
     }
+    return write(args, summary, series)
+
+
+def write(args: argparse.Namespace, summary: dict[str, Any], series: list[dict[str, Any]]) -> int:
     document = {"benchmark": "bench_api_weeks", "command": " ".join(["benchmarks/bench_api_weeks.py",
                                                                       *sys.argv[1:]]),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),

@@ -26,14 +26,13 @@ Kept Python 3.9 compatible; stdlib only.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Callable
 
-from controller import archive, listing, paging, views
+from controller import archive, encoded, listing, paging, views
 from controller.auth import bearer_ok
 from controller.dashboard import PREFIX as UI_PREFIX
 from controller.dashboard import Dashboard
@@ -44,6 +43,7 @@ from controller.service import RECENT_PASSES, SchedulingService
 from controller.store import StoreError
 from controller.validation import (
     BODY_LIMIT_KEY,
+    COOPERATE_KEY,
     REFUSED_KEY,
     ApiError,
     choice,
@@ -70,10 +70,13 @@ class Request:
     and the body, read by :meth:`body` against the endpoint's fields when the handler asks (after it
     looked up the job or flow the path names, so an unknown one is a 404 whatever the body)."""
 
-    def __init__(self, raw: Any, declared: tuple[Field, ...] | None, query: dict[str, Any]) -> None:
+    def __init__(self, raw: Any, declared: tuple[Field, ...] | None, query: dict[str, Any],
+                 cooperate: Callable[[], None] | None = None) -> None:
         self.raw = raw
         self.declared = declared
         self.query = query
+        #: Gives the hub a turn while a long answer is built (None: not served on a hub).
+        self.cooperate = cooperate
 
     def body(self, declared: tuple[Field, ...] | None = None) -> dict[str, Any]:
         if not isinstance(self.raw, dict):
@@ -132,7 +135,7 @@ class Api:
         except Exception as err:  # noqa: BLE001 - a bug must still answer in JSON, and be logged
             LOG.exception("API request failed")
             status, payload, headers = 500, _error(None, f"internal error: {type(err).__name__}"), []
-        body = json.dumps(payload, sort_keys=True).encode()
+        body = payload.body if isinstance(payload, encoded.Encoded) else encoded.encode(payload)
         start_response(f"{status} {HTTPStatus(status).phrase}", [
             ("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers])
         return [body]
@@ -160,7 +163,8 @@ class Api:
             limit = max(self.max_body_bytes, endpoint.body_limit)
             raw = self._body(environ, limit) if method in ("POST", "PUT") else None
             query = read_query(environ.get("QUERY_STRING", ""), endpoint.query)
-            return endpoint.handler(self, *match.groups(), request=Request(raw, endpoint.body, query))
+            request = Request(raw, endpoint.body, query, environ.get(COOPERATE_KEY))
+            return endpoint.handler(self, *match.groups(), request=request)
         raise ApiError(404, "path", f"no such endpoint {path!r}")
 
     def _body(self, environ: dict[str, Any], limit: int) -> Any:
@@ -222,7 +226,9 @@ class Api:
 
     def list_jobs(self, request: Request) -> tuple[int, Any]:
         jobs, cursor = listing.jobs(self.registry, *request.page)
-        return 200, {"jobs": [views.job_view(self.registry, j) for j in jobs], "next_cursor": cursor}
+        registry = self.registry
+        return _page(request, "jobs", jobs, cursor, lambda job: registry.jobs.get(job.job_id),
+                     lambda job: views.job_view(registry, job))
 
     def _reader(self, job_id: str) -> Registry:
         """The registry that holds ``job_id``: the live one, or the job read back from the store's archive
@@ -248,28 +254,38 @@ class Api:
     def list_echelons(self, job_id: str, request: Request) -> tuple[int, Any]:
         reader = self._reader(job_id)
         echelons, cursor = listing.echelons(reader, *request.page, job_id=job_id)
-        return 200, {"echelons": [views.echelon_view(reader, e, with_flows=False) for e in echelons],
-                     "next_cursor": cursor}
+        return _page(request, "echelons", echelons, cursor, lambda ech: reader.echelons.get(ech.key),
+                     lambda ech: views.echelon_view(reader, ech, with_flows=False))
+
+    def _part_reader(self, job_id: str, echelon_id: str | None = None,
+                     flow_id: str | None = None) -> Registry:
+        """The registry that holds the EchelonFlow (or flow) of ``job_id``: :meth:`_reader`'s, or for a
+        job in memory whose done EchelonFlow left it, that EchelonFlow read back from the store."""
+        reader = self._reader(job_id)
+        if reader is self.registry:
+            archived = (archive.read_echelon(reader, job_id, echelon_id) if echelon_id is not None
+                        else archive.read_flow(reader, job_id, flow_id))  # type: ignore[arg-type]
+            if archived is not None:
+                return archived
+        return reader
 
     def get_echelon(self, job_id: str, echelon_id: str, request: Request) -> tuple[int, Any]:
-        reader = self._reader(job_id)
+        reader = self._part_reader(job_id, echelon_id=echelon_id)
         return 200, views.echelon_view(reader, reader.echelon(job_id, echelon_id))
 
     def list_flows(self, job_id: str, request: Request) -> tuple[int, Any]:
         reader = self._reader(job_id)
-        flows, cursor = listing.flows(reader, *request.page, job_id=job_id, state=request.query["state"])
-        return 200, {"flows": [views.flow_view(reader, f) for f in flows], "next_cursor": cursor}
+        return _flow_page(reader, request, job_id)
 
     def list_all_flows(self, request: Request) -> tuple[int, Any]:
-        flows, cursor = listing.flows(self.registry, *request.page, state=request.query["state"])
-        return 200, {"flows": [views.flow_view(self.registry, f) for f in flows], "next_cursor": cursor}
+        return _flow_page(self.registry, request)
 
     def get_flow(self, job_id: str, flow_id: str, request: Request) -> tuple[int, Any]:
-        reader = self._reader(job_id)
+        reader = self._part_reader(job_id, flow_id=flow_id)
         return 200, views.flow_view(reader, reader.flow(job_id, flow_id))
 
     def get_allocation(self, job_id: str, flow_id: str, request: Request) -> tuple[int, Any]:
-        reader = self._reader(job_id)
+        reader = self._part_reader(job_id, flow_id=flow_id)
         flow = reader.flow(job_id, flow_id)
         return 200, self.service.allocation(flow.key, flow)
 
@@ -290,7 +306,8 @@ class Api:
         return 200, self.live.links()
 
     def get_echelons(self, request: Request) -> tuple[int, Any]:
-        return 200, self.live.echelons(request.query["recent_s"], *request.page)
+        return 200, self.live.echelons_page(request.query["recent_s"], *request.page,
+                                            cooperate=request.cooperate)
 
     def get_rounds(self, request: Request) -> tuple[int, Any]:
         return 200, self.live.rounds(request.query["limit"])
@@ -337,8 +354,9 @@ class Api:
 
     def list_channels(self, request: Request) -> tuple[int, Any]:
         channels, cursor = listing.channels(self.registry, *request.page)
-        return 200, {"channels": [views.channel_view(self.registry, c) for c in channels],
-                     "next_cursor": cursor}
+        registry = self.registry
+        return _page(request, "channels", channels, cursor, lambda ch: registry.channels.get(ch.channel_id),
+                     lambda ch: views.channel_view(registry, ch))
 
     def get_channel(self, channel_id: str, request: Request) -> tuple[int, Any]:
         channel = self.registry.channels.lookup(channel_id)
@@ -416,6 +434,20 @@ class Endpoint:
     body: tuple[Field, ...] | None = None
     query: tuple[Field, ...] = ()
     body_limit: int = 0
+
+
+def _page(request: Request, key: str, records: list[Any], cursor: str | None,
+          current: Callable[[Any], Any], view: Callable[[Any], Any]) -> tuple[int, encoded.Encoded]:
+    """A list's page: ``{key: [...], "next_cursor"}``, each record still in memory rendered by ``view``,
+    the hub given turns meanwhile (``controller.encoded``)."""
+    items = encoded.render(records, current, view, request.cooperate)
+    return 200, encoded.page_body({"next_cursor": cursor}, key, items)
+
+
+def _flow_page(reader: Registry, request: Request, job_id: str | None = None) -> tuple[int, encoded.Encoded]:
+    flows, cursor = listing.flows(reader, *request.page, job_id=job_id, state=request.query["state"])
+    return _page(request, "flows", flows, cursor, lambda flow: reader.flows.get(flow.key),
+                 lambda flow: views.flow_view(reader, flow))
 
 
 def _route(path: str, **methods: Endpoint) -> tuple[re.Pattern[str], dict[str, Endpoint]]:

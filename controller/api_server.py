@@ -9,8 +9,9 @@ own network namespaces and cannot reach the root namespace's 127.0.0.1, but they
 * Unix: ``/run/echelon/controller-<port>.sock`` by default, mode 0600 (root only, like the token).
   A stale socket file from a dead controller is replaced; a live one is an error (two controllers).
 
-A client polling in a loop cannot hold the hub: the server yields to the hub before each request, so a
-scheduling round due meanwhile waits for one request at most (docs/api.md, "Pages").
+A client polling in a loop cannot hold the hub: the server yields to the hub before each request, and a
+long answer (a page) gives it a turn every millisecond of work (``COOPERATE_KEY``, ``controller.encoded``),
+so a scheduling round due meanwhile waits about that long (docs/api.md, "Pages").
 
 Slow clients cannot starve the others.  eventlet.wsgi serves each connection in a green thread from a
 pool (1,024 by default) and its socket timeout bounds only the wait for *each* read, so a client that
@@ -59,7 +60,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from controller.config import DEFAULTS, ControllerConfig, default_socket_path
-from controller.validation import BODY_LIMIT_KEY, REFUSED_KEY, ApiError
+from controller.validation import BODY_LIMIT_KEY, COOPERATE_KEY, REFUSED_KEY, ApiError
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # eventlet >= 0.36 warns that it is in maintenance mode
@@ -241,6 +242,7 @@ class _DeadlineProtocol(eventlet.wsgi.HttpProtocol):
             environ[BODY_LIMIT_KEY] = guard.set_limit
         environ["wsgi.input"] = _DeadlineInput(raw, deadline, self)
         environ[LINGER_KEY] = self._close_lingering
+        environ[COOPERATE_KEY] = _turn
         refused = framing_problem(self.headers)
         if refused is not None:  # the body is never read: no keep-alive reuse of a desynchronised stream
             environ[REFUSED_KEY] = refused
@@ -270,6 +272,11 @@ class _DeadlineProtocol(eventlet.wsgi.HttpProtocol):
                 if not chunk:
                     break
                 drained += len(chunk)
+
+
+def _turn() -> None:
+    """One turn of the hub for whatever else is due (a long answer calls it between its items)."""
+    eventlet.sleep(0)
 
 
 def _lingering(app: Callable[..., Any]) -> Callable[..., Any]:

@@ -18,13 +18,14 @@ Kept Python 3.9 compatible; no os_ken import.
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
-from controller import listing
+from controller import encoded, listing
 from controller.paging import DEFAULT_LIMIT
-from controller.registry import DONE_STATES, FlowRecord
+from controller.registry import DONE_STATES, EchelonRecord, FlowRecord
 from controller.service import SchedulingService
 from controller.switch_stats import SwitchStats
 from controller.views import echelon_view, flow_view
@@ -50,6 +51,8 @@ class LiveView:
         self.service = service
         self.registry = service.registry
         self.switch_stats = switch_stats
+        #: Encoded views of EchelonFlows whose flows are all done (they no longer change with the clock).
+        self.done_views = DoneEchelonViews()
 
     @property
     def topology_graph(self) -> Topology:
@@ -122,21 +125,48 @@ class LiveView:
         """A page of the EchelonFlows with their flows; with ``recent_s`` only the started ones that still
         have a flow not done or one done in the last ``recent_s`` seconds (read from the registry's
         index of them, ``controller.recent``, not by walking every EchelonFlow)."""
+        now_s, echelons, next_cursor = self._echelon_page(recent_s, limit, cursor)
+        return {"now_s": now_s, "scheduler": self.service.scheduler_name,
+                "echelons": [self._echelon_view(ech, now_s) for ech in echelons], "next_cursor": next_cursor}
+
+    def echelons_page(self, recent_s: float | None = None, limit: int = DEFAULT_LIMIT,
+                      cursor: str | None = None,
+                      cooperate: Callable[[], None] | None = None) -> encoded.Encoded:
+        """:meth:`echelons` as the API sends it, encoded an EchelonFlow at a time with turns of the hub
+        (``controller.encoded``); an EchelonFlow whose flows are all done is encoded once and its bytes
+        kept until one of its records changes (:class:`DoneEchelonViews`)."""
+        now_s, echelons, next_cursor = self._echelon_page(recent_s, limit, cursor)
+        items = encoded.render(echelons, lambda ech: self.registry.echelons.get(ech.key),
+                               lambda ech: self._echelon_bytes(ech, now_s), cooperate)
+        return encoded.page_body({"now_s": now_s, "scheduler": self.service.scheduler_name,
+                                  "next_cursor": next_cursor}, "echelons", items)
+
+    def _echelon_page(self, recent_s: float | None, limit: int,
+                      cursor: str | None) -> tuple[float, list[EchelonRecord], str | None]:
         now_s = self.service.now()
         if recent_s is None:
             echelons, next_cursor = listing.echelons(self.registry, limit, cursor)
         else:
             echelons, next_cursor = listing.recent_echelons(self.registry, now_s - recent_s, limit, cursor)
-        out = []
-        for ech in echelons:
-            flows = self.registry.flows_of(ech.key)
-            view = echelon_view(self.registry, ech, with_flows=False)
-            view["state"] = _echelon_state(flows)
-            view["tardiness_estimate_s"] = self.tardiness_estimate(flows, now_s)
-            view["flows"] = [self._flow_view(flow, now_s) for flow in flows]
-            out.append(view)
-        return {"now_s": now_s, "scheduler": self.service.scheduler_name, "echelons": out,
-                "next_cursor": next_cursor}
+        return now_s, echelons, next_cursor
+
+    def _echelon_bytes(self, ech: EchelonRecord, now_s: float) -> bytes:
+        flows = self.registry.flows_of(ech.key)
+        known = self.done_views.get(ech, flows)
+        if known is not None:
+            return known
+        raw = encoded.encode(self._echelon_view(ech, now_s, flows))
+        self.done_views.put(ech, flows, raw)
+        return raw
+
+    def _echelon_view(self, ech: EchelonRecord, now_s: float,
+                      flows: list[FlowRecord] | None = None) -> dict[str, Any]:
+        flows = self.registry.flows_of(ech.key) if flows is None else flows
+        view = echelon_view(self.registry, ech, with_flows=False)
+        view["state"] = _echelon_state(flows)
+        view["tardiness_estimate_s"] = self.tardiness_estimate(flows, now_s)
+        view["flows"] = [self._flow_view(flow, now_s) for flow in flows]
+        return view
 
     def _flow_view(self, flow: FlowRecord, now_s: float) -> dict[str, Any]:
         view = flow_view(self.registry, flow)
@@ -151,6 +181,50 @@ class LiveView:
     def rounds(self, limit: int = 20) -> dict[str, Any]:
         recent = list(self.service.recent_passes)[-limit:]
         return {"rounds": [dataclasses.asdict(r) for r in reversed(recent)]}
+
+
+class DoneEchelonViews:
+    """The encoded views of EchelonFlows whose flows are all done, each valid while its records are the
+    same objects (records are immutable: any change of an EchelonFlow or of one of its flows replaces
+    the record), the least recently read dropped beyond :attr:`max_bytes` in all (about 1,500
+    EchelonFlows of 4 flows at the default).
+
+    Such a view depends on the records alone: a done flow has no allocation, no rate, nothing left, and
+    keeps the path it ran on; its tardiness is its finish's.  A flow of undeclared size is left out: its
+    expected size is the scheduler's estimate, which moves as the scheduler learns."""
+
+    def __init__(self, max_bytes: int = 4 << 20) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._views: OrderedDict[str, tuple[EchelonRecord, tuple[FlowRecord, ...], bytes]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    def get(self, ech: EchelonRecord, flows: list[FlowRecord]) -> bytes | None:
+        known = self._views.get(ech.key)
+        if known is None:
+            return None
+        record, records, raw = known
+        if record is not ech or len(records) != len(flows) or any(a is not b for a, b in zip(records, flows)):
+            self._drop(ech.key)
+            return None
+        self._views.move_to_end(ech.key)
+        return raw
+
+    def put(self, ech: EchelonRecord, flows: list[FlowRecord], raw: bytes) -> None:
+        if not flows or any(f.state not in DONE_STATES or f.size_bytes is None for f in flows):
+            return
+        self._drop(ech.key)
+        self._views[ech.key] = (ech, tuple(flows), raw)
+        self.bytes += len(raw)
+        while self.bytes > self.max_bytes:
+            self._drop(next(iter(self._views)))
+
+    def _drop(self, key: str) -> None:
+        known = self._views.pop(key, None)
+        if known is not None:
+            self.bytes -= len(known[2])
 
 
 def _echelon_state(flows: list[FlowRecord]) -> str:

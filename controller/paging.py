@@ -7,9 +7,12 @@ leaves a tombstone that is swept once tombstones are half the run.  A page start
 by bisection, so it never scans what came before it; a key added while a client walks the list gets a
 larger ordinal than any before, so the walk meets every key present for its whole length exactly once.
 
-The cursor is the last ordinal a page returned, with the list's name and this process's epoch, in
-URL-safe base64: opaque to clients, and refused (400 naming ``cursor``) when it belongs to another list
-or to an earlier controller process (ordinals restart with the process).
+The cursor is the last ordinal a page returned and that item's key, with the list's name and this
+process's epoch, in URL-safe base64: opaque to clients, and refused (400 naming ``cursor``) when it belongs
+to another list.  Ordinals restart with the process, but a restarted controller loads its lists in the
+order they were registered (the store's), so a cursor of an earlier process continues after the item it
+names when that item is still in memory; when it is not (archived or deleted meanwhile) the cursor is
+refused, naming ``cursor``: start again without one.
 
 Kept Python 3.9 compatible; stdlib only.
 """
@@ -31,8 +34,11 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 #: The most of a list whose items are heavy (``/v1/echelons``: each EchelonFlow with its flows).
 MAX_HEAVY_LIMIT = 50
-#: A cursor is valid for the process that made it (ordinals restart with the process).
+#: Which process made a cursor (ordinals restart with the process).
 EPOCH = secrets.token_hex(4)
+#: Longest cursor accepted: the base64 of the epoch, list, ordinal and the longest key (a flow's
+#: ``job/flow``, 257 characters).
+MAX_CURSOR_CHARS = 512
 
 read_limit = count(1, MAX_LIMIT)
 read_heavy_limit = count(1, MAX_HEAVY_LIMIT)
@@ -96,45 +102,49 @@ class Cursor:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def encode(self, ordinal: int) -> str:
-        raw = f"{EPOCH}:{self.name}:{ordinal}".encode()
+    def encode(self, ordinal: int, key: Hashable) -> str:
+        raw = f"{EPOCH}:{self.name}:{ordinal}:{key}".encode()
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
-    def decode(self, text: str | None) -> int:
-        """The ordinal a page starts after (-1: the first page); a cursor from elsewhere is a 400."""
+    def decode(self, text: str | None, order: OrderedKeys) -> int:
+        """The ordinal in ``order`` a page starts after (-1: the first page); a cursor from elsewhere, or
+        of an earlier process whose item left memory, is a 400."""
         if text is None:
             return -1
         try:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
-            epoch, name, ordinal = raw.split(":")
+            epoch, name, ordinal, key = raw.split(":", 3)
             value = int(ordinal)
         except (ValueError, binascii.Error, UnicodeDecodeError):
             raise ApiError(400, "cursor", f"not a cursor this API gave, got {text[:40]!r}") from None
         if name != self.name:
             raise ApiError(400, "cursor", f"a cursor of the {name!r} list, not of {self.name!r}")
-        if epoch != EPOCH:
-            raise ApiError(400, "cursor", "from an earlier controller process; start again without a cursor")
-        return value
+        if epoch == EPOCH:
+            return value
+        if key in order:  # an earlier process's: the same item, numbered anew
+            return order.ordinal(key)
+        raise ApiError(400, "cursor", f"from before a controller restart, and {key[:80]!r}, the item it "
+                                      "continues after, left memory since; start again without a cursor")
 
 
 def read_cursor(name: str, text: str) -> str:
     """The query reader's check of ``cursor``: a non-empty token (decoded by the list that reads it)."""
-    if not text or len(text) > 200:
+    if not text or len(text) > MAX_CURSOR_CHARS:
         raise ApiError(400, name, f"must be a cursor this API gave, got {text[:40]!r}")
     return text
 
 
-def page(pairs: Iterable[tuple[int, Any]], limit: int, cursor: Cursor,
+def page(items: Iterable[tuple[int, Hashable, Any]], limit: int, cursor: Cursor,
          keep: Callable[[Any], bool] | None = None) -> tuple[list[Any], str | None]:
-    """Up to ``limit`` items of ``pairs`` (ordinal, item) that ``keep`` accepts, and the cursor of the
-    next page (None when none is left: the walk looked one item further to know)."""
-    items: list[Any] = []
-    last = -1
-    for ordinal, item in pairs:
+    """Up to ``limit`` items of ``items`` (ordinal, key, item) that ``keep`` accepts, and the cursor of
+    the next page (None when none is left: the walk looked one item further to know)."""
+    out: list[Any] = []
+    last: tuple[int, Hashable] = (-1, "")
+    for ordinal, key, item in items:
         if keep is not None and not keep(item):
             continue
-        if len(items) == limit:
-            return items, cursor.encode(last)
-        items.append(item)
-        last = ordinal
-    return items, None
+        if len(out) == limit:
+            return out, cursor.encode(*last)
+        out.append(item)
+        last = (ordinal, key)
+    return out, None

@@ -39,6 +39,10 @@ class RecentEchelons:
         self._open.pop(key, None)
         insort(self._closed, (self._last_end[key], key))
 
+    def done_s(self, key: str) -> float | None:
+        """When ``key``'s latest flow ended, if it has flows and all are done (None: not done)."""
+        return None if key in self._open else self._last_end.get(key)
+
     def forget(self, key: str) -> None:
         if self._open.pop(key, None) is None and key in self._last_end:
             self._unclose(key)

@@ -177,6 +177,22 @@ class StoreSink:
         """When an archived job was done (None: no such archived job)."""
         raise NotImplementedError
 
+    def archive_echelons(self, echelons: Sequence[tuple[str, str, float]]) -> None:
+        """Mark the EchelonFlows (job, id, done time) as out of memory, their job staying."""
+        raise NotImplementedError
+
+    def archived_echelon(self, job_id: str, echelon_id: str) -> float | None:
+        """When an archived EchelonFlow was done (None: no such archived EchelonFlow)."""
+        raise NotImplementedError
+
+    def archived_flow(self, job_id: str, flow_id: str) -> str | None:
+        """The EchelonFlow of a flow whose EchelonFlow is archived (None: no such flow)."""
+        raise NotImplementedError
+
+    def parted_jobs(self) -> list[str]:
+        """The jobs not archived that have archived EchelonFlows."""
+        raise NotImplementedError
+
     def delete_job(self, job_id: str) -> None:
         raise NotImplementedError
 
@@ -219,6 +235,8 @@ class Registry:
         #: The persistent connections (controller.channels), sharing the 5-tuples and the store commit.
         self.channels = Channels(topology, self._by_tuple, self._commit, self._host)
         self._reference_s: dict[str, float] = {}
+        #: Jobs in memory some of whose done EchelonFlows left it for the store (their ids stay taken).
+        self.parted_jobs: set[str] = set()
         self._observed_bytes: dict[str, float] = {}
         self._next_seq = 0
         #: Estimates the remaining bytes of flows registered without a size (the service's scheduler).
@@ -294,6 +312,24 @@ class Registry:
             self._refuse_archived(job_id)
         return found(self.jobs, job_id, "job_id", f"no job {job_id!r}")
 
+    def _refuse_archived_echelon(self, job_id: str, echelon_id: str) -> None:
+        """A done EchelonFlow that left memory (its job live) is read from the store, never changed, and
+        its id stays taken while the store holds it."""
+        if self.store is None or job_id not in self.parted_jobs:
+            return
+        done_s = self.store.archived_echelon(job_id, echelon_id)
+        if done_s is not None:
+            raise ConflictError("echelon_id", f"EchelonFlow {echelon_id!r} of job {job_id!r} was done at "
+                                              f"{done_s!r} and archived: it is read only (GET)")
+
+    def _refuse_archived_flow(self, field: str, job_id: str, flow_id: str) -> None:
+        if self.store is None or job_id not in self.parted_jobs:
+            return
+        echelon_id = self.store.archived_flow(job_id, flow_id)
+        if echelon_id is not None:
+            raise ConflictError(field, f"flow {flow_id!r} of job {job_id!r} belongs to EchelonFlow "
+                                       f"{echelon_id!r}, done and archived: it is read only (GET)")
+
     def _refuse_archived(self, job_id: str) -> None:
         """A job that left memory for the store is read there (``controller.archive``), never changed."""
         done_s = None if self.store is None else self.store.archived(job_id)
@@ -304,12 +340,16 @@ class Registry:
     def echelon(self, job_id: Any, echelon_id: Any) -> EchelonRecord:
         self.job(job_id)
         check_id("echelon_id", echelon_id)
+        if qualified(job_id, echelon_id) not in self.echelons:
+            self._refuse_archived_echelon(job_id, echelon_id)
         return found(self.echelons, qualified(job_id, echelon_id), "echelon_id",
                      f"job {job_id!r} has no EchelonFlow {echelon_id!r}")
 
     def flow(self, job_id: Any, flow_id: Any) -> FlowRecord:
         self.job(job_id)
         check_id("flow_id", flow_id)
+        if qualified(job_id, flow_id) not in self.flows:
+            self._refuse_archived_flow("flow_id", job_id, flow_id)
         return found(self.flows, qualified(job_id, flow_id), "flow_id",
                      f"job {job_id!r} has no flow {flow_id!r}")
 
@@ -376,6 +416,7 @@ class Registry:
         key = qualified(job_id, echelon_id)
         if key in self.echelons:
             raise ConflictError("echelon_id", f"job {job_id!r} already has EchelonFlow {echelon_id!r}")
+        self._refuse_archived_echelon(job_id, echelon_id)
         if kind is not None:
             one_of(*KINDS)("kind", kind)
         new_flows = self._parse_flows(job_id, echelon_id, flows, kind)
@@ -599,13 +640,19 @@ class Registry:
     # ------------------------------------------------------------------ retention
     def expire(self, now_s: float) -> list[str]:
         """Done jobs past their time in memory leave it (archived in the store, where they stay readable),
-        and archived ones past their time in the store are deleted from it (checked at most once a
-        minute); the ids of the jobs that left memory (``controller.retention``)."""
+        then done EchelonFlows of the jobs that stay, likewise; archived ones past their time in the store
+        are deleted from it (checked at most once a minute); the ids of the jobs that left memory
+        (``controller.retention``)."""
         due = self.index.done.due(now_s, self.retention)
         if due and self.store is not None:
             self.store.archive(due)
         for job_id, _done_s in due:
             self._forget_job(job_id)
+        parts = self.index.done_echelons.due(now_s, self.retention)
+        if parts and self.store is not None:
+            self.store.archive_echelons([(*self._echelon_ids(key), done_s) for key, done_s in parts])
+        for key, _done_s in parts:
+            self._forget_echelon(key)
         if self.store is not None and now_s - self._purged_s >= PURGE_EVERY_S:
             self._purged_s = now_s
             self.store.purge(now_s - self.retention.store_s)
@@ -643,7 +690,27 @@ class Registry:
             self._table.drop_group(key)
         del self.jobs[job_id]
         self._profiles.pop(job_id, None)
+        self.parted_jobs.discard(job_id)
         self.index.job_removed(job_id, echelons, flows)
+
+    def _echelon_ids(self, key: str) -> tuple[str, str]:
+        ech = self.echelons[key]
+        return ech.job_id, ech.echelon_id
+
+    def _forget_echelon(self, key: str) -> None:
+        """A done EchelonFlow leaves memory with its flows (all done); its job stays."""
+        job_id = self.echelons.pop(key).job_id
+        flows = [(flow_key, self.flows[flow_key].state) for flow_key in self.members.pop(key)]
+        for flow_key, _state in flows:
+            if flow_key in self._table:
+                self._table.remove(flow_key)
+            del self.flows[flow_key]
+            del self._paths[flow_key]
+        self._reference_s.pop(key, None)
+        self._table.drop_group(key)
+        self._profiles.pop(job_id, None)
+        self.parted_jobs.add(job_id)
+        self.index.echelon_removed(job_id, key, flows)
 
     def _retire(self, flow: FlowRecord, updated: FlowRecord) -> None:
         """``flow`` (declared or active) reached a done state: apply ``updated`` and free what it held."""
@@ -765,6 +832,7 @@ class Registry:
             key = qualified(job_id, flow_id)
             if key in self.flows or flow_id in seen:
                 raise ConflictError(f"{where}.flow_id", f"job {job_id!r} already has a flow {flow_id!r}")
+            self._refuse_archived_flow(f"{where}.flow_id", job_id, flow_id)
             seen.add(flow_id)
             src = self._host(f"{where}.src", flow["src"])
             dst = self._host(f"{where}.dst", flow["dst"])

@@ -5,7 +5,7 @@ The registry (``controller.registry``) tells this object every change of its rec
 * the order of jobs, EchelonFlows and flows (globally and per job) for pages (``controller.paging``),
 * how many flows are in each state (``GET /v1/health``),
 * the recent EchelonFlows (``controller.recent``),
-* which jobs are done and since when (``controller.retention``).
+* which jobs and which EchelonFlows are done and since when (``controller.retention``).
 
 Kept Python 3.9 compatible; stdlib only.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from controller.paging import OrderedKeys
 from controller.recent import RecentEchelons
-from controller.retention import DoneJobs
+from controller.retention import Done
 
 DONE = ("finished", "aborted")
 
@@ -30,7 +30,8 @@ class RegistryIndex:
         self.job_flows: dict[str, OrderedKeys] = {}
         self.counts = dict.fromkeys(states, 0)
         self.recent = RecentEchelons()
-        self.done = DoneJobs()
+        self.done = Done()
+        self.done_echelons = Done()
         self._open_flows: dict[str, int] = {}  # job -> flows not done
         self._last_end: dict[str, float] = {}  # job -> latest end of a done flow
 
@@ -52,6 +53,7 @@ class RegistryIndex:
         self.recent.flows_added(echelon_key, 1)
         self._open_flows[job_id] += 1
         self.done.undone(job_id)
+        self.done_echelons.undone(echelon_key)
         if state in DONE:
             self._flow_done(job_id, echelon_key, float(end_s or 0.0))
 
@@ -67,6 +69,9 @@ class RegistryIndex:
 
     def _flow_done(self, job_id: str, echelon_key: str, end_s: float) -> None:
         self.recent.flow_done(echelon_key, end_s)
+        echelon_done_s = self.recent.done_s(echelon_key)
+        if echelon_done_s is not None:
+            self.done_echelons.done(echelon_key, echelon_done_s)
         self._open_flows[job_id] -= 1
         self._last_end[job_id] = max(end_s, self._last_end.get(job_id, end_s))
         if self._open_flows[job_id] == 0:
@@ -76,6 +81,17 @@ class RegistryIndex:
         """Aborted: done at ``at_s`` whatever its flows (its unfinished ones were ended first)."""
         self.done.done(job_id, max(at_s, self._last_end.get(job_id, at_s)))
 
+    def echelon_removed(self, job_id: str, key: str, flows: list[tuple[str, str]]) -> None:
+        """A done EchelonFlow left memory with its flows ((key, state) pairs); its job stays."""
+        for flow_key, state in flows:
+            self.flows.discard(flow_key)
+            self.job_flows[job_id].discard(flow_key)
+            self.counts[state] -= 1
+        self.echelons.discard(key)
+        self.job_echelons[job_id].discard(key)
+        self.recent.forget(key)
+        self.done_echelons.undone(key)
+
     def job_removed(self, job_id: str, echelon_keys: list[str], flows: list[tuple[str, str]]) -> None:
         """The job left memory with its EchelonFlows and its flows ((key, state) pairs)."""
         for key, state in flows:
@@ -84,6 +100,7 @@ class RegistryIndex:
         for key in echelon_keys:
             self.echelons.discard(key)
             self.recent.forget(key)
+            self.done_echelons.undone(key)
         self.jobs.discard(job_id)
         for table in (self.job_echelons, self.job_flows, self._open_flows, self._last_end):
             table.pop(job_id, None)

@@ -11,6 +11,12 @@ lately, so its reads and its rounds cost what the live jobs cost, not what the h
   :attr:`Retention.store_s` after it was done; then its rows are deleted;
 * ``DELETE /v1/jobs/{job}`` removes a done job at once, from both.
 
+A job that stays live for weeks (a training job runs iteration after iteration) would still keep every
+EchelonFlow it ever ran: so an EchelonFlow is **done** as well when it has flows and every one of them is
+done, and a done EchelonFlow leaves memory, stays in the store and is deleted from it under the same
+settings, counted apart from the jobs (at most :attr:`Retention.memory_jobs` done EchelonFlows in memory),
+whether its job is live or done.
+
 Kept Python 3.9 compatible; stdlib only.
 """
 
@@ -38,8 +44,8 @@ class Retention:
 DEFAULT = Retention()
 
 
-class DoneJobs:
-    """The done jobs in memory, in the order they were done."""
+class Done:
+    """The done jobs (or EchelonFlows) in memory, in the order they were done."""
 
     def __init__(self) -> None:
         self._done_s: OrderedDict[str, float] = OrderedDict()

@@ -19,6 +19,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from controller.channels import ChannelRecord
 from controller.registry import EchelonRecord, FlowRecord, JobRecord, Registry, StoreSink
@@ -83,11 +84,17 @@ UNDECLARED_SIZE = 0
 UNDECIDED_KIND = ""
 #: Columns added to a table after stores were first written: added to an older store when it is opened.
 ADDED_COLUMNS = (("flows", "channel_id", "TEXT"), ("jobs", "registered_s", "REAL"),
-                 ("jobs", "aborted_s", "REAL"), ("jobs", "compute_s", "REAL"), ("jobs", "archived_s", "REAL"))
-#: Archived jobs by when they were done (what the retention deletes first), made after the columns.
-INDEXES = "CREATE INDEX IF NOT EXISTS jobs_archived ON jobs (archived_s) WHERE archived_s IS NOT NULL"
-#: The rows a registry loads: those of jobs in memory (``archived_s`` null), not of archived ones.
+                 ("jobs", "aborted_s", "REAL"), ("jobs", "compute_s", "REAL"), ("jobs", "archived_s", "REAL"),
+                 ("echelons", "archived_s", "REAL"))
+#: Archived jobs and EchelonFlows by when they were done (what the retention deletes first), made after
+#: the columns.
+INDEXES = ("CREATE INDEX IF NOT EXISTS jobs_archived ON jobs (archived_s) WHERE archived_s IS NOT NULL",
+           "CREATE INDEX IF NOT EXISTS echelons_archived ON echelons (archived_s) "
+           "WHERE archived_s IS NOT NULL")
+#: The rows a registry loads: those of jobs in memory (``archived_s`` null), not of archived ones, and of
+#: their EchelonFlows in memory.
 LIVE_JOBS = "SELECT job_id FROM jobs WHERE archived_s IS NULL"
+ARCHIVED_ECHELONS = "SELECT job_id, echelon_id FROM echelons WHERE archived_s IS NOT NULL"
 CHANNEL_COLUMNS = ("channel_id", "src", "dst", "src_port", "dst_port", "path")
 
 
@@ -119,7 +126,8 @@ class Store(StoreSink):
                 columns = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
                 if column not in columns:
                     self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
-            self._db.execute(INDEXES)
+            for index in INDEXES:
+                self._db.execute(index)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open registry store {path!r}: {exc}") from None
 
@@ -155,24 +163,30 @@ class Store(StoreSink):
             ("DELETE FROM channels WHERE channel_id = ?", [(c,) for c in removed_channels]),
         ])
 
-    def load(self, job_id: str | None = None) -> tuple[list[JobRecord], list[EchelonRecord], list[FlowRecord],
-                                                       dict[str, str], list[ChannelRecord]]:
-        """The rows of the jobs in memory (not archived), or of the one job ``job_id`` (archived or not,
-        with no settings: what ``controller.archive`` reads)."""
+    def load(self, job_id: str | None = None, echelon_id: str | None = None) -> tuple[
+            list[JobRecord], list[EchelonRecord], list[FlowRecord], dict[str, str], list[ChannelRecord]]:
+        """The rows of the jobs in memory (not archived) and of their EchelonFlows in memory, or of the
+        one job ``job_id`` (archived or not, every EchelonFlow of it the store holds, with no settings:
+        what ``controller.archive`` reads), or of its one EchelonFlow ``echelon_id``."""
         db = self._db
-        which = f"IN ({LIVE_JOBS})" if job_id is None else "= ?"
-        args = () if job_id is None else (job_id,)
+        if job_id is None:
+            which, args = f"IN ({LIVE_JOBS})", ()
+            parts = f" AND (job_id, echelon_id) NOT IN ({ARCHIVED_ECHELONS})"
+        else:
+            which, args = "= ?", (job_id,)
+            parts = "" if echelon_id is None else " AND echelon_id = ?"
+        part_args = args + (() if echelon_id is None else (echelon_id,))
         try:
             jobs = [JobRecord(*row) for row in
                     db.execute("SELECT job_id, weight, registered_s, aborted_s, compute_s FROM jobs "
                                f"WHERE job_id {which} ORDER BY rowid", args)]
             echelons = [EchelonRecord(job, echelon_id, None if kind == UNDECIDED_KIND else kind)
                         for job, echelon_id, kind in
-                        db.execute(f"SELECT job_id, echelon_id, kind FROM echelons WHERE job_id {which} "
-                                   "ORDER BY rowid", args)]
+                        db.execute(f"SELECT job_id, echelon_id, kind FROM echelons WHERE job_id {which}"
+                                   f"{parts} ORDER BY rowid", part_args)]
             flows = [_flow_record(row) for row in
-                     db.execute("SELECT {} FROM flows WHERE job_id {} ORDER BY seq".format(
-                         ", ".join(FLOW_COLUMNS), which), args)]
+                     db.execute("SELECT {} FROM flows WHERE job_id {}{} ORDER BY seq".format(
+                         ", ".join(FLOW_COLUMNS), which, parts), part_args)]
             if job_id is not None:
                 return jobs, echelons, flows, {}, []
             settings = dict(db.execute("SELECT name, value FROM settings"))
@@ -183,14 +197,37 @@ class Store(StoreSink):
             raise StoreError(f"cannot read registry store {self.path!r}: {exc}") from None
         return jobs, echelons, flows, settings, channels
 
-
     # ------------------------------------------------------------------ retention (controller.retention)
     def archive(self, jobs: Sequence[tuple[str, float]]) -> None:
         self._write([("UPDATE jobs SET archived_s = ? WHERE job_id = ?", [(at, job) for job, at in jobs])])
 
+    def archive_echelons(self, echelons: Sequence[tuple[str, str, float]]) -> None:
+        self._write([("UPDATE echelons SET archived_s = ? WHERE job_id = ? AND echelon_id = ?",
+                      [(at, job, echelon) for job, echelon, at in echelons])])
+
     def archived(self, job_id: str) -> float | None:
+        return self._one("SELECT archived_s FROM jobs WHERE job_id = ?", (job_id,))
+
+    def archived_echelon(self, job_id: str, echelon_id: str) -> float | None:
+        return self._one("SELECT archived_s FROM echelons WHERE job_id = ? AND echelon_id = ?",
+                         (job_id, echelon_id))
+
+    def archived_flow(self, job_id: str, flow_id: str) -> str | None:
+        """The EchelonFlow of the flow ``flow_id`` when that EchelonFlow is archived (None: no such flow)."""
+        return self._one("SELECT echelon_id FROM flows WHERE job_id = ? AND flow_id = ? "
+                         f"AND (job_id, echelon_id) IN ({ARCHIVED_ECHELONS})", (job_id, flow_id))
+
+    def parted_jobs(self) -> list[str]:
         try:
-            row = self._db.execute("SELECT archived_s FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            return [job for (job,) in self._db.execute("SELECT DISTINCT job_id FROM echelons WHERE "
+                                                       f"archived_s IS NOT NULL AND job_id IN ({LIVE_JOBS})")]
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot read registry store {self.path!r}: {exc}") from None
+
+    def _one(self, sql: str, args: tuple) -> Any:
+        """The first column of the one row ``sql`` finds (None: no row)."""
+        try:
+            row = self._db.execute(sql, args).fetchone()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot read registry store {self.path!r}: {exc}") from None
         return None if row is None else row[0]
@@ -200,10 +237,14 @@ class Store(StoreSink):
                      for table in ("flows", "echelons", "jobs")])
 
     def purge(self, done_before_s: float) -> int:
-        old = f"SELECT job_id FROM jobs WHERE archived_s < {float(done_before_s)!r}"
+        at = repr(float(done_before_s))
+        old = f"SELECT job_id FROM jobs WHERE archived_s < {at}"
+        old_parts = f"SELECT job_id, echelon_id FROM echelons WHERE archived_s < {at}"
         before = self._db.total_changes
-        self._write([(f"DELETE FROM {table} WHERE job_id IN ({old})", [()])
-                     for table in ("flows", "echelons", "jobs")])
+        self._write([(f"DELETE FROM flows WHERE (job_id, echelon_id) IN ({old_parts})", [()]),
+                     (f"DELETE FROM echelons WHERE archived_s < {at}", [()]),
+                     *((f"DELETE FROM {table} WHERE job_id IN ({old})", [()])
+                       for table in ("flows", "echelons", "jobs"))])
         return self._db.total_changes - before
 
     def _write(self, statements: Sequence[tuple[str, Sequence[tuple]]]) -> None:
@@ -239,5 +280,6 @@ def open_registry(topology, path: str = DEFAULT_PATH, retention: Retention = DEF
     archived (``controller.retention``)."""
     store = Store(path)
     registry = Registry(topology, store=store, loaded=store.load(), retention=retention)
+    registry.parted_jobs.update(store.parted_jobs())
     registry.bind_topology_name()
     return registry

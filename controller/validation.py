@@ -21,6 +21,9 @@ REFUSED_KEY = "echelon.refused"
 #: environ key of a callable the app calls with its body limit in bytes before reading a chunked body:
 #: the server then refuses (413) a chunk-size line that announces more, before waiting for its bytes.
 BODY_LIMIT_KEY = "echelon.body_limit"
+#: environ key of a callable that gives the server's hub a turn: the app calls it while it builds a long
+#: answer, so a scheduling round due meanwhile is not kept waiting (``controller.encoded``).
+COOPERATE_KEY = "echelon.cooperate"
 
 
 class ApiError(FieldError):

@@ -19,6 +19,7 @@ from controller.enforcement import Enforcer, FlowMatch
 from controller.enforcement_api import EnforcementEndpoints
 from controller.registry import Registry
 from controller.service import SchedulingService
+from controller.validation import COOPERATE_KEY
 from echelonflow.topology import Topology, fattree
 
 TOPO = fattree(10e6, k=4)
@@ -135,6 +136,18 @@ def call(api, method: str, path: str, body=None, token: str | None = TOKEN):
     seen = {}
     out = api(environ, lambda status, headers: seen.update(status=status))
     return int(seen["status"].split()[0]), json.loads(b"".join(out))
+
+
+def get_raw(api, path: str, cooperate=None) -> tuple[int, bytes]:
+    """A GET through the API's WSGI entry, with the hub-turn hook a server gives (``COOPERATE_KEY``):
+    (status, the body's bytes)."""
+    route, _, query = path.partition("?")
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": route, "QUERY_STRING": query, "wsgi.input": io.BytesIO()}
+    if cooperate is not None:
+        environ[COOPERATE_KEY] = cooperate
+    seen = {}
+    out = b"".join(api(environ, lambda status, headers: seen.update(status=status)))
+    return int(seen["status"].split()[0]), out
 
 
 def match_body(**over):

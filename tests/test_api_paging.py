@@ -4,6 +4,7 @@ an index) answers what its definition over every EchelonFlow says.  Real server,
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from controller.client import ApiClientError
 from controller.paging import MAX_LIMIT
 from tests.api_helpers import ServedApi
+from tests.controller_helpers import get_raw as get
 
 
 @pytest.fixture()
@@ -132,3 +134,43 @@ def test_a_walk_of_the_channels_meets_each_once_while_some_are_removed(served):
     rest = c.pages("/channels", "channels", limit=4, cursor=first["next_cursor"])
     walked = [ch["channel_id"] for ch in first["channels"] + rest]
     assert walked == ["c0", "c1", "c2", "c3", "c4", "c6", "c7", "c8"]
+
+
+def test_a_walk_continues_across_a_controller_restart(tmp_path, monkeypatch):
+    """A client paging across a restart goes on where it was (the restarted controller loads its lists in
+    the registration order), items added after the restart included; a cursor whose item left memory
+    meanwhile is a 400 naming ``cursor``.  Real store; the restart is a new registry, service and API on
+    the same file with a new process epoch (what a new controller process draws)."""
+    from controller import paging
+    from controller.api import Api
+    from controller.service import SchedulingService
+    from controller.store import open_registry
+    from echelonflow.topology import fattree
+
+    path = str(tmp_path / "reg.sqlite")
+    registry = open_registry(fattree(20e6, 4), path)
+    for i in range(7):
+        registry.add_job(f"j{i}")
+        registry.add_echelon(f"j{i}", "e", flows=[{"flow_id": "f", "src": "h1", "dst": "h9",
+                                                   "size_bytes": 9}])
+    first = Api(SchedulingService(registry, None), "t" * 32)
+    pages = {name: json.loads(get(first, f"/v1/{name}?limit=3")[1]) for name in ("jobs", "flows", "echelons")}
+    gone = json.loads(get(first, "/v1/jobs?limit=5")[1])["next_cursor"]  # continues after j4
+    registry.abort_job("j4", 1.0)
+    registry.store.close()
+
+    monkeypatch.setattr(paging, "EPOCH", "restarted")
+    registry = open_registry(fattree(20e6, 4), path)
+    registry.delete_job("j4")
+    registry.add_job("late")
+    registry.add_echelon("late", "e", flows=[{"flow_id": "f", "src": "h2", "dst": "h9", "size_bytes": 9}])
+    second = Api(SchedulingService(registry, None), "t" * 32)
+    for name in ("jobs", "flows", "echelons"):
+        status, body = get(second, f"/v1/{name}?cursor={pages[name]['next_cursor']}")
+        assert status == 200, body
+        rest = [item["job_id"] for item in json.loads(body)[name]]
+        assert rest == ["j3", "j5", "j6", "late"], (name, rest)
+    status, body = get(second, f"/v1/jobs?cursor={gone}")
+    assert status == 400 and json.loads(body)["error"]["field"] == "cursor"
+    assert "restart" in json.loads(body)["error"]["problem"]
+    registry.store.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from controller.client import ApiClientError
+from controller.registry_errors import ConflictError
 from controller.retention import Retention
 from controller.store import open_registry
 from echelonflow.topology import fattree
@@ -131,3 +132,73 @@ def test_the_standalone_server_takes_the_retention_settings(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: --retain-done-s: must be a number")
     assert list(tmp_path.iterdir()) == []
+
+
+def _iteration(c, job_id, k, src="h1", dst="h5"):
+    """One iteration of a long-lived job: EchelonFlow ``i{k}`` of two flows, started and finished now."""
+    c.register_echelon(job_id, f"i{k}", [{"flow_id": f"i{k}.f{i}", "src": src, "dst": dst, "size_bytes": 1000}
+                                          for i in range(2)])
+    for i in range(2):
+        c.flow_started(job_id, f"i{k}.f{i}", 41000 + i, 5201)
+    for i in range(2):
+        c.flow_finished(job_id, f"i{k}.f{i}")
+
+
+def test_a_live_jobs_done_echelonflows_leave_memory_then_the_store(served):
+    """A job that stays live for weeks (here an EchelonFlow with a flow never started keeps it live) runs
+    iteration after iteration: each finished EchelonFlow leaves memory ``memory_s`` after its last flow
+    ended, stays readable from the store until ``store_s``, and is then deleted; the job stays live."""
+    c = served.unix
+    c.register_job("long")
+    c.register_echelon("long", "keep", [{"flow_id": "k", "src": "h2", "dst": "h6", "size_bytes": 10}])
+    _iteration(c, "long", 0)
+    served.tick(1050.0)
+    _iteration(c, "long", 1)
+    served.tick(1101.0)  # i0 done at 1000: 101 s ago
+    registry = served.registry
+    assert "long/i0" not in registry.echelons and "long/i0.f0" not in registry.flows
+    assert [e["echelon_id"] for e in c.echelons("long")] == ["keep", "i1"]
+    assert [f["flow_id"] for f in c.flows("long")] == ["k", "i1.f0", "i1.f1"]
+    assert c.job("long")["archived"] is False and c.job("long")["echelons"] == ["keep", "i1"]
+    assert c.health()["counts"]["finished"] == 2
+    echelon = c.echelon("long", "i0")  # read from the store, as it was
+    assert [(f["flow_id"], f["state"]) for f in echelon["flows"]] == [("i0.f0", "finished"),
+                                                                     ("i0.f1", "finished")]
+    assert c.flow("long", "i0.f1")["path"][0] == "h1"
+    assert c.allocation("long", "i0.f0")["state"] == "finished"
+    for call in (lambda: c.register_echelon("long", "i0", []),
+                 lambda: c.register_echelon("long", "again", [{"flow_id": "i0.f0", "src": "h1",
+                                                               "dst": "h5", "size_bytes": 9}]),
+                 lambda: c.flow_finished("long", "i0.f0")):
+        err = _refused(call)
+        assert err.status == 409 and "archived" in err.problem, err
+    served.tick(2020.0)  # i0 past its time in the store (done at 1000); i1 (done at 1050) archived
+    assert _refused(lambda: c.echelon("long", "i0")).status == 404
+    assert c.echelon("long", "i1")["flows"][0]["state"] == "finished"
+    assert list(registry.jobs) == ["long"] and registry.index.counts["declared"] == 1
+
+
+def test_memory_keeps_at_most_the_newest_done_echelonflows_and_a_restart_loads_only_those(tmp_path):
+    path = tmp_path / "registry.sqlite"
+    retention = Retention(memory_jobs=2, memory_s=1e6, store_s=1e7)
+    served = ServedApi(tmp_path, open_registry(fattree(20e6, 4), str(path), retention), now_s=1000.0)
+    try:
+        c = served.unix
+        c.register_job("long")
+        c.register_echelon("long", "keep", [{"flow_id": "k", "src": "h2", "dst": "h6", "size_bytes": 10}])
+        for k in range(5):
+            _iteration(c, "long", k)
+        assert [e["echelon_id"] for e in c.echelons("long")] == ["keep", "i3", "i4"]
+        assert c.echelon("long", "i0")["flows"][1]["flow_id"] == "i0.f1"
+    finally:
+        served.stop()
+    registry = open_registry(served.registry.topology, str(path), retention)
+    try:
+        assert list(registry.echelons) == ["long/keep", "long/i3", "long/i4"]
+        assert sorted(registry.flows) == ["long/i3.f0", "long/i3.f1", "long/i4.f0", "long/i4.f1", "long/k"]
+        with pytest.raises(ConflictError, match="archived"):  # the archived ids stay taken
+            registry.add_echelon("long", "i0")
+        with pytest.raises(ConflictError, match="archived"):
+            registry.add_echelon("long", "new", flows=[{"flow_id": "i1.f0", "src": "h1", "dst": "h5"}])
+    finally:
+        registry.store.close()

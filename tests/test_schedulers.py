@@ -235,6 +235,35 @@ def test_order_by_tardiness_option_is_validated_and_feasible() -> None:
     validate(snapshot, decision_on_snapshot(EchelonVarysScheduler(order_by="bottleneck"), snapshot))
 
 
+def test_echelon_online_memory_is_bounded_over_many_jobs(monkeypatch) -> None:
+    """A controller that runs for weeks hears of job after job: echelon-online keeps the newest group
+    starts, open flow starts and learned templates only (a job still running relearns its templates every
+    iteration, so it keeps them), what it learned of a live job is not lost, and its memo of flow ids
+    holds the active flows' only."""
+    from echelonflow.schedulers import echelon_online
+    from echelonflow.schedulers.base import FlowEvent
+    from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
+
+    for name in ("MAX_GROUPS", "MAX_OPEN_STARTS", "MAX_TEMPLATES"):
+        monkeypatch.setattr(echelon_online, name, 50, raising=False)  # (absent: unbounded)
+    online = EchelonOnlineScheduler()
+    for job in range(400):
+        for k in (0, 1):  # the long job "live" runs an iteration between every two jobs
+            group = f"live/i{2 * job + k}.e" if k else f"j{job}/e"
+            flow = f"live/i{2 * job + k}.f" if k else f"j{job}/f"
+            online.observe(FlowEvent("start", flow, group, "h1", "h2", float(job)))
+            online.observe(FlowEvent("finish", flow, group, "h1", "h2", job + 0.5, 1000.0 + job))
+        online.observe(FlowEvent("start", f"j{job}/aborted", f"j{job}/e", "h1", "h2", float(job)))
+    assert len(online.group_start_s) <= 50 and len(online.flow_start_s) <= 50 and len(online.learned) <= 50
+    assert online.estimate_remaining_bytes("live/i9999.f", 0.0) == 1399.0  # the live job's last iteration
+    assert online.estimate_remaining_bytes("j399/f", 0.0) == 1399.0 and "j0/f" not in online.learned
+    link = ("a", "b")
+    for job in range(3):  # decisions remember the templates of the flows active now only
+        flows = [ActiveFlow(f"j{job}/i1.f{m}", f"j{job}/i1.e", (link,), 1.0, 0.0, 0.0, 0.0) for m in range(2)]
+        decision_on_snapshot(online, Snapshot(1.0, {link: 8e6}, flows))
+    assert sorted(online.parts) == ["j2/i1.f0", "j2/i1.f1"]
+
+
 def test_echelon_online_learns_sizes_and_offsets_from_the_previous_iteration() -> None:
     """Once iteration 0 was observed, iteration 1 is decided exactly as clairvoyant echelon decides it."""
     from echelonflow.schedulers.base import FlowEvent

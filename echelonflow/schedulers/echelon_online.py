@@ -38,8 +38,14 @@ from echelonflow.schedulers.view import Allocation, FlowView, GroupView
 _ITERATION = re.compile(r"^i(\d+)\.(.+)$")
 #: A known flow that has sent more than its learned size still counts this much (of that size) unsent.
 MIN_LEFT_FRACTION = 0.05
-#: Flow ids whose template is remembered (forgotten all at once beyond this: a memo, not state).
-MAX_PARTS = 1_000_000
+#: What it remembers is bounded, so a controller that runs for weeks does not keep every job it saw:
+#: the first starts of this many EchelonFlows (the newest: a group's start matters until its last flow
+#: finishes), the starts of this many flows not finished yet (an aborted flow's never is), and what it
+#: learned of this many templates (the latest learned: a job still running relearns its own every
+#: iteration, so the ones dropped first are those of jobs that ended).
+MAX_GROUPS = 20_000
+MAX_OPEN_STARTS = 20_000
+MAX_TEMPLATES = 50_000
 
 
 def template(qualified_id: str) -> tuple[str, int | None]:
@@ -65,18 +71,19 @@ class EchelonOnlineScheduler(EchelonScheduler):
         self.group_start_s: dict[str, float] = {}  # echelon id -> first start seen
         self.flow_start_s: dict[str, float] = {}  # flow id -> its start
         self.learned: dict[str, tuple[float, float]] = {}  # flow template -> (size_bytes, start offset_s)
-        self.parts: dict[str, str] = {}  # flow id -> its template (a regex per flow, once)
+        self.parts: dict[str, str] = {}  # active flow id -> its template (a regex per flow, once)
 
     def observe(self, event: FlowEvent) -> None:
         if event.kind == "start":
-            self.flow_start_s[event.flow_id] = event.time_s
-            self.group_start_s.setdefault(event.echelon_id, event.time_s)
+            _keep(self.flow_start_s, event.flow_id, event.time_s, MAX_OPEN_STARTS)
+            if event.echelon_id not in self.group_start_s:
+                _keep(self.group_start_s, event.echelon_id, event.time_s, MAX_GROUPS)
             return
         if event.kind != "finish":  # progress: the bytes sent reach decide() through the snapshot
             return
         start_s = self.flow_start_s.pop(event.flow_id, event.time_s)
         offset_s = max(0.0, start_s - self.group_start_s.get(event.echelon_id, start_s))
-        self.learned[template(event.flow_id)[0]] = (float(event.size_bytes), offset_s)
+        _keep(self.learned, template(event.flow_id)[0], (float(event.size_bytes), offset_s), MAX_TEMPLATES)
 
     def estimate_remaining_bytes(self, flow_id: str, sent_bytes: float) -> float | None:
         known = self.learned.get(template(flow_id)[0])
@@ -115,20 +122,28 @@ class EchelonOnlineScheduler(EchelonScheduler):
             group_left[head] = max(upper - sent, thresholds[0]) / (ptr[g + 1] - ptr[g])
         learned = self.learned
         active = kernels.to_list(view.active, len(view.active))
-        parts = self.parts
-        if len(parts) > MAX_PARTS:
-            parts.clear()
+        parts, self.parts = self.parts, {}  # the active flows' only: what the next decision asks again
         known = []
         for fid in view.flow_ids(active):
             part = parts.get(fid)
             if part is None:
-                part = parts[fid] = template(fid)[0]
+                part = template(fid)[0]
+            self.parts[fid] = part
             known.append(learned.get(part))
         known_size = kernels.float_array([-1.0 if k is None else k[0] for k in known])
         known_offset = kernels.float_array([0.0 if k is None else k[1] for k in known])
         kernels.online_estimate(view.active, view.table.remaining, groups.flow_sent_bytes, known_size,
                                 known_offset, estimates.group, group_left, MIN_LEFT_FRACTION,
                                 estimates.remaining, estimates.offset)
+
+
+def _keep(table: dict, key: str, value: object, most: int) -> None:
+    """``table[key] = value`` as its newest entry, the oldest dropped beyond ``most`` entries (dicts keep
+    insertion order)."""
+    table.pop(key, None)
+    table[key] = value
+    while len(table) > most:
+        del table[next(iter(table))]
 
 
 def _left(size_bytes: float, sent_bytes: float) -> float:
