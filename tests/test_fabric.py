@@ -211,19 +211,16 @@ def test_goodput_at_mtu_1500_is_the_topologys_payload_fraction(require_fabric):
 
 
 @pytest.mark.fabric
-def test_dumbbell_priority_and_equal_share(require_fabric):
-    """Two senders into the shared 10 Mbit/s link: queue 1 beats queue 3; equal classes share."""
+def test_dumbbell_priority(require_fabric):
+    """Two senders into the shared 10 Mbit/s link: queue 1 beats queue 3.  That equal classes share the
+    link (ten seconds of two TCP flows to converge) is held on the controller's fabric, through the same
+    htb classes and DSCP filters: test_controller_fabric.py::test_equal_classes_share_the_link."""
     tos = tos_for_queue
     with Fabric(dumbbell(RATE_BPS, 2), controller_port=None, fail_mode="standalone") as fab:
         assert ping_loss(fab, "h1", "h3") == 0.0 and ping_loss(fab, "h2", "h3") == 0.0
         high, low = iperf3_flows(fab, [("h1", "h3", tos(1)), ("h2", "h3", tos(3))], seconds=5)
         assert high / (high + low) >= 0.90, f"queue 1 got {high:.3g} bps, queue 3 got {low:.3g} bps"
         assert_within(high + low, RATE_BPS, 0.85, 1.05, "priority pair total")
-        # Two TCP flows in one FIFO class converge slowly (61/39 over 5 s was seen in CI): average 10 s
-        # after the first second of slow start, as the controller test of the same property does.
-        a, b = iperf3_flows(fab, [("h1", "h3", tos(2)), ("h2", "h3", tos(2))], seconds=10, omit_s=1)
-        assert_within(a / (a + b), 0.5, 0.8, 1.2, "equal-class share of flow 1")
-        assert_within(a + b, RATE_BPS, 0.85, 1.05, "equal pair total")
 
 
 @pytest.mark.fabric
