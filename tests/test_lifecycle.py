@@ -139,6 +139,9 @@ KILLED_RUN = textwrap.dedent("""
 """)
 
 
+# Serial: between the kill and its clean-up, another worker's clean-up of this machine's abandoned folders
+# (test_clean_leaves_live_owners_and_foreign_folders_alone) would take them first.
+@pytest.mark.serial
 def test_killed_run_leaves_nothing_after_clean(require_controller):
     """SIGKILL of a run left its controller serving and its folder (token, registry) behind.
 
