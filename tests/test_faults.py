@@ -23,6 +23,7 @@ import time
 import pytest
 
 from tests.fabric_helpers import (
+    REROUTE_TARGET_S,
     arp_storm,
     cpu_seconds,
     fattree_with_stored_controller,
@@ -42,7 +43,6 @@ pytestmark = [pytest.mark.fabric, pytest.mark.slow]
 LINK_BPS = 10e6
 SIZE_BYTES = 6_000_000  # ~5 s at 10 Mbit/s
 DOWN_AFTER_S = 1.5
-REROUTE_TARGET_S = 1.0
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,9 @@ import re
 import pytest
 
 from cli.main import main
+from tests.fabric_helpers import REROUTE_TARGET_S
 
 pytestmark = [pytest.mark.fabric, pytest.mark.slow]
-
-REROUTE_TARGET_S = 1.0
 
 
 def test_emulate_with_link_faults_reroutes_and_completes(require_fabric, tmp_path, capsys):
