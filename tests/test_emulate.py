@@ -64,8 +64,8 @@ def cross_jobs():
 def test_emulate_fig2_reproduces_the_paper_within_10_percent(require_fabric, tmp_path):
     """Fig. 2 under coflow and echelon, each within 10 % of its simulation and echelon first, on a fabric
     built by Mininet's cluster mode on a cluster of localhost (``MininetCluster``, its remote-capable node
-    and link classes): the whole system (controller, agents, real TCP) lands there where the plain fabric
-    does (docs/emulation.md, "Beyond one machine"), so one emulation checks both.  The plain fabric's
+    and link classes): the whole system (controller, agents, real TCP) lands there as it does on the plain
+    fabric (docs/emulation.md, "Beyond one machine"), so one emulation checks both.  The plain fabric's
     fidelity is judged by the fsdp-ps sibling below (echelon, k=4) and by fair's fig2 in
     test_emulate_robust.py; a server other than localhost is refused with one line."""
     out_dir = tmp_path / "run"
