@@ -149,6 +149,9 @@ TIERS: dict[str, tuple[str, frozenset[str]]] = {
              frozenset()),
     "reference": ("a full-size run whose numbers docs/results.md carries; only with tests/run --full",
                   frozenset()),
+    "serial": ("runs alone in tests/run's serial pass (with the fabric and browser tiers): it measures a "
+               "time a busy neighbour would disturb, or cleans up what other tests' processes left",
+               frozenset()),
 }
 UNIT = "unit"
 #: CPU seconds (the test process's, all threads, plus its reaped children's) a unit-tier test may take.

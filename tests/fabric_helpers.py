@@ -108,6 +108,10 @@ def tcp_transfer(fabric, src: str, dst: str, size_bytes: int, ports: tuple[int, 
     return Transfer(sender, receiver)
 
 
+#: How soon the controller must move an enforced flow off a link or switch that went down (docs/faults.md).
+REROUTE_TARGET_S = 1.0
+
+
 def assert_within(value: float, target: float, lo: float, hi: float, what: str) -> None:
     """Assert ``lo * target <= value <= hi * target`` with a message giving the ratio."""
     if target <= 0:

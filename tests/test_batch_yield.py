@@ -19,6 +19,8 @@ from controller.launcher import ControllerProcess, free_tcp_port, local_config
 from echelonflow.topology import fattree
 
 OPS = 10_000
+#: It times the hub's longest stall: alone in tests/run's serial pass, not beside another worker's tests.
+pytestmark = pytest.mark.serial
 
 
 @pytest.fixture(scope="module")

@@ -62,9 +62,15 @@ def cross_jobs():
 # Runs first: it starts its own fabric in a subprocess, which needs the fabric lock that the module
 # fixture below holds from its first use until the end of the module.
 def test_emulate_fig2_reproduces_the_paper_within_10_percent(require_fabric, tmp_path):
+    """Fig. 2 under coflow and echelon, each within 10 % of its simulation and echelon first, on a fabric
+    built by Mininet's cluster mode on a cluster of localhost (``MininetCluster``, its remote-capable node
+    and link classes): the whole system (controller, agents, real TCP) lands there as it does on the plain
+    fabric (docs/emulation.md, "Beyond one machine"), so one emulation checks both.  The plain fabric's
+    fidelity is judged by the fsdp-ps sibling below (echelon, k=4) and by fair's fig2 in
+    test_emulate_robust.py; a server other than localhost is refused with one line."""
     out_dir = tmp_path / "run"
     emu = run_echelon("emulate", "fig2", "--scheduler", "coflow", "--scheduler", "echelon", "--json",
-                      "--out", str(out_dir), timeout_s=900)
+                      "--cluster", "localhost", "--out", str(out_dir), timeout_s=900)
     assert emu.returncode == 0, emu.stderr[-2000:]
     # the emulation's document keeps its per-flow records; the simulator's has them on request
     sim = run_echelon("simulate", "fig2", "--scheduler", "coflow", "--scheduler", "echelon", "--json",
@@ -94,6 +100,9 @@ def test_emulate_fig2_reproduces_the_paper_within_10_percent(require_fabric, tmp
         assert (out_dir / name).exists(), name
     assert json.loads((out_dir / "results.json").read_text()) == emulated
     assert "emulated vs simulated" in emu.stderr or "scheduler echelon" in emu.stderr  # progress shown
+    bad = run_echelon("emulate", "fig2", "--cluster", "localhost,server2", timeout_s=120)
+    assert bad.returncode == 2 and "only localhost is supported, not server2" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr
 
 
 # Also before the module fixture (its own fabric in a subprocess).
@@ -160,22 +169,6 @@ def test_emulate_fattree_fsdp_ps_keeps_echelons_gain_over_coflow(require_fabric,
     echelon, coflow = median_s["echelon"], median_s["coflow"]
     assert echelon["objective"] < coflow["objective"], median_s
     assert echelon["fsdp"] < coflow["fsdp"], median_s
-
-
-# Also before the module fixture (its own fabric in a subprocess).
-def test_emulate_fig2_through_mininets_cluster_mode_on_localhost(require_fabric, tmp_path):
-    """The whole system (controller, agents, real TCP) on a fabric built by Mininet's cluster mode on a
-    cluster of localhost lands where the plain fabric does: echelon's fig2 within 10 % of its 8.0 s."""
-    emu = run_echelon("emulate", "fig2", "--scheduler", "echelon",
-                      "--cluster", "localhost", "--no-plots", "--timing-noise-ms", "0", "--json",
-                      "--out", str(tmp_path / "run"), timeout_s=900)
-    assert emu.returncode == 0, emu.stderr[-2000:]
-    (run,) = json.loads(emu.stdout)["runs"]
-    completion_s = run["jobs"]["fig2"]["completion_s"]
-    assert abs(completion_s / 8.0 - 1) <= 0.10, completion_s
-    bad = run_echelon("emulate", "fig2", "--cluster", "localhost,server2", timeout_s=120)
-    assert bad.returncode == 2 and "only localhost is supported, not server2" in bad.stderr, bad.stderr
-    assert "Traceback" not in bad.stderr
 
 
 def test_agents_on_the_fabric_deliver_exact_bytes_and_respect_dependencies(fabric, tmp_path):

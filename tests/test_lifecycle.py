@@ -63,13 +63,15 @@ def test_stop_children_terms_the_willing_and_kills_the_stubborn_by_one_deadline(
 
 
 def _start_cli_controller(tmp_path):
+    """``echelon controller`` on ports and files of its own (not the fixed metrics port 9302: the
+    parallel pass runs these tests side by side)."""
     api_port = free_tcp_port()
     files = {"socket": str(tmp_path / "api.sock"), "token": str(tmp_path / "token"),
              "store": str(tmp_path / "reg.sqlite")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli", "controller", "--topology", "two_hosts", "--ofp-port",
-         str(free_tcp_port()), "--api-port", str(api_port), "--api-socket", files["socket"],
-         "--token-file", files["token"], "--store", files["store"]],
+         str(free_tcp_port()), "--api-port", str(api_port), "--metrics-port", str(free_tcp_port({api_port})),
+         "--api-socket", files["socket"], "--token-file", files["token"], "--store", files["store"]],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith("echelon controller: pid"), (line, proc.stderr.read() if proc.poll() else "")
@@ -139,6 +141,9 @@ KILLED_RUN = textwrap.dedent("""
 """)
 
 
+# Serial: between the kill and its clean-up, another worker's clean-up of this machine's abandoned folders
+# (test_clean_leaves_live_owners_and_foreign_folders_alone) would take them first.
+@pytest.mark.serial
 def test_killed_run_leaves_nothing_after_clean(require_controller):
     """SIGKILL of a run left its controller serving and its folder (token, registry) behind.
 

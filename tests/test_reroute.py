@@ -1,6 +1,7 @@
 """Links and switches going down: the shared path choice, the fault specs and the simulator's replay.
 
-The fabric side (a real link taken down under a real TCP flow) is tests/test_reroute_fabric.py.
+The fabric side (a real link taken down under a real TCP flow) is tests/test_faults.py; under a whole
+emulation, tests/test_reroute_fabric.py.
 """
 
 from __future__ import annotations
