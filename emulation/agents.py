@@ -36,6 +36,9 @@ from traffic.result import ABORTED, DIED, FAILED, INTERRUPTED, AgentResult, Fail
 from traffic.runspec import RegistrySettings, RunSpec, SpecError, check_serialisable, save_runspec
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: t0 this far after the last agent is ready: the start word reaches every agent well before it (a
+#: datagram on a local socket), and an agent later than ``traffic.agent.LATE_START_TOLERANCE_S`` fails.
+START_LEAD_S = 0.2
 
 #: popen(host, argv, log_file) -> a started process (``subprocess.Popen``-like: pid, poll, wait, ...)
 PopenFn = Callable[[str, list, Any], Any]
@@ -105,18 +108,19 @@ def run_agents(
     channel_plan: Mapping[str, list[dict[str, Any]]] | None = None,
     kill_agents: Mapping[str, float] | None = None,
     actions: Sequence[TimedAction] = (),
-    start_margin_s: float | None = None,
+    ready_timeout_s: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> AgentsOutcome:
     """Run one agent per host used by ``template.jobs``; return their documents or raise
     :class:`EmulationError`.
 
     ``template`` is every agent's run-spec but for what differs per agent or per start, filled in here:
-    the host, t0, the control folder, the output file and the host's channels.  ``workdir`` must exist
-    and be empty of earlier agent files (specs, outputs, logs and the control sockets go there).  Agents
-    start together at t0 = now + ``start_margin_s`` (default grows with the number of agents and of
-    channels to open, so slow interpreter start-up never makes one late).  ``channel_plan`` (source host
-    -> ``traffic.channels.channel_plan`` entries) says how many channels each opens before t0.
+    the host, the control folder, the output file and the host's channels.  ``workdir`` must exist
+    and be empty of earlier agent files (specs, outputs, logs and the control sockets go there).  Every
+    agent gets ready (interpreter up, channels open) within ``ready_timeout_s`` (default grows with the
+    number of agents and of channels to open), then all are told one t0 a moment ahead (the ``start``
+    word), so a slow start-up on a loaded machine delays the run instead of failing it.  ``channel_plan``
+    (source host -> ``traffic.channels.channel_plan`` entries) says how many channels each opens before t0.
 
     Faults: ``kill_agents`` (host -> seconds after t0) kills those agents with SIGKILL; ``actions``
     ((seconds after t0, action)) runs each action then, in a thread (its one-line answer is said).  A
@@ -126,14 +130,15 @@ def run_agents(
     hosts = _checked_hosts(jobs, template.hosts_ip)
     control_dir = os.path.join(workdir, "ctl")
     os.makedirs(control_dir, exist_ok=False)
-    margin = start_margin_s if start_margin_s is not None else _start_margin_s(hosts, channel_plan)
-    t0_s = time.time() + margin
-    handles = _write_specs(replace(template, t0_s=t0_s, control_dir=control_dir), hosts, workdir,
+    timeout_s = ready_timeout_s if ready_timeout_s is not None else _ready_timeout_s(hosts, channel_plan)
+    handles = _write_specs(replace(template, t0_s=0.0, control_dir=control_dir), hosts, workdir,
                            channel_plan)
     say = progress or (lambda text: None)
     try:
         _start(handles, popen, workdir, say)
-        _wait_until_ready(handles, control_dir, t0_s)
+        _wait_until_ready(handles, control_dir, timeout_s)
+        t0_s = time.time() + START_LEAD_S
+        tell_agents(control_dir, hosts, {"type": "start", "t0_s": t0_s})
         say("agents ready; running")
         timers = [_start_timer(t0_s + at_s, action, say)
                   for at_s, action in [*_kills(handles, kill_agents or {}), *actions]]
@@ -164,10 +169,11 @@ def _checked_hosts(jobs: Sequence[Job], hosts_ip: Mapping[str, str]) -> list[str
     return hosts
 
 
-def _start_margin_s(hosts: Sequence[str], channel_plan: Mapping[str, list[dict[str, Any]]] | None) -> float:
-    """Time from now to t0: every interpreter started and every planned channel open before it."""
+def _ready_timeout_s(hosts: Sequence[str], channel_plan: Mapping[str, list[dict[str, Any]]] | None) -> float:
+    """How long every interpreter may take to start and open its planned channels: a bound for an agent
+    that hangs, far above a loaded machine's start-up (a second or two per agent)."""
     channels = sum(e["count"] for entries in (channel_plan or {}).values() for e in entries)
-    return 1.5 + 0.25 * len(hosts) + 0.02 * channels
+    return 30.0 + 1.0 * len(hosts) + 0.05 * channels
 
 
 def _write_specs(template: RunSpec, hosts: Sequence[str], workdir: str,
@@ -196,13 +202,13 @@ def _start(handles: Mapping[str, AgentHandle], popen: PopenFn, workdir: str,
     say(f"{len(handles)} agents started (pids {', '.join(str(h.pid) for h in handles.values())})")
 
 
-def _wait_until_ready(handles: Mapping[str, AgentHandle], control_dir: str, t0_s: float) -> None:
-    """Every agent's control socket is up before t0, or the run fails naming the first that exited."""
+def _wait_until_ready(handles: Mapping[str, AgentHandle], control_dir: str, timeout_s: float) -> None:
+    """Every agent's control socket is up within ``timeout_s``, or the run fails naming the first that
+    exited."""
     try:
-        wait_for_sockets(control_dir, list(handles), max(0.0, t0_s - time.time()),
-                         alive=lambda: _first_exit_problem(handles))
+        wait_for_sockets(control_dir, list(handles), timeout_s, alive=lambda: _first_exit_problem(handles))
     except ControlError as exc:
-        raise EmulationError(f"agents did not come up before t0: {exc}") from None
+        raise EmulationError(f"agents did not come up: {exc}") from None
 
 
 class _DeathNotices:

@@ -62,8 +62,9 @@ def loopback(hosts: Sequence[str]) -> dict[str, str]:
     return {h: f"127.0.0.{10 + i}" for i, h in enumerate(hosts)}
 
 
-def run_local_agents(jobs: Sequence[Job], tmp_path: Any, popen: Any = None, start_margin_s: float = 1.5,
-                     kill_agents: dict[str, float] | None = None, **spec: Any) -> Any:
+def run_local_agents(jobs: Sequence[Job], tmp_path: Any, popen: Any = None,
+                     ready_timeout_s: float | None = None, kill_agents: dict[str, float] | None = None,
+                     **spec: Any) -> Any:
     """The agents of ``jobs`` as processes on this machine (``emulation.agents.run_agents``); ``spec``:
     run-spec fields (``registry``, ``data_port``, ...) over a fresh data port and a 30 s run timeout."""
     from emulation.agents import agent_hosts, local_popen, run_agents
@@ -72,7 +73,7 @@ def run_local_agents(jobs: Sequence[Job], tmp_path: Any, popen: Any = None, star
     spec.setdefault("data_port", next(_PORTS))
     spec.setdefault("run_timeout_s", 30.0)
     template = RunSpec(hosts_ip=loopback(agent_hosts(jobs)), jobs=list(jobs), **spec)
-    return run_agents(template, str(tmp_path), popen or local_popen, start_margin_s=start_margin_s,
+    return run_agents(template, str(tmp_path), popen or local_popen, ready_timeout_s=ready_timeout_s,
                       kill_agents=kill_agents)
 
 

@@ -120,6 +120,7 @@ class Agent:
     def __init__(self, spec: RunSpec, registry: RegistryPort | None = None,
                  clock: Callable[[], float] = time.time, log: Callable[[str], None] = None) -> None:
         self.spec = spec
+        self.t0_s = spec.t0_s  # 0 until the orchestrator's start word gives it
         self.me = spec.host
         self.registry = registry or RegistryPort()
         self.clock = clock
@@ -174,7 +175,7 @@ class Agent:
         self._log_fn(text)
 
     def rel(self, epoch_s: float) -> float:
-        return epoch_s - self.spec.t0_s
+        return epoch_s - self.t0_s
 
     # ------------------------------------------------------------------------------ run
     def run(self) -> AgentResult:
@@ -217,10 +218,36 @@ class Agent:
         self.control = ControlEndpoint(self.spec.control_dir, self.me,
                                        lambda m: self.events.put(_Control(m)))
         self.control.start()
+        if self.t0_s == 0.0:
+            self.t0_s = self._await_start_word()
         now = self.clock()
-        if now > self.spec.t0_s + LATE_START_TOLERANCE_S:
-            raise AgentError(f"ready {now - self.spec.t0_s:.2f} s after t0; start agents earlier")
-        time.sleep(max(0.0, self.spec.t0_s - now))
+        if now > self.t0_s + LATE_START_TOLERANCE_S:
+            raise AgentError(f"ready {now - self.t0_s:.2f} s after t0; start agents earlier")
+        time.sleep(max(0.0, self.t0_s - now))
+
+    def _await_start_word(self) -> float:
+        """t0 from the orchestrator's ``start`` word, which comes once every agent is ready; anything else
+        that comes first is kept for the main loop, but a peer's abort ends the wait."""
+        deadline = time.monotonic() + self.spec.run_timeout_s
+        early: list[_Event] = []
+        try:
+            while True:
+                try:
+                    event = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise AgentError(f"no start word within {self.spec.run_timeout_s:g} s") from None
+                message = event.message if isinstance(event, _Control) else {}
+                if message.get("type") == "start":
+                    t0_s = message.get("t0_s")
+                    if isinstance(t0_s, bool) or not isinstance(t0_s, (int, float)) or t0_s <= 0:
+                        raise AgentError(f"bad start word {message!r}")
+                    return float(t0_s)
+                if message.get("type") == "abort":
+                    raise PeerAbortedError(str(message.get("from")), str(message.get("reason")))
+                early.append(event)
+        finally:
+            for event in early:
+                self.events.put(event)
 
     def _declares(self, job: Job) -> bool:
         """The sender of the job's first flow declares the job (exactly one agent per job)."""
@@ -228,12 +255,12 @@ class Agent:
         return bool(flows) and flows[0].src == self.me
 
     def _loop(self) -> None:
-        deadline = self.spec.t0_s + self.spec.run_timeout_s
+        deadline = self.t0_s + self.spec.run_timeout_s
         ready: list[tuple[int, int, str]] = []  # heap of (job index, declaration index, qid)
         running: tuple[float, str] | None = None  # (finish epoch, qid) of the compute in progress
         launched: set[str] = set()
         # A job's tasks without dependencies become ready when the job arrives (t0 + arrival_s).
-        arrivals = sorted((self.spec.t0_s + self.owned[qid].job.arrival_s, qid)
+        arrivals = sorted((self.t0_s + self.owned[qid].job.arrival_s, qid)
                           for qid, left in self.deps_left.items() if not left)
         while self.pending or self._parked:
             now = self.clock()
@@ -507,7 +534,7 @@ class Agent:
                 for t, dscp, rate, pace, decided in seen.get("allocations", [])]
             record["progress"] = [[self.rel(t), *counters] for t, *counters in seen.get("progress", [])]
         return AgentResult(
-            self.me, self.spec.t0_s, self.spec.scheduler, failure, dict(self.failed_jobs),
+            self.me, self.t0_s, self.spec.scheduler, failure, dict(self.failed_jobs),
             sorted(self.pending), self.tasks_out, self.sent_out, self.received_out,
             channels={"opened": len(self.channels.channels), "opened_late": self.channels.opened_late},
             tcp=tcpstats.difference(self.tcp_before, tcpstats.read_counters()))

@@ -7,7 +7,9 @@ agent never reads scenario files or talks to the orchestrator while it runs:
 * ``host``: which host this agent is; ``hosts_ip``: host -> IP address of every agent (data plane);
 * ``jobs``: every job of the run (all agents get all jobs: each executes only its own part, but needs
   the whole DAG to know where a completion event must be sent);
-* ``t0_s``: the epoch time (``time.time()``) all task times are relative to; one machine, one clock;
+* ``t0_s``: the epoch time (``time.time()``) all task times are relative to; one machine, one clock.
+  0 (what the orchestrator writes): the agent gets t0 in a ``start`` word on its control socket, sent
+  once every agent is ready, so a slow interpreter start-up on a loaded machine never makes one late;
 * ``data_port``: the TCP port every agent listens on for flows;
 * ``control_dir``: where each agent's Unix control socket lives (``<control_dir>/<host>.sock``);
   completion events travel there, outside the shaped fabric;
@@ -156,7 +158,7 @@ class RunSpec:
     jobs: list[Job] = field(default_factory=list, metadata=_spec(
         array(nonempty=True, of="of jobs in the trace format"), required=True))
     t0_s: float = field(default=0.0, metadata=_spec(
-        number(0.0, above=True, what="an epoch time in seconds"), required=True))
+        number(0.0, what="0 or an epoch time in seconds"), required=True))
     data_port: int = field(default=DEFAULT_DATA_PORT,
                            metadata=_spec(integer(1, 65535, what="a TCP port"), required=True))
     control_dir: str = field(default="", metadata=_spec(text(), required=True))
