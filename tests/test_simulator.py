@@ -404,7 +404,7 @@ class _SnapshotAalo(AaloScheduler):
 
 
 @pytest.mark.parametrize("scenario_name, first", [("fattree-gpipe-ring", None), ("fattree-fsdp-ps", None),
-                                                  ("fb2010", 12)])
+                                                  ("fb2010", 10)])
 def test_aalo_on_the_flow_tables_arrays_decides_as_on_snapshots(scenario_name: str, first) -> None:
     """The simulator gives Aalo its flow table's arrays (attained bytes per group, slowest link per
     flow) instead of a snapshot per decision; queues, order and queue-change expiries stay the same."""
