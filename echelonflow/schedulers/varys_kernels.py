@@ -131,29 +131,29 @@ def varys_decide(active, remaining, group, reference, ref_slot, idrank, weight, 
 def _split_spare(sel, starts, skipped, n_skipped, path_ptr, path_links, residual, capacity, rate):
     """Step 3 of :func:`varys_decide`: the flows of the ``skipped`` groups whose every link has some
     residual each get ``min over their links of residual / (such flows on the link)``, all shares taken
-    from the residual as it was before this step (so no link is over-committed), then consumed."""
+    from the residual as it was before this step (so no link is over-committed), then consumed.  The
+    eligible flows are listed on the first walk (the residual does not change until the last), so the
+    shares and the consumption walk only them, without looking at their paths' residual again."""
     count = ints(len(residual))
+    eligible = ints(len(sel))
+    n_eligible = 0
     for s in range(n_skipped):
         g = skipped[s]
         for k in range(starts[g], starts[g + 1]):
             f = sel[k]
             if _path_min(f, path_ptr, path_links, residual) <= 0:
                 continue
+            eligible[n_eligible] = f
+            n_eligible += 1
             for p in range(path_ptr[f], path_ptr[f + 1]):
                 count[path_links[p]] += 1
-    for s in range(n_skipped):
-        g = skipped[s]
-        for k in range(starts[g], starts[g + 1]):
-            f = sel[k]
-            if _path_min(f, path_ptr, path_links, residual) <= 0:
-                continue
-            rate[f] = _path_share(f, path_ptr, path_links, residual, count)
-    for s in range(n_skipped):
-        g = skipped[s]
-        for k in range(starts[g], starts[g + 1]):
-            f = sel[k]
-            if rate[f] > 0:
-                _consume(f, rate[f], path_ptr, path_links, residual, capacity)
+    for e in range(n_eligible):
+        f = eligible[e]
+        rate[f] = _path_share(f, path_ptr, path_links, residual, count)
+    for e in range(n_eligible):
+        f = eligible[e]
+        if rate[f] > 0:
+            _consume(f, rate[f], path_ptr, path_links, residual, capacity)
 
 
 @jit
