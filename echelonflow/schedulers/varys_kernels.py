@@ -16,6 +16,7 @@ Kept Python 3.9 compatible: the controller imports it.
 from __future__ import annotations
 
 from echelonflow.schedulers.kernels import (
+    EPS_BYTES,
     INF,
     _backfill,
     _bottleneck,
@@ -56,18 +57,26 @@ def varys_decide(active, remaining, group, reference, ref_slot, idrank, weight, 
        rescheduling rule, leave it idle once they finish.
     4. Whatever is still free is back-filled greedily, flow by flow in the global order.
     """
-    sel = ints(len(active))
-    m = _select(active, 0, len(active), remaining, path_ptr, rate, sel)
-    starts = ints(m + 1)
+    # the flows covered (``kernels._select``), where each group's run starts and each flow's bits, in
+    # one walk over the active flows
+    n = len(active)
+    sel = ints(n)
+    bits = floats(n)
+    starts = ints(n + 1)
+    m = 0
     n_groups = 0
-    for k in range(m):
-        if k == 0 or group[sel[k]] != group[sel[k - 1]]:
-            starts[n_groups] = k
+    for k in range(n):
+        f = active[k]
+        rate[f] = 0.0
+        if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+            continue
+        if m == 0 or group[f] != group[sel[m - 1]]:
+            starts[n_groups] = m
             n_groups += 1
+        sel[m] = f
+        bits[m] = 8.0 * remaining[f]
+        m += 1
     starts[n_groups] = m
-    bits = floats(m)
-    for k in range(m):
-        bits[k] = 8.0 * remaining[sel[k]]
     n_links = len(capacity)
     cumulative = floats(n_links)
     touched = ints(n_links)
