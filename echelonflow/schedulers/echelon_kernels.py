@@ -499,7 +499,11 @@ def echelon_decide(active, table, now, every_flow, rate, order):
                 f = sel[k]
                 if rate[f] > 0.0:
                     _consume(f, rate[f], path_ptr, path_links, residual, capacity)
-    _backfill(order, m, path_ptr, path_links, residual, capacity, rate)
+    if not every_flow:
+        # Deciding at every flow event, every group went one flow after another, each flow taking the
+        # least residual on its path, which leaves that link at exactly 0 (``_consume``); residual only
+        # falls, so every ranked flow has a full link and back-filling would give nothing: skipped.
+        _backfill(order, m, path_ptr, path_links, residual, capacity, rate)
     return m
 
 

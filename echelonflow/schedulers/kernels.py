@@ -249,16 +249,24 @@ def _unnumbered(n_global):
 @jit
 def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
     """Progressive filling of flows ``sel[:m]`` on ``capacity``; ``local_of`` is all -1 on entry and
-    on return (only the links used are reset)."""
+    on return (only the links used are reset).
+
+    Each flow's local link numbers are written once, flow after flow (``local[q_ptr[k]:q_ptr[k + 1]]``
+    for ``sel[k]``), so listing each link's members and freezing a flow read them in sequence instead
+    of going through the path and the global-to-local map again."""
     total = 0
     for k in range(m):
         f = sel[k]
         total += path_ptr[f + 1] - path_ptr[f]
     # local link numbers by first use; residual and member counts per local link
-    global_of = ints(total)
-    residual = floats(total)
-    count = ints(total)
+    n_room = total if total < len(capacity) else len(capacity)  # at most one local number per link
+    global_of = ints(n_room)
+    residual = floats(n_room)
+    count = ints(n_room)
+    local = ints(total)
+    q_ptr = ints(m + 1)
     n_local = 0
+    q = 0
     for k in range(m):
         f = sel[k]
         for p in range(path_ptr[f], path_ptr[f + 1]):
@@ -271,6 +279,9 @@ def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
                 residual[li] = capacity[g]
                 n_local += 1
             count[li] += 1
+            local[q] = li
+            q += 1
+        q_ptr[k + 1] = q
     # members of each local link, in flow order (CSR)
     member_ptr = ints(n_local + 1)
     for li in range(n_local):
@@ -278,9 +289,8 @@ def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
     fill = ints(n_local)
     members = ints(total)
     for k in range(m):
-        f = sel[k]
-        for p in range(path_ptr[f], path_ptr[f + 1]):
-            li = local_of[path_links[p]]
+        for q in range(q_ptr[k], q_ptr[k + 1]):
+            li = local[q]
             members[member_ptr[li] + fill[li]] = k
             fill[li] += 1
 
@@ -325,10 +335,9 @@ def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
             if frozen[k]:
                 continue
             frozen[k] = 1
-            f = sel[k]
-            rate[f] = level
-            for p in range(path_ptr[f], path_ptr[f + 1]):
-                other = local_of[path_links[p]]
+            rate[sel[k]] = level
+            for r in range(q_ptr[k], q_ptr[k + 1]):
+                other = local[r]
                 residual[other] -= level
                 count[other] -= 1
                 if not scan and other != li and count[other] > 0:

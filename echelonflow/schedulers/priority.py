@@ -22,6 +22,12 @@ from echelonflow.schedulers import kernels
 from echelonflow.schedulers.base import Scheduler
 from echelonflow.schedulers.view import Allocation, FlowView, GroupView
 
+#: Up to this many groups, :func:`serve_classes` copies the served flows group by group (one slice each);
+#: with more, one gather (:func:`_gathered`).  Slicing costs a Python step per group (hundreds per
+#: decision on a k=16 fabric), the gather a few passes over every served flow (FB2010's two or three
+#: coflows of 20,000 flows: there it took 9 % of sincronia's run under cProfile, a slice is one copy).
+SLICED_GROUPS = 16
+
 
 def serve(view: FlowView, groups: GroupView, order: Sequence[int]) -> Allocation:
     """Rates into ``view.rate`` for the groups served in ``order`` (indices into ``groups``, each once);
@@ -38,18 +44,38 @@ def serve_classes(view: FlowView, groups: GroupView, classes: Sequence[Sequence[
     ptr = groups.group_ptr
     active = view.active
     order = [g for members in classes for g in members]
-    served_ptr = [0]
-    for members in classes:
-        served_ptr.append(served_ptr[-1] + sum(ptr[g + 1] - ptr[g] for g in members))
-    if kernels.HAVE_NUMBA:
-        pieces = [active[ptr[g]:ptr[g + 1]] for g in order]
-        served = kernels.np.concatenate(pieces) if pieces else kernels.int_array([])
+    if kernels.HAVE_NUMBA and len(order) > SLICED_GROUPS:
+        served, served_ptr = _gathered(active, ptr, order, [len(members) for members in classes])
     else:
-        served = [active[k] for g in order for k in range(ptr[g], ptr[g + 1])]
+        served_ptr = [0]
+        for members in classes:
+            served_ptr.append(served_ptr[-1] + sum(ptr[g + 1] - ptr[g] for g in members))
+        if kernels.HAVE_NUMBA:
+            pieces = [active[ptr[g]:ptr[g + 1]] for g in order]
+            served = kernels.np.concatenate(pieces) if pieces else kernels.int_array([])
+        else:
+            served = [active[k] for g in order for k in range(ptr[g], ptr[g + 1])]
     table = view.table
     kernels.priority_decide(served, kernels.int_array(served_ptr), table.remaining, table.path_ptr,
                             table.path_links, table.capacity, view.rate)
     return Allocation(view.rate, served, len(served))
+
+
+def _gathered(active, group_ptr: Sequence[int], order: Sequence[int], class_sizes: Sequence[int]):
+    """(the flows of the groups in ``order``, one after another; where each class starts among them):
+    one gather over numpy arrays, where a slice per group and a sum per class cost a Python step per
+    group (hundreds per decision on a k=16 fabric)."""
+    np = kernels.np
+    ptr = np.asarray(group_ptr, dtype=np.int64)
+    chosen = np.asarray(order, dtype=np.int64)
+    firsts = ptr[chosen]
+    sizes = ptr[chosen + 1] - firsts
+    starts = np.zeros(len(chosen) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    served = active[np.arange(int(starts[-1]), dtype=np.int64) + np.repeat(firsts - starts[:-1], sizes)]
+    bounds = np.zeros(len(class_sizes) + 1, dtype=np.int64)
+    np.cumsum(np.asarray(class_sizes, dtype=np.int64), out=bounds[1:])
+    return served, starts[bounds]
 
 
 class GroupOrderScheduler(Scheduler):

@@ -16,6 +16,7 @@ Kept Python 3.9 compatible: the controller imports it.
 from __future__ import annotations
 
 from echelonflow.schedulers.kernels import (
+    EPS_BYTES,
     INF,
     _backfill,
     _bottleneck,
@@ -59,18 +60,26 @@ def varys_decide(active, table, order_by, rate, order, admission_key):
     remaining, group, reference, ref_slot = table.remaining, table.group, table.reference, table.ref_slot
     idrank, weight = table.idrank, table.weight
     path_ptr, path_links, capacity = table.path_ptr, table.path_links, table.capacity
-    sel = ints(len(active))
-    m = _select(active, 0, len(active), remaining, path_ptr, rate, sel)
-    starts = ints(m + 1)
+    # the flows covered (``kernels._select``), where each group's run starts and each flow's bits, in
+    # one walk over the active flows
+    n = len(active)
+    sel = ints(n)
+    bits = floats(n)
+    starts = ints(n + 1)
+    m = 0
     n_groups = 0
-    for k in range(m):
-        if k == 0 or group[sel[k]] != group[sel[k - 1]]:
-            starts[n_groups] = k
+    for k in range(n):
+        f = active[k]
+        rate[f] = 0.0
+        if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+            continue
+        if m == 0 or group[f] != group[sel[m - 1]]:
+            starts[n_groups] = m
             n_groups += 1
+        sel[m] = f
+        bits[m] = 8.0 * remaining[f]
+        m += 1
     starts[n_groups] = m
-    bits = floats(m)
-    for k in range(m):
-        bits[k] = 8.0 * remaining[sel[k]]
     n_links = len(capacity)
     cumulative = floats(n_links)
     touched = ints(n_links)
@@ -134,29 +143,29 @@ def varys_decide(active, table, order_by, rate, order, admission_key):
 def _split_spare(sel, starts, skipped, n_skipped, path_ptr, path_links, residual, capacity, rate):
     """Step 3 of :func:`varys_decide`: the flows of the ``skipped`` groups whose every link has some
     residual each get ``min over their links of residual / (such flows on the link)``, all shares taken
-    from the residual as it was before this step (so no link is over-committed), then consumed."""
+    from the residual as it was before this step (so no link is over-committed), then consumed.  The
+    eligible flows are listed on the first walk (the residual does not change until the last), so the
+    shares and the consumption walk only them, without looking at their paths' residual again."""
     count = ints(len(residual))
+    eligible = ints(len(sel))
+    n_eligible = 0
     for s in range(n_skipped):
         g = skipped[s]
         for k in range(starts[g], starts[g + 1]):
             f = sel[k]
             if _path_min(f, path_ptr, path_links, residual) <= 0:
                 continue
+            eligible[n_eligible] = f
+            n_eligible += 1
             for p in range(path_ptr[f], path_ptr[f + 1]):
                 count[path_links[p]] += 1
-    for s in range(n_skipped):
-        g = skipped[s]
-        for k in range(starts[g], starts[g + 1]):
-            f = sel[k]
-            if _path_min(f, path_ptr, path_links, residual) <= 0:
-                continue
-            rate[f] = _path_share(f, path_ptr, path_links, residual, count)
-    for s in range(n_skipped):
-        g = skipped[s]
-        for k in range(starts[g], starts[g + 1]):
-            f = sel[k]
-            if rate[f] > 0:
-                _consume(f, rate[f], path_ptr, path_links, residual, capacity)
+    for e in range(n_eligible):
+        f = eligible[e]
+        rate[f] = _path_share(f, path_ptr, path_links, residual, count)
+    for e in range(n_eligible):
+        f = eligible[e]
+        if rate[f] > 0:
+            _consume(f, rate[f], path_ptr, path_links, residual, capacity)
 
 
 @jit

@@ -1,0 +1,189 @@
+"""The decision machinery's shortcuts change no result (docs/performance.md, "The decision machinery
+at trace scale"): each is checked against the plain computation it replaces, which fails when the
+shortcut is wrong.
+
+* the simulator finds a decision's groups from its per-group counts, not by walking the active flows,
+  and visits only the hosts whose computes changed: on random DAG workloads, every scheduler, every
+  task's start and finish equal to the run that walks the flows and visits every host (1e-9 relative);
+* ``priority.serve_classes`` gathers the served flows in one numpy step: equal to slicing group by group;
+* Varys's spare split (``varys_kernels._split_spare``) walks only the flows it found eligible: rates and
+  residual equal bit for bit to the three walks over every skipped flow;
+* ``echelon`` deciding at every flow event skips its back-fill: every ranked flow with bytes left
+  already crosses a full link, so back-filling would give nothing.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from echelonflow import echelon as echelon_mod
+from echelonflow.schedulers import SCHEDULERS, get_scheduler, kernels, priority, varys_kernels
+from echelonflow.schedulers.echelon import EchelonScheduler
+from echelonflow.schedulers.view import snapshot_view
+from simulator import engine
+from tests.instances import TOPOLOGIES, assert_same_times, random_snapshot
+from tests.test_skipped_decisions import workloads
+
+pytestmark = pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not installed in this venv")
+
+
+class _PlainRun(engine._Run):
+    """The run without the shortcuts: groups found by walking the active flows' groups, and every host
+    that ever queued a compute visited at every step, in the order it first did."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.group_first = None
+
+    def _dispatch_computes(self) -> None:
+        self.dispatch_due.clear()
+        for host in list(self.host_ready):
+            self._start_next(host)
+
+
+def _times(run_type: type, kind: str, jobs: list, name: str) -> tuple[list, list]:
+    specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
+    run = run_type(TOPOLOGIES[kind](), jobs, get_scheduler(name), True, specs)
+    run.run()
+    return run.start_s, run.finish_s
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_every_scheduler_gives_the_same_times_as_the_plain_run(workload) -> None:
+    kind, jobs = workload
+    try:
+        engine.check_placement(TOPOLOGIES[kind](), jobs)
+    except Exception:
+        return
+    for name in SCHEDULERS:
+        start, finish = _times(engine._Run, kind, jobs, name)
+        plain_start, plain_finish = _times(_PlainRun, kind, jobs, name)
+        assert_same_times(start, plain_start)
+        assert_same_times(finish, plain_finish)
+
+
+def test_the_plain_run_is_what_the_shortcut_replaces() -> None:
+    """A run whose counts lie (a group marked empty while its flows are active) no longer equals the
+    plain one: the comparison above can fail."""
+    kind, jobs = "bigswitch", _two_group_job()
+    specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
+    run = engine._Run(TOPOLOGIES[kind](), jobs, get_scheduler("sincronia"), True, specs)
+    run.run()
+    broken = engine._Run(TOPOLOGIES[kind](), jobs, get_scheduler("sincronia"), False, specs)
+    broken.group_first = np.zeros_like(broken.group_first)  # every group found at the first flow
+    broken.run()
+    assert broken.finish_s != run.finish_s
+
+
+def _two_group_job() -> list:
+    from echelonflow.model import FlowTask, Job
+
+    job = Job("j")
+    job.add(FlowTask("a", "h1", "h2", 1_000_000, echelon_id="e0"))
+    job.add(FlowTask("b", "h1", "h3", 3_000_000, echelon_id="e1"))
+    job.add(FlowTask("c", "h4", "h2", 2_000_000, echelon_id="e1"))
+    return [job]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_serving_gathers_the_groups_as_slices_do(seed) -> None:
+    rng = random.Random(seed)
+    sizes = [rng.randint(0, 5) for _ in range(rng.randint(1, 8))]
+    ptr = [0]
+    for size in sizes:
+        ptr.append(ptr[-1] + size)
+    active = np.array(sorted(rng.sample(range(1000), ptr[-1])), dtype=np.int64)
+    order = list(range(len(sizes)))
+    rng.shuffle(order)
+    classes, k = [], 0
+    while k < len(order):
+        step = rng.randint(1, 3)
+        classes.append(order[k:k + step])
+        k += step
+    served, served_ptr = priority._gathered(active, ptr, order, [len(c) for c in classes])
+    pieces = [active[ptr[g]:ptr[g + 1]] for g in order]
+    assert served.tolist() == np.concatenate(pieces).tolist()
+    expected_ptr = [0]
+    for members in classes:
+        expected_ptr.append(expected_ptr[-1] + sum(ptr[g + 1] - ptr[g] for g in members))
+    assert served_ptr.tolist() == expected_ptr
+
+
+def _split_spare_plain(sel, starts, skipped, path_ptr, path_links, residual, capacity, rate) -> None:
+    """Step 3 of Varys's decision as first written: three walks over every skipped flow."""
+    count = [0] * len(residual)
+
+    def path_min(f):
+        return min((residual[path_links[p]] for p in range(path_ptr[f], path_ptr[f + 1])), default=np.inf)
+
+    for g in skipped:
+        for k in range(starts[g], starts[g + 1]):
+            f = sel[k]
+            if path_min(f) <= 0:
+                continue
+            for p in range(path_ptr[f], path_ptr[f + 1]):
+                count[path_links[p]] += 1
+    for g in skipped:
+        for k in range(starts[g], starts[g + 1]):
+            f = sel[k]
+            if path_min(f) <= 0:
+                continue
+            links = path_links[path_ptr[f]:path_ptr[f + 1]]
+            rate[f] = min(residual[li] / count[li] for li in links)
+    for g in skipped:
+        for k in range(starts[g], starts[g + 1]):
+            f = sel[k]
+            if rate[f] > 0:
+                for p in range(path_ptr[f], path_ptr[f + 1]):
+                    li = path_links[p]
+                    left = residual[li] - rate[f]
+                    residual[li] = left if left > capacity[li] * kernels.EPS_RELATIVE else 0.0
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_spare_split_walks_only_eligible_flows_with_the_same_results(seed) -> None:
+    rng = random.Random(seed)
+    n_links = rng.randint(2, 12)
+    capacity = np.array([rng.choice([1e6, 1e9, rng.uniform(1e5, 1e9)]) for _ in range(n_links)])
+    residual = np.array([rng.choice([0.0, c, rng.uniform(0, c)]) for c in capacity])
+    n_flows = rng.randint(1, 30)
+    paths = [rng.sample(range(n_links), rng.randint(1, min(3, n_links))) for _ in range(n_flows)]
+    path_ptr = np.cumsum([0] + [len(p) for p in paths]).astype(np.int64)
+    path_links = np.array([li for p in paths for li in p], dtype=np.int64)
+    sel = np.array(rng.sample(range(n_flows), n_flows), dtype=np.int64)
+    cuts = sorted(rng.sample(range(1, n_flows), rng.randint(0, n_flows - 1))) if n_flows > 1 else []
+    starts = np.array([0, *cuts, n_flows], dtype=np.int64)
+    groups = list(range(len(starts) - 1))
+    skipped = np.array(rng.sample(groups, rng.randint(1, len(groups))), dtype=np.int64)
+    rate, expected_rate = np.zeros(n_flows), np.zeros(n_flows)
+    got_residual, expected_residual = residual.copy(), residual.copy()
+    varys_kernels._split_spare(sel, starts, skipped, len(skipped), path_ptr, path_links, got_residual,
+                               capacity, rate)
+    _split_spare_plain(sel, starts, skipped.tolist(), path_ptr, path_links, expected_residual, capacity,
+                       expected_rate)
+    assert rate.tolist() == expected_rate.tolist()
+    assert got_residual.tolist() == expected_residual.tolist()
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_echelon_at_every_flow_event_leaves_no_flow_a_free_path(seed) -> None:
+    """What makes skipping the back-fill exact: after serving, every ranked flow crosses a link loaded
+    to its capacity (to rounding), so a back-fill would find no spare capacity for any of them."""
+    snap = random_snapshot(seed, 1 + seed % 25)
+    scheduler = EchelonScheduler()
+    view = snapshot_view(snap, scheduler.active_order, scheduler.links())
+    assert view.every_flow
+    allocation = scheduler.decide(view)
+    table = view.table
+    load = np.zeros(len(table.capacity))
+    for f in view.active.tolist():
+        for p in range(table.path_ptr[f], table.path_ptr[f + 1]):
+            load[table.path_links[p]] += view.rate[f]
+    for f in allocation.ranked[:allocation.count].tolist():
+        links = table.path_links[table.path_ptr[f]:table.path_ptr[f + 1]].tolist()
+        assert any(load[li] >= table.capacity[li] * (1 - 1e-9) for li in links), (seed, f)
