@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import strategies as st
 
-from echelonflow.model import FlowTask, Job
+from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.schedulers import get_scheduler
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
 from echelonflow.topology import Topology, bigswitch, build, dumbbell, fattree
@@ -15,6 +16,35 @@ from simulator.engine import simulate
 #: Small topologies for random DAG workloads, by name.
 TOPOLOGIES = {"bigswitch": lambda: bigswitch(1e9, hosts=6), "dumbbell": lambda: dumbbell(1e9, 3),
               "fattree": lambda: fattree(1e9, k=4)}
+
+
+#: Flow sizes random DAG workloads draw from (zero-byte flows included).
+SIZES_BYTES = (0, 125_000, 250_000, 250_000, 1_000_000, 3_000_000)
+
+
+@st.composite
+def workloads(draw) -> tuple[str, list[Job]]:
+    """A small topology's name and one to three random DAGs on it (computes, flows in EchelonFlows,
+    arrivals at or just after 0), for the tests that compare two ways of running the simulator."""
+    kind = draw(st.sampled_from(sorted(TOPOLOGIES)))
+    hosts = TOPOLOGIES[kind]().hosts
+    jobs = []
+    for j in range(draw(st.integers(1, 3))):
+        job = Job(f"j{j}", arrival_s=draw(st.sampled_from([0.0, 0.0, 0.001, 0.004])))
+        names: list[str] = []
+        for k in range(draw(st.integers(1, 9))):
+            deps = tuple(sorted(set(draw(st.lists(st.sampled_from(names), max_size=2))))) if names else ()
+            if draw(st.integers(0, 3)) == 0:
+                task = ComputeTask(f"c{k}", draw(st.sampled_from(hosts)),
+                                   draw(st.sampled_from([0.0005, 0.001, 0.002])), deps)
+            else:
+                src, dst = draw(st.lists(st.sampled_from(hosts), min_size=2, max_size=2, unique=True))
+                task = FlowTask(f"f{k}", src, dst, draw(st.sampled_from(SIZES_BYTES)), deps,
+                                echelon_id=f"e{draw(st.integers(0, 2))}")
+            job.add(task)
+            names.append(task.task_id)
+        jobs.append(job)
+    return kind, jobs
 
 
 def assert_same_times(got: list, expected: list) -> None:

@@ -25,8 +25,7 @@ from echelonflow.schedulers import SCHEDULERS, get_scheduler, kernels, priority,
 from echelonflow.schedulers.echelon import EchelonScheduler
 from echelonflow.schedulers.view import snapshot_view
 from simulator import engine
-from tests.instances import TOPOLOGIES, assert_same_times, random_snapshot
-from tests.test_skipped_decisions import workloads
+from tests.instances import TOPOLOGIES, assert_same_times, random_snapshot, workloads
 
 pytestmark = pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not installed in this venv")
 

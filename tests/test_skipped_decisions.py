@@ -6,39 +6,13 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from echelonflow import echelon as echelon_mod
-from echelonflow.model import ComputeTask, FlowTask, Job
+from echelonflow.model import FlowTask, Job
 from echelonflow.schedulers import SCHEDULERS, get_scheduler
 from echelonflow.topology import bigswitch
 from simulator import engine
-from tests.instances import TOPOLOGIES, assert_same_times
-
-SIZES_BYTES = (0, 125_000, 250_000, 250_000, 1_000_000, 3_000_000)
-
-
-@st.composite
-def workloads(draw) -> tuple[str, list[Job]]:
-    kind = draw(st.sampled_from(sorted(TOPOLOGIES)))
-    hosts = TOPOLOGIES[kind]().hosts
-    jobs = []
-    for j in range(draw(st.integers(1, 3))):
-        job = Job(f"j{j}", arrival_s=draw(st.sampled_from([0.0, 0.0, 0.001, 0.004])))
-        names: list[str] = []
-        for k in range(draw(st.integers(1, 9))):
-            deps = tuple(sorted(set(draw(st.lists(st.sampled_from(names), max_size=2))))) if names else ()
-            if draw(st.integers(0, 3)) == 0:
-                task = ComputeTask(f"c{k}", draw(st.sampled_from(hosts)),
-                                   draw(st.sampled_from([0.0005, 0.001, 0.002])), deps)
-            else:
-                src, dst = draw(st.lists(st.sampled_from(hosts), min_size=2, max_size=2, unique=True))
-                task = FlowTask(f"f{k}", src, dst, draw(st.sampled_from(SIZES_BYTES)), deps,
-                                echelon_id=f"e{draw(st.integers(0, 2))}")
-            job.add(task)
-            names.append(task.task_id)
-        jobs.append(job)
-    return kind, jobs
+from tests.instances import TOPOLOGIES, assert_same_times, workloads
 
 
 def _times(kind: str, jobs: list[Job], name: str, skip: bool) -> tuple[list, list, int]:
