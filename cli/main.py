@@ -64,8 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _terminate)
+    previous = {signum: signal.signal(signum, _terminate) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
         return int(args.run(args) or 0)
     except UserError as err:
@@ -85,5 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         # stdout goes to /dev/null so the interpreter's final flush does not fail a second time
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    finally:  # a caller in this process (a test, a notebook) gets its own handlers back
+        for signum, handler in previous.items():
+            if handler is not None:
+                signal.signal(signum, handler)
 
 

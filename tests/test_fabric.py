@@ -6,6 +6,7 @@ learning mode, the fat-tree gets static destination-based flows from tests/fabri
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -327,12 +329,30 @@ time.sleep(600)
 """
 
 
-def _start_owner(tag: str, sigint: Any = signal.SIG_DFL) -> subprocess.Popen:
+def _start_owner(tag: str, sigint: Any = signal.SIG_DFL, sighup: Any = signal.SIG_DFL) -> subprocess.Popen:
+    def dispositions() -> None:  # SIGTERM as a fresh process has it, whatever the test process holds
+        signal.signal(signal.SIGINT, sigint)
+        signal.signal(signal.SIGHUP, sighup)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
     proc = subprocess.Popen([PY, "-c", OWNER_SCRIPT, tag], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
+                            preexec_fn=dispositions)
     line = proc.stdout.readline() if proc.stdout else ""
     assert line.strip() == "READY", f"fabric owner did not start (exit {proc.poll()})"
     return proc
+
+
+@contextlib.contextmanager
+def _owner_cleaned_up(proc: subprocess.Popen) -> Iterator[None]:
+    """If the body fails with the owner still running, kill it and clean its fabric: one failed test
+    must not leave a fabric whose names and lock fail every fabric test after it."""
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+            subprocess.run([PY, "-m", "cli", "fabric", "clean"], cwd=ROOT, capture_output=True, timeout=120)
 
 
 def _owned_by(tag: str):
@@ -347,9 +367,10 @@ def test_sigterm_to_owner_removes_everything(require_fabric):
     tag = f"sigterm{os.getpid()}"
     proc = _start_owner(tag)
     owned = _owned_by(tag)
-    assert ovs.bridges_owned(tag)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) != 0
+    with _owner_cleaned_up(proc):
+        assert ovs.bridges_owned(tag)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) != 0
     assert_nothing_left(*owned)
 
 
@@ -360,11 +381,25 @@ def test_an_owner_that_ignores_sigint_keeps_its_fabric_through_one(require_fabri
     tag = f"sigign{os.getpid()}"
     proc = _start_owner(tag, sigint=signal.SIG_IGN)
     owned = _owned_by(tag)
-    proc.send_signal(signal.SIGINT)
-    time.sleep(2.0)
-    assert proc.poll() is None and set(ovs.bridges_owned(tag)) == set(owned[1])
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) != 0
+    with _owner_cleaned_up(proc):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(2.0)
+        assert proc.poll() is None and set(ovs.bridges_owned(tag)) == set(owned[1])
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) != 0
+    assert_nothing_left(*owned)
+
+
+@pytest.mark.fabric
+def test_an_owner_under_nohup_stops_its_node_shells_on_sigterm(require_fabric):
+    """Under ``nohup`` (SIGHUP ignored, and so in every child) Mininet's stop, a SIGHUP to each node's
+    shell, must still end the shells: the owner then exits on SIGTERM and leaves nothing."""
+    tag = f"nohup{os.getpid()}"
+    proc = _start_owner(tag, sigint=signal.SIG_IGN, sighup=signal.SIG_IGN)
+    owned = _owned_by(tag)
+    with _owner_cleaned_up(proc):
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) != 0
     assert_nothing_left(*owned)
 
 
