@@ -11,7 +11,7 @@ from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.schedulers import get_scheduler
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
 from echelonflow.topology import Topology, bigswitch, build, dumbbell, fattree
-from simulator.engine import simulate
+from simulator.engine import check_placement, simulate
 
 #: Small topologies for random DAG workloads, by name.
 TOPOLOGIES = {"bigswitch": lambda: bigswitch(1e9, hosts=6), "dumbbell": lambda: dumbbell(1e9, 3),
@@ -45,6 +45,16 @@ def workloads(draw) -> tuple[str, list[Job]]:
             names.append(task.task_id)
         jobs.append(job)
     return kind, jobs
+
+
+def placeable(kind: str, jobs: list[Job]) -> bool:
+    """Whether a drawn workload fits its topology (the simulator refuses one that does not, before any
+    run: such a draw has nothing to compare)."""
+    try:
+        check_placement(TOPOLOGIES[kind](), jobs)
+    except Exception:
+        return False
+    return True
 
 
 def assert_same_times(got: list, expected: list) -> None:
