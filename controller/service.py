@@ -277,7 +277,7 @@ class SchedulingService:
                     continue
                 path = self._install_args(key)[1]
                 if self.sink is not None and not self._call(self.sink.repath, key, path):
-                    del self.installed[key]  # the sink lost it: the pass below installs it afresh
+                    self.installed.pop(key, None)  # the sink lost it: the pass below installs it afresh
                     continue
                 moved.append(key)
         return moved, self.reschedule("reroute")
@@ -450,14 +450,18 @@ class SchedulingService:
         return FlowMatch(*self.registry.five_tuple(key)), self.registry.path_of(key)
 
     def _push(self, desired: dict[str, Installed], report: PassReport) -> None:
-        """Apply ``controller.plan``'s operations; record each one the sink accepted."""
+        """Apply ``controller.plan``'s operations; record each one the sink accepted.
+
+        A sink call may yield the hub, and a switch's idle-timeout report (:meth:`forget`) can run in
+        between: a flow may leave ``installed`` while its operation is under way, so it is popped, not
+        deleted."""
         sink = self.sink
         self.pending_acks = [a for a in self.pending_acks if not a.done]
         for op in plan(self.installed, desired, self.tuning.rate_tolerance):
             if op.kind == "remove":
                 if sink is not None and not self._call(sink.remove, op.flow_id):
                     continue
-                del self.installed[op.flow_id]
+                self.installed.pop(op.flow_id, None)
                 report.removes += 1
             elif op.kind == "install":
                 if sink is not None:
@@ -476,7 +480,7 @@ class SchedulingService:
                     kwargs["clear_rate"] = True
                 if sink is not None and not self._call(sink.update, op.flow_id, **kwargs):
                     # the sink may have dropped the flow (idle timeout): forget it, the next pass installs it
-                    del self.installed[op.flow_id]
+                    self.installed.pop(op.flow_id, None)
                     continue
                 self.installed[op.flow_id] = op.after
                 report.updates += 1

@@ -12,6 +12,7 @@ from controller.enforcement import Enforcer, FlowMatch
 from controller.registry import Registry, RegistryError
 from controller.service import SchedulingService, Tuning
 from controller.store import open_registry
+from echelonflow.errors import UserError
 from echelonflow.schedulers import get_scheduler
 from echelonflow.schedulers.view import decision_on_snapshot
 from echelonflow.topology import build, fattree, two_hosts
@@ -255,6 +256,41 @@ def test_flow_dropped_by_the_port_is_installed_again():
     port.fail_for.clear()
     svc.reschedule("interval")
     assert ("pp/mb0") in [c[1] for c in port.take() if c[0] == "install"]
+
+
+class ForgettingSink(RecordingSink):
+    """A port whose switch reports a flow's idle timeout while the pass is talking to it: the app's
+    flow-removed handler (``forget``) runs inside the call, as it does when the call yields the hub."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.service: SchedulingService | None = None
+        self.idles: set[str] = set()
+
+    def _maybe_fail(self, flow_id):
+        if flow_id in self.idles:
+            self.idles.discard(flow_id)
+            self.service.forget(flow_id)
+            raise UserError(f"flow_id: no enforced flow {flow_id!r}")
+        super()._maybe_fail(flow_id)
+
+
+def test_a_flow_idled_out_while_its_update_is_under_way_is_installed_again():
+    """Seen on a k=8 fabric: 'enforcement update refused: no enforced flow', then a KeyError out of the
+    pass and an HTTP 500 to the agent whose flow start triggered it."""
+    reg, port = fig2_registry(), ForgettingSink()
+    svc = SchedulingService(reg, port, now=Clock(1.0))
+    port.service = svc
+    svc.set_scheduler("echelon-varys")  # just-in-time rates: mb0's moves when mb1 arrives
+    reg.flow_started("pp", "mb0", 40000, 5201, 1.0)
+    svc.on_arrival()
+    port.take()
+    port.idles.add("pp/mb0")
+    reg.flow_started("pp", "mb1", 40001, 5201, 1.0)
+    report = svc.on_arrival()  # updates mb0: the switch reports its idle timeout meanwhile
+    assert "pp/mb0" not in svc.installed and report.installs == 1  # mb1 installed all the same
+    svc.reschedule("interval")
+    assert ("install", "pp/mb0") in port.told() and "pp/mb0" in svc.installed
 
 
 def test_restart_reenforces_live_flows_from_the_store(tmp_path):
