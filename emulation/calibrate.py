@@ -7,7 +7,8 @@ of the dilated topology, then every host pair the scenario's flows use sends at 
 per pair, :mod:`traffic.loadgen`; hosts shaped at the link rate as in a run, so switch ports are
 backlogged where streams share a link) for a few seconds while the fidelity monitor
 (:mod:`emulation.monitor`) samples.  The first factor whose window the monitor trusts (busy ports at
->= 90 % of their rate, the machine not pegged, no switch ingress lag) is chosen.  All pairs at once is
+>= 90 % of their rate, the machine not pegged, no switch ingress lag) and whose pairs got at least half
+of their max-min fair rates is chosen.  All pairs at once is
 more load than most moments of a training schedule, so the choice errs on the safe side; the
 emulation's own monitor still judges every phase.
 
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -43,6 +45,12 @@ from topologies import ovs
 from topologies.fabric import Fabric
 
 HostPair = tuple[str, str]
+
+#: The calibration traffic must deliver at least this share of what max-min sharing of the dilated links
+#: allows it.  Where the forwarding cannot keep up with the links at all (10 Gbit/s links on a
+#: userspace datapath that forwards a few), no switch port backlogs, so the monitor has no busy port to
+#: judge and would trust the factor on no evidence; the goodput says what the links never got.
+DELIVERED_SHARE_MIN = 0.5
 
 
 class CalibrationError(UserError):
@@ -76,6 +84,45 @@ def trial_summary(factor: float, rate_bps: float, doc: dict[str, Any]) -> dict[s
             "ingress_lag_max_s": doc["ingress_lag_s"]["max"]}
 
 
+def fair_share_bps(topology: Topology, pairs: Sequence[HostPair]) -> dict[HostPair, float]:
+    """Each pair's max-min fair rate (TCP payload bit/s) with one stream per pair on its route.
+
+    The calibration's streams are unscheduled traffic, so they take ``Topology.pair_path``; progressive
+    filling over the links' wire rates, then the payload share of a full frame."""
+    capacity = topology.capacity_bps()
+    links = {pair: topology.links_of(topology.pair_path(*pair)) for pair in pairs}
+    residual = dict(capacity)
+    rate: dict[HostPair, float] = {}
+    active = set(pairs)
+    while active:
+        users = Counter(link for pair in active for link in links[pair])
+        tightest, share = min(((link, residual[link] / n) for link, n in users.items()), key=lambda x: x[1])
+        for pair in [p for p in active if tightest in links[p]]:
+            rate[pair] = share
+            active.discard(pair)
+            for link in links[pair]:
+                residual[link] -= share
+    return {pair: r * topology.payload_fraction for pair, r in rate.items()}
+
+
+def judge_delivery(doc: dict[str, Any], topology: Topology, pairs: Sequence[HostPair]) -> None:
+    """Add the goodput's verdict to a factor's monitor document (``delivered_share``; a reason and
+    ``trusted`` False when the pairs got less than :data:`DELIVERED_SHARE_MIN` of their fair rates)."""
+    goodput = doc.get("goodput_bps")
+    if goodput is None:
+        return
+    allowed_bps = sum(fair_share_bps(topology, pairs).values())
+    delivered_bps = sum(v or 0.0 for v in goodput.values())
+    share = delivered_bps / allowed_bps if allowed_bps > 0 else None
+    doc["delivered_share"] = share
+    if share is not None and share < DELIVERED_SHARE_MIN:
+        doc["trusted"] = False
+        doc["reasons"] = [*doc.get("reasons", []), (
+            f"the pairs got {delivered_bps / 1e6:.0f} of the {allowed_bps / 1e6:.0f} Mbit/s that max-min "
+            f"sharing of the links allows ({share:.0%}, below {DELIVERED_SHARE_MIN:.0%}): the forwarding, "
+            f"not the links, set the pace")]
+
+
 def calibrate(topology: Topology, jobs: Sequence[Job], progress: Callable[[str], None],
               logs_dir: str | None = None, settings: CalibrationSettings = CalibrationSettings(),
               measure: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -99,8 +146,10 @@ def calibrate(topology: Topology, jobs: Sequence[Job], progress: Callable[[str],
         progress(f"calibration x{factor:g}: {len(pairs)} host pairs sending at once over {dilated.name} at "
                  f"{dilated.rate_bps / 1e6:g} Mbit/s for {settings.traffic_s} s")
         doc = measure(dilated, pairs, settings, out_dir, factor)
+        judge_delivery(doc, dilated, pairs)
         trial = trial_summary(factor, dilated.rate_bps, doc)
         trial["goodput_bps"] = doc.get("goodput_bps")
+        trial["delivered_share"] = doc.get("delivered_share")
         record["trials"].append(trial)
         documents[f"x{factor:g}"] = doc
         if out_dir:  # the summaries plus every factor's whole monitor document
@@ -108,11 +157,16 @@ def calibrate(topology: Topology, jobs: Sequence[Job], progress: Callable[[str],
             write_json_atomic(os.path.join(out_dir, "calibration.json"), dict(record, monitor=documents))
         verdict = "trusted" if trial["trusted"] else "NOT trusted: " + "; ".join(trial["reasons"])
         progress(f"calibration x{factor:g}: {verdict} (busy port intervals {trial['busy_port_intervals']}, "
-                 f"below 90 % of the rate {trial['slow_link_share']:.0%}, machine idle median "
+                 f"below 90 % of the rate {trial['slow_link_share']:.0%}, delivered "
+                 f"{_pct(trial['delivered_share'])} of the fair rates, machine idle median "
                  f"{_pct(trial['cpu_idle_median'])})")
         if trial["trusted"]:
             return {"factor": factor, "chosen_by": "calibration", "calibration": record}
     where = f"; measurements in {out_dir}" if out_dir else ""
+    share = trial.get("delivered_share")
+    if share and share < DELIVERED_SHARE_MIN:  # the forwarding delivers about the same at any factor
+        needed = trial["factor"] * DELIVERED_SHARE_MIN / share
+        where += f"; at the goodput this machine forwarded, about x{needed:.0f} would be needed"
     raise CalibrationError(
         f"no time dilation up to x{settings.factors[-1]:g} made the fabric of {topology.name} forward "
         f"{len(pairs)} host pairs faithfully (x{settings.factors[-1]:g}: {'; '.join(trial['reasons'])})"

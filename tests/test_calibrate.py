@@ -9,7 +9,7 @@ import json
 import pytest
 
 from echelonflow.scenario import load_scenario
-from emulation.calibrate import CalibrationError, CalibrationSettings, calibrate, host_pairs
+from emulation.calibrate import CalibrationError, CalibrationSettings, calibrate, fair_share_bps, host_pairs
 from emulation.monitor import IntervalStats, evaluate
 from tests.helpers import run_echelon
 
@@ -32,7 +32,8 @@ def test_the_smallest_trusted_factor_is_chosen_and_every_trial_recorded(tmp_path
 
     def measure(topology, pairs, settings, out_dir, factor):  # the link keeps up from x4 on
         seen.append((factor, topology.rate_bps, pairs))
-        return dict(_monitor_doc(0.97 if factor >= 4 else 0.6), goodput_bps={"h1->h2": 1e6})
+        goodput_bps = {"h1->h2": 0.9 * topology.rate_bps}
+        return dict(_monitor_doc(0.97 if factor >= 4 else 0.6), goodput_bps=goodput_bps)
 
     scenario = load_scenario("fig2")
     out = calibrate(scenario.topology, scenario.jobs, lambda _text: None, str(tmp_path), measure=measure)
@@ -45,6 +46,37 @@ def test_the_smallest_trusted_factor_is_chosen_and_every_trial_recorded(tmp_path
     assert trials[2]["link_ratio_median"] == pytest.approx(0.97)
     saved = json.loads((tmp_path / "calibration" / "calibration.json").read_text())
     assert saved["trials"] == json.loads(json.dumps(trials)) and set(saved["monitor"]) == {"x1", "x2", "x4"}
+
+
+def test_a_fabric_that_never_backlogs_a_port_is_judged_by_its_goodput(tmp_path):
+    """Seen at k=8 with 10 Gbit/s links: the userspace datapath forwarded 0.57 of the 96 Gbit/s the
+    links allow, so no port ever backlogged, the monitor had nothing to judge and trusted x1."""
+    scenario = load_scenario("multitenant-k8")
+    pairs = host_pairs(scenario.jobs)
+    fair = fair_share_bps(scenario.topology, pairs)
+    assert len(fair) == len(pairs) and all(0 < r <= scenario.topology.rate_bps for r in fair.values())
+    forwarded_bps = 1.0e9  # what the machine forwards in all, whatever the factor
+
+    def measure(topology, pairs, settings, out_dir, factor):
+        no_busy_port = [IntervalStats(t * 0.5, t * 0.5 + 0.5, 0.4, 1.0, 1.0, 0.5, {}, 0.0) for t in range(20)]
+        quiet = evaluate(no_busy_port)
+        allowed = fair_share_bps(topology, pairs)
+        scale = min(1.0, forwarded_bps / sum(allowed.values()))
+        return dict(quiet, goodput_bps={f"{s}->{d}": r * scale for (s, d), r in allowed.items()})
+
+    settings = CalibrationSettings(factors=(1.0, 16.0, 64.0))
+    out = calibrate(scenario.topology, scenario.jobs, lambda _text: None, str(tmp_path), settings,
+                    measure=measure)
+    trials = out["calibration"]["trials"]
+    assert out["factor"] == 64.0 and [t["busy_port_intervals"] for t in trials] == [0, 0, 0]
+    assert [t["trusted"] for t in trials] == [False, False, True]
+    assert trials[0]["delivered_share"] == pytest.approx(forwarded_bps / sum(fair.values()))
+    assert "max-min sharing of the links allows" in trials[0]["reasons"][0]
+    settings = CalibrationSettings(factors=(1.0, 16.0))
+    needed = r"forwarded, about x48 would be needed"  # 16 x 0.5 / (1000 / 5997)
+    with pytest.raises(CalibrationError, match=needed):
+        calibrate(scenario.topology, scenario.jobs, lambda _text: None, str(tmp_path), settings,
+                  measure=measure)
 
 
 def test_no_trusted_factor_is_one_clear_error_with_the_measurements_kept(tmp_path):
@@ -83,6 +115,7 @@ def test_calibration_on_a_real_fabric_returns_a_factor_and_its_measurements(requ
     assert chosen["rate_bps"] == pytest.approx(10e6 / out["factor"])
     assert chosen["busy_port_intervals"] >= 10, chosen  # every stream has a backlogged first switch port
     assert 0.9 <= chosen["link_ratio_median"] <= 1.1, chosen
+    assert chosen["delivered_share"] >= 0.5, chosen  # the pairs got their fair rates' worth
     assert len(chosen["goodput_bps"]) == 10 and all(v and v > 0 for v in chosen["goodput_bps"].values())
     folder = tmp_path / "calibration"
     assert (folder / "calibration.json").is_file()
