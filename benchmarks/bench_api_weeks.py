@@ -36,7 +36,8 @@ one session (copy this file and ``hub_causes.py`` into the other checkout's ``be
 in turns).  Its stall phases can be chosen (``--phases``; ``loaded`` is the polling client among two
 processes burning the cores) and repeated with the hub's thread placed otherwise (``--placements``: on
 core 0 with the load on core 1, at nice -10, real-time SCHED_RR; needs root); ``--unsettled`` leaves the
-start-up heap in full collections, as the controller did before ``controller.heap``.
+start-up heap in full collections, as the controller did before ``controller.heap``; after the phases it
+times three full collections (``full_collections_cpu_ms``).
 
 With ``--scheduler NAME`` that policy is selected first, and every record counts the entries it keeps
 (``scheduler_entries``: a learning policy's memory of the jobs it saw); ``--no-stalls`` stops after the
@@ -52,6 +53,7 @@ Usage: ``.venv/bin/python benchmarks/bench_api_weeks.py [--jobs 100000] [--every
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import json
 import os
@@ -346,10 +348,16 @@ def stalls_only(ctl: Controller, workdir: str, args: argparse.Namespace) -> int:
         ctl.lifecycle(index, args.job_gap_s)
     stall = stalls(ctl, workdir, args.stall_s, tuple(args.placements.split(",")),
                    tuple(args.phases.split(",")))
+    full_collections_cpu_ms = []  # after the phases, so as not to change when one comes in them
+    for _ in range(3):
+        began = time.thread_time()
+        gc.collect()
+        full_collections_cpu_ms.append(1000 * (time.thread_time() - began))
     document = {"benchmark": "bench_api_weeks --stalls-only", "root": ROOT, "jobs": args.jobs,
                 "jobs_in_memory": len(ctl.registry.jobs),
                 "placements": args.placements, "phases": args.phases, "settled": not args.unsettled,
-                "load_average_end": os.getloadavg(),
+                "load_average_end": os.getloadavg(), "full_collections_cpu_ms": full_collections_cpu_ms,
+                "objects_tracked": len(gc.get_objects()),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "decision_delay": stall}
     with open(args.json, "w", encoding="utf-8") as fh:
         json.dump(document, fh, indent=1)

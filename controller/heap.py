@@ -6,7 +6,7 @@ container object of the process, inside whatever code happened to allocate: on t
 eventlet hub, a scheduling round due meanwhile waits for it.  Most of those objects are the start-up's:
 the modules, the topology and its paths, the scheduler's compiled kernels (numba and LLVM alone bring
 over 100,000), the registry loaded from the store.  They live as long as the process, so scanning them
-frees nothing, yet it is most of the work: a full collection took 23-33 ms of CPU on a controller grown
+frees nothing, yet it is most of the work: a full collection took 31-55 ms of CPU on a controller grown
 to 2,000 jobs, and one that came while the API was polled stalled a round 74-117 ms on a loaded machine
 (docs/results.md, "Where a late round's delay comes from").  What starts one is growth in what lives
 long (imports made late, tables that fill up); the retention of done jobs keeps the registry's own churn
@@ -14,7 +14,7 @@ from it, so it is rare, but each one scanned the whole start-up.
 
 :func:`settle`, called once the controller has started (its first round done, so the kernels are
 loaded), collects once and moves what survived to the permanent generation (``gc.freeze``): later full
-collections scan only what was allocated since (0.4-2 ms of CPU on the same grown controller).  A
+collections scan only what was allocated since (0.4-4.4 ms of CPU on the same grown controller).  A
 frozen object is still freed by reference counting when it is dropped (the registry's records hold no
 cycles); only a reference cycle among frozen objects would stay.
 
