@@ -26,11 +26,18 @@ mean lifecycle of the last ``--window`` jobs.  At the end:
   process only burns a core (the shared machine's part of the delay), then while a separate client
   process polls the largest pages (200 jobs, 200 flows, 50 EchelonFlows, 50 recent ones) in a loop; and
   each stretch a request held the hub (the WSGI call, JSON encoding included, cut where the page gave the
-  hub a turn: ``controller.encoded``).
+  hub a turn: ``controller.encoded``).  Each phase also says where its late rounds' delay went
+  (``causes``: ``benchmarks/hub_causes.py``): the hub thread waiting for a core, garbage collections, or
+  green threads holding the hub.
 
 With ``--stalls-only`` it grows the registry and measures the decision delay only (no series, no
 fresh-controller comparison, no restart): how the stall benchmark compares two versions of the code in
-one session (copy this file into the other checkout's ``benchmarks/`` and run both in turns).
+one session (copy this file and ``hub_causes.py`` into the other checkout's ``benchmarks/`` and run both
+in turns).  Its stall phases can be chosen (``--phases``; ``loaded`` is the polling client among two
+processes burning the cores) and repeated with the hub's thread placed otherwise (``--placements``: on
+core 0 with the load on core 1, at nice -10, real-time SCHED_RR; needs root); ``--unsettled`` leaves the
+start-up heap in full collections, as the controller did before ``controller.heap``; after the phases it
+times three full collections (``full_collections_cpu_ms``).
 
 With ``--scheduler NAME`` that policy is selected first, and every record counts the entries it keeps
 (``scheduler_entries``: a learning policy's memory of the jobs it saw); ``--no-stalls`` stops after the
@@ -38,12 +45,15 @@ series.  With ``--one-job`` every lifecycle is an iteration of one job that stay
 EchelonFlows ``i<k>.e``), what a training job that runs for weeks does.
 
 Usage: ``.venv/bin/python benchmarks/bench_api_weeks.py [--jobs 100000] [--every 10000] [--json PATH]``,
-``.venv/bin/python benchmarks/bench_api_weeks.py --stalls-only --jobs 2000 [--stall-s 3] [--json PATH]``.
+``.venv/bin/python benchmarks/bench_api_weeks.py --stalls-only --jobs 2000 [--stall-s 3] [--json PATH]``,
+``... --stalls-only --jobs 2000 --stall-s 5 --placements shared,nice,rt``
+``--phases alone,cpu_busy,polled,loaded [--unsettled]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import json
 import os
@@ -57,8 +67,11 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+# The API server is imported before the controller starts and settles its heap, as the app imports it.
+from benchmarks.hub_causes import Recorder, attribute, run_queue_wait_s  # noqa: E402
 from controller import validation  # noqa: E402
 from controller.api import Api  # noqa: E402
+from controller.api_server import ApiServer, run_in_thread  # noqa: E402
 from controller.config import ControllerConfig  # noqa: E402
 from controller.service import SchedulingService  # noqa: E402
 from controller.store import open_registry  # noqa: E402
@@ -66,6 +79,10 @@ from echelonflow.topology import fattree  # noqa: E402
 
 #: The hook a page calls to give the hub a turn (absent from versions that built a page in one go).
 COOPERATE_KEY = getattr(validation, "COOPERATE_KEY", None)
+try:  # how the controller keeps its start-up heap out of full collections (absent from earlier versions)
+    from controller.heap import settle
+except ImportError:
+    settle = None
 RESULT_PATH = os.path.join(ROOT, "benchmarks", "results", "api_weeks.json")
 TOKEN = "bench-token"
 READS = {"jobs": "/v1/jobs", "flows": "/v1/flows", "echelons": "/v1/echelons",
@@ -81,7 +98,7 @@ POLLED = ["/v1/jobs?limit=200", "/v1/flows?limit=200", "/v1/echelons?limit=50",
 class Controller:
     """Registry + service + API on a simulated clock, called as WSGI."""
 
-    def __init__(self, store_path: str, scheduler: str | None = None) -> None:
+    def __init__(self, store_path: str, scheduler: str | None = None, settled: bool = True) -> None:
         self.now_s = 1.0e9
         self.topology = fattree(10e6, k=4)
         self.registry = open_registry(self.topology, store_path)
@@ -91,6 +108,8 @@ class Controller:
         if scheduler is not None:
             self.service.set_scheduler(scheduler)
         self.service.start()  # as the controller does when it starts (the scheduler's kernels load here)
+        if settled and settle is not None:
+            settle()  # and then keeps its start-up heap out of full collections
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         raw = b"" if body is None else json.dumps(body).encode()
@@ -204,20 +223,75 @@ def reader(socket_path: str, seconds: float) -> int:
     return 0
 
 
-def stalls(ctl: Controller, workdir: str, seconds: float) -> dict[str, Any]:
-    import eventlet
+#: Where the stall phases run (``--placements``): the server's hub thread on any core or on core 0 only,
+#: at the default priority, a raised one (nice -10) or real-time (SCHED_RR 1); and the load processes
+#: (the polling client, the burners) on any core or on core 1 only.
+PLACEMENTS = {"shared": (None, 0, False, None), "pinned": ({0}, 0, False, {1}),
+              "nice": (None, -10, False, None), "pinned-nice": ({0}, -10, False, {1}),
+              "rt": (None, 0, True, None)}
+#: Processes burning a core beside the polling client in the "loaded" phase: with the client and the
+#: server, more runnable threads than the 2 cores, as on a shared machine.
+LOADED_BURNERS = 2
 
-    from controller.api_server import ApiServer, run_in_thread
 
-    delays: list[float] = []
+def place(tid: int, placement: str) -> Any:
+    """Put the hub's thread where ``placement`` says; returns the load processes' preexec_fn."""
+    cores, nice, realtime, load_cores = PLACEMENTS[placement]
+    os.sched_setaffinity(tid, cores or range(os.cpu_count() or 1))
+    if realtime:
+        os.sched_setscheduler(tid, os.SCHED_RR, os.sched_param(1))
+    else:
+        os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
+    return (lambda: os.sched_setaffinity(0, load_cores)) if load_cores else None
+
+
+def load(phase: str, socket_path: str, seconds: float, preexec: Any) -> int:
+    """What runs beside the server for ``seconds``: nothing, a process burning a core (reading
+    nothing: the machine's part), the polling client, or the client among :data:`LOADED_BURNERS`
+    burning processes; returns the reads it made."""
+    burners = {"alone": 0, "cpu_busy": 1, "polled": 0, "loaded": LOADED_BURNERS}[phase]
+    procs = [subprocess.Popen([sys.executable, "-c", BURN, str(seconds)], preexec_fn=preexec)
+             for _ in range(burners)]
+    reads = 0
+    if phase in ("polled", "loaded"):
+        proc = subprocess.run([sys.executable, __file__, "--reader", socket_path, "--stall-s", str(seconds)],
+                              capture_output=True, text=True, check=True, preexec_fn=preexec)
+        reads = int(proc.stdout.strip() or 0)
+    elif not procs:
+        time.sleep(seconds)
+    for proc in procs:
+        proc.wait()
+    return reads
+
+
+def delay_summary(rounds: list[tuple[float, ...]], period_s: float, held: list[float],
+                  held_cpu: list[float]) -> dict[str, Any]:
+    got = sorted(woke - asked - period_s for asked, woke, *_ in rounds)
+    return {"rounds": len(got), "delay_p50_ms": 1000 * got[len(got) // 2],
+            "delay_p99_ms": 1000 * got[min(len(got) - 1, int(0.99 * len(got)))],
+            "delay_max_ms": 1000 * got[-1],
+            "read_held_p50_ms": 1000 * statistics.median(held) if held else None,
+            "read_held_max_ms": 1000 * max(held) if held else None,
+            "read_held_cpu_p50_ms": 1000 * statistics.median(held_cpu) if held else None,
+            "read_held_cpu_max_ms": 1000 * max(held_cpu) if held else None}
+
+
+def stalls(ctl: Controller, workdir: str, seconds: float, placements: tuple[str, ...] = ("shared",),
+           phases: tuple[str, ...] = ("alone", "cpu_busy", "polled")) -> dict[str, Any]:
+    import eventlet  # imported already, by controller.api_server
+
+    rounds: list[tuple[float, float, float, float]] = []  # asked, woke, run-queue wait then and then
     stop = [False]
     period_s = 0.02
+    recorder = Recorder()
 
     def probe() -> None:
+        recorder.install()
         while not stop[0]:
-            asked = time.perf_counter()
+            asked, waited = time.perf_counter(), run_queue_wait_s(recorder.tid)
             eventlet.sleep(period_s)
-            delays.append(time.perf_counter() - asked - period_s)
+            rounds.append((asked, time.perf_counter(), waited, run_queue_wait_s(recorder.tid)))
             ctl.service.reschedule("probe")
 
     held: list[float] = []  # wall time of each stretch (the OS may take the core meanwhile)
@@ -246,30 +320,22 @@ def stalls(ctl: Controller, workdir: str, seconds: float) -> dict[str, Any]:
 
     server = ApiServer(timed_api, port=0, socket_path=os.path.join(workdir, "api.sock"))
     thread = run_in_thread(server, tasks=(probe,))
+    while not recorder.tid:
+        time.sleep(0.01)
     out: dict[str, Any] = {}
     try:
-        for phase in ("alone", "cpu_busy", "polled"):
-            delays.clear()
-            held.clear()
-            held_cpu.clear()
-            reads = 0
-            if phase == "polled":
-                proc = subprocess.run([sys.executable, __file__, "--reader", server.socket_path,
-                                       "--stall-s", str(seconds)], capture_output=True, text=True, check=True)
-                reads = int(proc.stdout.strip() or 0)
-            elif phase == "cpu_busy":  # another process takes a core, reading nothing: the machine's part
-                subprocess.run([sys.executable, "-c", BURN, str(seconds)], check=True)
-            else:
-                time.sleep(seconds)
-            got = sorted(delays)
-            out[phase] = {"rounds": len(got), "reads": reads,
-                          "delay_p50_ms": 1000 * got[len(got) // 2],
-                          "delay_p99_ms": 1000 * got[min(len(got) - 1, int(0.99 * len(got)))],
-                          "delay_max_ms": 1000 * got[-1],
-                          "read_held_p50_ms": 1000 * statistics.median(held) if held else None,
-                          "read_held_max_ms": 1000 * max(held) if held else None,
-                          "read_held_cpu_p50_ms": 1000 * statistics.median(held_cpu) if held else None,
-                          "read_held_cpu_max_ms": 1000 * max(held_cpu) if held else None}
+        for placement in placements:
+            load_preexec = place(recorder.tid, placement)
+            for phase in phases:
+                time.sleep(0.1)  # the placement in force, the last phase's stragglers gone
+                for series in (rounds, held, held_cpu):
+                    series.clear()
+                recorder.clear()
+                reads = load(phase, server.socket_path, seconds, load_preexec)
+                key = phase if placement == "shared" else f"{placement}/{phase}"
+                out[key] = {"reads": reads, **delay_summary(rounds, period_s, held, held_cpu),
+                            "causes": attribute(list(rounds), period_s, recorder)}
+        place(recorder.tid, "shared")
     finally:
         stop[0] = True
         thread.stop()
@@ -280,9 +346,18 @@ def stalls(ctl: Controller, workdir: str, seconds: float) -> dict[str, Any]:
 def stalls_only(ctl: Controller, workdir: str, args: argparse.Namespace) -> int:
     for index in range(args.jobs):
         ctl.lifecycle(index, args.job_gap_s)
-    stall = stalls(ctl, workdir, args.stall_s)
+    stall = stalls(ctl, workdir, args.stall_s, tuple(args.placements.split(",")),
+                   tuple(args.phases.split(",")))
+    full_collections_cpu_ms = []  # after the phases, so as not to change when one comes in them
+    for _ in range(3):
+        began = time.thread_time()
+        gc.collect()
+        full_collections_cpu_ms.append(1000 * (time.thread_time() - began))
     document = {"benchmark": "bench_api_weeks --stalls-only", "root": ROOT, "jobs": args.jobs,
                 "jobs_in_memory": len(ctl.registry.jobs),
+                "placements": args.placements, "phases": args.phases, "settled": not args.unsettled,
+                "load_average_end": os.getloadavg(), "full_collections_cpu_ms": full_collections_cpu_ms,
+                "objects_tracked": len(gc.get_objects()),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "decision_delay": stall}
     with open(args.json, "w", encoding="utf-8") as fh:
         json.dump(document, fh, indent=1)
@@ -299,7 +374,13 @@ def main() -> int:
     parser.add_argument("--job-gap-s", type=float, default=12.0, help="simulated seconds per job")
     parser.add_argument("--stall-s", type=float, default=3.0)
     parser.add_argument("--stalls-only", action="store_true", help="grow, then measure the decision delay")
+    parser.add_argument("--placements", default="shared",
+                        help=f"comma-separated stall placements, of {', '.join(PLACEMENTS)} (--stalls-only)")
+    parser.add_argument("--phases", default="alone,cpu_busy,polled",
+                        help="comma-separated stall phases: alone, cpu_busy, polled, loaded (--stalls-only)")
     parser.add_argument("--scheduler", default=None, help="select this policy first")
+    parser.add_argument("--unsettled", action="store_true",
+                        help="leave the start-up heap in full collections (no controller.heap.settle)")
     parser.add_argument("--no-stalls", action="store_true", help="skip the fresh comparison, stalls, restart")
     parser.add_argument("--one-job", action="store_true", help="every lifecycle an iteration of one live job")
     parser.add_argument("--reader", default=None, help=argparse.SUPPRESS)
@@ -309,7 +390,7 @@ def main() -> int:
         return reader(args.reader, args.stall_s)
     workdir = tempfile.mkdtemp(prefix="echelon-bench-weeks-")
     store = os.path.join(workdir, "registry.sqlite")
-    ctl = Controller(store, args.scheduler)
+    ctl = Controller(store, args.scheduler, settled=not args.unsettled)
     if args.stalls_only:
         return stalls_only(ctl, workdir, args)
     series = [record(ctl, store, 0, None)]

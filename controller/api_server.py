@@ -522,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     from controller.api import Api
     from controller.auth import DEFAULT_TOKEN_PATH, generate_token, write_token
     from controller.config import add_arguments, from_arguments
+    from controller.heap import settle
     from controller.owner_lock import own_store_and_token
     from controller.registry import Registry
     from controller.service import SchedulingService
@@ -563,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     service.start()
+    settle()  # the start-up's objects out of full collections, which stall rounds
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
     print(f"serving on http://{args.host}:{server.port} and unix:{server.socket_path}; "
           f"token in {args.token_file}", flush=True)

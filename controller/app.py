@@ -54,6 +54,7 @@ from controller.compat import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHE
 from controller.config import START_ERROR_PREFIX, ControllerConfig, oslo_options  # noqa: E402
 from controller.enforcement import Ack, Enforcer  # noqa: E402
 from controller.enforcement_api import EnforcementEndpoints  # noqa: E402
+from controller.heap import settle  # noqa: E402
 from controller.live_view import LiveView  # noqa: E402
 from controller.metrics import ControllerMetrics  # noqa: E402
 from controller.owner_lock import own_store_and_token  # noqa: E402
@@ -142,6 +143,7 @@ class EchelonApp(compat.BaseApp):
         report = self.service.start()
         LOG.info("registry loaded: %s; scheduler %s re-enforced %d flows", counts(self.registry),
                  self.service.scheduler_name, report.installs)
+        settle()  # the start-up's objects out of full collections, which stall rounds
         self.threads.append(compat.hub.spawn(self.service.run, compat.hub.sleep))
         if self.stats_interval_s > 0:
             self.threads.append(compat.hub.spawn(self._poll_stats))
