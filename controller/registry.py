@@ -677,17 +677,9 @@ class Registry:
     def _forget_job(self, job_id: str) -> None:
         """A done job leaves memory with its EchelonFlows and flows (none of them active or declared)."""
         echelons = list(self.index.job_echelons[job_id])
-        flows = [(key, self.flows[key].state) for key in self.index.job_flows[job_id]]
-        for key, _state in flows:
-            if key in self._table:
-                self._table.remove(key)
-            del self.flows[key]
-            del self._paths[key]
+        flows = self._drop_flows(list(self.index.job_flows[job_id]))
         for key in echelons:
-            del self.echelons[key]
-            del self.members[key]
-            self._reference_s.pop(key, None)
-            self._table.drop_group(key)
+            self._drop_echelon(key)
         del self.jobs[job_id]
         self._profiles.pop(job_id, None)
         self.parted_jobs.discard(job_id)
@@ -699,18 +691,29 @@ class Registry:
 
     def _forget_echelon(self, key: str) -> None:
         """A done EchelonFlow leaves memory with its flows (all done); its job stays."""
-        job_id = self.echelons.pop(key).job_id
-        flows = [(flow_key, self.flows[flow_key].state) for flow_key in self.members.pop(key)]
-        for flow_key, _state in flows:
-            if flow_key in self._table:
-                self._table.remove(flow_key)
-            del self.flows[flow_key]
-            del self._paths[flow_key]
-        self._reference_s.pop(key, None)
-        self._table.drop_group(key)
+        job_id = self.echelons[key].job_id
+        flows = self._drop_flows(self.members[key])
+        self._drop_echelon(key)
         self._profiles.pop(job_id, None)
         self.parted_jobs.add(job_id)
         self.index.echelon_removed(job_id, key, flows)
+
+    def _drop_flows(self, keys: list[str]) -> list[tuple[str, str]]:
+        """Done flows leave memory (the live table, records, paths); their (key, state) for the index."""
+        flows = [(key, self.flows[key].state) for key in keys]
+        for key, _state in flows:
+            if key in self._table:
+                self._table.remove(key)
+            del self.flows[key]
+            del self._paths[key]
+        return flows
+
+    def _drop_echelon(self, key: str) -> None:
+        """An EchelonFlow whose flows left memory leaves it too (record, members, reference, table slot)."""
+        del self.echelons[key]
+        del self.members[key]
+        self._reference_s.pop(key, None)
+        self._table.drop_group(key)
 
     def _retire(self, flow: FlowRecord, updated: FlowRecord) -> None:
         """``flow`` (declared or active) reached a done state: apply ``updated`` and free what it held."""

@@ -83,10 +83,9 @@ class RegistryIndex:
 
     def echelon_removed(self, job_id: str, key: str, flows: list[tuple[str, str]]) -> None:
         """A done EchelonFlow left memory with its flows ((key, state) pairs); its job stays."""
-        for flow_key, state in flows:
-            self.flows.discard(flow_key)
+        self._flows_removed(flows)
+        for flow_key, _state in flows:
             self.job_flows[job_id].discard(flow_key)
-            self.counts[state] -= 1
         self.echelons.discard(key)
         self.job_echelons[job_id].discard(key)
         self.recent.forget(key)
@@ -94,9 +93,7 @@ class RegistryIndex:
 
     def job_removed(self, job_id: str, echelon_keys: list[str], flows: list[tuple[str, str]]) -> None:
         """The job left memory with its EchelonFlows and its flows ((key, state) pairs)."""
-        for key, state in flows:
-            self.flows.discard(key)
-            self.counts[state] -= 1
+        self._flows_removed(flows)
         for key in echelon_keys:
             self.echelons.discard(key)
             self.recent.forget(key)
@@ -105,3 +102,9 @@ class RegistryIndex:
         for table in (self.job_echelons, self.job_flows, self._open_flows, self._last_end):
             table.pop(job_id, None)
         self.done.undone(job_id)
+
+    def _flows_removed(self, flows: list[tuple[str, str]]) -> None:
+        """Flows ((key, state) pairs) left memory: out of the global order and the state counts."""
+        for key, state in flows:
+            self.flows.discard(key)
+            self.counts[state] -= 1
