@@ -27,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -38,6 +37,7 @@ from echelonflow.dilation import CALIBRATION_FACTORS, check_factor, dilate_topol
 from echelonflow.errors import UserError
 from echelonflow.fileio import write_json_atomic
 from echelonflow.model import Job
+from echelonflow.schedulers import kernels
 from echelonflow.topology import Topology
 from emulation.agents import REPO_ROOT, agent_env
 from emulation.monitor import FidelityMonitor, Thresholds, sample_interval_s
@@ -87,22 +87,20 @@ def trial_summary(factor: float, rate_bps: float, doc: dict[str, Any]) -> dict[s
 def fair_share_bps(topology: Topology, pairs: Sequence[HostPair]) -> dict[HostPair, float]:
     """Each pair's max-min fair rate (TCP payload bit/s) with one stream per pair on its route.
 
-    The calibration's streams are unscheduled traffic, so they take ``Topology.pair_path``; progressive
-    filling over the links' wire rates, then the payload share of a full frame."""
+    The calibration's streams are unscheduled traffic, so they take ``Topology.pair_path``; the rates are
+    the ``fair`` scheduler's progressive filling (``kernels.fair_decide``) over the links' wire rates,
+    then the payload share of a full frame."""
     capacity = topology.capacity_bps()
-    links = {pair: topology.links_of(topology.pair_path(*pair)) for pair in pairs}
-    residual = dict(capacity)
-    rate: dict[HostPair, float] = {}
-    active = set(pairs)
-    while active:
-        users = Counter(link for pair in active for link in links[pair])
-        tightest, share = min(((link, residual[link] / n) for link, n in users.items()), key=lambda x: x[1])
-        for pair in [p for p in active if tightest in links[p]]:
-            rate[pair] = share
-            active.discard(pair)
-            for link in links[pair]:
-                residual[link] -= share
-    return {pair: r * topology.payload_fraction for pair, r in rate.items()}
+    link_number = {link: i for i, link in enumerate(capacity)}
+    path_ptr, path_links = [0], []
+    for pair in pairs:
+        path_links += [link_number[link] for link in topology.links_of(topology.pair_path(*pair))]
+        path_ptr.append(len(path_links))
+    rate = kernels.float_array([0.0] * len(pairs))
+    kernels.fair_decide(kernels.int_array(range(len(pairs))), kernels.float_array([1.0e12] * len(pairs)),
+                        kernels.int_array(path_ptr), kernels.int_array(path_links),
+                        kernels.float_array(list(capacity.values())), rate)
+    return {pair: float(r) * topology.payload_fraction for pair, r in zip(pairs, rate)}
 
 
 def judge_delivery(doc: dict[str, Any], topology: Topology, pairs: Sequence[HostPair]) -> None:
