@@ -33,6 +33,7 @@ def in_own_hub(*tasks: Callable[[], None]) -> Recorder:
     thread = threading.Thread(target=main)
     thread.start()
     thread.join(30)
+    assert not thread.is_alive(), "the hub's thread did not finish its tasks within 30 s"
     assert not failed, failed
     return recorder
 
