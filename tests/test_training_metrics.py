@@ -16,6 +16,7 @@ from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.results import Results, RunResult, build_run, format_table, percentile_nearest_rank
 from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import get_scheduler
+from echelonflow.topology import build
 from simulator.engine import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -197,3 +198,34 @@ def test_a_cell_with_the_focus_alone_has_no_ratio_and_no_crash() -> None:
     verdict = scheduler_matrix.judge(summary, "echelon")
     assert verdict["worst"] is None and verdict["above_target"] == []
     assert "| s | 0 | 1 | 10.00 (-) |" in scheduler_matrix.render(summary, verdict, ["echelon"])
+
+
+def _small_job_and_wide_job() -> list[Job]:
+    """The worked example of docs/scheduler-design.md, "Why no schedule wins all three": on one link of
+    1 MB/s, job ``small`` computes 1 s on one host and then sends 1 MB; job ``wide`` computes 1 s on each
+    of four hosts and then sends 2 MB.  Both flows cross the dumbbell's middle link from t = 1 s."""
+    small = Job("small")
+    small.add(ComputeTask("c", "h1", 1.0))
+    small.add(FlowTask("f", "h1", "h6", 1_000_000, deps=("c",)))
+    wide = Job("wide")
+    for i, host in enumerate(("h2", "h3", "h4", "h5")):
+        wide.add(ComputeTask(f"c{i}", host, 1.0))
+    wide.add(FlowTask("f", "h2", "h7", 2_000_000, deps=("c0", "c1", "c2", "c3")))
+    return [small, wide]
+
+
+def test_mean_jct_and_gpu_busy_want_opposite_orders() -> None:
+    """Serving ``small`` first (echelon: least bottleneck first) gives the least mean JCT (2 and 4 s:
+    3 s) and objective; serving ``wide`` first (crux: GPU intensity 4 s / 2 s against 1 s / 1 s) gives
+    the most GPU-busy (5 s of compute over 1 x 4 + 4 x 3 GPU-seconds held, against 1 x 2 + 4 x 4).  No
+    schedule is at least as good as both on both, so issue 30's "JCT at most and GPU-busy at least every
+    other scheduler's" cannot hold in every cell."""
+    topology = build("dumbbell", 8e6, mtu_bytes=None, hosts_per_side=5)  # idealised: payload only
+    runs = {name: simulate(topology, _small_job_and_wide_job(), get_scheduler(name))
+            for name in ("echelon", "crux", "sincronia")}
+    assert runs["echelon"].jct_mean_s == pytest.approx(3.0)
+    assert runs["echelon"].gpu_busy_fraction == pytest.approx(5.0 / 18.0)
+    assert runs["crux"].jct_mean_s == pytest.approx(3.5)
+    assert runs["crux"].gpu_busy_fraction == pytest.approx(5.0 / 16.0)
+    assert runs["sincronia"].jct_mean_s == pytest.approx(3.0)  # BSSI: the larger coflow last
+    assert runs["echelon"].objective_s < runs["crux"].objective_s
