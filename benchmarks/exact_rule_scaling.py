@@ -1,7 +1,8 @@
 """The exact rule's cost: FB2010 prefixes (offline or with the trace's arrivals) and multi-tenant fat-trees.
 
 Run: ``.venv/bin/python benchmarks/exact_rule_scaling.py [--coflows N]... [--own-arrivals]
-[--multitenant K]... [--scheduler NAME]... [--interval-ms MS]... [--progress-s S]``.
+[--multitenant K]... [--scheduler NAME]... [--interval-ms MS]... [--held-order] [--order-changes]
+[--progress-s S]``.
 
 * ``--coflows N``: the first N coflows of FB2010 (0: the whole hour), every arrival at 0 (offline)
   unless ``--own-arrivals`` keeps the trace's.  Default when nothing is asked: 100 coflows, offline.
@@ -14,11 +15,18 @@ every flow start and finish), without alone runs and without invariant checks, a
 that loads the compiled kernels.  ``--interval-ms`` adds runs under a decision interval
 (``simulator.engine``, "Decision interval"; 0 is the exact rule, the default) and, where the exact run of
 the same workload and scheduler came first, their error against it: average and 99th-percentile
-completion time and the largest error of one job (coflow).  Prints per run the wall time and CPU time
-(``time.process_time``: on a shared machine the steadier of the two), the simulator's decisions (and
-those skipped as changing nothing), the flows, the average and 99th-percentile completion time (CCT for
-coflows, JCT for jobs) and the process's peak resident memory so far.  ``--progress-s`` prints a running
-simulation's clock every S seconds of wall time, to see how far a run that is cut off got.
+completion time and the largest error of one job (coflow).  ``--held-order`` adds, for the schedulers
+that only order groups (``sincronia``, ``fifo``, ``aalo``, ...), a run under the exact rule whose group
+order is computed only when the decision's set of groups changes (as Varys and Sincronia re-order online
+at coflow arrivals and departures) and held between, with its error against the exact run.
+``--order-changes`` counts, on every exact run, the decisions whose ranking puts the groups it shares
+with the previous decision in another order (and of those, how many had the very same groups): how
+much an order kept between group events would miss.  Prints per run its rule (the decision interval in
+ms, 0 for the exact rule, or ``held``), the wall time and CPU time (``time.process_time``: on a shared
+machine the steadier of the two), the simulator's decisions (and those skipped as changing nothing),
+the flows, the average and 99th-percentile completion time (CCT for coflows, JCT for jobs) and the
+process's peak resident memory so far.  ``--progress-s`` prints a running simulation's clock every S
+seconds of wall time, to see how far a run that is cut off got.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from echelonflow import echelon as echelon_mod  # noqa: E402
 from echelonflow.scenario import Scenario, load_scenario, parse_scenario, resolve  # noqa: E402
 from echelonflow.schedulers import get_scheduler  # noqa: E402
+from echelonflow.schedulers.base import Scheduler  # noqa: E402
+from echelonflow.schedulers.priority import GroupOrderScheduler  # noqa: E402
+from echelonflow.schedulers.view import Allocation, FlowView, GroupView  # noqa: E402
 from simulator import engine  # noqa: E402
 
 #: The matrix's multi-tenant cell per fat-tree k: (jobs, iterations), at load 1.0, 1:1, seed 1.
@@ -53,6 +65,43 @@ def multitenant(k: int) -> Scenario:
     document["topology"].update(k=k, oversubscription=1)
     document["jobs"][0]["multi_tenant"].update(jobs=jobs, iterations=iterations, load=1.0, seed=1)
     return parse_scenario(document, path)
+
+
+class OrderChanges:
+    """Wraps a scheduler's ``decide`` to count the decisions whose group order differs from the last one's
+    on the groups both have (``changed``), and those among them with the same groups (``same_groups``)."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.changed = self.same_groups = 0
+        self._last: list[int] = []
+        self._decide = scheduler.decide
+        scheduler.decide = self.decide  # type: ignore[method-assign]
+
+    def decide(self, view: FlowView) -> Allocation:
+        allocation = self._decide(view)
+        ranked = np.asarray(allocation.ranked[:allocation.count], dtype=np.int64)
+        groups = list(dict.fromkeys(view.table.arrays().group[ranked].tolist()))
+        shared = set(groups) & set(self._last)
+        if [g for g in groups if g in shared] != [g for g in self._last if g in shared]:
+            self.changed += 1
+            self.same_groups += set(groups) == set(self._last)
+        self._last = groups
+        return allocation
+
+
+def hold_order(scheduler: GroupOrderScheduler) -> None:
+    """Make ``scheduler`` compute its group order only when a decision's groups differ from those the
+    order was computed for, and reuse it otherwise."""
+    compute = scheduler.order
+    held: dict[str, Any] = {"heads": None, "order": None}
+
+    def order(view: FlowView, groups: GroupView) -> list[int]:
+        heads = tuple(groups.heads)
+        if heads != held["heads"]:
+            held.update(heads=heads, order=compute(view, groups))
+        return held["order"]
+
+    scheduler.order = order  # type: ignore[method-assign]
 
 
 def workloads(args: argparse.Namespace) -> list[tuple[str, Scenario, list]]:
@@ -84,6 +133,12 @@ def main() -> int:
     parser.add_argument("--scheduler", action="append", default=None)
     parser.add_argument("--interval-ms", type=float, action="append", default=None,
                         help="decision interval in ms (0: the exact rule, the default); repeatable")
+    parser.add_argument("--held-order", action="store_true",
+                        help="also run each group-ordering scheduler with its order held between "
+                             "group events")
+    parser.add_argument("--order-changes", action="store_true",
+                        help="count the exact runs' decisions that re-order the groups they share with "
+                             "the decision before")
     parser.add_argument("--progress-s", type=float, default=0.0,
                         help="every this many seconds of wall time, print the running simulation's clock, "
                              "decisions and active flows")
@@ -106,36 +161,54 @@ def main() -> int:
     for name in names:
         engine.simulate(warm.topology, warm.jobs, get_scheduler(name))
     intervals = args.interval_ms or [0.0]
-    print(f"{'workload':<26} {'scheduler':<10} {'ms':>5} {'wall_s':>8} {'cpu_s':>8} {'decisions':>9} "
+    print(f"{'workload':<26} {'scheduler':<10} {'rule':>5} {'wall_s':>8} {'cpu_s':>8} {'decisions':>9} "
           f"{'skipped':>7} {'flows':>7} {'avg_ct_s':>10} {'p99_ct_s':>10} {'peak_MiB':>8}  error vs exact",
           flush=True)
     for label, scenario, jobs in workloads(args):
         specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
         flows = sum(len(job.flows) for job in jobs)
         for name in names:
+            variants = [(interval_ms, False) for interval_ms in intervals]
+            if args.held_order and isinstance(get_scheduler(name), GroupOrderScheduler):
+                variants.append((0.0, True))
             exact: np.ndarray | None = None
-            for interval_ms in intervals:
-                t0, cpu0 = time.perf_counter(), time.process_time()
-                with engine._collector_paused():
-                    run = engine._Run(scenario.topology, jobs, get_scheduler(name), False, specs,
-                                      rule=engine.DecisionRule(interval_s=interval_ms / 1e3))
-                    current[:] = [run]
-                    run.run()
-                    current.clear()
-                wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-                finish_s = run.finish_s
-                times = np.array([engine.completion_after_arrival_s(job, finish_s[base:base + len(job.tasks)])
-                                  for job, base in zip(jobs, run.job_base)])
+            for interval_ms, held in variants:
+                scheduler = get_scheduler(name)
+                if held:
+                    hold_order(scheduler)
+                exact_run = interval_ms == 0 and not held
+                changes = OrderChanges(scheduler) if args.order_changes and exact_run else None
+                run, wall, cpu, times = _timed(scenario, jobs, scheduler, specs, interval_ms, current)
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
                 error = ""
-                if interval_ms == 0:
+                if exact_run:
                     exact = times
                 elif exact is not None:
                     error = _error(times, exact)
-                print(f"{label:<26} {name:<10} {interval_ms:>5g} {wall:>8.1f} {cpu:>8.1f} {run.decisions:>9} "
+                if changes is not None:
+                    error = (f"order changed at {changes.changed} decisions "
+                             f"({changes.same_groups} with the same groups)")
+                rule = "held" if held else f"{interval_ms:g}"
+                print(f"{label:<26} {name:<10} {rule:>5} {wall:>8.1f} {cpu:>8.1f} {run.decisions:>9} "
                       f"{run.skipped:>7} {flows:>7} {times.mean():>10.5f} {np.percentile(times, 99):>10.5f} "
                       f"{peak:>8.0f}  {error}", flush=True)
     return 0
+
+
+def _timed(scenario: Scenario, jobs: list, scheduler: Scheduler, specs: dict, interval_ms: float,
+           current: list) -> tuple[engine._Run, float, float, np.ndarray]:
+    """One together run: (the run, its wall and CPU seconds, each job's completion after its arrival)."""
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    with engine._collector_paused():
+        run = engine._Run(scenario.topology, jobs, scheduler, False, specs,
+                          rule=engine.DecisionRule(interval_s=interval_ms / 1e3))
+        current[:] = [run]
+        run.run()
+        current.clear()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    times = np.array([engine.completion_after_arrival_s(job, run.finish_s[base:base + len(job.tasks)])
+                      for job, base in zip(jobs, run.job_base)])
+    return run, wall, cpu, times
 
 
 def _error(times: np.ndarray, exact: np.ndarray) -> str:
