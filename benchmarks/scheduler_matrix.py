@@ -16,13 +16,16 @@ scheduler's (the lowest time, the highest fraction).
 Prints the table and writes ``--out/matrix.md`` (the table with the command) and ``--out/matrix.json``.
 The summary judges ``--focus`` (default ``echelon``): its largest ratio to the best other scheduler,
 the cells where its objective exceeds 1.01x the best other's, its mean JCT 1.005x, its GPU-busy fraction
-falls below any other's, and per scenario the share of its exact-tie gain over ``coflow`` (1 - its
+falls below any other's, the cells where another scheduler is at least as good on the objective, mean JCT
+and GPU-busy fraction and better on one (dominates it: the three weigh completions differently, so none
+may lead on all three), and per scenario the share of its exact-tie gain over ``coflow`` (1 - its
 objective / coflow's) that it keeps under noise.
 
-``--summary-only`` summarises the sweep folders under ``--out``; where none is there (they are not kept
-in the repository) it re-judges the cells of ``--out/matrix.json``.  Records and cells written before
-the p95 and GPU-busy metrics existed show them as missing (``-``, null in the JSON) and are not judged on
-them.
+``--summary-only`` summarises the sweep folders under ``--out``; a grid whose folder is not there (they
+are not kept in the repository) keeps its cells from ``--out/matrix.json``, re-judged, so a matrix
+re-run in part (some grids, run elsewhere and linked under ``--out``) updates only those grids.  Records
+and cells written before the p95 and GPU-busy metrics existed show them as missing (``-``, null in the
+JSON) and are not judged on them.
 
     .venv/bin/python benchmarks/scheduler_matrix.py [--grid NAME]... [--workers N] [--out DIR]
         [--summary-only] [--focus NAME]
@@ -65,6 +68,9 @@ TARGET_JCT_RATIO = 1.005
 GPU_RTOL = 1e-9
 #: Per cell and scheduler, the metrics (medians over the samples): lower is better but for the last.
 METRICS = ("objective_s", "mean_completion_s", "p95_completion_s", "gpu_busy_fraction")
+#: What the dominance check compares: the objective and the two measures users train for (the p95 is a
+#: tail of the mean's distribution, reported but not a third criterion).
+DOMINANCE_METRICS = ("objective_s", "mean_completion_s", "gpu_busy_fraction")
 HIGHER_IS_BETTER = {"gpu_busy_fraction"}
 
 
@@ -154,10 +160,47 @@ def cells_of_matrix(path: Path) -> list[dict[str, Any]]:
         raise UserError(f"{path} is not a matrix this script wrote ({type(err).__name__}: {err})") from None
 
 
+def dominating(entries: dict[str, dict[str, Any]], focus: str) -> list[str]:
+    """The other schedulers of a cell at least as good as ``focus`` on every one of
+    :data:`DOMINANCE_METRICS` both have, and better on one (values within ``GPU_RTOL`` relative are equal:
+    the same schedule, summed in another order).  The objective, mean JCT and GPU-busy fraction weigh the
+    same completions differently (docs/scheduler-design.md, "Why no schedule wins all three"), so a
+    scheduler can be behind the best on each and still be one no other improves on in all three."""
+    mine = entries[focus]
+    found = []
+    for name, other in entries.items():
+        if name == focus:
+            continue
+        signs = []
+        for metric in DOMINANCE_METRICS:
+            a, b = mine.get(metric), other.get(metric)
+            if a is None or b is None:
+                continue
+            gain = (b - a) if metric in HIGHER_IS_BETTER else (a - b)  # > 0: the other is better
+            tolerance = GPU_RTOL * max(abs(a), abs(b))
+            signs.append(0 if abs(gain) <= tolerance else (1 if gain > 0 else -1))
+        if signs and min(signs) >= 0 and max(signs) > 0:
+            found.append(name)
+    return found
+
+
+def carried_cells(path: Path, grids: list[Grid], required: bool) -> list[dict[str, Any]]:
+    """The cells of the matrix.json at ``path`` that belong to ``grids`` (by scenario and parameters),
+    for ``--summary-only`` where those grids have no sweep folder: a matrix re-run in part keeps the rest
+    of what it had.  Without the file: nothing, or a :class:`UserError` when ``required`` (nothing else
+    to summarise)."""
+    if not path.exists() and not required:
+        return []
+    labels = {cell_label({"scenario": cell.scenario, "parameters": cell.parameters})
+              for grid in grids for cell in grid.cells}
+    return [cell for cell in cells_of_matrix(path) if cell["cell"] in labels]
+
+
 def judge(summary: dict[str, Any], focus: str) -> dict[str, Any]:
     """The focus scheduler against the targets: worst ratio to the best other, cells above 1.01 (objective)
-    and 1.005 (mean JCT), cells where another scheduler keeps the GPUs busier, and per scenario cell the
-    share of its exact gain over coflow (1 - objective / coflow's) kept under each noise level."""
+    and 1.005 (mean JCT), cells where another scheduler keeps the GPUs busier, cells where another
+    scheduler dominates it (:func:`dominating`), and per scenario cell the share of its exact gain over
+    coflow (1 - objective / coflow's) kept under each noise level."""
 
     def judged(metric: str) -> list[tuple[float, str, float]]:
         """(ratio to the best other, cell, noise) wherever the focus's ratio is known."""
@@ -182,7 +225,10 @@ def judge(summary: dict[str, Any], focus: str) -> dict[str, Any]:
             noisy_gain = 1.0 - schedulers[focus]["objective_s"] / schedulers["coflow"]["objective_s"]
             kept.append({"cell": label, "noise_ms": noise_ms, "exact_gain": gain, "noisy_gain": noisy_gain,
                          "kept": noisy_gain / gain})
+    dominated = [(c["cell"], c["noise_ms"], dominating(c["schedulers"], focus)) for c in summary["cells"]
+                 if focus in c["schedulers"]]
     return {"focus": focus, "cells": len(ratios), "worst": max(ratios, default=None),
+            "dominance_cells": len(dominated), "dominated": [entry for entry in dominated if entry[2]],
             "above_target": sorted(r for r in ratios if r[0] > TARGET_RATIO),
             "jct_cells": len(jct), "jct_worst": max(jct, default=None),
             "jct_above_target": sorted(r for r in jct if r[0] > TARGET_JCT_RATIO),
@@ -281,6 +327,11 @@ def render(summary: dict[str, Any], verdict: dict[str, Any], names: list[str]) -
               f"{len(verdict['gpu_below_other'])} cells"]
     lines += [f"- {label}, {noise_ms:g} ms: {ratio:.4f}"
               for ratio, label, noise_ms in verdict["gpu_below_other"]]
+    lines += [f"**{focus}**: dominated (another scheduler at least as good on the objective, mean JCT and "
+              f"GPU-busy fraction, and better on one) in {len(verdict['dominated'])} of "
+              f"{verdict['dominance_cells']} cells"]
+    lines += [f"- {label}, {noise_ms:g} ms: by {', '.join(names)}"
+              for label, noise_ms, names in verdict["dominated"]]
     if verdict["gain_kept_under_noise"]:
         lines += ["", f"Share of {focus}'s exact gain over coflow kept under noise (target 80 %):", ""]
         for k in verdict["gain_kept_under_noise"]:
@@ -295,6 +346,33 @@ def where(judged: tuple[float, str, float] | None) -> str:
     return "-" if judged is None else f"{judged[0]:.3f} ({judged[1]}, {judged[2]:g} ms)"
 
 
+def collect(args: argparse.Namespace, out: Path) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
+    """Run (or with ``--summary-only`` read) every grid asked for: (the sweep records, their summary, the
+    grids whose cells were carried over from ``out``'s matrix.json, as text)."""
+    records: list[dict[str, Any]] = []
+    unread: list[Grid] = []  # --summary-only: grids without a sweep folder here
+    for name in args.grid or GRIDS:
+        grid: Grid = load_grid(str(HERE / "matrix" / f"{name}.json"))
+        warning = coflow_rule_warning(c.scheduler for c in grid.cells if c.rescheduling == "coflow")
+        if warning and not args.summary_only:  # said when cells run, not when they are read back
+            print(f"scheduler_matrix: grid {name}: {warning}", file=sys.stderr)
+        folder = out / name
+        if args.summary_only:
+            done = read_records(str(folder))
+            found = [done[cell.key] for cell in grid.cells if cell.key in done]
+            records += found
+            if not found:
+                unread.append(grid)
+        else:
+            records += run_sweep(grid, str(folder), workers=args.workers)
+    summary = summarise(records)
+    if not unread:
+        return records, summary, ""
+    summary["cells"] += carried_cells(out / "matrix.json", unread, required=not records)
+    summary["cells"].sort(key=lambda c: (c["cell"], c["noise_ms"]))
+    return records, summary, ", ".join(grid.name for grid in unread)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", action="append", choices=GRIDS + EXTRA_GRIDS,
@@ -305,23 +383,9 @@ def main() -> int:
     parser.add_argument("--focus", default="echelon", help="the scheduler judged (default echelon)")
     args = parser.parse_args()
     out = Path(args.out)
-    records: list[dict[str, Any]] = []
     started = time.perf_counter()
     try:
-        for name in args.grid or GRIDS:
-            grid: Grid = load_grid(str(HERE / "matrix" / f"{name}.json"))
-            warning = coflow_rule_warning(c.scheduler for c in grid.cells if c.rescheduling == "coflow")
-            if warning and not args.summary_only:  # said when cells run, not when they are read back
-                print(f"scheduler_matrix: grid {name}: {warning}", file=sys.stderr)
-            folder = out / name
-            if args.summary_only:
-                done = read_records(str(folder))
-                records += [done[cell.key] for cell in grid.cells if cell.key in done]
-            else:
-                records += run_sweep(grid, str(folder), workers=args.workers)
-        summary = summarise(records)
-        if args.summary_only and not records:
-            summary = {"cells": cells_of_matrix(out / "matrix.json")}
+        records, summary, carried = collect(args, out)
     except UserError as err:
         print(f"scheduler_matrix: {err}", file=sys.stderr)
         return 2
@@ -330,10 +394,11 @@ def main() -> int:
     text = render(summary, verdict, names)
     print(text)
     command = " ".join(["benchmarks/scheduler_matrix.py", *sys.argv[1:]])
+    carried_note = f"; the cells of {carried} carried over from the matrix.json kept here" if carried else ""
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(str(out / "matrix.md"), f"# Scheduler matrix\n\n`.venv/bin/python {command}` "
                       f"({time.strftime('%Y-%m-%d')}, {len(records)} runs, "
-                      f"{time.perf_counter() - started:.0f} s)\n\n" + text, mode=0o644)
+                      f"{time.perf_counter() - started:.0f} s{carried_note})\n\n" + text, mode=0o644)
     write_text_atomic(str(out / "matrix.json"), json.dumps({"summary": summary, "verdict": verdict},
                                                            indent=1, default=str), mode=0o644)
     return 0

@@ -139,6 +139,22 @@ def test_the_matrix_judges_mean_jct_and_gpu_busy_fraction() -> None:
     assert "below another scheduler's: 1 cells" in text
 
 
+def test_the_matrix_names_the_schedulers_that_dominate_the_focus() -> None:
+    """sincronia better on all three dominates; crux trades mean JCT for GPU-busy and does not; fifo equal
+    to the focus but for summation noise (a hair below on the objective) does not either."""
+    records = [_record("echelon", 10.0, [10.0, 12.0], gpu=0.50),
+               _record("crux", 11.0, [12.0, 12.0], gpu=0.55),
+               _record("fifo", 10.0 * (1 - 1e-12), [10.0, 12.0], gpu=0.50)]
+    verdict = scheduler_matrix.judge(scheduler_matrix.summarise(records), "echelon")
+    assert verdict["dominated"] == [] and verdict["dominance_cells"] == 1
+    records.append(_record("sincronia", 9.5, [10.0, 11.0], gpu=0.52))
+    summary = scheduler_matrix.summarise(records)
+    verdict = scheduler_matrix.judge(summary, "echelon")
+    assert verdict["dominated"] == [("s", 0.0, ["sincronia"])]
+    text = scheduler_matrix.render(summary, verdict, ["crux", "echelon", "fifo", "sincronia"])
+    assert "better on one) in 1 of 1 cells" in text and "- s, 0 ms: by sincronia" in text
+
+
 def test_the_matrix_shows_old_records_metrics_as_missing() -> None:
     """Records written before the p95 and GPU-busy fields: p95 from their jobs, GPU-busy missing."""
     records = [_record("echelon", 10.0, [10.0, 12.0], with_metrics=False),
@@ -164,6 +180,31 @@ def test_summary_only_rejudges_the_kept_matrix_without_sweep_folders(tmp_path: P
     assert "cells with mean JCT" in child.stdout
     cells = json.loads((tmp_path / "matrix.json").read_text(encoding="utf-8"))["summary"]["cells"]
     assert len(cells) == len(json.loads(kept.read_text(encoding="utf-8"))["summary"]["cells"])
+
+
+def test_summary_only_replaces_only_the_grids_it_has_folders_for(tmp_path: Path) -> None:
+    """A sweep folder for the bundled grid with one cell: that grid's cells are that one; every other
+    grid's cells are carried over from the kept matrix.json, and matrix.md says which."""
+    from simulator.grid import load_grid
+    from simulator.sweep import CELLS_FILE
+
+    kept = ROOT / "benchmarks" / "results" / "scheduler-matrix" / "matrix.json"
+    (tmp_path / "matrix.json").write_text(kept.read_text(encoding="utf-8"), encoding="utf-8")
+    cell = load_grid(str(ROOT / "benchmarks" / "matrix" / "bundled.json")).cells[0]
+    record = {**_record(cell.scheduler, 1.0, [1.0], gpu=0.5), "scenario": cell.scenario,
+              "parameters": cell.parameters, "key": cell.key}
+    (tmp_path / "bundled").mkdir()
+    (tmp_path / "bundled" / CELLS_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
+    child = subprocess.run([sys.executable, MATRIX_SCRIPT, "--summary-only", "--out", str(tmp_path)],
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-2000:]
+    old = json.loads(kept.read_text(encoding="utf-8"))["summary"]["cells"]
+    bundled = {scheduler_matrix.cell_label({"scenario": c.scenario, "parameters": c.parameters})
+               for c in load_grid(str(ROOT / "benchmarks" / "matrix" / "bundled.json")).cells}
+    cells = json.loads((tmp_path / "matrix.json").read_text(encoding="utf-8"))["summary"]["cells"]
+    assert len(cells) == 1 + sum(c["cell"] not in bundled for c in old)
+    assert [c["schedulers"] for c in cells if c["cell"] == cell.scenario][0].keys() == {cell.scheduler}
+    assert "carried over" in (tmp_path / "matrix.md").read_text(encoding="utf-8")
 
 
 def test_summary_only_without_folders_or_matrix_is_one_line(tmp_path: Path) -> None:
