@@ -182,6 +182,7 @@ def test_summary_only_rejudges_the_kept_matrix_without_sweep_folders(tmp_path: P
     assert len(cells) == len(json.loads(kept.read_text(encoding="utf-8"))["summary"]["cells"])
 
 
+@pytest.mark.slow
 def test_summary_only_replaces_only_the_grids_it_has_folders_for(tmp_path: Path) -> None:
     """A sweep folder for the bundled grid with one cell: that grid's cells are that one; every other
     grid's cells are carried over from the kept matrix.json, and matrix.md says which."""
