@@ -15,9 +15,14 @@ A scheduling decision becomes, for one TCP/UDP flow:
   low class would throttle its own flow's ACK clock and blur the very class separation being enforced,
   and pinning it to the forward path's switches makes the round trip deterministic.
 
-Rules carry an idle timeout as a safety net and ask for flow-removed messages; when the first switch's
-forward rule idles out, :meth:`Enforcer.on_flow_removed` forgets the flow and deletes its meter and
-remaining rules.  Every operation returns an :class:`Ack` that resolves once every switch it touched has
+The first switch's forward rule carries an idle timeout as a safety net and asks for a flow-removed
+message; when it idles out, :meth:`Enforcer.on_flow_removed` forgets the flow and deletes its meter and
+remaining rules.  Every other rule (downstream, and the reverse path) has none and lives until the
+controller deletes it: switches expire their rules each on its own clock, so a flow that resumed just at
+its idle deadline could keep its first rule while a downstream one expired, and its packets then missed
+on a switch off its pair's default route, were dropped there, and the controller, seeing only the first
+rule, never noticed (a k=8 fabric run lost two flows so for two minutes; docs/results.md, "The scheduler
+on the fabric").  Every operation returns an :class:`Ack` that resolves once every switch it touched has
 answered a barrier, which is how rule-install latency is measured and how callers wait for "in force".
 
 The class never sends by itself beyond the ``send(dpid, ops)`` function it is given, and takes its clock
@@ -338,8 +343,8 @@ class Enforcer:
     def on_flow_removed(self, dpid: int, cookie: int, idle_timeout: bool) -> str | None:
         """Handle a switch's flow-removed message; returns the flow id forgotten, if any.
 
-        Only the idle timeout of a flow's forward rule on its first switch ends the flow (a one-way UDP
-        flow's reverse rules idle out while it is still alive); our own deletes are ignored.
+        Only the idle timeout of a flow's forward rule on its first switch ends the flow (the only rule
+        of the flow that has one); our own deletes are ignored.
         """
         if not idle_timeout or fm.cookie_kind(cookie) != fm.COOKIE_ENFORCE:
             return None
@@ -398,11 +403,12 @@ class Enforcer:
     def _forward_rules(self, flow: LiveFlow) -> list[tuple[int, fm.FlowRule]]:
         dscp, out = dscp_for_queue(flow.queue), []
         for index, hop in enumerate(self._hops(flow.path)):
+            first = index == 0  # the flow's lifetime: its idle timeout, its meter
             rule = fm.FlowRule(
                 fm.PRIORITY_ENFORCED, flow.match.fields(),
                 (fm.SetDscp(dscp), fm.SetQueue(flow.queue), fm.Output(hop.out_port)),
-                cookie=self._cookie(flow, reverse=False), idle_timeout_s=self.idle_timeout_s,
-                meter_id=flow.meter_id if index == 0 else None, send_flow_removed=True,
+                cookie=self._cookie(flow, reverse=False), idle_timeout_s=self.idle_timeout_s if first else 0,
+                meter_id=flow.meter_id if first else None, send_flow_removed=True,
             )
             out.append((hop.dpid, rule))
         return out
@@ -413,7 +419,7 @@ class Enforcer:
             rule = fm.FlowRule(
                 fm.PRIORITY_ENFORCED, flow.match.reversed().fields(),
                 (fm.SetDscp(dscp), fm.SetQueue(0), fm.Output(hop.out_port)),
-                cookie=self._cookie(flow, reverse=True), idle_timeout_s=self.idle_timeout_s,
+                cookie=self._cookie(flow, reverse=True),
             )
             out.append((hop.dpid, rule))
         return out

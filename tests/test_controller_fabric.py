@@ -159,6 +159,25 @@ def test_removed_flow_leaves_no_rules_or_meter(env):
     assert _live(env) == {}
 
 
+def test_only_the_first_forward_rule_can_idle_out(env):
+    """What OVS holds for an enforced flow: an idle timeout on the first switch's forward rule alone.
+    Switches expire rules each on its own clock; a downstream or reverse rule that expired while the first
+    one was kept alive by a flow resuming at its deadline dropped that flow's packets unseen."""
+    _install(env, "idle", ("h1", "h16", 44003, 5407), queue=1, rate_bps=6e6)
+    switches = _live(env)["idle"]["path"][1:-1]
+    timed = []
+    for switch in switches:
+        for line in _dump(switch).splitlines():
+            if "44003" in line:
+                direction = "forward" if ("tp_src=44003" in line or "tcp_src=44003" in line) else "reverse"
+                rules = (switch, direction)
+                assert rules not in [(s, d) for s, d, _t in timed], f"two {direction} rules on {switch}"
+                timed.append((switch, direction, "idle_timeout=" in line))
+    assert len(timed) == 2 * len(switches), timed
+    assert [(s, d) for s, d, has in timed if has] == [(switches[0], "forward")], timed
+    _remove(env, "idle")
+
+
 def test_switch_reconnect_gets_its_rules_and_meter_back(env):
     """A switch that loses its controller connection and comes back is re-sent what it needs."""
     _install(env, "back", ("h1", "h16", 44002, 5406), queue=1, rate_bps=6e6)
