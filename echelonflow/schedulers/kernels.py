@@ -565,19 +565,40 @@ def over_capacity(active, rate, path_ptr, path_links, capacity, rtol, load):
             break
         for p in range(path_ptr[f], path_ptr[f + 1]):
             load[path_links[p]] += r
-    for k in range(len(active)):
-        f = active[k]
-        for p in range(path_ptr[f], path_ptr[f + 1]):
-            li = path_links[p]
-            if code == 0 and load[li] > capacity[li] * (1 + rtol):
-                code, bad_flow, bad_link, used = 2, f, li, load[li]
-    for k in range(len(active)):
-        f = active[k]
-        for p in range(path_ptr[f], path_ptr[f + 1]):
-            load[path_links[p]] = 0.0
+    over = False
+    if code == 0:
+        for li in range(len(load)):  # a pass over the links, not over every flow's path
+            if load[li] > capacity[li] * (1 + rtol):
+                over = True
+                break
+    if over:  # which flow's path meets an overloaded link first, as the decision lists them
+        for k in range(len(active)):
+            f = active[k]
+            for p in range(path_ptr[f], path_ptr[f + 1]):
+                li = path_links[p]
+                if code == 0 and load[li] > capacity[li] * (1 + rtol):
+                    code, bad_flow, bad_link, used = 2, f, li, load[li]
+    for li in range(len(load)):
+        load[li] = 0.0
     return code, bad_flow, bad_link, used
 
 
+@jit
+def ranking_repeats_or_strays(active, ranked, count, mark):
+    """True when ``ranked[:count]`` names a flow twice or one that is not in ``active``.  ``mark`` (per
+    flow number) must be zeros; it is zeros again on return."""
+    for k in range(len(active)):
+        mark[active[k]] = 1
+    bad = False
+    for k in range(count):
+        f = ranked[k]
+        if f < 0 or f >= len(mark) or mark[f] != 1:
+            bad = True
+            break
+        mark[f] = 2
+    for k in range(len(active)):
+        mark[active[k]] = 0
+    return bad
 
 # --------------------------------------------------------------------------- echelon-online
 @jit

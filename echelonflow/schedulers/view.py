@@ -168,9 +168,8 @@ def check_decision(view: FlowView, allocation: Allocation) -> None:
         raise AssertionError(f"flow {view.flow_ids([f])[0]}: bad rate {float(view.rate[f])!r}")
     if code == 2:
         raise AssertionError(f"link number {li}: {used} bps allocated over capacity {table.capacity[li]} bps")
-    ranked = kernels.to_list(allocation.ranked, allocation.count)
-    active = set(kernels.to_list(view.active, len(view.active)))
-    if len(set(ranked)) != len(ranked) or not active.issuperset(ranked):
+    if kernels.ranking_repeats_or_strays(view.active, kernels.int_array(allocation.ranked), allocation.count,
+                                         kernels.ints(len(view.rate))):
         raise AssertionError("the ranking repeats a flow or ranks one that is not active")
 
 
