@@ -64,8 +64,8 @@ OUT_DIR = HERE / "results" / "scheduler-matrix"
 TARGET_RATIO = 1.01
 #: ... its mean job completion time at most this much above the best other's.
 TARGET_JCT_RATIO = 1.005
-#: Two GPU-busy fractions this close (relative) are equal: the same schedule, summed in another order.
-GPU_RTOL = 1e-9
+#: Two medians this close (relative) are equal: the same schedule, summed in another order.
+SAME_RTOL = 1e-9
 #: Per cell and scheduler, the metrics (medians over the samples): lower is better but for the last.
 METRICS = ("objective_s", "mean_completion_s", "p95_completion_s", "gpu_busy_fraction")
 #: What the dominance check compares: the objective and the two measures users train for (the p95 is a
@@ -162,7 +162,7 @@ def cells_of_matrix(path: Path) -> list[dict[str, Any]]:
 
 def dominating(entries: dict[str, dict[str, Any]], focus: str) -> list[str]:
     """The other schedulers of a cell at least as good as ``focus`` on every one of
-    :data:`DOMINANCE_METRICS` both have, and better on one (values within ``GPU_RTOL`` relative are equal:
+    :data:`DOMINANCE_METRICS` both have, and better on one (values within ``SAME_RTOL`` relative are equal:
     the same schedule, summed in another order).  The objective, mean JCT and GPU-busy fraction weigh the
     same completions differently (docs/scheduler-design.md, "Why no schedule wins all three"), so a
     scheduler can be behind the best on each and still be one no other improves on in all three."""
@@ -177,7 +177,7 @@ def dominating(entries: dict[str, dict[str, Any]], focus: str) -> list[str]:
             if a is None or b is None:
                 continue
             gain = (b - a) if metric in HIGHER_IS_BETTER else (a - b)  # > 0: the other is better
-            tolerance = GPU_RTOL * max(abs(a), abs(b))
+            tolerance = SAME_RTOL * max(abs(a), abs(b))
             signs.append(0 if abs(gain) <= tolerance else (1 if gain > 0 else -1))
         if signs and min(signs) >= 0 and max(signs) > 0:
             found.append(name)
@@ -234,7 +234,7 @@ def judge(summary: dict[str, Any], focus: str) -> dict[str, Any]:
             "jct_above_target": sorted(r for r in jct if r[0] > TARGET_JCT_RATIO),
             "p95_worst": max(p95, default=None),
             "gpu_cells": len(gpu), "gpu_worst": min(gpu, default=None),
-            "gpu_below_other": sorted(r for r in gpu if r[0] < 1.0 - GPU_RTOL),
+            "gpu_below_other": sorted(r for r in gpu if r[0] < 1.0 - SAME_RTOL),
             "gain_kept_under_noise": kept}
 
 

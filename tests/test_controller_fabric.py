@@ -165,16 +165,15 @@ def test_only_the_first_forward_rule_can_idle_out(env):
     one was kept alive by a flow resuming at its deadline dropped that flow's packets unseen."""
     _install(env, "idle", ("h1", "h16", 44003, 5407), queue=1, rate_bps=6e6)
     switches = _live(env)["idle"]["path"][1:-1]
-    timed = []
+    timed: dict[tuple[str, str], bool] = {}  # (switch, direction) -> the rule has an idle timeout
     for switch in switches:
         for line in _dump(switch).splitlines():
             if "44003" in line:
                 direction = "forward" if ("tp_src=44003" in line or "tcp_src=44003" in line) else "reverse"
-                rules = (switch, direction)
-                assert rules not in [(s, d) for s, d, _t in timed], f"two {direction} rules on {switch}"
-                timed.append((switch, direction, "idle_timeout=" in line))
+                assert (switch, direction) not in timed, f"two {direction} rules on {switch}"
+                timed[(switch, direction)] = "idle_timeout=" in line
     assert len(timed) == 2 * len(switches), timed
-    assert [(s, d) for s, d, has in timed if has] == [(switches[0], "forward")], timed
+    assert [rule for rule, has in timed.items() if has] == [(switches[0], "forward")], timed
     _remove(env, "idle")
 
 

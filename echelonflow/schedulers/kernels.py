@@ -600,6 +600,7 @@ def ranking_repeats_or_strays(active, ranked, count, mark):
         mark[active[k]] = 0
     return bad
 
+
 # --------------------------------------------------------------------------- echelon-online
 @jit
 def online_estimate(active, remaining, sent, known_size, known_offset, group, group_left, min_left_fraction,
