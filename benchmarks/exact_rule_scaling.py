@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/exact_rule_scaling.py [--coflows N]... [--own-arrivals]
 [--multitenant K]... [--scheduler NAME]... [--interval-ms MS]... [--held-order] [--order-changes]
-[--progress-s S]``.
+[--checks] [--progress-s S]``.
 
 * ``--coflows N``: the first N coflows of FB2010 (0: the whole hour), every arrival at 0 (offline)
   unless ``--own-arrivals`` keeps the trace's.  Default when nothing is asked: 100 coflows, offline.
@@ -11,8 +11,9 @@ Run: ``.venv/bin/python benchmarks/exact_rule_scaling.py [--coflows N]... [--own
   load 1.0, 1:1, seed 1).
 
 Schedulers (default coflow, sincronia, echelon) run in this process under the exact rule (a decision at
-every flow start and finish), without alone runs and without invariant checks, after an untimed fig2 run
-that loads the compiled kernels.  ``--interval-ms`` adds runs under a decision interval
+every flow start and finish), without alone runs and without the decision checks (``--checks``: with them,
+as ``simulate()`` and the matrix run by default), after an untimed fig2 run that loads the compiled
+kernels.  ``--interval-ms`` adds runs under a decision interval
 (``simulator.engine``, "Decision interval"; 0 is the exact rule, the default) and, where the exact run of
 the same workload and scheduler came first, their error against it: average and 99th-percentile
 completion time and the largest error of one job (coflow).  ``--held-order`` adds, for the schedulers
@@ -139,6 +140,8 @@ def main() -> int:
     parser.add_argument("--order-changes", action="store_true",
                         help="count the exact runs' decisions that re-order the groups they share with "
                              "the decision before")
+    parser.add_argument("--checks", action="store_true",
+                        help="check every decision (simulate()'s default) to time what the checks cost")
     parser.add_argument("--progress-s", type=float, default=0.0,
                         help="every this many seconds of wall time, print the running simulation's clock, "
                              "decisions and active flows")
@@ -178,7 +181,8 @@ def main() -> int:
                     hold_order(scheduler)
                 exact_run = interval_ms == 0 and not held
                 changes = OrderChanges(scheduler) if args.order_changes and exact_run else None
-                run, wall, cpu, times = _timed(scenario, jobs, scheduler, specs, interval_ms, current)
+                run, wall, cpu, times = _timed(scenario, jobs, scheduler, specs, interval_ms, args.checks,
+                                               current)
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
                 error = ""
                 if exact_run:
@@ -196,11 +200,11 @@ def main() -> int:
 
 
 def _timed(scenario: Scenario, jobs: list, scheduler: Scheduler, specs: dict, interval_ms: float,
-           current: list) -> tuple[engine._Run, float, float, np.ndarray]:
+           checks: bool, current: list) -> tuple[engine._Run, float, float, np.ndarray]:
     """One together run: (the run, its wall and CPU seconds, each job's completion after its arrival)."""
     t0, cpu0 = time.perf_counter(), time.process_time()
     with engine._collector_paused():
-        run = engine._Run(scenario.topology, jobs, scheduler, False, specs,
+        run = engine._Run(scenario.topology, jobs, scheduler, checks, specs,
                           rule=engine.DecisionRule(interval_s=interval_ms / 1e3))
         current[:] = [run]
         run.run()
