@@ -86,7 +86,7 @@ def test_holding_an_order_that_never_changes_changes_nothing() -> None:
 def test_the_script_prints_the_held_run_with_its_error() -> None:
     script = str(ROOT / "benchmarks" / "exact_rule_scaling.py")
     arguments = ["--coflows", "5", "--scheduler", "sincronia", "--scheduler", "echelon", "--held-order",
-                 "--order-changes"]
+                 "--order-changes", "--checks"]
     out = subprocess.run([sys.executable, script, *arguments], capture_output=True, text=True, timeout=600,
                          check=True).stdout
     rows = [line.split() for line in out.splitlines() if line.startswith("fb2010")]
