@@ -161,7 +161,7 @@ def test_no_tcp_timeouts_leave_the_verdict_and_some_add_to_other_reasons(tmp_pat
 
 def test_one_tcp_timeout_is_enough_by_default_and_the_threshold_is_a_setting(tmp_path):
     """A congested flow's one timeout still stalls it for a minimum RTO (docs/emulation.md); a run that
-    wants to tolerate some says so in ``Thresholds.tcp_timeouts_max`` (recorded with the others)."""
+    wants to tolerate some says so in ``Thresholds.tcp_timeouts_max``; None turns the check off."""
     tcp = agent_records(tmp_path, {"h2": 1, "h3": 2, "h7": 6})
     assert Thresholds().tcp_timeouts_max == 0 and Thresholds().dilated(8).tcp_timeouts_max == 0
     lenient = judge_tcp_timeouts(quiet_phase(), tcp, Thresholds(tcp_timeouts_max=2))
@@ -306,8 +306,8 @@ def test_monitor_on_a_real_fabric_backlogged_link_and_starved_cpu(require_fabric
 @pytest.mark.fabric
 def test_a_black_holed_flow_on_a_real_fabric_is_caught_by_its_senders_tcp_timeouts(require_fabric, tmp_path):
     """One emulated run (fair, h1 -> h2, 3 MB at 10 Mbit/s) whose switch drops the flow's packets for
-    2.5 s mid-flow, longer than the hosts' 1 s minimum RTO: the run completes with every byte, its ports
-    sat idle through the hole, and the run is not trusted, for the sender's timeouts."""
+    2.5 s mid-flow, longer than the hosts' 1 s minimum RTO (what a hole in a flow's path does): the run
+    completes with every byte, and is not trusted, for the sender's timeouts."""
     from echelonflow.model import ComputeTask, FlowTask, Job
     from echelonflow.topology import two_hosts
     from emulation.phase import Simulated
