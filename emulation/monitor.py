@@ -17,6 +17,11 @@ the monitor samples during every phase:
 * **ingress lag of the switch**: bytes waiting in ovs-vswitchd's packet-socket receive queues of the
   fabric's ports (``/proc/net/packet``), i.e. packets the switch has not yet looked at.
 
+After the phase, the agents' own account joins them (:func:`judge_tcp_timeouts`): **TCP retransmission
+timeouts** per host, from the kernel counters each agent records (``traffic.tcpstats``).  A flow whose
+packets are lost for good (a hole in its path) leaves ports and CPU idle, which the samples above read as
+a healthy machine; its sender's timeouts are what shows it.
+
 Layers: :class:`Sample` is one reading (``take_sample`` reads it from the machine);
 :func:`interval_stats` and :func:`evaluate` are pure functions from samples to per-interval numbers and
 a verdict against :class:`Thresholds` (unit-tested without a fabric); :class:`FidelityMonitor` is the
@@ -48,6 +53,10 @@ class Thresholds:
     ``ovs_thread_busy_max`` is None (not judged) by default: ovs-vswitchd's main thread was measured at
     90-99 % of a core whenever fat-tree traffic flows, in faithful and unfaithful runs alike (its poll
     loop grows to the work there is), so its share is recorded but does not decide.
+
+    ``tcp_timeouts_max`` is 0: unlike a slow port interval, one timeout is not noise, since it stalls
+    its flow for at least the hosts' minimum RTO (1 s of the scenario's time, several flows' worth), and
+    every sound run measured had none.  It is a count, so :meth:`dilated` leaves it as it is.
     """
 
     cpu_idle_min: float = 0.05  # share of all cores idle; below: the machine is pegged
@@ -58,6 +67,7 @@ class Thresholds:
     slow_link_min_count: int = 3  # ... once at least this many are (one slow interval is noise)
     ingress_lag_max_s: float = 0.05  # bytes waiting in the switch's receive queues, as time at link rate
     lagging_share_max: float = 0.10  # share of the phase's time allowed with ingress lag above that
+    tcp_timeouts_max: int | None = 0  # TCP retransmission timeouts allowed per host (None: not judged)
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -205,6 +215,49 @@ def evaluate(intervals: Sequence[IntervalStats], thresholds: Thresholds = Thresh
     doc["trusted"] = not reasons
     doc["reasons"] = reasons
     return doc
+
+
+#: Hosts named in a timeout reason; the rest are counted (all of them are in ``tcp_timeouts``).
+TIMEOUT_HOSTS_NAMED = 8
+
+
+def judge_tcp_timeouts(doc: dict[str, Any], tcp_by_host: Mapping[str, Mapping[str, int] | None],
+                       thresholds: Thresholds = Thresholds(),
+                       faults_injected: bool = False) -> dict[str, Any]:
+    """``doc`` (a phase's :func:`evaluate` document) with the hosts' TCP retransmission timeouts judged.
+
+    ``tcp_by_host`` is each agent's ``tcp`` record (``traffic.tcpstats.difference`` over its run; None
+    or no ``TCPTimeouts`` where it has none, e.g. an agent killed by a fault).  Adds ``tcp_timeouts``
+    (host -> timeouts, hosts with any), ``tcp_hosts_counted`` and ``tcp_timeouts_judged``; a host above
+    ``thresholds.tcp_timeouts_max`` adds a reason and makes the phase untrusted.  A black-holed flow
+    backs off timeout after timeout; the fluid model has no timeouts at all, so any stall one causes
+    is time the schedule did not spend.  Not judged (recorded only) in a phase with injected faults,
+    where timeouts are the fault's cost that the fault experiments measure (docs/faults.md).
+    """
+    counted = {host: int(tcp["TCPTimeouts"]) for host, tcp in tcp_by_host.items()
+               if tcp and tcp.get("TCPTimeouts") is not None}
+    timeouts = {host: n for host, n in sorted(counted.items(), key=lambda kv: _host_order(kv[0])) if n > 0}
+    limit = thresholds.tcp_timeouts_max
+    judged = limit is not None and not faults_injected
+    doc.update(tcp_timeouts=timeouts, tcp_hosts_counted=len(counted), tcp_timeouts_judged=judged)
+    over = {host: n for host, n in timeouts.items() if judged and n > limit}
+    if over:
+        named = [f"{host} ({n})" for host, n in list(over.items())[:TIMEOUT_HOSTS_NAMED]]
+        if len(over) > TIMEOUT_HOSTS_NAMED:
+            named.append(f"{len(over) - TIMEOUT_HOSTS_NAMED} more hosts")
+        allowed = "" if limit == 0 else f" (more than {limit} per host)"
+        doc["reasons"] = [*doc.get("reasons", []), (
+            f"TCP retransmission timeouts{allowed} on {', '.join(named)}: flows stalled, the run's times "
+            "are not the schedule's")]
+        doc["trusted"] = False
+    return doc
+
+
+def _host_order(name: str) -> tuple[str, int, str]:
+    """h2 before h10: the name's letters, then its number."""
+    stem = name.rstrip("0123456789")
+    digits = name[len(stem):]
+    return (stem, int(digits) if digits else -1, name)
 
 
 def combine(phases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -3,11 +3,11 @@
 A scheduler's run is a phase with all jobs together and, with several jobs, one phase per job alone
 (the simulator's slowdown is a job's completion together over its completion alone).  Around the agents
 (:func:`emulation.agents.run_agents`) a phase starts the fidelity monitor (:mod:`emulation.monitor`:
-did the machine forward faithfully?), with ``--capture`` the wire capture of the hosts' first-hop ports
-(:mod:`emulation.capture`), and acts out the faults at their times (:mod:`emulation.fault_injector`):
-links and switches in every phase, as the simulator replays them in every run; an agent or the
-controller killed, or ovs-vswitchd restarted, only in the phase with all jobs together.  Whatever a
-phase starts is stopped when it ends, also on errors.
+did the machine forward faithfully, and did any host's TCP time out?), with ``--capture`` the wire
+capture of the hosts' first-hop ports (:mod:`emulation.capture`), and acts out the faults at their
+times (:mod:`emulation.fault_injector`): links and switches in every phase, as the simulator replays
+them in every run; an agent or the controller killed, or ovs-vswitchd restarted, only in the phase
+with all jobs together.  Whatever a phase starts is stopped when it ends, also on errors.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from emulation.agents import AgentsOutcome, agent_hosts, fabric_popen, run_agent
 from emulation.capture import CaptureError, WireCapture
 from emulation.errors import EmulationError
 from emulation.fault_injector import NetworkFaults, restart_actions
-from emulation.monitor import FidelityMonitor, sample_interval_s
+from emulation.monitor import FidelityMonitor, judge_tcp_timeouts, sample_interval_s
 from emulation.progress import prefixed, say_all, say_monitor, say_wire
 from emulation.rig import Rig
 from traffic.channels import channel_plan
@@ -98,7 +98,11 @@ def run_phase(rig: Rig, phase: Phase, simulated: Simulated) -> PhaseRecord:
             ownership.record_processes(rig.workdir, wire.proc.pid)
         watchers.enter_context(monitor)
         outcome = _run_agents(rig, phase, simulated, network.actions())
-    record = PhaseRecord(outcome, monitor.report(window=(outcome.t0_s, time.time())))
+    faulted = bool(network.events or phase.process_faults)  # timeouts are then the fault's, not judged
+    verdict = judge_tcp_timeouts(monitor.report(window=(outcome.t0_s, time.time())),
+                                 {host: doc.tcp for host, doc in outcome.documents.items()},
+                                 monitor.thresholds, faults_injected=faulted)
+    record = PhaseRecord(outcome, verdict)
     monitor.save_intervals(os.path.join(rig.workdir, f"monitor-{label}.json"))
     say_monitor(rig.say, label, record.monitor)
     if wire is not None:

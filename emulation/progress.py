@@ -42,7 +42,17 @@ def say_monitor(say: Say, label: str, doc: Mapping[str, Any]) -> None:
         f"{_pct(busy['median'])}/{_pct(busy['p90'])} of a core, machine idle median "
         f"{_pct(idle['median'])}, "
         f"{doc['busy_port_intervals']} busy port intervals, link ratio median "
-        f"{_pct(doc['link_ratio']['median'])})")
+        f"{_pct(doc['link_ratio']['median'])}{_unjudged_timeouts(doc)})")
+
+
+def _unjudged_timeouts(doc: Mapping[str, Any]) -> str:
+    """The hosts' TCP retransmission timeouts that did not make the phase untrusted (faults injected, or
+    within ``tcp_timeouts_max``); the others are in the reasons already."""
+    timeouts = doc.get("tcp_timeouts") or {}
+    if not timeouts or any(r.startswith("TCP retransmission timeouts") for r in doc.get("reasons", [])):
+        return ""
+    why = "within the threshold" if doc.get("tcp_timeouts_judged") else "not judged"
+    return f", TCP retransmission timeouts ({why}) " + ", ".join(f"{h} {n}" for h, n in timeouts.items())
 
 
 def say_wire(say: Say, label: str, doc: Mapping[str, Any]) -> None:

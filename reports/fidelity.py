@@ -198,8 +198,9 @@ def noisy_median(noisy: dict[str, Any], scheduler: str, job_id: str | None) -> f
 
 
 def run_verdicts(emulated: Results) -> list[dict[str, Any]]:
-    """Per run: the fidelity monitor's verdict and worst numbers over its phases, and the wire check's
-    counts and mismatches (runs without either are left out)."""
+    """Per run: the fidelity monitor's verdict and worst numbers over its phases, the hosts' TCP
+    retransmission timeouts, and the wire check's counts and mismatches (runs without either are left
+    out)."""
     out = []
     for run in emulated.runs:
         if run.fidelity_monitor is None and run.wire_check is None:
@@ -213,6 +214,7 @@ def run_verdicts(emulated: Results) -> list[dict[str, Any]]:
                                    default=None),
             "cpu_idle_median": min((doc["cpu_idle"]["median"] for doc in phases.values()
                                     if doc.get("cpu_idle", {}).get("median") is not None), default=None),
+            "tcp_timeouts": run_timeouts(phases),
         }
         wire = (run.wire_check or {}).get("rounds", {})
         if wire:
@@ -222,6 +224,28 @@ def run_verdicts(emulated: Results) -> list[dict[str, Any]]:
                                  for line in doc.get("mismatches", [])]
         out.append(row)
     return out
+
+
+def run_timeouts(phases: dict[str, Any]) -> dict[str, int] | None:
+    """Host -> TCP retransmission timeouts over a run's phases (``emulation.monitor.judge_tcp_timeouts``),
+    hosts with any; None when no phase counted them (a run folder written before the check)."""
+    counted = [doc for doc in phases.values() if "tcp_timeouts" in doc]
+    if not counted:
+        return None
+    total: dict[str, int] = {}
+    for doc in counted:
+        for host, n in doc["tcp_timeouts"].items():
+            total[host] = total.get(host, 0) + int(n)
+    return total
+
+
+def _timeouts_cell(timeouts: dict[str, int] | None) -> str:
+    """fidelity.md's ``rto`` cell: ``-`` (not counted), ``0``, or ``9 on 2 hosts``."""
+    if timeouts is None:
+        return "-"
+    if not timeouts:
+        return "0"
+    return f"{sum(timeouts.values())} on {len(timeouts)} host{'s' if len(timeouts) > 1 else ''}"
 
 
 def _gains(summary: dict[str, Any], sim: dict[str, RunResult],
@@ -407,14 +431,17 @@ def _format_runs(runs: list[dict[str, Any]]) -> list[str]:
                      {True: "yes", False: "NO", None: "-"}[r["trusted"]],
                      "-" if r["slow_link_share"] is None else f"{r['slow_link_share']:.0%}",
                      "-" if r["cpu_idle_median"] is None else f"{r['cpu_idle_median']:.0%}",
+                     _timeouts_cell(r.get("tcp_timeouts")),
                      "-" if not wire else f"{wire['flows_with_problems']} of {wire['flows']}",
                      "-" if not wire else f"{wire['packets_mismatched']} of {wire['packets_judged']}"])
     parts = ["", "## Runs: fidelity monitor and wire check", "",
              "`slow_ports`: share of busy (backlogged) switch-port intervals below 90 % of the link rate, "
-             "worst phase; `idle`: the machine's median idle share, lowest phase (docs/emulation.md, "
-             "\"Fidelity monitor\"). Wire columns only for `--capture` runs (\"Wire capture\").", "", "```",
-             render_table("runs", ["scheduler", "repeat", "trusted", "slow_ports", "idle", "wire_flows_off",
-                                   "marks_off"], rows), "```"]
+             "worst phase; `idle`: the machine's median idle share, lowest phase; `rto`: the hosts' TCP "
+             "retransmission timeouts, all phases (judged per host against `tcp_timeouts_max`, 0 by default, "
+             "except in phases with faults injected; docs/emulation.md, \"Fidelity monitor\"). Wire "
+             "columns only for `--capture` runs (\"Wire capture\").", "", "```",
+             render_table("runs", ["scheduler", "repeat", "trusted", "slow_ports", "idle", "rto",
+                                   "wire_flows_off", "marks_off"], rows), "```"]
     for r in runs:
         which = f"{r['scheduler']}" + ("" if r["repeat"] is None else f" repeat {r['repeat'] + 1}")
         if r["reasons"]:

@@ -5,7 +5,9 @@
   checkout's code (``python -m cli`` from :data:`ROOT`, with :data:`ROOT` first on ``PYTHONPATH`` so
   every process it starts, such as the traffic agents, runs the same code);
 * :func:`loopback` and :func:`run_local_agents`: traffic agents as plain processes on
-  this machine, hosts on 127.0.0.x addresses (no fabric).
+  this machine, hosts on 127.0.0.x addresses (no fabric);
+* :func:`agent_records`: agents' result files with given TCP retransmission timeouts, written as the
+  agents write them (the fidelity monitor's TCP check reads them).
 
 Fixtures live in ``tests/conftest.py``.
 """
@@ -124,3 +126,36 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+#: /proc/net/snmp and /proc/net/netstat as the kernel writes them (pairs of names and values lines).
+SNMP_TEXT = ("Ip: Forwarding DefaultTTL InReceives\nIp: 1 64 {segs}\n"
+             "Tcp: RtoAlgorithm RtoMin RtoMax MaxConn OutSegs RetransSegs\n"
+             "Tcp: 1 200 120000 -1 {segs} {retrans}\n")
+NETSTAT_TEXT = ("TcpExt: SyncookiesSent TCPTimeouts TCPSpuriousRTOs TCPLossProbes TCPFastRetrans\n"
+                "TcpExt: 0 {timeouts} 0 {probes} 0\nIpExt: InOctets\nIpExt: 99\n")
+
+
+def agent_records(tmp_path: Any, timeouts_by_host: dict[str, int], killed: Sequence[str] = ()
+                  ) -> dict[str, dict[str, int] | None]:
+    """Host -> the ``tcp`` record of its agent's result with ``timeouts_by_host`` retransmission
+    timeouts, made as an agent makes it: its namespace's /proc/net tables read at its start and at its
+    end (``traffic.tcpstats``), the difference saved in its result file and read back as the orchestrator
+    reads it.  ``killed`` hosts recorded no counters (a killed agent's result)."""
+    from traffic import tcpstats
+    from traffic.result import AgentResult, load_result, save_result
+
+    records = {}
+    for host, timeouts in timeouts_by_host.items():
+        readings = []
+        for stage, (segs, fired) in (("start", (1000, 7)), ("end", (4184, 7 + timeouts))):
+            folder = tmp_path / host / stage
+            folder.mkdir(parents=True)
+            (folder / "snmp").write_text(SNMP_TEXT.format(segs=segs, retrans=fired + 2))
+            (folder / "netstat").write_text(NETSTAT_TEXT.format(timeouts=fired, probes=fired // 2))
+            readings.append(tcpstats.read_counters(str(folder)))
+        tcp = None if host in killed else tcpstats.difference(*readings)
+        path = str(tmp_path / f"together_out-{host}.json")
+        save_result(AgentResult(host, 1_765_000_000.0, "crux", tcp=tcp), path)
+        records[host] = load_result(path)
+    return {host: record.tcp for host, record in records.items()}

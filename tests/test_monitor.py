@@ -8,6 +8,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -22,6 +23,7 @@ from emulation.monitor import (
     combine,
     evaluate,
     interval_stats,
+    judge_tcp_timeouts,
     parse_net_dev,
     parse_packet_sockets,
     parse_qdisc_dump,
@@ -29,6 +31,8 @@ from emulation.monitor import (
     read_thread_jiffies,
     sample_interval_s,
 )
+from emulation.progress import say_monitor
+from tests.helpers import agent_records
 from topologies.ovs import socket_fds, vswitchd_pid
 
 RATE = 10e6
@@ -121,6 +125,77 @@ def test_combine_trusts_a_run_only_if_every_round_was():
     run = combine({"together": good, "alone-a": bad})
     assert not run["trusted"] and run["untrusted_rounds"] == ["alone-a"]
     assert not combine({})["trusted"]
+
+
+# ------------------------------------------------------------------------------------------ TCP timeouts
+def quiet_phase():
+    return evaluate([stats(t * 0.5, busy=0.1, idle=0.9) for t in range(20)])
+
+
+def test_tcp_timeouts_on_a_host_make_the_phase_untrusted_naming_hosts_and_counts(tmp_path):
+    """The crux k=8 outlier's counters (docs/results.md): 5 timeouts on h34, 4 on h50, none elsewhere;
+    ports and CPU were idle, so the machine's numbers alone trusted it."""
+    tcp = agent_records(tmp_path, {"h1": 0, "h34": 5, "h50": 4, "h66": 0})
+    assert tcp["h34"]["TCPTimeouts"] == 5 and tcp["h1"]["TCPTimeouts"] == 0
+    doc = quiet_phase()
+    assert doc["trusted"]
+    judge_tcp_timeouts(doc, tcp)
+    assert not doc["trusted"]
+    assert doc["reasons"] == ["TCP retransmission timeouts on h34 (5), h50 (4): flows stalled, the run's "
+                              "times are not the schedule's"]
+    assert doc["tcp_timeouts"] == {"h34": 5, "h50": 4}
+    assert doc["tcp_hosts_counted"] == 4 and doc["tcp_timeouts_judged"]
+    assert not combine({"together": doc})["trusted"]
+
+
+def test_no_tcp_timeouts_leave_the_verdict_and_some_add_to_other_reasons(tmp_path):
+    tcp = agent_records(tmp_path / "clean", {"h1": 0, "h2": 0})
+    doc = judge_tcp_timeouts(quiet_phase(), tcp)
+    assert doc["trusted"] and doc["reasons"] == [] and doc["tcp_timeouts"] == {}
+    saturated = evaluate([stats(t * 0.5, idle=0.0) for t in range(4)])
+    judge_tcp_timeouts(saturated, agent_records(tmp_path / "hot", {"h1": 1}))
+    assert not saturated["trusted"] and len(saturated["reasons"]) == 2
+    assert saturated["reasons"][0].startswith("CPU-saturated")
+    assert saturated["reasons"][1].startswith("TCP retransmission timeouts on h1 (1):")
+
+
+def test_one_tcp_timeout_is_enough_by_default_and_the_threshold_is_a_setting(tmp_path):
+    """A congested flow's one timeout still stalls it for a minimum RTO (docs/emulation.md); a run that
+    wants to tolerate some says so in ``Thresholds.tcp_timeouts_max``; None turns the check off."""
+    tcp = agent_records(tmp_path, {"h2": 1, "h3": 2, "h7": 6})
+    assert Thresholds().tcp_timeouts_max == 0 and Thresholds().dilated(8).tcp_timeouts_max == 0
+    lenient = judge_tcp_timeouts(quiet_phase(), tcp, Thresholds(tcp_timeouts_max=2))
+    assert lenient["reasons"] == ["TCP retransmission timeouts (more than 2 per host) on h7 (6): flows "
+                                  "stalled, the run's times are not the schedule's"]
+    assert lenient["tcp_timeouts"] == {"h2": 1, "h3": 2, "h7": 6}
+    off = judge_tcp_timeouts(quiet_phase(), tcp, Thresholds(tcp_timeouts_max=None))
+    assert off["trusted"] and not off["tcp_timeouts_judged"] and off["tcp_timeouts"]["h7"] == 6
+
+
+def test_tcp_timeouts_in_a_phase_with_injected_faults_are_recorded_not_judged(tmp_path):
+    """A link or switch taken down loses what was in flight, and TCP times out by design: that cost is what
+    the fault runs measure (docs/faults.md), so it is recorded and said, not held against the run.  A
+    killed agent left no counters and is not counted."""
+    tcp = agent_records(tmp_path, {"h1": 2, "h16": 0, "h5": 0}, killed=("h5",))
+    doc = judge_tcp_timeouts(quiet_phase(), tcp, faults_injected=True)
+    assert doc["trusted"] and doc["reasons"] == []
+    assert doc["tcp_timeouts"] == {"h1": 2} and doc["tcp_hosts_counted"] == 2
+    assert not doc["tcp_timeouts_judged"]
+    lines = []
+    say_monitor(lines.append, "together", doc)
+    assert lines[0].startswith("together: fidelity monitor: trusted (")
+    assert lines[0].endswith(", TCP retransmission timeouts (not judged) h1 2)")
+    judged = judge_tcp_timeouts(quiet_phase(), tcp)
+    say_monitor(lines.append, "together", judged)
+    assert "NOT trusted: TCP retransmission timeouts on h1 (2)" in lines[1] and "(not judged)" not in lines[1]
+
+
+def test_tcp_timeouts_name_hosts_in_order_and_count_the_rest(tmp_path):
+    tcp = agent_records(tmp_path, {f"h{i}": 1 for i in (10, 2, 33, 4, 5, 6, 7, 8, 9, 1)})
+    doc = judge_tcp_timeouts(quiet_phase(), tcp)
+    assert list(doc["tcp_timeouts"]) == ["h1", "h2", "h4", "h5", "h6", "h7", "h8", "h9", "h10", "h33"]
+    assert ("on h1 (1), h2 (1), h4 (1), h5 (1), h6 (1), h7 (1), h8 (1), h9 (1), 2 more hosts: flows "
+            "stalled") in doc["reasons"][0]
 
 
 # ------------------------------------------------------------------------------------------ readers
@@ -226,6 +301,57 @@ def test_monitor_on_a_real_fabric_backlogged_link_and_starved_cpu(require_fabric
     assert doc["trusted"], doc["reasons"]
     assert starved_doc["cpu_idle"]["median"] < 0.03, starved_doc
     assert not starved_doc["trusted"] and "CPU-saturated" in starved_doc["reasons"][0], starved_doc
+
+
+@pytest.mark.fabric
+def test_a_black_holed_flow_on_a_real_fabric_is_caught_by_its_senders_tcp_timeouts(require_fabric, tmp_path):
+    """One emulated run (fair, h1 -> h2, 3 MB at 10 Mbit/s) whose switch drops the flow's packets for
+    2.5 s mid-flow, longer than the hosts' 1 s minimum RTO (what a hole in a flow's path does): the run
+    completes with every byte, and is not trusted, for the sender's timeouts."""
+    from echelonflow.model import ComputeTask, FlowTask, Job
+    from echelonflow.topology import two_hosts
+    from emulation.phase import Simulated
+    from emulation.run import emulate_scheduler
+    from emulation.settings import EmulationSettings
+
+    job = Job("bh")
+    job.add(ComputeTask("c0", "h1", 0.5))
+    job.add(FlowTask("f", "h1", "h2", 3_000_000, ("c0",)))
+    topo = two_hosts(RATE)
+    hosts_ip = {h: topo.graph.nodes[h]["ip"] for h in topo.hosts}
+    rule = f"cookie=0xb1ac,priority=65000,ip,nw_src={hosts_ip['h1']},nw_dst={hosts_ip['h2']}"
+
+    def black_hole(on: bool) -> None:
+        """The drop rule on s1 added (``on``) or removed; only this test's cookie is touched (the bridge
+        and the rule go with the run's fabric in any case)."""
+        args = ["add-flow", "s1", rule + ",actions=drop"] if on else ["del-flows", "s1", "cookie=0xb1ac/-1"]
+        subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", *args], check=False, capture_output=True)
+
+    timers = [threading.Timer(1.5, black_hole, (True,)), threading.Timer(4.0, black_hole, (False,))]
+    lines: list[str] = []
+
+    def progress(text: str) -> None:  # the flow starts 0.7 s after this line (t0 + the compute)
+        lines.append(text)
+        if text.endswith("together: agents ready; running"):
+            for timer in timers:
+                timer.start()
+
+    try:
+        result, _failures = emulate_scheduler(topo, [job], "fair", Simulated({"bh": 3.0}),
+                                              EmulationSettings(logs_dir=str(tmp_path)), progress)
+    finally:
+        for timer in timers:
+            timer.cancel()
+            if timer.is_alive():
+                timer.join()
+    phase = result.fidelity_monitor["rounds"]["together"]
+    assert result.jobs["bh"].completion_s > 3.0 + 2.0, lines  # 2.9 s unhindered, then the stall
+    assert phase["tcp_timeouts"].get("h1", 0) >= 1 and "h2" not in phase["tcp_timeouts"], phase
+    assert not result.trusted and phase["tcp_timeouts_judged"]
+    assert (f"TCP retransmission timeouts on h1 ({phase['tcp_timeouts']['h1']}): flows stalled, the run's "
+            "times are not the schedule's") in phase["reasons"]
+    assert any("fidelity monitor: NOT trusted" in line and "TCP retransmission timeouts on h1" in line
+               for line in lines), lines
 
 
 def test_dilated_thresholds_judge_ingress_lag_in_the_scenarios_time_scale():

@@ -16,6 +16,7 @@ from echelonflow.results import Results, RunResult, build_run
 from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import get_scheduler
 from echelonflow.topology import build
+from emulation.monitor import IntervalStats, combine, evaluate, judge_tcp_timeouts
 from reports.plots import _lanes
 from reports.runfolder import (
     CSV_COLUMNS,
@@ -28,6 +29,7 @@ from reports.runfolder import (
 )
 from reports.table import format_comparison, format_failures, format_report, format_trust
 from simulator.engine import simulate
+from tests.helpers import agent_records
 
 
 @pytest.fixture(scope="module")
@@ -302,13 +304,45 @@ def test_fidelity_section_lists_monitor_verdicts_and_wire_mismatches(tmp_path, f
     text = (tmp_path / "run" / "fidelity.md").read_text()
     runs_table = text.split("## Runs: fidelity monitor and wire check", 1)[1]
     fair_rows = [line for line in runs_table.splitlines() if line.startswith("fair ")]
-    assert fair_rows[0].split() == ["fair", "1", "yes", "1%", "80%", "2", "of", "3", "4", "of", "900"]
+    assert fair_rows[0].split() == ["fair", "1", "yes", "1%", "80%", "-", "2", "of", "3", "4", "of", "900"]
     assert fair_rows[1].split()[:5] == ["fair", "2", "NO", "30%", "20%"]
     assert "Not trusted, fair repeat 2:\n- together: 30% of busy port intervals" in text
     assert "Wire mismatches, fair repeat 1 (15):" in text and "- together: fig2/f11: first packet" in text
     assert "fig2/f12" not in text and "- ... and 3 more (results.json wire_check)" in text
     data = json.loads((tmp_path / "run" / "results.json").read_text())
     assert data["fidelity"]["runs"][0]["wire"]["packets_mismatched"] == 4
+
+
+def test_a_run_with_tcp_timeouts_is_left_out_and_its_timeouts_shown(tmp_path, fig2_sim):
+    """The crux k=8 outlier's shape (docs/results.md): the machine's numbers quiet in every repeat, one
+    repeat 2.5x slow with timeouts on two hosts.  Its verdict made as ``emulation.run`` makes it, it is
+    not counted as trusted, not in the medians, and the runs table says how many timeouts each run had."""
+    emu = repeated(fig2_sim, {"fair": [1.0, 2.5, 1.02], "coflow": [1.0], "echelon": [1.0]})
+    quiet = [IntervalStats(t * 0.5, t * 0.5 + 0.5, 0.9, 0.1, 0.1, 0.05, {}, 0.0) for t in range(20)]
+    for run in emu.runs:
+        stalled = (run.scheduler, run.repeat) == ("fair", 1)
+        timeouts = {"h34": 5, "h50": 4} if stalled else {"h34": 0, "h50": 0}
+        tcp = agent_records(tmp_path / f"{run.scheduler}-{run.repeat}", timeouts)
+        run.fidelity_monitor = combine({"together": judge_tcp_timeouts(evaluate(quiet), tcp)})
+        run.trusted = run.fidelity_monitor["trusted"]
+    write_run_folder(str(tmp_path / "run"), emu, [fig2_sim], plots=False)
+    data = json.loads((tmp_path / "run" / "results.json").read_text())
+    fair = data["summary"]["fair"]
+    assert (fair["runs"], fair["trusted_runs"], fair["numbers_trusted"]) == (3, 2, True)
+    assert fair["jobs"]["fig2"]["completion_s"]["max"] == pytest.approx(
+        1.02 * fig2_sim.runs[0].jobs["fig2"].completion_s)  # the stalled repeat is not in the numbers
+    assert [r["tcp_timeouts"] for r in data["fidelity"]["runs"][:3]] == [{}, {"h34": 5, "h50": 4}, {}]
+    text = (tmp_path / "run" / "fidelity.md").read_text()
+    runs_table = text.split("## Runs: fidelity monitor and wire check", 1)[1]
+    fair_rows = [line.split() for line in runs_table.splitlines() if line.startswith("fair ")]
+    assert [row[:3] + row[5:] for row in fair_rows] == [
+        ["fair", "1", "yes", "0", "-", "-"], ["fair", "2", "NO", "9", "on", "2", "hosts", "-", "-"],
+        ["fair", "3", "yes", "0", "-", "-"]]
+    assert ("Not trusted, fair repeat 2:\n- together: TCP retransmission timeouts on h34 (5), h50 (4): flows "
+            "stalled, the run's times are not the schedule's") in text
+    assert "2 of 3" in format_comparison(emu, fig2_sim)
+    assert format_trust(emu).splitlines()[1].startswith(
+        "  NOT trusted: fair repeat 2: together: TCP retransmission timeouts on h34 (5), h50 (4)")
 
 
 def test_a_failed_job_is_one_line_and_survives_the_results_round_trip(tmp_path, fig2_sim):
