@@ -165,13 +165,15 @@ def compare(ours: dict[str, float], theirs: dict[str, float]) -> dict:
 
 def table(records: dict) -> str:
     lines = ["| ours (rule) | offlinesim | ours avg s | offlinesim avg s | ratio | Spearman | "
-             "ours run s | offlinesim run s | date |", "|" + "---|" * 9]
+             "ours run s / CPU s | offlinesim run s / CPU s | ours / offlinesim peak MiB | date |",
+             "|" + "---|" * 10]
     for label, r in sorted(records.items()):
-        c = r["comparison"]
-        lines.append(f"| {label} | {r['offlinesim']['ordering']} {r['offlinesim']['rates']} | "
+        c, ours, theirs = r["comparison"], r["ours"], r["offlinesim"]
+        lines.append(f"| {label} | {theirs['ordering']} {theirs['rates']} | "
                      f"{c['ours_avg_s']:.3f} | {c['offlinesim_avg_s']:.3f} | {c['ratio']:.4f} | "
-                     f"{c['spearman']:.4f} | {r['ours']['run_s']:.0f} | {r['offlinesim']['run_s']:.0f} | "
-                     f"{r['date']} |")
+                     f"{c['spearman']:.4f} | {ours['run_s']:.0f} / {ours['cpu_s']:.1f} | "
+                     f"{theirs['run_s']:.0f} / {theirs['cpu_s']:.1f} | "
+                     f"{ours['peak_rss_mib']:.0f} / {theirs['peak_rss_mib']:.0f} | {r['date']} |")
     return "\n".join(lines)
 
 
@@ -206,8 +208,10 @@ def render(stored: dict) -> str:
     return ("# Against Sincronia's offlinesim\n\n`.venv/bin/python benchmarks/sincronia_compare.py "
             "--offlinesim PATH --max-coflows N [--scheduler NAME]... [--rescheduling RULE]` (PATH: "
             "`offlinesim/` of github.com/sincronia-coflow/simulator at 3cadcca, built with "
-            "`make all CXXFLAGS=-O2`); one run per row, on a machine shared with other work (run times are "
-            "wall times, only indicative).  Ratio: "
+            "`make all CXXFLAGS=-O2`); one run per row, on a machine shared with other work (wall times are "
+            "only indicative; CPU times, ours `time.process_time` of the run, theirs the child's user + "
+            "system time, compare better).  Peak MiB: theirs the child's peak resident set; ours the "
+            "process's peak so far (it holds the trace and ran the rows before).  Ratio: "
             "ours / offlinesim's average CCT.  A row whose rule is not its pair's faithful one "
             f"({faithful}) shows what an unfaithful rule costs.\n\n" + "\n\n".join(sections) + "\n")
 
