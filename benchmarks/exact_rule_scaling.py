@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/exact_rule_scaling.py [--coflows N]... [--own-arrivals]
 [--multitenant K]... [--scheduler NAME]... [--interval-ms MS]... [--held-order] [--order-changes]
-[--checks] [--progress-s S]``.
+[--rate-changes] [--checks] [--progress-s S]``.
 
 * ``--coflows N``: the first N coflows of FB2010 (0: the whole hour), every arrival at 0 (offline)
   unless ``--own-arrivals`` keeps the trace's.  Default when nothing is asked: 100 coflows, offline.
@@ -22,7 +22,9 @@ order is computed only when the decision's set of groups changes (as Varys and S
 at coflow arrivals and departures) and held between, with its error against the exact run.
 ``--order-changes`` counts, on every exact run, the decisions whose ranking puts the groups it shares
 with the previous decision in another order (and of those, how many had the very same groups): how
-much an order kept between group events would miss.  Prints per run its rule (the decision interval in
+much an order kept between group events would miss.  ``--rate-changes`` counts, on every exact run, the
+active flows whose rate a decision changes from the previous one's (:class:`RateChanges`): a bound on what
+an incremental decision could save.  Prints per run its rule (the decision interval in
 ms, 0 for the exact rule, or ``held``), the wall time and CPU time (``time.process_time``: on a shared
 machine the steadier of the two), the simulator's decisions (and those skipped as changing nothing),
 the flows, the average and 99th-percentile completion time (CCT for coflows, JCT for jobs) and the
@@ -90,6 +92,45 @@ class OrderChanges:
         return allocation
 
 
+class RateChanges:
+    """Wraps a scheduler's ``decide`` to count, over every decision, the active flows (``active``), those
+    with a positive rate (``positive``), and those whose rate is not the one the previous decision gave
+    them: to the last bit (``changed_bits``) and by more than ``RATE_RTOL`` relative
+    (``changed``; a flow new to the decision counts as changed in both).  What an incremental decision
+    could skip is bounded by the flows whose rates stay: it must still write every changed one."""
+
+    RATE_RTOL = 1e-9
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.decisions = self.active = self.positive = self.changed_bits = self.changed = 0
+        self._last = np.zeros(0)
+        self._decide = scheduler.decide
+        scheduler.decide = self.decide  # type: ignore[method-assign]
+
+    def decide(self, view: FlowView) -> Allocation:
+        allocation = self._decide(view)
+        active = np.asarray(view.active, dtype=np.int64)
+        rate = np.asarray(view.rate, dtype=float)
+        if len(self._last) != len(rate):
+            self._last = np.full(len(rate), np.nan)
+        new, old = rate[active], self._last[active]
+        self.decisions += 1
+        self.active += len(active)
+        self.positive += int(np.count_nonzero(new > 0))
+        self.changed_bits += int(np.count_nonzero(~(old == new)))  # NaN (new to the decision) counts
+        with np.errstate(invalid="ignore"):
+            same = np.abs(old - new) <= self.RATE_RTOL * np.maximum(np.abs(old), np.abs(new))
+        self.changed += int(np.count_nonzero(~same))
+        self._last = np.full(len(rate), np.nan)
+        self._last[active] = new
+        return allocation
+
+    def summary(self) -> str:
+        share = max(self.active, 1)
+        return (f"rates changed at {self.changed / share:.1%} of {self.active:,} flow-decisions "
+                f"({self.changed_bits / share:.1%} in the last bit), positive {self.positive / share:.1%}")
+
+
 def hold_order(scheduler: GroupOrderScheduler) -> None:
     """Make ``scheduler`` compute its group order only when a decision's groups differ from those the
     order was computed for, and reuse it otherwise."""
@@ -140,6 +181,9 @@ def main() -> int:
     parser.add_argument("--order-changes", action="store_true",
                         help="count the exact runs' decisions that re-order the groups they share with "
                              "the decision before")
+    parser.add_argument("--rate-changes", action="store_true",
+                        help="count, on every exact run, the active flows whose rate differs from the "
+                             "previous decision's (what an incremental decision would have to rewrite)")
     parser.add_argument("--checks", action="store_true",
                         help="check every decision (simulate()'s default) to time what the checks cost")
     parser.add_argument("--progress-s", type=float, default=0.0,
@@ -181,6 +225,7 @@ def main() -> int:
                     hold_order(scheduler)
                 exact_run = interval_ms == 0 and not held
                 changes = OrderChanges(scheduler) if args.order_changes and exact_run else None
+                rates = RateChanges(scheduler) if args.rate_changes and exact_run else None
                 run, wall, cpu, times = _timed(scenario, jobs, scheduler, specs, interval_ms, args.checks,
                                                current)
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -192,6 +237,8 @@ def main() -> int:
                 if changes is not None:
                     error = (f"order changed at {changes.changed} decisions "
                              f"({changes.same_groups} with the same groups)")
+                if rates is not None:
+                    error = "; ".join(filter(None, [error, rates.summary()]))
                 rule = "held" if held else f"{interval_ms:g}"
                 print(f"{label:<26} {name:<10} {rule:>5} {wall:>8.1f} {cpu:>8.1f} {run.decisions:>9} "
                       f"{run.skipped:>7} {flows:>7} {times.mean():>10.5f} {np.percentile(times, 99):>10.5f} "

@@ -92,3 +92,27 @@ def test_the_script_prints_the_held_run_with_its_error() -> None:
     rows = [line.split() for line in out.splitlines() if line.startswith("fb2010")]
     assert [(row[2], row[3]) for row in rows] == [("sincronia", "0"), ("sincronia", "held"), ("echelon", "0")]
     assert "order changed at" in " ".join(rows[0]) and "worst job" in " ".join(rows[1])
+
+
+def test_rate_changes_counts_rates_a_decision_rewrites() -> None:
+    """Three decisions over flows 0-2: new flows count as changed; a rate moved by rounding dust counts
+    in the last bit only; a flow at rate 0 is active but not positive."""
+    decisions = iter([([0, 1], [4.0, 4.0, 0.0]),
+                      ([0, 1, 2], [4.0, 4.0 * (1 + 1e-12), 0.0]),
+                      ([1, 2], [0.0, 8.0, 1.0])])
+
+    class Replay:
+        def decide(self, view):
+            active, rate = next(decisions)
+            view.active, view.rate[:] = np.array(active), rate
+            return Allocation(view.rate, view.active, len(active))
+
+    scheduler = Replay()
+    changes = exact_rule_scaling.RateChanges(scheduler)
+    view = SimpleNamespace(active=None, rate=np.zeros(3))
+    for _ in range(3):
+        scheduler.decide(view)
+    assert changes.decisions == 3 and changes.active == 2 + 3 + 2
+    assert changes.positive == 2 + 2 + 2
+    assert changes.changed == 2 + 1 + 2  # flow 2 new; then flows 1 and 2 rewritten
+    assert changes.changed_bits == 2 + 2 + 2  # flow 1's dust too
