@@ -142,6 +142,24 @@ def max_input_bytes() -> int:
     return int(raw) << 20
 
 
+def path_kind(path: str | os.PathLike, what: str,
+              error: Callable[[str], Exception] = UserError) -> str | None:
+    """What the input path ``path`` is: ``"folder"``, ``"file"`` (a regular file) or ``"other"`` (a
+    device, a pipe), or None when nothing is there; ``error`` naming ``what`` (one line) when it cannot
+    even be looked up: a name longer than the file system takes, a loop of symbolic links (for which
+    ``Path.is_file()`` and ``Path.exists()`` raise OSError instead of answering)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL in the name
+        return None
+    except OSError as exc:
+        name = os.fspath(path)
+        if len(name) > 160:  # a name too long for the file system would fill the one line
+            name = f"{name[:60]}...{name[-40:]} ({len(name):,} characters)"
+        raise error(f"{what} {name}: cannot use this path ({exc.strerror or exc})") from None
+    return "folder" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
+
+
 def read_bytes_bounded(path: str | os.PathLike, what: str,
                        error: Callable[[str], Exception] = UserError, text: bool = False) -> bytes:
     """The bytes of the input file ``path`` within :func:`max_input_bytes`, or ``error`` naming the file

@@ -43,7 +43,7 @@ from typing import Any
 from echelonflow.echelon import check_job
 from echelonflow.errors import TraceError, UserError
 from echelonflow.fields import show
-from echelonflow.fileio import read_bytes_bounded
+from echelonflow.fileio import path_kind, read_bytes_bounded
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.workloads.collectives import allreduce_steps, gather_steps, ring
 from echelonflow.workloads.spec import chunk_bytes
@@ -100,7 +100,7 @@ def _rank_nodes(path: Path, n_hosts: int) -> list[tuple[str, list[_Node]]]:
     """(file name, nodes) per rank."""
     if n_hosts < 1:
         raise TraceError(f"{path}: a Chakra job needs at least one host")
-    if path.is_dir():
+    if path_kind(path, "Chakra trace", TraceError) == "folder":
         files: dict[int, Path] = {}
         stems: set[str] = set()
         for child in sorted(path.iterdir()):
