@@ -142,6 +142,12 @@ def max_input_bytes() -> int:
     return int(raw) << 20
 
 
+def _shown_path(path: str | os.PathLike) -> str:
+    """A path as a one-line message quotes it: in full, unless it is too long for any file system."""
+    name = os.fspath(path)
+    return name if len(name) <= 160 else f"{name[:60]}...{name[-40:]} ({len(name):,} characters)"
+
+
 def path_kind(path: str | os.PathLike, what: str,
               error: Callable[[str], Exception] = UserError) -> str | None:
     """What the input path ``path`` is: ``"folder"``, ``"file"`` (a regular file) or ``"other"`` (a
@@ -153,10 +159,7 @@ def path_kind(path: str | os.PathLike, what: str,
     except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL in the name
         return None
     except OSError as exc:
-        name = os.fspath(path)
-        if len(name) > 160:  # a name too long for the file system would fill the one line
-            name = f"{name[:60]}...{name[-40:]} ({len(name):,} characters)"
-        raise error(f"{what} {name}: cannot use this path ({exc.strerror or exc})") from None
+        raise error(f"{what} {_shown_path(path)}: cannot use this path ({exc.strerror or exc})") from None
     return "folder" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
 
 
@@ -218,18 +221,26 @@ def read_json(path: str | os.PathLike, what: str,
         raise error(f"{what} {path}: not valid JSON ({exc})") from None
 
 
-def check_output_dir(path: str, what: str) -> None:
+def check_output_dir(path: str, what: str, kept: tuple[str, ...] = ()) -> None:
     """UserError (one line) unless ``path`` is a folder or can be made one: checked before a command
     starts work whose results it would then have nowhere to put (an existing file given as ``--out``
-    would otherwise fail with FileExistsError only once the whole emulation has run)."""
+    would otherwise fail with FileExistsError only once the whole emulation has run; a name longer than
+    the file system takes, with an OSError traceback).  ``kept``: files an earlier run left there that
+    this command would overwrite (an emulation's ``results.json``): a folder holding one is refused, so
+    a run that then fails or is stopped loses nothing of the earlier one."""
     probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
+    missing = False
+    while path_kind(probe, what) is None:  # refuses a name too long for the file system, too
+        probe, missing = os.path.dirname(probe), True
     if not os.path.isdir(probe):
         where = "" if probe == os.path.abspath(path) else f" ({probe} is a file)"
         raise UserError(f"{what} {path}: exists and is not a folder{where}")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UserError(f"{what} {path}: {probe} is not writable")
+    for name in kept if not missing else ():
+        if os.path.lexists(os.path.join(probe, name)):
+            raise UserError(f"{what} {path}: already holds {name} of an earlier run, which this one would "
+                            "overwrite; give a new folder (or remove it)")
 
 
 def write_text_atomic(path: str, text: str, mode: int = 0o600) -> None:

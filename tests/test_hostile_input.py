@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from cli.main import main
 
+ROOT = Path(__file__).resolve().parent.parent
 TOO_LONG = "x" * 5000  # longer than any file name or path Linux takes (ENAMETOOLONG)
 TWO_HOSTS = {"kind": "two_hosts", "rate_mbps": 10}
 
@@ -63,3 +66,73 @@ def _grid(tmp_path: Path, scenarios: list[str], **fields) -> Path:
     path = tmp_path / "grid.json"
     path.write_text(json.dumps({"scenarios": scenarios, "schedulers": ["fair"], **fields}))
     return path
+
+
+# ------------------------------------------------------------------ output folders: checked, never clobbered
+@pytest.fixture
+def no_fabric(monkeypatch):
+    """Whatever a row gets past, no calibration, fabric or run starts: it fails the row instead."""
+    import emulation.experiment
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the emulation went on to its runs")
+
+    monkeypatch.setattr(emulation.experiment, "choose_dilation", refuse)
+    monkeypatch.setattr(emulation.experiment, "ExperimentRuns", refuse)
+
+
+def _earlier_run(folder: Path, *names: str) -> dict[str, str]:
+    """A folder an earlier command filled: each file with its own content, returned to compare with."""
+    folder.mkdir()
+    kept = {name: f"the earlier run's {name}\n" for name in names}
+    for name, text in kept.items():
+        (folder / name).write_text(text)
+    return kept
+
+
+@pytest.mark.parametrize("argv, earlier, fragment", [
+    # the first checkpoint of the emulation overwrote the earlier run's results.json at once
+    (lambda t, out: ["emulate", "fig2", "--scheduler", "fair", "--out", out], ("results.json", "results.csv"),
+     "already holds results.json of an earlier run"),
+    (lambda t, out: ["emulate", "fig2", "--out", out], ("results.csv",), "already holds results.csv"),
+    # a sweep rewrote the results.csv of a run folder (or of anything else) that was not a sweep's
+    (lambda t, out: ["sweep", str(_grid(t, ["fig2"])), "--out", out, "--workers", "1"],
+     ("results.json", "results.csv"), "already holds results.json of an earlier run"),
+    (lambda t, out: ["sweep", str(_grid(t, ["fig2"])), "--out", out, "--workers", "1"], ("results.csv",),
+     "already holds results.csv of an earlier run"),
+], ids=["emulate-over-run", "emulate-over-csv", "sweep-over-run", "sweep-over-csv"])
+def test_a_folder_holding_an_earlier_run_is_refused_and_kept(tmp_path: Path, capsys, no_fabric, argv,
+                                                            earlier, fragment: str) -> None:
+    out = tmp_path / "earlier"
+    kept = _earlier_run(out, *earlier)
+    err = _one_line(capsys, argv(tmp_path, str(out)))
+    assert fragment in err and str(out) in err, err
+    assert {p.name: p.read_text() for p in out.iterdir()} == kept
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    # each failed with an OSError traceback from os.makedirs once the grid was loaded (or the scenario
+    # simulated, for emulate)
+    (lambda t: ["sweep", str(_grid(t, ["fig2"])), "--out", str(t / TOO_LONG)],
+     "sweep folder /"),
+    (lambda t: ["sweep", str(_grid(t, ["fig2"], name="n" * 300))], "sweep folder "),
+    (lambda t: ["emulate", "fig2", "--out", str(t / TOO_LONG)], "run folder /"),
+    # a folder that cannot be made where the checks saw a writable parent (root may write anywhere else)
+    (lambda t: ["sweep", str(_grid(t, ["fig2"])), "--out", "/proc/echelon-sweep", "--workers", "1"],
+     "sweep folder /proc/echelon-sweep: cannot create it"),
+], ids=["sweep-out", "sweep-grid-name", "emulate-out", "sweep-uncreatable"])
+def test_output_folders_that_cannot_be_made_are_one_line(tmp_path: Path, capsys, no_fabric, monkeypatch,
+                                                          argv, fragment: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    err = _one_line(capsys, argv(tmp_path))
+    assert fragment in err and len(err) < 600, err
+
+
+def test_a_sweep_folder_is_still_resumed(tmp_path: Path) -> None:
+    """The refusal above spares a sweep's own folder: its cells.jsonl says it is one."""
+    grid, out = _grid(tmp_path, ["fig2"]), str(tmp_path / "sweep")
+    argv = [sys.executable, "-m", "cli", "sweep", str(grid), "--out", out, "--workers", "1", "--no-plots"]
+    for _ in range(2):
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and "1 of 1 cells ok" in proc.stdout, proc.stderr[-2000:]
+    assert "1 cells, 1 already done, 0 to run" in proc.stderr
