@@ -136,3 +136,68 @@ def test_a_sweep_folder_is_still_resumed(tmp_path: Path) -> None:
         proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0 and "1 of 1 cells ok" in proc.stdout, proc.stderr[-2000:]
     assert "1 cells, 1 already done, 0 to run" in proc.stderr
+
+
+# ------------------------------------------------------------------ result documents: echelon report
+@pytest.fixture(scope="module")
+def fig2_document() -> dict:
+    """fig2 as ``echelon simulate --json --per-flow`` writes it (every scheduler, every flow)."""
+    proc = subprocess.run([sys.executable, "-m", "cli", "simulate", "fig2", "--json", "--per-flow"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _set(path: list, value) -> object:
+    def change(doc: dict) -> None:
+        node = doc
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    return change
+
+
+RUN = ["runs", 0]
+
+
+@pytest.mark.parametrize("emulated, simulated, fragment", [
+    # each of these ended in a traceback (KeyError, IndexError, TypeError, OSError) after results.json
+    # and results.csv had been rewritten
+    (_set(RUN + ["faults"], [{"x": 1}]), None, "runs[0].faults[0].x: unknown field (allowed: kind, target"),
+    (_set(["dilation"], {"x": 1}), None, "dilation.factor: must be a dilation factor between 1 and 64"),
+    (_set(RUN + ["tasks"], {"noslash": {"type": "compute", "host": "h1", "start_s": 0, "finish_s": 1}}), None,
+     "runs[0].tasks['noslash']: must be a task id like 'job/task'"),
+    (lambda d: d["runs"].append(dict(d["runs"][0])), None, "runs[3]: a second run of scheduler 'fair' with "
+                                                          "repeat null"),
+    (_set(RUN + ["scheduler"], "s" * 1000), None, "runs[0].scheduler: must be an id"),
+    (_set(RUN + ["scheduler"], "../../x"), None, "runs[0].scheduler: must be an id"),
+    # the emulation's own measurement records, read by the fidelity section and the table
+    (_set(RUN + ["fidelity_monitor"], {"rounds": "x"}), None, "cannot read (AttributeError"),
+    (_set(RUN + ["wire_check"], {"rounds": {"a": {"mismatches": 5}}}), None, "cannot read (TypeError"),
+    (_set(["dilation"], {"factor": 2, "chosen_by": "calibration", "calibration": {"trials": [{}]}}), None,
+     "cannot read (KeyError: 'factor')"),
+    (None, _set(["timing_noise"], {"jitter_s": 0.001, "samples": 2, "schedulers": 5}),
+     "cannot read (AttributeError"),
+], ids=["faults", "dilation", "task-id", "same-run-twice", "scheduler-long", "scheduler-path",
+        "monitor", "wire-check", "calibration", "timing-noise"])
+def test_a_result_document_report_cannot_read_is_one_line_and_the_folder_kept(
+        tmp_path: Path, capsys, fig2_document: dict, emulated, simulated, fragment: str) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    documents = {"results.json": dict(json.loads(json.dumps(fig2_document)), mode="emulate"),
+                 "results-simulate.json": json.loads(json.dumps(fig2_document))}
+    for change, name in ((emulated, "results.json"), (simulated, "results-simulate.json")):
+        if change is not None:
+            change(documents[name])
+    for name, doc in documents.items():
+        (run_dir / name).write_text(json.dumps(doc))
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    err = _one_line(capsys, ["report", str(run_dir)])
+    assert fragment in err, err
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+
+
+def test_report_on_a_file_says_so(tmp_path: Path, capsys) -> None:
+    (tmp_path / "results.json").write_text("{}")
+    err = _one_line(capsys, ["report", str(tmp_path / "results.json")])
+    assert "results.json' is a file" in err, err
