@@ -30,12 +30,14 @@ as the reader does.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import math
 import os
 import stat
 import tempfile
-from typing import Any, Callable
+from collections.abc import Iterator
+from typing import Any, Callable, TextIO
 
 from echelonflow.errors import UserError
 
@@ -246,12 +248,21 @@ def check_output_dir(path: str, what: str, kept: tuple[str, ...] = ()) -> None:
 def write_text_atomic(path: str, text: str, mode: int = 0o600) -> None:
     """Write ``text`` to ``path`` through a temporary file renamed over it, with permissions ``mode``
     (mkstemp's 0600 unless asked otherwise; the API token relies on it)."""
+    with atomic_writer(path, mode) as fh:
+        fh.write(text)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str, mode: int = 0o600) -> Iterator[TextIO]:
+    """A text file to stream into that becomes ``path`` (renamed over it) only once the ``with`` block
+    ends without an exception: a write that fails or is interrupted (Ctrl-C) leaves ``path`` as it was,
+    and no temporary file."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+            yield fh
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -201,3 +201,38 @@ def test_report_on_a_file_says_so(tmp_path: Path, capsys) -> None:
     (tmp_path / "results.json").write_text("{}")
     err = _one_line(capsys, ["report", str(tmp_path / "results.json")])
     assert "results.json' is a file" in err, err
+
+
+# ------------------------------------------------------------------ simulate --flows: all or nothing
+def test_an_interrupted_flows_write_keeps_the_earlier_file(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Ctrl-C while the records are being written (FB2010's are 2 million lines): the file given to
+    --flows was opened for writing first, so the earlier file was already truncated; now it is kept, and
+    no temporary file is left beside it."""
+    from echelonflow.results import Results
+
+    flows = tmp_path / "flows.jsonl"
+    flows.write_text("the earlier run's records\n")
+    write = Results.write_task_records
+
+    def interrupted(self, stream):
+        write(self, stream)  # every record written, then Ctrl-C before the file is complete
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Results, "write_task_records", interrupted)
+    assert main(["simulate", "fig2", "--flows", str(flows)]) == 130
+    assert capsys.readouterr().err == "echelon: interrupted\n"
+    assert flows.read_text() == "the earlier run's records\n" and os.listdir(tmp_path) == ["flows.jsonl"]
+    monkeypatch.setattr(Results, "write_task_records", write)
+    assert main(["simulate", "fig2", "--flows", str(flows)]) == 0
+    assert flows.read_text().count("\n") > 1 and (flows.stat().st_mode & 0o777) == 0o666 & ~_umask()
+    # a symbolic link (/dev/stdout into a file) is written through, not replaced by a rename
+    os.symlink(flows, tmp_path / "link.jsonl")
+    flows.write_text("")
+    assert main(["simulate", "fig2", "--flows", str(tmp_path / "link.jsonl")]) == 0
+    assert os.path.islink(tmp_path / "link.jsonl") and flows.read_text().count("\n") > 1
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
