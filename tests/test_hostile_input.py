@@ -236,3 +236,34 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+# ------------------------------------------------------------------ the benchmarks users run by hand
+@pytest.mark.parametrize("script, argv, fragment", [
+    # each was a traceback, or (focus) judged a scheduler that ran nowhere and rewrote the kept
+    # matrix.md, or (max-coflows -5) silently dropped the last five coflows
+    ("exact_rule_scaling.py", ["--scheduler", "nope"], "unknown scheduler 'nope'"),
+    ("exact_rule_scaling.py", ["--progress-s", "inf"], "--progress-s takes 0"),
+    ("exact_rule_scaling.py", ["--interval-ms", "inf"], "--interval-ms takes 0 (the exact rule) or more"),
+    ("scheduler_matrix.py", ["--summary-only", "--focus", "nope", "--out", "{tmp}"],
+     "unknown scheduler 'nope'"),
+    ("scheduler_matrix.py", ["--grid", "smoke", "--workers", "-1", "--out", "{tmp}"],
+     "--workers must be at least 1, got -1"),
+    ("scheduler_matrix.py", ["--grid", "smoke", "--out", "{tmp}/file"],
+     "matrix folder {tmp}/file: exists and is not a folder"),
+    ("fb2010.py", ["--max-coflows", "-5", "--out", "{tmp}"], "--max-coflows must be at least 1, got -5"),
+    ("fb2010.py", ["--out", "{tmp}/file"], "--out {tmp}/file: exists and is not a folder"),
+    ("fb2010.py", ["--out", "{tmp}"], "results {tmp}/results.json: not the results this script writes"),
+], ids=["exact-scheduler", "exact-progress", "exact-interval", "matrix-focus", "matrix-workers", "matrix-out",
+        "fb2010-max-coflows", "fb2010-out", "fb2010-results"])
+def test_benchmark_arguments_are_one_line_before_any_run(tmp_path: Path, script: str, argv: list[str],
+                                                         fragment: str) -> None:
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "results.json").write_text("[1, 2]")  # not what fb2010.py keeps there
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv]
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *argv], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert fragment.replace("{tmp}", str(tmp_path)) in lines[-1], proc.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["file", "results.json"]
