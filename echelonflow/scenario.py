@@ -41,7 +41,7 @@ EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
 DEFAULT_SCHEDULERS = ("fair", "coflow", "echelon")
 
 _TOP_FIELDS = (
-    Field("name", text()),
+    Field("name", text(without="\n\r\0")),  # it heads tables and one-line messages
     Field("description", text(nonempty=False), default=""),
     Field("topology", required=True),
     Field("jobs", array(nonempty=True, of="of job entries"), required=True),
