@@ -106,7 +106,8 @@ def load_run_folder(run_dir: str) -> tuple[Results, list[Results]]:
     """The primary document and its companions; UserError naming the file when one is missing or bad."""
     kind = path_kind(run_dir, "run folder")
     if kind != "folder":
-        raise UserError(f"run folder {run_dir!r} " + ("does not exist" if kind is None else f"is a {kind}"))
+        problem = "does not exist" if kind is None else "is not a folder"
+        raise UserError(f"run folder {run_dir!r} {problem}")
     primary = _load(os.path.join(run_dir, RESULTS_FILE))
     others = []
     for name in sorted(os.listdir(run_dir)):

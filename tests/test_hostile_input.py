@@ -200,7 +200,7 @@ def test_a_result_document_report_cannot_read_is_one_line_and_the_folder_kept(
 def test_report_on_a_file_says_so(tmp_path: Path, capsys) -> None:
     (tmp_path / "results.json").write_text("{}")
     err = _one_line(capsys, ["report", str(tmp_path / "results.json")])
-    assert "results.json' is a file" in err, err
+    assert "results.json' is not a folder" in err, err
 
 
 # ------------------------------------------------------------------ simulate --flows: all or nothing
