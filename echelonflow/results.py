@@ -557,6 +557,8 @@ def _dilation(field: str, value: Any) -> dict[str, Any]:
         ranged(DILATION, "a dilation factor")(f"{where}.factor", _OBJECT(where, verdict).get("factor"))
         boolean()(f"{where}.trusted", verdict.get("trusted"))
     return value
+
+
 JOB_FIELDS = (Field("completion_s", _TIME, required=True), Field("slowdown", number(0.0), required=True),
               Field("lower_bound_s", nullable(number(0.0, what="a number of seconds"))))
 ECHELON_FIELDS = (Field("tardiness_s", _TIME, required=True),
