@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import resource
 import signal
 import sys
@@ -49,8 +50,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from echelonflow import echelon as echelon_mod  # noqa: E402
+from echelonflow.errors import UserError  # noqa: E402
 from echelonflow.scenario import Scenario, load_scenario, parse_scenario, resolve  # noqa: E402
-from echelonflow.schedulers import get_scheduler  # noqa: E402
+from echelonflow.schedulers import check_names, get_scheduler  # noqa: E402
 from echelonflow.schedulers.base import Scheduler  # noqa: E402
 from echelonflow.schedulers.priority import GroupOrderScheduler  # noqa: E402
 from echelonflow.schedulers.view import Allocation, FlowView, GroupView  # noqa: E402
@@ -192,8 +194,14 @@ def main() -> int:
     args = parser.parse_args()
     if any(count < 0 for count in args.coflows or []):
         parser.error("--coflows takes a count of 0 (the whole trace) or more")
-    if any(not interval >= 0 for interval in args.interval_ms or []):
-        parser.error("--interval-ms takes 0 (the exact rule) or more")
+    if any(not 0 <= interval < math.inf for interval in args.interval_ms or []):
+        parser.error("--interval-ms takes 0 (the exact rule) or more, finite")
+    if not 0 <= args.progress_s <= 86400:  # setitimer takes no infinity (OverflowError); NaN is refused too
+        parser.error("--progress-s takes 0 (no progress lines) to 86400 seconds")
+    try:  # a misspelt scheduler is one line before any run, not a traceback after the first workload
+        check_names(args.scheduler or [])
+    except UserError as err:
+        parser.error(str(err))
     current: list[engine._Run] = []
     if args.progress_s > 0:
         def report(_signum, _frame) -> None:

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from echelonflow.errors import UserError
-from echelonflow.fileio import read_json
+from echelonflow.fileio import check_output_dir, read_json, write_text_atomic
 from echelonflow.importers.coflow_benchmark import BYTES_PER_MB, COFLOWSIM_EPOCH_MS, COFLOWSIM_MS_PER_SECOND
 from echelonflow.scenario import Scenario, parse_scenario, resolve
 from echelonflow.schedulers import check_names, get_scheduler
@@ -91,6 +91,18 @@ def table(records: dict, names_in_order: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _stored(path: Path) -> dict:
+    """The results kept at ``path`` (each run adds its scheduler's), {} when there are none; a file that
+    is not such a document is one line, before the simulations (a traceback after them, before)."""
+    if not path.exists():
+        return {}
+    stored = read_json(path, "results", UserError)
+    if not isinstance(stored, dict) or not all(isinstance(v, dict) for v in stored.values()):
+        raise UserError(f"results {path}: not the results this script writes (an object of objects); "
+                        "give another --out")
+    return stored
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--max-coflows", type=int, default=None, help="only the first N coflows")
@@ -106,6 +118,10 @@ def main() -> None:
     args = parser.parse_args()
     try:
         names = check_names(args.scheduler or [])
+        if args.max_coflows is not None and args.max_coflows < 1:  # [:-5] dropped the last five instead
+            raise UserError(f"--max-coflows must be at least 1, got {args.max_coflows}")
+        check_output_dir(str(args.out), "--out")
+        stored = _stored(args.out / "results.json")
     except UserError as exc:
         print(f"fb2010: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -118,7 +134,6 @@ def main() -> None:
           f"{sum(len(j.flows) for j in jobs)} flows, {scenario.topology.name}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.json"
-    stored = json.loads(results_path.read_text()) if results_path.exists() else {}
     records = stored.setdefault(key, {})
     for name in names or scenario.schedulers:
         started, cpu_started = time.perf_counter(), time.process_time()
@@ -143,14 +158,14 @@ def main() -> None:
         records[label] = {"rescheduling": args.rescheduling, "coflowsim_arrivals": args.coflowsim_arrivals,
                           "run_s": run_s, "cpu_s": cpu_s, "avg_s": avg, "p50_s": p50,
                           "p95_s": p95, "bins": per_bin, "cct_s": cct, "peak_rss_mib": peak_mib}
-        results_path.write_text(json.dumps(stored, indent=1, sort_keys=True))
+        write_text_atomic(str(results_path), json.dumps(stored, indent=1, sort_keys=True), mode=0o644)
         print(f"{label}: {run_s:.1f} s of simulation, average CCT {avg:.2f} s, "
               f"peak memory {peak_mib:.0f} MiB", flush=True)
     order = [label for n in ORDER for label in sorted(records) if label == n or label.startswith(f"{n} (")]
     order += sorted(n for n in records if n not in order)
     text = table(records, order)
-    (args.out / "results.md").write_text(
-        f"# FB2010, {key} ({len(networked)} cross the switch), {scenario.topology.name}\n\n{text}\n")
+    heading = f"# FB2010, {key} ({len(networked)} cross the switch), {scenario.topology.name}"
+    write_text_atomic(str(args.out / "results.md"), f"{heading}\n\n{text}\n", mode=0o644)
     print(text)
 
 

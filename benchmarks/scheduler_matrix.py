@@ -49,9 +49,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from echelonflow.errors import UserError  # noqa: E402
-from echelonflow.fileio import loads_strict, write_text_atomic  # noqa: E402
+from echelonflow.fileio import check_output_dir, loads_strict, write_text_atomic  # noqa: E402
 from echelonflow.results import percentile_nearest_rank  # noqa: E402
-from echelonflow.schedulers import coflow_rule_warning  # noqa: E402
+from echelonflow.schedulers import check_names, coflow_rule_warning  # noqa: E402
 from simulator.grid import Grid, load_grid  # noqa: E402
 from simulator.sweep import read_records, run_sweep  # noqa: E402
 
@@ -385,6 +385,12 @@ def main() -> int:
     out = Path(args.out)
     started = time.perf_counter()
     try:
+        # checked before any grid runs (hours for the whole matrix): a misspelt --focus judged a scheduler
+        # that ran nowhere and rewrote the kept matrix.md with it
+        check_names([args.focus])
+        if args.workers is not None and args.workers < 1:
+            raise UserError(f"--workers must be at least 1, got {args.workers}")
+        check_output_dir(str(out), "matrix folder")
         records, summary, carried = collect(args, out)
     except UserError as err:
         print(f"scheduler_matrix: {err}", file=sys.stderr)

@@ -49,15 +49,19 @@ def _positive(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from echelonflow.fileio import check_output_dir
     from echelonflow.schedulers import coflow_rule_warning
+    from reports.runfolder import RESULTS_FILE
     from simulator.grid import load_grid
-    from simulator.sweep import CSV_FILE, run_sweep
+    from simulator.sweep import CELLS_FILE, CSV_FILE, run_sweep
 
     grid = load_grid(args.grid, progress=sys.stdout)  # stderr keeps a refusal to one line
     warning = coflow_rule_warning(c.scheduler for c in grid.cells if c.rescheduling == "coflow")
     if warning:
         print(f"echelon sweep: grid {grid.name}: {warning}", file=sys.stderr)
     out_dir = args.out or f"sweep-{grid.name}"
-    check_output_dir(out_dir, "sweep folder")
+    # a sweep folder (cells.jsonl) is resumed; another folder's results.csv or run documents are not
+    # rewritten over
+    resumed = os.path.exists(os.path.join(out_dir, CELLS_FILE))
+    check_output_dir(out_dir, "sweep folder", kept=(RESULTS_FILE,) + (() if resumed else (CSV_FILE,)))
     backend = "ray" if args.ray else args.backend
     records = run_sweep(grid, out_dir, backend, args.workers, args.ray)
     failed = [r for r in records if r["status"] != "ok"]

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from echelonflow.errors import UserError
+from echelonflow.fileio import path_kind
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "data:"
@@ -31,7 +32,7 @@ def data_path(relative: str) -> Path:
     """A file or folder inside the data folder, e.g. ``coflow-benchmark/FB2010-1Hr-150-0.txt``."""
     folder = data_dir()
     path = folder / relative
-    if not path.exists():
+    if path_kind(path, "data") is None:
         raise UserError(f"data {relative!r} is missing (looked in {folder})")
     return path
 

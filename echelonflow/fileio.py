@@ -30,12 +30,14 @@ as the reader does.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import math
 import os
 import stat
 import tempfile
-from typing import Any, Callable
+from collections.abc import Iterator
+from typing import Any, Callable, TextIO
 
 from echelonflow.errors import UserError
 
@@ -142,6 +144,27 @@ def max_input_bytes() -> int:
     return int(raw) << 20
 
 
+def _shown_path(path: str | os.PathLike) -> str:
+    """A path as a one-line message quotes it: in full, unless it is too long for any file system."""
+    name = os.fspath(path)
+    return name if len(name) <= 160 else f"{name[:60]}...{name[-40:]} ({len(name):,} characters)"
+
+
+def path_kind(path: str | os.PathLike, what: str,
+              error: Callable[[str], Exception] = UserError) -> str | None:
+    """What the input path ``path`` is: ``"folder"``, ``"file"`` (a regular file) or ``"other"`` (a
+    device, a pipe), or None when nothing is there; ``error`` naming ``what`` (one line) when it cannot
+    even be looked up: a name longer than the file system takes, a loop of symbolic links (for which
+    ``Path.is_file()`` and ``Path.exists()`` raise OSError instead of answering)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL in the name
+        return None
+    except OSError as exc:
+        raise error(f"{what} {_shown_path(path)}: cannot use this path ({exc.strerror or exc})") from None
+    return "folder" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
+
+
 def read_bytes_bounded(path: str | os.PathLike, what: str,
                        error: Callable[[str], Exception] = UserError, text: bool = False) -> bytes:
     """The bytes of the input file ``path`` within :func:`max_input_bytes`, or ``error`` naming the file
@@ -200,29 +223,46 @@ def read_json(path: str | os.PathLike, what: str,
         raise error(f"{what} {path}: not valid JSON ({exc})") from None
 
 
-def check_output_dir(path: str, what: str) -> None:
+def check_output_dir(path: str, what: str, kept: tuple[str, ...] = ()) -> None:
     """UserError (one line) unless ``path`` is a folder or can be made one: checked before a command
     starts work whose results it would then have nowhere to put (an existing file given as ``--out``
-    would otherwise fail with FileExistsError only once the whole emulation has run)."""
+    would otherwise fail with FileExistsError only once the whole emulation has run; a name longer than
+    the file system takes, with an OSError traceback).  ``kept``: files an earlier run left there that
+    this command would overwrite (an emulation's ``results.json``): a folder holding one is refused, so
+    a run that then fails or is stopped loses nothing of the earlier one."""
     probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
+    missing = False
+    while path_kind(probe, what) is None:  # refuses a name too long for the file system, too
+        probe, missing = os.path.dirname(probe), True
     if not os.path.isdir(probe):
         where = "" if probe == os.path.abspath(path) else f" ({probe} is a file)"
         raise UserError(f"{what} {path}: exists and is not a folder{where}")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UserError(f"{what} {path}: {probe} is not writable")
+    for name in kept if not missing else ():
+        if os.path.lexists(os.path.join(probe, name)):
+            raise UserError(f"{what} {path}: already holds {name} of an earlier run, which this one would "
+                            "overwrite; give a new folder (or remove it)")
 
 
 def write_text_atomic(path: str, text: str, mode: int = 0o600) -> None:
     """Write ``text`` to ``path`` through a temporary file renamed over it, with permissions ``mode``
     (mkstemp's 0600 unless asked otherwise; the API token relies on it)."""
+    with atomic_writer(path, mode) as fh:
+        fh.write(text)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str, mode: int = 0o600) -> Iterator[TextIO]:
+    """A text file to stream into that becomes ``path`` (renamed over it) only once the ``with`` block
+    ends without an exception: a write that fails or is interrupted (Ctrl-C) leaves ``path`` as it was,
+    and no temporary file."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+            yield fh
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

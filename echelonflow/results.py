@@ -39,10 +39,13 @@ from typing import IO, Any, NamedTuple
 from echelonflow import echelon as echelon_mod
 from echelonflow.echelon import EchelonSpec
 from echelonflow.errors import UserError
+from echelonflow.faults import FAULT_KINDS
 from echelonflow.fields import (
     Field,
+    FieldError,
     array,
     boolean,
+    identifier,
     integer,
     mapping,
     nullable,
@@ -51,9 +54,10 @@ from echelonflow.fields import (
     ranged,
     read,
     record,
+    show,
     text,
 )
-from echelonflow.limits import SIZE_BYTES
+from echelonflow.limits import DILATION, SECONDS, SIZE_BYTES
 from echelonflow.model import ComputeTask, Job, qualified
 
 #: ``__slots__`` on the per-task and per-flow records where dataclasses can add them (Python 3.10+): 48
@@ -501,6 +505,14 @@ class Results:
         ['fig2'].completion_s: must be a number, got 'soon'``)."""
         top = read(data, DOCUMENT_FIELDS, what="a JSON object")
         runs = [RunResult.from_json_dict(r, f"runs[{i}]") for i, r in enumerate(top["runs"])]
+        repeats: dict[str, list[int | None]] = {}
+        for index, run in enumerate(runs):  # the tables, the CSV and the plots tell runs apart by these
+            earlier = repeats.setdefault(run.scheduler, [])
+            if earlier and (run.repeat is None or None in earlier or run.repeat in earlier):
+                raise FieldError(f"runs[{index}]", f"a second run of scheduler {run.scheduler!r} with repeat "
+                                                   f"{show(run.repeat)}; runs of one scheduler are told "
+                                                   "apart by distinct repeat numbers")
+            earlier.append(run.repeat)
         return cls(top["scenario"], top["mode"], runs, top["dilation"], top["timing_noise"],
                    top["rescheduling"])
 
@@ -516,6 +528,37 @@ def _task(field: str, value: Any) -> dict[str, Any]:
 
 _TIME = number(what="a number of seconds")  # finite; a tardiness may be negative
 _OBJECT = mapping()
+
+
+def _task_id(field: str, value: Any) -> str:
+    """A key of a run's ``flows`` and ``tasks``: ``job/task`` (the tables and plots split it there)."""
+    job, slash, task = value.partition("/") if isinstance(value, str) else ("", "", "")
+    if not (job and slash and task):
+        raise FieldError(field, f"must be a task id like 'job/task', got {show(value)}")
+    return value
+
+
+#: A fault the emulation injected (``emulation.assemble.fault_records``), read back for the tables.
+FAULT_FIELDS = (Field("kind", one_of(*FAULT_KINDS), required=True),
+                Field("target", array(text()), default=[]),
+                Field("at_s", ranged(SECONDS, "a number of seconds"), required=True),
+                Field("up", boolean(), default=False))
+
+
+def _dilation(field: str, value: Any) -> dict[str, Any]:
+    """A document's ``dilation``: its factor and how it was chosen checked (the tables print them), the
+    calibration's own record kept as it is."""
+    value = _OBJECT(field, value)
+    ranged(DILATION, "a dilation factor")(f"{field}.factor", value.get("factor"))
+    text()(f"{field}.chosen_by", value.get("chosen_by"))
+    confirmation = array(of="of verdict objects")(f"{field}.confirmation", value.get("confirmation", []))
+    for index, verdict in enumerate(confirmation):
+        where = f"{field}.confirmation[{index}]"
+        ranged(DILATION, "a dilation factor")(f"{where}.factor", _OBJECT(where, verdict).get("factor"))
+        boolean()(f"{where}.trusted", verdict.get("trusted"))
+    return value
+
+
 JOB_FIELDS = (Field("completion_s", _TIME, required=True), Field("slowdown", number(0.0), required=True),
               Field("lower_bound_s", nullable(number(0.0, what="a number of seconds"))))
 ECHELON_FIELDS = (Field("tardiness_s", _TIME, required=True),
@@ -535,13 +578,13 @@ FLOW_TASK_FIELDS = (Field("type", required=True), Field("src", text(), required=
 #: One run (docs/results-format.md); the emulation's own keys hold the machine's measurements, whose
 #: inner shape is the emulation's (objects, checked as objects).
 RUN_FIELDS = (
-    Field("scheduler", text(), required=True),
+    Field("scheduler", identifier(), required=True),  # it names the run's timeline file
     Field("jobs", mapping(item=record(JOB_FIELDS, "a job result object")), required=True),
     Field("echelonflows", mapping(item=record(ECHELON_FIELDS, "an EchelonFlow result object")),
           required=True),
     # a compact document (``echelon simulate --json``'s default) has no per-flow records, a summary instead
-    Field("flows", mapping(item=record(FLOW_FIELDS, "a flow result object")), default={}),
-    Field("tasks", mapping(item=_task), default={}),
+    Field("flows", mapping(_task_id, record(FLOW_FIELDS, "a flow result object")), default={}),
+    Field("tasks", mapping(_task_id, _task), default={}),
     Field("summary", nullable(_OBJECT)),
     Field("objective_s", _TIME, required=True),
     Field("jct_mean_s", nullable(number(0.0, what="a number of seconds"))),
@@ -551,7 +594,7 @@ RUN_FIELDS = (
     Field("trusted", nullable(boolean())),
     Field("fidelity_monitor", nullable(_OBJECT)),
     Field("wire_check", nullable(_OBJECT)),
-    Field("faults", nullable(array(_OBJECT, of="of fault objects"))),
+    Field("faults", nullable(array(record(FAULT_FIELDS, "a fault object"), of="of fault objects"))),
     Field("failed_jobs", nullable(mapping(item=text()))),
 )
 #: The whole document: the runs, and what a run folder adds (status, summary, fidelity: bookkeeping and
@@ -560,7 +603,7 @@ DOCUMENT_FIELDS = (
     Field("scenario", text(), required=True),
     Field("mode", one_of("simulate", "emulate"), required=True),
     Field("runs", array(of="of run objects"), required=True),
-    Field("dilation", nullable(_OBJECT)),
+    Field("dilation", nullable(_dilation)),
     Field("timing_noise", nullable(_OBJECT)),
     Field("rescheduling", nullable(one_of(*_RESCHEDULING))),
     Field("status", nullable(_OBJECT)),

@@ -31,7 +31,7 @@ from echelonflow.fields import (
     show,
     text,
 )
-from echelonflow.fileio import read_json
+from echelonflow.fileio import path_kind, read_json
 from echelonflow.limits import MAX_TASKS_PER_SCENARIO, RATE_BPS, SECONDS, SIZE_BYTES, WEIGHT
 from echelonflow.model import ComputeTask, Job
 from echelonflow.topology import Topology, TopologyError
@@ -41,7 +41,7 @@ EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
 DEFAULT_SCHEDULERS = ("fair", "coflow", "echelon")
 
 _TOP_FIELDS = (
-    Field("name", text()),
+    Field("name", text(without="\n\r\0")),  # it heads tables and one-line messages
     Field("description", text(nonempty=False), default=""),
     Field("topology", required=True),
     Field("jobs", array(nonempty=True, of="of job entries"), required=True),
@@ -85,14 +85,15 @@ def bundled_names() -> list[str]:
 def resolve(name_or_path: str) -> Path:
     """The scenario file for a path or a bundled example name."""
     candidate = Path(name_or_path)
-    if candidate.suffix == ".json" or os.sep in name_or_path or candidate.is_file():
-        if candidate.is_dir():
+    kind = path_kind(candidate, "scenario file", ScenarioError)
+    if candidate.suffix == ".json" or os.sep in name_or_path or kind == "file":
+        if kind == "folder":
             raise ScenarioError(f"scenario file {name_or_path!r} is a directory")
-        if not candidate.exists():  # a device or a pipe goes on to the reader, which bounds what it reads
+        if kind is None:  # a device or a pipe goes on to the reader, which bounds what it reads
             raise ScenarioError(f"scenario file {name_or_path!r} does not exist")
         return candidate
     bundled = EXAMPLES_DIR / f"{name_or_path}.json"
-    if not bundled.is_file() or name_or_path not in bundled_names():
+    if name_or_path not in bundled_names() or not bundled.is_file():
         raise ScenarioError(
             f"no scenario named {name_or_path!r} (not a file, not bundled); "
             f"bundled: {', '.join(bundled_names())}"
@@ -252,8 +253,10 @@ def _trace_jobs(rel: Any, known_hosts: list[str], path: Path, label: str) -> lis
     from echelonflow.trace import load_trace
 
     trace_path = _data_path(rel, path, label)
-    if not trace_path.is_file():
-        raise FieldError(label, f"trace file {str(trace_path)!r} does not exist")
+    kind = path_kind(trace_path, "trace file", lambda problem: FieldError(label, problem))
+    if kind != "file":
+        problem = "does not exist" if kind is None else f"is a {kind}, not a trace file"
+        raise FieldError(label, f"trace file {str(trace_path)!r} {problem}")
     try:
         return list(load_trace(str(trace_path), known_hosts=known_hosts))
     except UserError as exc:

@@ -59,6 +59,10 @@ class TopologySpec:
     def build(self) -> Topology:
         """The topology; :class:`~echelonflow.topology.TopologyError` if kind or parameters are bad.
         An ``mtu_bytes`` among the parameters (a scenario's flat topology object) wins over the field."""
+        taken = [name for name in ("kind", "rate_bps") if name in self.params]
+        if taken:  # build() would get it twice: a TypeError traceback in the controller's start
+            raise TopologyError(f"topology {self.kind!r}: {taken[0]!r} is the spec's own field, not one "
+                                "of the builder's parameters")
         return build(self.kind, self.rate_bps, **{"mtu_bytes": self.mtu_bytes, **self.params})
 
     def to_json(self) -> dict[str, Any]:

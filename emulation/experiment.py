@@ -38,7 +38,7 @@ from emulation.progress import Say, completion_times, stderr_progress
 from emulation.run import EmulatedRun, emulate_scheduler
 from emulation.runfolder import Checkpoints
 from emulation.settings import EmulationSettings
-from reports.runfolder import RunFolder, default_run_dir
+from reports.runfolder import CSV_FILE, RESULTS_FILE, RunFolder, default_run_dir
 from reports.table import format_report
 from simulator.engine import simulate
 from simulator.noise import timing_noise_section
@@ -95,7 +95,9 @@ def emulate_and_report(scenario: Scenario, request: EmulationRequest,
     say = progress or stderr_progress()
     scenario = with_real_frames(scenario)
     run_dir = request.out or default_run_dir(scenario.name)
-    check_output_dir(run_dir, "run folder")  # before the runs, which would have nowhere to go
+    # before the runs, which would have nowhere to go; a folder holding an earlier run's documents is
+    # refused, as the first checkpoint would overwrite them
+    check_output_dir(run_dir, "run folder", kept=(RESULTS_FILE, CSV_FILE))
     check_dilation(scenario.topology, scenario.jobs, [e.at_s for e in scenario.events],
                    MAX_DILATION if request.dilation == "auto" else request.dilation or 1.0)
     simulated = simulate_side(scenario, request)

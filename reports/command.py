@@ -25,17 +25,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from echelonflow.results import format_table
-    from reports.runfolder import FIDELITY_TEXT, load_run_folder, read_status, rerender, status_line
+    from reports.runfolder import (
+        FIDELITY_TEXT,
+        SHAPE_ERRORS,
+        load_run_folder,
+        read_status,
+        rerender,
+        status_line,
+        unreadable,
+    )
     from reports.table import format_report
 
     primary, others = load_run_folder(args.run_dir)
-    folder = rerender(args.run_dir, plots=not args.no_plots)
     simulated = next((d for d in others if d.mode == "simulate"), None)
-    if primary.mode == "emulate" and simulated is not None:
-        print(format_report(primary, simulated))
-    else:
-        for doc in (primary, *others):
-            print(format_table(doc))
+    try:  # the table first: a document it cannot read leaves the folder as it was
+        if primary.mode == "emulate" and simulated is not None:
+            table = format_report(primary, simulated)
+        else:
+            table = "\n".join(format_table(doc) for doc in (primary, *others))
+    except SHAPE_ERRORS as exc:
+        raise unreadable(args.run_dir, exc) from None
+    folder = rerender(args.run_dir, plots=not args.no_plots)
+    print(table)
     partial = status_line(read_status(args.run_dir))
     if partial:
         print(partial)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from echelonflow.errors import UserError
-from echelonflow.fileio import read_json, write_json_atomic, write_text_atomic
+from echelonflow.fileio import path_kind, read_json, write_json_atomic, write_text_atomic
 from echelonflow.results import Results
 from reports.fidelity import (
     describe_faults,
@@ -104,8 +104,10 @@ def write_run_folder(run_dir: str, primary: Results, others: Sequence[Results] =
 
 def load_run_folder(run_dir: str) -> tuple[Results, list[Results]]:
     """The primary document and its companions; UserError naming the file when one is missing or bad."""
-    if not os.path.isdir(run_dir):
-        raise UserError(f"run folder {run_dir!r} does not exist")
+    kind = path_kind(run_dir, "run folder")
+    if kind != "folder":
+        problem = "does not exist" if kind is None else "is not a folder"
+        raise UserError(f"run folder {run_dir!r} {problem}")
     primary = _load(os.path.join(run_dir, RESULTS_FILE))
     others = []
     for name in sorted(os.listdir(run_dir)):
@@ -134,13 +136,44 @@ def status_line(status: dict[str, Any] | None) -> str:
             f"finished; {status.get('reason') or 'the emulation did not finish'}")
 
 
+#: What reading an emulation's own objects (``fidelity_monitor``, ``wire_check``, ``timing_noise``,
+#: the calibration) raises when a document holds them in another shape than this version writes:
+#: the loader checks the fields the tables index, not the inside of every measurement record.
+SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
+
+
+def unreadable(run_dir: str, exc: Exception) -> UserError:
+    """The one line for a folder whose documents hold something of another shape (:data:`SHAPE_ERRORS`)."""
+    return UserError(f"run folder {run_dir}: its documents hold a field this version cannot read "
+                     f"({type(exc).__name__}: {exc}); nothing was rewritten")
+
+
 def rerender(run_dir: str, plots: bool = True) -> RunFolder:
-    """Re-create CSV, fidelity section and plots (and results.json's derived keys) from the documents."""
+    """Re-create CSV, fidelity section and plots (and results.json's derived keys) from the documents.
+
+    Everything written is computed first: a document this version cannot render is one line and
+    leaves the folder as it was."""
     primary, others = load_run_folder(run_dir)
     folder = _folder(run_dir, others)
-    if _simulated(primary, others) is not None:
-        _write_primary(folder, primary, others, read_status(run_dir))
-    _render(folder, [primary, *others], plots)
+    documents = [primary, *others]
+    try:
+        data = (_primary_data(primary, others, read_status(run_dir))
+                if _simulated(primary, others) is not None else None)
+        csv_text, fidelity_doc = _csv_text(documents), _fidelity_doc(documents)
+        fidelity_text = format_fidelity(fidelity_doc) if fidelity_doc is not None else None
+    except SHAPE_ERRORS as exc:
+        raise unreadable(run_dir, exc) from None
+    if data is not None:
+        write_json_atomic(folder.results, data)
+    write_text_atomic(folder.csv, csv_text)
+    if fidelity_text is not None:
+        write_text_atomic(os.path.join(folder.path, FIDELITY_TEXT), fidelity_text)
+    if plots:
+        try:
+            _plot(folder, documents, fidelity_doc)
+        except SHAPE_ERRORS as exc:
+            raise UserError(f"run folder {run_dir}: cannot draw its plots ({type(exc).__name__}: {exc}); "
+                            "results.json, results.csv and fidelity.md are rewritten") from None
     return folder
 
 
@@ -165,11 +198,15 @@ def csv_rows(documents: Sequence[Results]) -> list[dict[str, str]]:
 
 
 def write_csv(path: str, documents: Sequence[Results]) -> None:
+    write_text_atomic(path, _csv_text(documents))
+
+
+def _csv_text(documents: Sequence[Results]) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(csv_rows(documents))
-    write_text_atomic(path, buffer.getvalue())
+    return buffer.getvalue()
 
 
 def _folder(run_dir: str, others: Sequence[Results]) -> RunFolder:
@@ -188,6 +225,12 @@ def _simulated(primary: Results, others: Sequence[Results]) -> Results | None:
 
 def _write_primary(folder: RunFolder, primary: Results, others: Sequence[Results],
                    status: dict[str, Any] | None) -> None:
+    write_json_atomic(folder.results, _primary_data(primary, others, status))
+
+
+def _primary_data(primary: Results, others: Sequence[Results],
+                  status: dict[str, Any] | None) -> dict[str, Any]:
+    """results.json's content: the primary document with its summary, fidelity and status."""
     data = primary.to_json_dict()
     simulated = _simulated(primary, others)
     if simulated is not None and primary.runs:
@@ -195,17 +238,26 @@ def _write_primary(folder: RunFolder, primary: Results, others: Sequence[Results
         data["fidelity"] = fidelity(primary, simulated)
     if status is not None:
         data["status"] = status
-    write_json_atomic(folder.results, data)
+    return data
+
+
+def _fidelity_doc(documents: Sequence[Results]) -> dict[str, Any] | None:
+    """The emulation against its simulation (None without both, or without an emulated run)."""
+    simulated = _simulated(documents[0], documents[1:])
+    return fidelity(documents[0], simulated) if simulated is not None and documents[0].runs else None
 
 
 def _render(folder: RunFolder, documents: Sequence[Results], plots: bool) -> None:
     write_csv(folder.csv, documents)
-    simulated = _simulated(documents[0], documents[1:])
-    doc = fidelity(documents[0], simulated) if simulated is not None and documents[0].runs else None
+    doc = _fidelity_doc(documents)
     if doc is not None:
         write_text_atomic(os.path.join(folder.path, FIDELITY_TEXT), format_fidelity(doc))
-    if not plots:
-        return
+    if plots:
+        _plot(folder, documents, doc)
+
+
+def _plot(folder: RunFolder, documents: Sequence[Results], doc: dict[str, Any] | None) -> None:
+    """The timelines, the JCT plot and (with a fidelity section ``doc``) the fidelity plot."""
     from reports import plots as plot_mod  # matplotlib only when plots are wanted
 
     for results in documents:

@@ -13,9 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from echelonflow.errors import UserError
 from simulator.noise import jitter_ms_argument, samples_argument
+
+if TYPE_CHECKING:
+    from echelonflow.results import Results
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -87,11 +91,7 @@ def run(args: argparse.Namespace) -> int:
             scenario.topology, scenario.jobs, [run.scheduler for run in results.runs],
             args.timing_noise_ms / 1e3, args.samples or DEFAULT_SAMPLES, scenario.events)
     if args.flows:
-        try:
-            with open(args.flows, "w", encoding="utf-8") as flows_out:
-                results.write_task_records(flows_out)
-        except OSError as exc:
-            raise UserError(f"--flows {args.flows}: cannot write ({exc.strerror})") from None
+        _write_flows(args.flows, results)
     if args.json:
         # the compact document holds every number a run derives (objective, summaries): checked before
         # the first byte goes out; per-flow records hold only simulated times
@@ -103,6 +103,30 @@ def run(args: argparse.Namespace) -> int:
             print()
             print(format_noise_table(results.timing_noise, {run.scheduler: run for run in results.runs}))
     return 0
+
+
+def _write_flows(path: str, results: Results) -> None:
+    """``--flows FILE``: the records through a temporary file renamed over FILE, so a write that fails
+    or is interrupted leaves an earlier FILE as it was; a device, a pipe or a symbolic link
+    (``/dev/stdout``, which a rename would replace, not write through) is written as it is."""
+    from echelonflow.fileio import atomic_writer, path_kind
+
+    try:
+        if path_kind(path, "--flows") in (None, "file") and not os.path.islink(path):
+            with atomic_writer(path, 0o666 & ~_umask()) as flows_out:
+                results.write_task_records(flows_out)
+        else:
+            with open(path, "w", encoding="utf-8") as flows_out:
+                results.write_task_records(flows_out)
+    except OSError as exc:
+        raise UserError(f"--flows {path}: cannot write ({exc.strerror})") from None
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, then put back): what a plain open() would have applied."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _check_flows_file(path: str) -> None:

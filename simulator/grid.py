@@ -44,7 +44,7 @@ from echelonflow.fields import (
     show,
     text,
 )
-from echelonflow.fileio import read_json
+from echelonflow.fileio import path_kind, read_json
 from echelonflow.limits import MAX_SWEEP_CELLS, NOISE_MS
 from echelonflow.scenario import DEFAULT_SCHEDULERS, parse_scenario, resolve
 from echelonflow.schedulers import check_names
@@ -192,7 +192,7 @@ def _scenario_source(name: str, base: Path, label: str) -> Path:
     """A scenario named in a grid: a bundled name, or a path relative to the grid file."""
     candidate = base / name
     try:
-        return resolve(str(candidate) if candidate.is_file() else name)
+        return resolve(str(candidate) if path_kind(candidate, "scenario file") == "file" else name)
     except UserError as err:
         raise GridError(f"{label}: {err}") from None
 

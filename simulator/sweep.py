@@ -94,7 +94,10 @@ def run_sweep(grid: Grid, out_dir: str, backend: str = "local", workers: int | N
     """Run ``grid``'s unfinished cells into ``out_dir``; return all its cells' records, in grid order."""
     if backend not in BACKENDS:
         raise UserError(f"unknown sweep backend {backend!r} (known: {', '.join(BACKENDS)})")
-    os.makedirs(out_dir, exist_ok=True)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as exc:  # the command checked the folder; what changed since, or a disk that is full
+        raise UserError(f"sweep folder {out_dir}: cannot create it ({exc.strerror or exc})") from None
     done = read_records(out_dir)
     pending = [cell for cell in grid.cells if done.get(cell.key, {}).get("status") != "ok"]
     workers = workers or os.cpu_count() or 1

@@ -171,6 +171,63 @@ def test_malformed_rank_pairs(tmp_path: Path, rank0, rank1, problem: str) -> Non
     assert problem in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
 
 
+def _typed(node_id: int, kind: int, **attrs) -> bytes:
+    """A node whose attributes are (protobuf field, value): a string, double, bool or list where an
+    integer belongs."""
+    node = et_def.Node(id=node_id, name=f"n{node_id}", type=kind)
+    for name, (field, value) in attrs.items():
+        attr = et_def.AttributeProto(name=name)
+        if field.endswith("_list"):
+            getattr(attr, field).values.extend(value)
+        else:
+            setattr(attr, field, value)
+        node.attr.append(attr)
+    return _message(node)
+
+
+_INT = ("int64_val", 1000)
+
+
+@pytest.mark.parametrize("node, problem", [
+    # each failed with a ValueError or TypeError traceback, or (1.7, true) was silently truncated
+    (_typed(1, 5, comm_dst=("string_val", "one"), comm_size=_INT), "attribute 'comm_dst' must be a whole "
+     "number, got 'one'"),
+    (_typed(1, 5, comm_dst=("double_val", 1.7), comm_size=_INT), "attribute 'comm_dst' must be a whole "
+     "number, got 1.7"),
+    (_typed(1, 5, comm_dst=("int64_list", [1]), comm_size=_INT), "attribute 'comm_dst' must be a whole "
+     "number, got a list (Int64List)"),
+    (_typed(1, 5, comm_dst=("int64_val", 1), comm_size=_INT, comm_tag=("string_val", "x")),
+     "attribute 'comm_tag' must be a whole number, got 'x'"),
+    (_typed(1, 7, comm_type=("int64_list", [0]), comm_size=_INT), "attribute 'comm_type' must be a whole "
+     "number, got a list (Int64List)"),
+    (_typed(1, 7, comm_type=("bool_val", True), comm_size=_INT), "attribute 'comm_type' must be a whole "
+     "number, got true"),
+    (_typed(1, 7, comm_size=_INT), "node 1 (n1): missing attribute 'comm_type'"),
+], ids=["dst-string", "dst-double", "dst-list", "tag-string", "type-list", "type-bool", "type-missing"])
+def test_attributes_of_the_wrong_type_are_one_line(tmp_path: Path, node: bytes, problem: str) -> None:
+    path = _write(tmp_path / "bad.et", node)
+    with pytest.raises(TraceError) as caught:
+        read_chakra("bad", path, ["h1", "h2"])
+    message = str(caught.value)
+    assert problem in message and "bad.et: node 1 (n1)" in message and "\n" not in message, message
+
+
+def test_a_folder_of_two_traces_or_a_rank_twice_is_refused(tmp_path: Path) -> None:
+    """Files of two traces (a.0.et, b.1.et) were taken for one job, and t.00.et silently stood for t.0.et."""
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    _write(mixed / "a.0.et", _node(1, 4))
+    _write(mixed / "b.1.et", _node(1, 4))
+    with pytest.raises(TraceError, match=r"mixed: per-rank files of 2 traces in one folder \(a, b\)"):
+        read_chakra("bad", mixed, hosts(2))
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    _write(twice / "t.0.et", _node(1, 4))
+    _write(twice / "t.00.et", _node(1, 4))
+    with pytest.raises(TraceError, match="twice: two files for rank 0: t.0.et and t.00.et"):
+        read_chakra("bad", twice, hosts(2))
+
+
 def test_folders_need_every_rank_and_one_host_each(tmp_path: Path) -> None:
     folder = _pair(tmp_path, [_node(1, 4)], [_node(1, 4)])
     with pytest.raises(TraceError, match="2 ranks but 3 hosts given"):

@@ -78,6 +78,15 @@ def test_bytes_split_exactly(tmp_path) -> None:
         ("2 1\n1 0 2 0 0 1 1:1.0\n", "a mapper port is listed twice"),
         ("2 2\n1 0 1 0 1 1:1.0\n1 5 1 0 1 1:1.0\n", "line 3: coflow '1': duplicate coflow id"),
         ("2 1\na/b 0 1 0 1 1:1.0\n", "must not contain '/'"),
+        # hostile input: more ports than a topology may have hosts (10^12 ports made 10^12 host names until
+        # the process was killed for its memory), numbers Python reads but the format has not, ids the
+        # registry would refuse
+        ("20000 1\n1 0 1 0 1 1:1\n", "line 1: ports: 20,000 ports, more than the 16,384"),
+        ("9" * 5000 + " 1\n", "line 1: ports: '99999"),
+        ("2 1\n1 0 1 0 1 1:1_0\n", "reducer 0 MB: '1_0' is not a number"),
+        ("2 1\n1 0 1_0 0 1 1:1\n", "number of mappers: '1_0' is not a whole number"),
+        ("2 1\n-x 0 1 0 1 1:1.0\n", "line 2: coflow id: must be an id"),
+        ("2 1\n" + "a" * 500 + " 0 1 0 1 1:1.0\n", "line 2: coflow id: must be an id"),
     ],
 )
 def test_malformed_traces_name_line_and_problem(tmp_path, text: str, problem: str) -> None:
@@ -87,6 +96,7 @@ def test_malformed_traces_name_line_and_problem(tmp_path, text: str, problem: st
         read_coflow_benchmark(trace)
     message = str(caught.value)
     assert problem in message and str(trace) in message and "\n" not in message
+    assert len(message) < 300, message  # a refused value is quoted short
 
 
 def test_unreadable_files_are_one_line(tmp_path) -> None:

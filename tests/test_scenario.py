@@ -106,6 +106,8 @@ def test_trace_jobs_load_relative_to_the_scenario_and_simulate(tmp_path: Path) -
         (base(jobs=[{"coflow_benchmark": FB2010, "max_coflows": 0}]), r"jobs\[0\]\.max_coflows: must be a"),
         (base(jobs=[{"coflow_benchmark": FB2010, "max_coflows": 3}]), r"task .* uses host 'h2\d', not in"),
         (base(schedulers="fair"), r"schedulers: must be a non-empty array of scheduler names"),
+        # the name heads tables and one-line messages: a newline in it split them
+        (base(name="two\nlines"), r"name: must not contain '\\n', got 'two\\nlines'"),
     ],
 )
 def test_bad_scenarios_name_file_field_and_problem(tmp_path: Path, doc, message: str) -> None:

@@ -55,3 +55,16 @@ def test_one_spec_from_json_from_arguments_and_from_a_topology():
     assert again.capacity_bps() == topo.capacity_bps() and again.name == topo.name
     idealised = topology_from_json({"kind": "two_hosts", "rate_bps": 1e6, "mtu_bytes": None})
     assert idealised.mtu_bytes is None and TopologySpec.of(idealised).to_json()["mtu_bytes"] is None
+
+
+@pytest.mark.parametrize("params, name", [({"rate_bps": 5}, "rate_bps"), ({"kind": 4}, "kind")])
+def test_a_spec_field_among_the_parameters_is_one_line(params, name):
+    """``{"params": {"rate_bps": 5}}`` in a spec file, or ``ECHELON_TOPOLOGY_PARAMS='{"rate_bps": 5}'`` for
+    the controller, reached build() twice over: a TypeError traceback where the controller starts."""
+    from controller.config import ConfigError, ControllerConfig
+
+    own_field = f"topology 'two_hosts': '{name}' is the spec's own field"
+    with pytest.raises(TopologySpecError, match=f"topology spec: {own_field}"):
+        topology_from_json({"kind": "two_hosts", "rate_bps": 1e7, "params": params})
+    with pytest.raises(ConfigError, match=own_field):
+        ControllerConfig(topology="two_hosts", topology_params=params).build_topology()

@@ -26,8 +26,10 @@ operator's enclosing parent there, and the parent lists the child back (924 two-
 shared sample), which is containment, not order.  A dependency on a node id that is not in the file,
 or on the node itself, is dropped and counted (converted traces may reference operators the converter
 left out).  PATH is one ``.et`` file, replicated on every host given, or a folder of per-rank files
-``<name>.<rank>.et`` (ranks 0..N-1, one host each).  A file that cannot be used is one line naming the
-file, the node and the problem.
+``<name>.<rank>.et`` (ranks 0..N-1, one host each, one trace: two files for one rank or two names are
+refused).  A file that cannot be used is one line naming the file, the node and the problem, also an
+integer attribute (``comm_src``, ``comm_dst``, ``comm_tag``, ``comm_type``) given as a string, a float,
+a boolean or a list.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from typing import Any
 
 from echelonflow.echelon import check_job
 from echelonflow.errors import TraceError, UserError
-from echelonflow.fileio import read_bytes_bounded
+from echelonflow.fields import show
+from echelonflow.fileio import path_kind, read_bytes_bounded
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.workloads.collectives import allreduce_steps, gather_steps, ring
 from echelonflow.workloads.spec import chunk_bytes
@@ -97,14 +100,23 @@ def _rank_nodes(path: Path, n_hosts: int) -> list[tuple[str, list[_Node]]]:
     """(file name, nodes) per rank."""
     if n_hosts < 1:
         raise TraceError(f"{path}: a Chakra job needs at least one host")
-    if path.is_dir():
+    if path_kind(path, "Chakra trace", TraceError) == "folder":
         files: dict[int, Path] = {}
+        stems: set[str] = set()
         for child in sorted(path.iterdir()):
             match = _RANK_FILE.match(child.name)
             if match:
-                files[int(match.group("rank"))] = child
+                rank = int(match.group("rank"))
+                if rank in files:  # t.0.et and t.00.et: one would silently stand for the other
+                    raise TraceError(f"{path}: two files for rank {rank}: {files[rank].name} and "
+                                     f"{child.name}")
+                files[rank] = child
+                stems.add(match.group("stem"))
         if not files:
             raise TraceError(f"{path}: no per-rank Chakra files (<name>.<rank>.et) in this folder")
+        if len(stems) > 1:  # the ranks of two traces would be taken for one job
+            raise TraceError(f"{path}: per-rank files of {len(stems)} traces in one folder "
+                             f"({', '.join(sorted(stems)[:3])}); keep one trace per folder")
         missing = [r for r in range(len(files)) if r not in files]
         if missing:
             raise TraceError(f"{path}: rank {missing[0]} has no file (ranks must be 0..{len(files) - 1})")
@@ -278,10 +290,23 @@ class _Builder:
         return done[node_id]
 
     # ---------------------------------------------------------------- point to point
-    def _peer(self, rank: int, node: _Node, key: str) -> int:
+    def _int_attr(self, rank: int, node: _Node, key: str, default: int | None = None) -> int:
+        """Attribute ``key`` as a whole number: a string, list, float or boolean value is one line
+        naming the node (``int()`` failed with a traceback on some and silently truncated others)."""
         if key not in node.attrs:
-            raise TraceError(f"{self.where(rank, node)}: missing attribute {key!r}")
-        peer = int(node.attrs[key])
+            if default is None:
+                raise TraceError(f"{self.where(rank, node)}: missing attribute {key!r}")
+            return default
+        value = node.attrs[key]
+        if not isinstance(value, int) or isinstance(value, bool):
+            # a list attribute is a protobuf message, whose repr spans lines: named by its type
+            scalar = isinstance(value, (str, float, bool, bytes))
+            got = show(value) if scalar else f"a list ({type(value).__name__})"
+            raise TraceError(f"{self.where(rank, node)}: attribute {key!r} must be a whole number, got {got}")
+        return value
+
+    def _peer(self, rank: int, node: _Node, key: str) -> int:
+        peer = self._int_attr(rank, node, key)
         if not 0 <= peer < self.n or peer == rank:
             raise TraceError(f"{self.where(rank, node)}: {key} {peer} is not another rank (0..{self.n - 1})")
         return peer
@@ -300,10 +325,12 @@ class _Builder:
         for rank, (_, nodes) in enumerate(self.ranks):
             for node in nodes:
                 if node.type == SEND:
-                    key = (rank, self._peer(rank, node, "comm_dst"), int(node.attrs.get("comm_tag", 0)))
+                    tag = self._int_attr(rank, node, "comm_tag", 0)
+                    key = (rank, self._peer(rank, node, "comm_dst"), tag)
                     sends.setdefault(key, []).append(node)
                 elif node.type == RECV:
-                    key = (self._peer(rank, node, "comm_src"), rank, int(node.attrs.get("comm_tag", 0)))
+                    tag = self._int_attr(rank, node, "comm_tag", 0)
+                    key = (self._peer(rank, node, "comm_src"), rank, tag)
                     recvs.setdefault(key, []).append(node)
         pairs: dict[tuple[int, int], str] = {}
         self._pairs: list[tuple[int, _Node, int, _Node]] = []
@@ -346,13 +373,13 @@ class _Builder:
         collectives = [list(group) for group in zip(*per_rank)]
         for members in collectives:
             first = members[0]
-            kind = first.attrs.get("comm_type")
+            kind = self._int_attr(0, first, "comm_type")
             if kind not in COLLECTIVES:
                 raise TraceError(f"{self.where(0, first)}: unknown comm_type {kind!r} "
                                  f"(known: {', '.join(f'{k} {v}' for k, v in COLLECTIVES.items())})")
             size = self._size(0, first)
             for rank, node in enumerate(members[1:], start=1):
-                if node.attrs.get("comm_type") != kind or self._size(rank, node) != size:
+                if self._int_attr(rank, node, "comm_type") != kind or self._size(rank, node) != size:
                     raise TraceError(f"{self.where(rank, node)}: collective {COLLECTIVES[kind]} of {size} "
                                      f"bytes on rank 0 ({first.describe()}), but comm_type "
                                      f"{node.attrs.get('comm_type')!r} of {node.attrs.get('comm_size')!r} "

@@ -37,11 +37,14 @@ options (both off by default):
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from echelonflow.errors import TraceError
+from echelonflow.fields import FieldError, identifier, show
 from echelonflow.fileio import read_text_bounded
+from echelonflow.limits import MAX_HOSTS
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.workloads.spec import split_bytes
 
@@ -52,6 +55,8 @@ COFLOWSIM_EPOCH_MS = 10240.0
 #: The trace's port rate: 1 Gbit/s in CoflowSim's binary units (see the module docstring).
 PORT_RATE_BPS = float(2**30)
 ECHELON_ID = "shuffle"
+_COFLOW_ID = identifier()
+_INTEGER = re.compile(r"[+-]?[0-9]+")  # what a count or a port may be
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,9 @@ def read_coflow_benchmark(path: str | Path, ms_per_second: float = 1000.0,
     if len(header) != 2:
         raise TraceError(f"{source} line 1: expected '<ports> <coflows>', got {lines[0].strip()!r}")
     ports = _int(header[0], f"{source} line 1: ports", 1)
+    if ports > MAX_HOSTS:  # one host per port: checked before the host names are made
+        raise TraceError(f"{source} line 1: ports: {ports:,} ports, more than the {MAX_HOSTS:,} hosts a "
+                         "topology may have (echelonflow/limits.py)")
     count = _int(header[1], f"{source} line 1: coflows", 1)
     body = [(n, line) for n, line in enumerate(lines[1:], start=2) if line.strip()]
     if len(body) != count:
@@ -133,7 +141,11 @@ def _coflow(tokens: list[str], hosts: list[str], where: str, ms_per_second: floa
                          f"<port>:<MB>...', got {len(tokens)} fields")
     coflow_id = tokens[0]
     if "/" in coflow_id:
-        raise TraceError(f"{where}: coflow id {coflow_id!r} must not contain '/'")
+        raise TraceError(f"{where}: coflow id {show(coflow_id)} must not contain '/'")
+    try:  # it becomes the job id, which follows the id rule
+        _COFLOW_ID("coflow id", coflow_id)
+    except FieldError as err:
+        raise TraceError(f"{where}: {err}") from None
     where = f"{where}: coflow {coflow_id!r}"
     arrival_ms = _number(tokens[1], f"{where}: arrival_ms")
     n_mappers = _int(tokens[2], f"{where}: number of mappers", 1)
@@ -181,10 +193,11 @@ def _coflow(tokens: list[str], hosts: list[str], where: str, ms_per_second: floa
 
 
 def _int(text: str, where: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise TraceError(f"{where}: {text!r} is not a whole number") from None
+    if not _INTEGER.fullmatch(text):  # int() also takes 1_000 and other digits than ASCII ones
+        raise TraceError(f"{where}: {show(text)} is not a whole number")
+    if len(text) > 18:  # beyond what any count or port can be (and int() refuses 4,300 digits)
+        raise TraceError(f"{where}: {show(text)} is out of range")
+    value = int(text)
     if value < minimum:
         raise TraceError(f"{where}: must be at least {minimum}, got {value}")
     return value
@@ -192,9 +205,11 @@ def _int(text: str, where: str, minimum: int) -> int:
 
 def _number(text: str, where: str) -> float:
     try:
+        if "_" in text:  # Python's float() reads 1_0 as 10; the format has no such number
+            raise ValueError(text)
         value = float(text)
     except ValueError:
-        raise TraceError(f"{where}: {text!r} is not a number") from None
+        raise TraceError(f"{where}: {show(text)} is not a number") from None
     if not math.isfinite(value) or value < 0:
         raise TraceError(f"{where}: must be a finite number >= 0, got {text!r}")
     return value
