@@ -35,12 +35,12 @@ Kept Python 3.9 compatible: the controller imports it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from controller.channels import ChannelRecord, Channels, TupleOwners
+from controller.group_seen import GroupsSeen
 from controller.registry_errors import ConflictError, RegistryError, check_id, check_port, found
 from controller.registry_index import RegistryIndex
 from controller.retention import DEFAULT as DEFAULT_RETENTION
@@ -50,7 +50,6 @@ from echelonflow.fields import Field, array, integer, nullable, number, one_of, 
 from echelonflow.limits import SECONDS, SIZE_BYTES, WEIGHT
 from echelonflow.linkstate import LinkState
 from echelonflow.model import qualified
-from echelonflow.schedulers import kernels
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
 from echelonflow.schedulers.crux import job_profile
 from echelonflow.schedulers.live import LiveFlowTable, table_groups
@@ -238,6 +237,9 @@ class Registry:
         #: Jobs in memory some of whose done EchelonFlows left it for the store (their ids stay taken).
         self.parted_jobs: set[str] = set()
         self._observed_bytes: dict[str, float] = {}
+        #: Per EchelonFlow, its members' delivered bytes and its first start, kept current by every
+        #: event (:meth:`group_seen`), so a decision does not walk the records.
+        self._seen = GroupsSeen()
         self._next_seq = 0
         #: Estimates the remaining bytes of flows registered without a size (the service's scheduler).
         self.estimator: SizeEstimator | None = None
@@ -275,6 +277,10 @@ class Registry:
             self.members[flow.echelon_key].append(flow.key)
             index.flow_added(flow.job_id, flow.echelon_key, flow.key, flow.seq, flow.state, flow.finish_s)
             self._next_seq = max(self._next_seq, flow.seq + 1)
+            self._seen.declared(flow.echelon_key, flow.key)
+            if flow.start_s is not None:
+                self._seen.started(flow.echelon_key, flow.start_s)
+                self._seen.delivered(flow.echelon_key, flow.key, self.bytes_done(flow))
             if flow.state == "active":
                 self._active[flow.key] = None
                 if flow.channel_id is not None and flow.channel_id in self.channels:
@@ -498,6 +504,7 @@ class Registry:
         self._active[flow.key] = None
         self.index.flow_moved(flow.state, updated.state)
         self._by_tuple[self._tuple(updated)] = flow.key
+        self._seen.started(flow.echelon_key, start)
         self._refresh_reference(flow.echelon_key)
         self._schedule(updated)
         return updated
@@ -519,6 +526,7 @@ class Registry:
         self._active[flow.key] = None
         self.index.flow_moved(flow.state, updated.state)
         self._on_channel(updated, channel)
+        self._seen.started(flow.echelon_key, start)
         self._refresh_reference(flow.echelon_key)
         self._schedule(updated)
         return updated
@@ -568,6 +576,7 @@ class Registry:
         self._commit(flows=[updated])
         self.flows[flow.key] = updated
         self._table.set_remaining(flow.key, self._wire_left(updated))
+        self._delivered(updated)
         return updated
 
     def flow_finished(self, job_id: Any, flow_id: Any, finish_s: Any, bytes_sent: Any = None,
@@ -713,6 +722,7 @@ class Registry:
         del self.echelons[key]
         del self.members[key]
         self._reference_s.pop(key, None)
+        self._seen.forget(key)
         self._table.drop_group(key)
 
     def _retire(self, flow: FlowRecord, updated: FlowRecord) -> None:
@@ -731,6 +741,7 @@ class Registry:
         else:
             self._by_tuple.pop(self._tuple(flow), None)
         self._observed_bytes.pop(flow.key, None)
+        self._delivered(updated)  # the agent's count from now on, no longer the counters'
 
     def set_setting(self, name: str, value: str) -> None:
         self._commit(settings={name: value})
@@ -745,6 +756,7 @@ class Registry:
         if value > self._observed_bytes.get(flow_key, 0.0):
             self._observed_bytes[flow_key] = value
             self._table.set_remaining(flow_key, self._wire_left(flow))
+            self._delivered(flow)
 
     # ------------------------------------------------------------------ scheduler view
     def scheduler_view(self, now_s: float, active_order: str) -> FlowView:
@@ -761,9 +773,18 @@ class Registry:
     def _schedule(self, flow: FlowRecord) -> None:
         """An active flow enters the scheduling table."""
         self._table.add(flow.key, flow.echelon_key, self._paths[flow.key][1], flow.offset_s,
-                        self.jobs[flow.job_id].weight, self._wire_left(flow))
+                        self.jobs[flow.job_id].weight, self._wire_left(flow),
+                        self.topology.wire_bytes(self.bytes_done(flow)))
         if flow.size_bytes is None:
             self._undeclared.add(flow.key)
+
+    def _delivered(self, flow: FlowRecord) -> None:
+        """What ``flow`` delivered changed (a progress report, a counter reading, its end): its group's
+        count and, while it is active, its row."""
+        done = self.bytes_done(flow)
+        self._seen.delivered(flow.echelon_key, flow.key, done)
+        if flow.state == "active":
+            self._table.set_sent(flow.key, self.topology.wire_bytes(done))
 
     def _wire_left(self, flow: FlowRecord) -> float:
         """What a flow has left on the wire: payload plus framing, as link capacities count it."""
@@ -817,10 +838,9 @@ class Registry:
 
     def group_seen(self, echelon_key: str) -> tuple[float, float]:
         """What the network has seen of a started EchelonFlow: the wire bytes its flows delivered
-        (finished ones included) and its first flow's start."""
-        started = [f for f in self.flows_of(echelon_key) if f.start_s is not None]
-        sent_bytes = sum(self.bytes_done(f) for f in started)
-        return self.topology.wire_bytes(sent_bytes), min(f.start_s for f in started)
+        (finished ones included) and its first flow's start, as every event keeps them."""
+        seen = self._seen
+        return self.topology.wire_bytes(seen.sent_bytes(echelon_key)), seen.first_start_s(echelon_key)
 
     # ------------------------------------------------------------------ helpers
     def _parse_flows(self, job_id: str, echelon_id: str, specs: Any, kind: str | None) -> list[FlowRecord]:
@@ -857,6 +877,7 @@ class Registry:
             self.members[flow.echelon_key].append(flow.key)
             self._next_seq = max(self._next_seq, flow.seq + 1)
             self.index.flow_added(flow.job_id, flow.echelon_key, flow.key, flow.seq, flow.state, None)
+            self._seen.declared(flow.echelon_key, flow.key)
             self._declare_in_table(flow)
 
     def _declare_in_table(self, flow: FlowRecord) -> None:
@@ -913,27 +934,21 @@ class _RegistrySource:
         self.registry = registry
 
     def flow_ids(self, numbers: Sequence[int]) -> list[str]:
-        ids = self.registry._table.row_ids
-        return [ids[row] for row in numbers]
+        return self.registry._table.ids_of(numbers)
 
     def groups(self, view: FlowView, seen: bool) -> GroupView:
-        registry = self.registry
-        slot_ids = registry._table.slot_ids
-        start_s = [0.0] * len(slot_ids)
-        attained = [0.0] * len(slot_ids)
-        active_slots = {int(view.table.group[row]) for row in kernels.to_list(view.active, len(view.active))}
-        for slot in active_slots:
-            attained[slot], start_s[slot] = registry.group_seen(slot_ids[slot])
-        groups = table_groups(view, start_s)
+        """Read from what every event keeps: the registry's :meth:`Registry.group_seen` per active
+        group, and the table's rows for each flow's delivered bytes and the slowest link."""
+        registry, table = self.registry, self.registry._table
+        groups = table_groups(view)
+        keys = [table.slot_ids[head] for head in groups.heads]
+        kept = registry._seen
+        groups.start_s = [kept.first_start_s(key) for key in keys]
         if seen:
-            groups.attained_bytes = [attained[head] for head in groups.heads]
-            active = kernels.to_list(view.active, len(view.active))
-            flows = [registry.flows[key] for key in self.flow_ids(active)]
-            groups.flow_sent_bytes = kernels.float_array(
-                [registry.topology.wire_bytes(registry.bytes_done(flow)) for flow in flows])
-            capacity, paths = registry._capacity_bps, registry._paths
-            groups.slowest_bps = min((capacity[link] for flow in flows for link in paths[flow.key][1]),
-                                     default=math.inf)
+            wire_bytes = registry.topology.wire_bytes
+            groups.attained_bytes = [wire_bytes(kept.sent_bytes(key)) for key in keys]
+            groups.flow_sent_bytes = table.sent_of(view.active)
+            groups.slowest_bps = table.slowest_of(view.active)
         return groups
 
     def snapshot(self, view: FlowView) -> Any:

@@ -11,8 +11,9 @@ decision then reads it in place through the same ``Scheduler.decide`` the simula
 
 What is kept, per event, at O(path length) plus one ordered insertion:
 
-* one row per active or declared flow (path as link numbers, group, offset, weight, wire bytes left);
-  a flow that finishes leaves a dead row behind, compacted away once dead rows outnumber live ones;
+* one row per active or declared flow (path as link numbers, group, offset, weight, wire bytes left,
+  wire bytes delivered, the least capacity on its path); a flow that finishes leaves a dead row
+  behind, compacted away once dead rows outnumber live ones;
 * one reference time per EchelonFlow (a start can move the whole group's due times at once);
 * the active rows in the order the scheduler's kernel wants them (``Scheduler.active_order``:
   flow id; or group id then flow id; or group id, offset, flow id).  Ids are strings; the order
@@ -25,6 +26,7 @@ Kept Python 3.9 compatible: the controller imports it.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -132,9 +134,12 @@ class LiveFlowTable:
         self.idrank = _Column("int")
         self.remaining = _Column("float")
         self.weight = _Column("float")
+        self.sent = _Column("float")  # wire bytes delivered (what non-clairvoyant policies read)
+        self.slowest = _Column("float")  # the least capacity on the row's path, bits/s
         self.reference = _Column("float")  # per group slot
         self.admission_key = _Column("float")  # per group slot (FlowTable.admission_key)
         self.row_ids: list[str | None] = []  # flow id per row (None: dead)
+        self.ids_cache: Any = None  # row_ids as a numpy object array, while unchanged
         self.row_of: dict[str, int] = {}
         self.group_slot: dict[str, int] = {}
         self.group_label: list[int] = []  # per group slot
@@ -162,9 +167,10 @@ class LiveFlowTable:
         self._new_row(flow_id, group_id, path, offset_s, weight, remaining_bytes)
 
     def add(self, flow_id: str, group_id: str, path: Sequence[Hashable], offset_s: float, weight: float,
-            remaining_bytes: float) -> None:
-        """A flow became active (``path``: directed links; ``remaining_bytes``: wire bytes); a declared
-        flow's row becomes active (on ``path``: a flow started on a channel takes the channel's)."""
+            remaining_bytes: float, sent_bytes: float = 0.0) -> None:
+        """A flow became active (``path``: directed links; ``remaining_bytes`` and ``sent_bytes``: wire
+        bytes left and delivered); a declared flow's row becomes active (on ``path``: a flow started on a
+        channel takes the channel's)."""
         row = self.row_of.get(flow_id)
         if row is not None and row in self.active_rows:
             raise ValueError(f"flow {flow_id!r} is in the table already")
@@ -174,6 +180,7 @@ class LiveFlowTable:
             self.remaining.data[row] = float(remaining_bytes)
         else:
             row = self._new_row(flow_id, group_id, path, offset_s, weight, remaining_bytes)
+        self.sent.data[row] = float(sent_bytes)
         self.active_rows.add(row)
         self._insert_active(row)
 
@@ -181,14 +188,20 @@ class LiveFlowTable:
                  remaining_bytes: float) -> int:
         slot = self._group(group_id)
         row = len(self.row_ids)
+        slowest = math.inf
         for link in path:
-            self.path_links.append(self.link_index[link])
+            number = self.link_index[link]
+            self.path_links.append(number)
+            slowest = min(slowest, float(self.capacity[number]))
         self.path_ptr.append(self.path_links.size)
+        self.slowest.append(slowest)
+        self.sent.append(0.0)
         self.group.append(slot)
         self.offset.append(float(offset_s))
         self.remaining.append(float(remaining_bytes))
         self.weight.append(float(weight))
         self.row_ids.append(flow_id)
+        self.ids_cache = None
         self.row_of[flow_id] = row
         if self.flow_labels.add(flow_id):
             for fid, label in zip(self.flow_labels.keys, self.flow_labels.labels):
@@ -203,6 +216,7 @@ class LiveFlowTable:
         """A flow is no longer active or declared (finished, aborted): its row keeps no bytes."""
         row = self.row_of.pop(flow_id)
         self.row_ids[row] = None
+        self.ids_cache = None
         self.remaining.data[row] = 0.0
         self.flow_labels.remove(flow_id)
         if row in self.active_rows:
@@ -242,6 +256,10 @@ class LiveFlowTable:
     def set_remaining(self, flow_id: str, remaining_bytes: float) -> None:
         self.remaining.data[self.row_of[flow_id]] = float(remaining_bytes)
 
+    def set_sent(self, flow_id: str, sent_bytes: float) -> None:
+        """The wire bytes an active flow has delivered (:meth:`sent_of`)."""
+        self.sent.data[self.row_of[flow_id]] = float(sent_bytes)
+
     def set_reference(self, group_id: str, reference_s: float) -> None:
         slot = self._group(group_id)  # first: a new group may grow (replace) the reference array
         self.reference.data[slot] = float(reference_s)
@@ -258,9 +276,10 @@ class LiveFlowTable:
         was_active = row in self.active_rows
         slot = self.group.data[row]
         self.slot_members[slot].remove((float(offset), flow_id, row))
+        sent = self.sent.data[row]
         self.remove(flow_id)
         if was_active:
-            self.add(flow_id, group_id, path, offset, weight, remaining)
+            self.add(flow_id, group_id, path, offset, weight, remaining, sent)
         else:
             self.declare(flow_id, group_id, path, offset, weight, remaining)
 
@@ -295,6 +314,32 @@ class LiveFlowTable:
                 ptr.append(len(rows))
             self.members_cache = (kernels.int_array(ptr), kernels.int_array(rows))
         return self.members_cache
+
+    def ids_of(self, rows: Sequence[int]) -> list[str]:
+        """The flow ids of ``rows``: one numpy take on an object array of the ids (made again only
+        after a row was added or removed) where numpy is installed."""
+        if not kernels.HAVE_NUMBA:
+            ids = self.row_ids
+            return [ids[row] for row in rows]  # type: ignore[misc]
+        if self.ids_cache is None:
+            self.ids_cache = kernels.np.array(self.row_ids, dtype=object)
+        return self.ids_cache[kernels.np.asarray(rows, dtype=kernels.np.int64)].tolist()
+
+    def sent_of(self, rows: Sequence[int]) -> Any:
+        """Each row's wire bytes delivered, as an array in the order of ``rows``."""
+        if kernels.HAVE_NUMBA:
+            return self.sent.view()[rows]
+        sent = self.sent.data
+        return [sent[row] for row in rows]
+
+    def slowest_of(self, rows: Sequence[int]) -> float:
+        """The least capacity on any of the rows' paths (infinity without rows)."""
+        if not len(rows):
+            return math.inf
+        if kernels.HAVE_NUMBA:
+            return float(self.slowest.view()[rows].min())
+        slowest = self.slowest.data
+        return min(slowest[row] for row in rows)
 
     # ------------------------------------------------------------------ order
     def _key(self, row: int) -> tuple:
@@ -355,10 +400,12 @@ class LiveFlowTable:
             new_ptr.append(len(new_links))
         self.path_links.replace(new_links)
         self.path_ptr.replace(new_ptr)
-        for column in (self.group, self.offset, self.idrank, self.remaining, self.weight):
+        for column in (self.group, self.offset, self.idrank, self.remaining, self.weight, self.sent,
+                       self.slowest):
             old = column.view()
             column.replace([old[row] for row in keep])
         self.row_ids = [self.row_ids[row] for row in keep]
+        self.ids_cache = None
         self.row_of = {fid: row for row, fid in enumerate(self.row_ids)}
         renumber = {old: new for new, old in enumerate(keep)}
         self.slot_members = [[(off, fid, renumber[row]) for off, fid, row in members if row in renumber]
@@ -377,13 +424,12 @@ class TableSource:
         self.live = table
 
     def flow_ids(self, numbers: Sequence[int]) -> list[str]:
-        ids = self.live.row_ids
-        return [ids[row] for row in numbers]
+        return self.live.ids_of(numbers)
 
     def groups(self, view: FlowView, seen: bool) -> GroupView:
         if seen:
             raise ValueError("a table alone has not seen what the network delivered")
-        return table_groups(view, [0.0] * len(self.live.slot_ids))
+        return table_groups(view)
 
     def snapshot(self, view: FlowView) -> Snapshot:
         raise ValueError("a table alone makes no snapshot")
@@ -392,14 +438,22 @@ class TableSource:
         return None  # a table alone knows flows, not the jobs' compute
 
 
-def table_groups(view: FlowView, start_s: Sequence[float]) -> GroupView:
+def table_groups(view: FlowView) -> GroupView:
     """The view's active rows cut into groups (``active_order`` "group" or "group-offset"), each with its
-    weight and ``start_s`` (per group slot)."""
-    active = kernels.to_list(view.active, len(view.active))
-    group = view.table.group
-    ptr = [k for k in range(len(active)) if k == 0 or group[active[k]] != group[active[k - 1]]]
-    ptr.append(len(active))
-    heads = [int(group[active[lo]]) for lo in ptr[:-1]]
-    weight = view.table.weight
-    return GroupView(group_ptr=ptr, heads=heads, start_s=[start_s[h] for h in heads],
-                     weight=[float(weight[active[lo]]) for lo in ptr[:-1]])
+    weight; every group's start unknown (0.0: the caller who knows them writes ``start_s``)."""
+    group, weight = view.table.group, view.table.weight
+    if kernels.HAVE_NUMBA:
+        np = kernels.np
+        active = np.asarray(view.active, dtype=np.int64)
+        slots = group[active]
+        firsts = np.concatenate(([0], np.flatnonzero(slots[1:] != slots[:-1]) + 1)) if len(active) else active
+        ptr = [*firsts.tolist(), len(active)]
+        heads = slots[firsts].tolist()
+        weights = weight[active[firsts]].tolist()
+    else:
+        rows = list(view.active)
+        ptr = [k for k in range(len(rows)) if k == 0 or group[rows[k]] != group[rows[k - 1]]]
+        ptr.append(len(rows))
+        heads = [int(group[rows[lo]]) for lo in ptr[:-1]]
+        weights = [float(weight[rows[lo]]) for lo in ptr[:-1]]
+    return GroupView(group_ptr=ptr, heads=heads, start_s=[0.0] * len(heads), weight=weights)

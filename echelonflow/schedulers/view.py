@@ -139,20 +139,16 @@ class FlowView:
         """The allocation by flow id, as the controller enforces it and the tests read it: every active
         flow has a rate; ranks 0.. in ranking order, unranked flows after them in flow-id order (or every
         flow at rank 0: one shared class)."""
-        active = kernels.to_list(self.active, len(self.active))
-        ids = self.flow_ids(active)
+        ids = self.flow_ids(self.active)
         rates = kernels.gather(self.rate, self.active)
         if allocation.shared_class:
             return Decision(rate_bps=dict(zip(ids, rates)), rank=dict.fromkeys(ids, 0),
                             valid_until_s=allocation.valid_until_s)
-        ranked = self.flow_ids(kernels.to_list(allocation.ranked, allocation.count))
+        ranked = self.flow_ids(allocation.ranked[:allocation.count])
         rank = dict(zip(ranked, range(len(ranked))))
         if len(rank) < len(ids):
-            position = len(ranked)
-            for fid in sorted(ids):
-                if fid not in rank:
-                    rank[fid] = position
-                    position += 1
+            unranked = sorted(fid for fid in ids if fid not in rank)
+            rank.update(zip(unranked, range(len(ranked), len(ranked) + len(unranked))))
         return Decision(rate_bps=dict(zip(ids, rates)), rank=rank, valid_until_s=allocation.valid_until_s)
 
 
