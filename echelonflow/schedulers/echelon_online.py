@@ -95,7 +95,7 @@ class EchelonOnlineScheduler(EchelonScheduler):
         groups = view.groups(seen=True)
         table = view.table
         count = len(table.group)
-        slots = 1 + max((int(g) for g in kernels.to_list(table.group, count)), default=-1)
+        slots = 1 + max(kernels.to_list(table.group, count), default=-1)
         first_start = [math.inf] * slots
         for head, start_s in zip(groups.heads, groups.start_s):
             first_start[head] = start_s
@@ -120,16 +120,12 @@ class EchelonOnlineScheduler(EchelonScheduler):
             queue = self.aalo.queue_of(sent / weight, thresholds)
             upper = thresholds[min(queue, len(thresholds) - 1)] * weight
             group_left[head] = max(upper - sent, thresholds[0]) / (ptr[g + 1] - ptr[g])
-        learned = self.learned
-        active = kernels.to_list(view.active, len(view.active))
-        parts, self.parts = self.parts, {}  # the active flows' only: what the next decision asks again
-        known = []
-        for fid in view.flow_ids(active):
-            part = parts.get(fid)
-            if part is None:
-                part = template(fid)[0]
-            self.parts[fid] = part
-            known.append(learned.get(part))
+        ids = view.flow_ids(view.active)
+        parts = self.parts
+        parts.update({fid: template(fid)[0] for fid in ids if fid not in parts})
+        part_of = list(map(parts.__getitem__, ids))
+        self.parts = dict(zip(ids, part_of))  # the active flows' only: what the next decision asks again
+        known = list(map(self.learned.get, part_of))
         known_size = kernels.float_array([-1.0 if k is None else k[0] for k in known])
         known_offset = kernels.float_array([0.0 if k is None else k[1] for k in known])
         kernels.online_estimate(view.active, view.table.remaining, groups.flow_sent_bytes, known_size,

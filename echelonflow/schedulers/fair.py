@@ -3,9 +3,9 @@
 Progressive filling (Bertsekas & Gallager, *Data Networks*, section 6.5.2): raise every unfrozen flow's
 rate together until some directed link is full; freeze the flows crossing it at that level; repeat.
 The next link to fill is the one with the smallest fair share (remaining capacity / unfrozen flows),
-found by a lazy min-heap of shares where the links are many for the flows (a link's share can only grow
-when a flow crossing it freezes elsewhere at a lower level, so stale heap entries are simply skipped:
-O(sum of path lengths * log links) per decision), and by a scan of the links where they are few (a big
+found by a min-heap of the links keyed by their current share where the links are many for the flows
+(a freeze re-keys each other link of the flows it froze once: O(sum of path lengths * log links) per
+decision, and the heap never holds more than the links), and by a scan of the links where they are few (a big
 switch, a k=8 fat-tree with tens of flows: ``kernels.SCAN_FACTOR``, measured in docs/performance.md).
 Both pick the same link at every step, so the rates are the same.  The loops are in
 ``kernels.fair_decide`` (compiled by numba where installed), on the view's flows in flow-id order

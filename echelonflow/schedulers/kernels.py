@@ -225,6 +225,47 @@ def _heap_pop(hs, hl, size):
 
 
 @jit
+def _share_less(share, a, b):
+    """Does local link ``a`` come before ``b`` in (fair share, local number) order?"""
+    return share[a] < share[b] or (share[a] == share[b] and a < b)
+
+
+@jit
+def _sift_up(heap, pos, share, i):
+    li = heap[i]
+    while i > 0:
+        parent = (i - 1) // 2
+        above = heap[parent]
+        if not _share_less(share, li, above):
+            break
+        heap[i] = above
+        pos[above] = i
+        i = parent
+    heap[i] = li
+    pos[li] = i
+
+
+@jit
+def _sift_down(heap, pos, share, i, size):
+    li = heap[i]
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        below = heap[child]
+        if child + 1 < size and _share_less(share, heap[child + 1], below):
+            child += 1
+            below = heap[child]
+        if not _share_less(share, below, li):
+            break
+        heap[i] = below
+        pos[below] = i
+        i = child
+    heap[i] = li
+    pos[li] = i
+
+
+@jit
 def fair_decide(active, remaining, path_ptr, path_links, capacity, rate):
     """Per-flow max-min fairness by progressive filling (``schedulers/fair.py``).
 
@@ -295,19 +336,30 @@ def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
             fill[li] += 1
 
     # The next link to freeze is the one with the smallest (fair share, local number) among links
-    # with unfrozen flows.  A lazy heap finds it in O(log) per frozen flow; with few links for the
-    # flows (a big switch: two links per flow, a few hundred links; a k=8 fat-tree with tens of
-    # flows) a scan of the links per frozen link is cheaper.  Both pick the same link at every step
-    # (the heap's valid entries are exactly the current shares), so the rates are the same.
+    # with unfrozen flows.  A heap of the links keyed by their current share finds it in O(log); with
+    # few links for the flows (a big switch: two links per flow, a few hundred links; a k=8 fat-tree
+    # with tens of flows) a scan of the links per frozen link is cheaper.  Both pick the same link at
+    # every step (the heap holds every such link under its current share, and (share, number) orders
+    # them totally), so the rates are the same.  Each link is in the heap once: a freeze re-keys the
+    # other links of the flows it froze, each once, after the freeze (nothing is picked in between).
     scan = n_local * n_local <= SCAN_FACTOR * total
-    heap_cap = 1 if scan else n_local + total + 1
-    hs = floats(heap_cap)
-    hl = ints(heap_cap)
+    heap_cap = 1 if scan else n_local
+    heap = ints(heap_cap)
+    pos = ints(heap_cap)
+    share_of = floats(heap_cap)
+    stamp = ints(heap_cap)
+    touched = ints(heap_cap)
     size = 0
     if not scan:
         for li in range(n_local):
-            size = _heap_push(hs, hl, size, residual[li] / count[li], li)
+            share_of[li] = residual[li] / count[li]
+            heap[li] = li
+            pos[li] = li
+        size = n_local
+        for i in range(n_local // 2 - 1, -1, -1):
+            _sift_down(heap, pos, share_of, i, size)
     frozen = ints(m)
+    rounds = 0
     while True:
         if scan:
             li = -1
@@ -322,13 +374,17 @@ def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
         else:
             if size == 0:
                 break
-            size = _heap_pop(hs, hl, size)
-            share, li = hs[size], hl[size]
-            if count[li] == 0:
+            li = heap[0]
+            size -= 1
+            if size > 0:
+                heap[0] = heap[size]
+                _sift_down(heap, pos, share_of, 0, size)
+            pos[li] = -1
+            if count[li] == 0:  # its flows were frozen on other links
                 continue
-            current = residual[li] / count[li]
-            if current != share:  # stale entry; the fresh one is in the heap already
-                continue
+            share = share_of[li]
+        rounds += 1
+        n_touched = 0
         level = share if share >= 0.0 else 0.0
         for q in range(member_ptr[li], member_ptr[li + 1]):
             k = members[q]
@@ -340,9 +396,17 @@ def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
                 other = local[r]
                 residual[other] -= level
                 count[other] -= 1
-                if not scan and other != li and count[other] > 0:
-                    size = _heap_push(hs, hl, size, residual[other] / count[other], other)
+                if not scan and stamp[other] != rounds:
+                    stamp[other] = rounds
+                    touched[n_touched] = other
+                    n_touched += 1
         count[li] = 0
+        for t in range(n_touched):
+            other = touched[t]
+            if count[other] > 0:
+                share_of[other] = residual[other] / count[other]
+                _sift_up(heap, pos, share_of, pos[other])
+                _sift_down(heap, pos, share_of, pos[other], size)
     for li in range(n_local):
         local_of[global_of[li]] = -1
 
