@@ -239,7 +239,7 @@ def test_echelon_online_memory_is_bounded_over_many_jobs(monkeypatch) -> None:
     """A controller that runs for weeks hears of job after job: echelon-online keeps the newest group
     starts, open flow starts and learned templates only (a job still running relearns its templates every
     iteration, so it keeps them), what it learned of a live job is not lost, and its memo of flow ids
-    holds the active flows' only."""
+    forgets the flows that left once they outnumber the active ones (by PARTS_SLACK, 0 here)."""
     from echelonflow.schedulers import echelon_online
     from echelonflow.schedulers.base import FlowEvent
     from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
@@ -258,10 +258,13 @@ def test_echelon_online_memory_is_bounded_over_many_jobs(monkeypatch) -> None:
     assert online.estimate_remaining_bytes("live/i9999.f", 0.0) == 1399.0  # the live job's last iteration
     assert online.estimate_remaining_bytes("j399/f", 0.0) == 1399.0 and "j0/f" not in online.learned
     link = ("a", "b")
-    for job in range(3):  # decisions remember the templates of the flows active now only
+    monkeypatch.setattr(echelon_online, "PARTS_SLACK", 0)
+    remembered = []
+    for job in range(3):  # two active flows a decision: the third forgets the first two's
         flows = [ActiveFlow(f"j{job}/i1.f{m}", f"j{job}/i1.e", (link,), 1.0, 0.0, 0.0, 0.0) for m in range(2)]
         decision_on_snapshot(online, Snapshot(1.0, {link: 8e6}, flows))
-    assert sorted(online.parts) == ["j2/i1.f0", "j2/i1.f1"]
+        remembered.append(len(online.parts))
+    assert remembered == [2, 4, 2] and sorted(online.parts) == ["j2/i1.f0", "j2/i1.f1"]
 
 
 def test_echelon_online_learns_sizes_and_offsets_from_the_previous_iteration() -> None:

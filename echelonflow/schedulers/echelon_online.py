@@ -46,6 +46,9 @@ MIN_LEFT_FRACTION = 0.05
 MAX_GROUPS = 20_000
 MAX_OPEN_STARTS = 20_000
 MAX_TEMPLATES = 50_000
+#: The parts of flows that are no longer active are forgotten once they outnumber the active flows' by
+#: this many (each decision would otherwise copy the table of parts).
+PARTS_SLACK = 1024
 
 
 def template(qualified_id: str) -> tuple[str, int | None]:
@@ -71,7 +74,7 @@ class EchelonOnlineScheduler(EchelonScheduler):
         self.group_start_s: dict[str, float] = {}  # echelon id -> first start seen
         self.flow_start_s: dict[str, float] = {}  # flow id -> its start
         self.learned: dict[str, tuple[float, float]] = {}  # flow template -> (size_bytes, start offset_s)
-        self.parts: dict[str, str] = {}  # active flow id -> its template (a regex per flow, once)
+        self.parts: dict[str, str] = {}  # flow id -> its template (a regex per flow, once; PARTS_SLACK)
 
     def observe(self, event: FlowEvent) -> None:
         if event.kind == "start":
@@ -122,9 +125,12 @@ class EchelonOnlineScheduler(EchelonScheduler):
             group_left[head] = max(upper - sent, thresholds[0]) / (ptr[g + 1] - ptr[g])
         ids = view.flow_ids(view.active)
         parts = self.parts
-        parts.update({fid: template(fid)[0] for fid in ids if fid not in parts})
-        part_of = list(map(parts.__getitem__, ids))
-        self.parts = dict(zip(ids, part_of))  # the active flows' only: what the next decision asks again
+        part_of = list(map(parts.get, ids))
+        if None in part_of:  # flows it has not seen yet
+            parts.update({fid: template(fid)[0] for fid, part in zip(ids, part_of) if part is None})
+            part_of = list(map(parts.__getitem__, ids))
+        if len(parts) > 2 * len(ids) + PARTS_SLACK:  # forget the flows that left, now and then
+            self.parts = dict(zip(ids, part_of))
         known = list(map(self.learned.get, part_of))
         known_size = kernels.float_array([-1.0 if k is None else k[0] for k in known])
         known_offset = kernels.float_array([0.0 if k is None else k[1] for k in known])
