@@ -180,7 +180,7 @@ def _backfill(order, m, path_ptr, path_links, residual, capacity, rate):
         _consume(f, spare, path_ptr, path_links, residual, capacity)
 
 
-# --------------------------------------------------------------------------- fair (max-min)
+# --------------------------------------------------------------------------- heaps
 @jit
 def _heap_less(s1, l1, s2, l2):
     return s1 < s2 or (s1 == s2 and l1 < l2)
@@ -204,16 +204,22 @@ def _heap_push(hs, hl, size, s, li):
 
 @jit
 def _heap_pop(hs, hl, size):
-    """Remove the smallest (share, link) entry into slot ``size - 1``; return the new size."""
+    """Remove the smallest (key, link) entry into slot ``size - 1``; return the new size."""
     last = size - 1
     hs[0], hs[last] = hs[last], hs[0]
     hl[0], hl[last] = hl[last], hl[0]
-    k = 0
+    _heap_sift_down(hs, hl, 0, last)
+    return last
+
+
+@jit
+def _heap_sift_down(hs, hl, k, size):
+    """Move entry ``k`` down to its place among the first ``size`` (its key grew, or it is new)."""
     while True:
         child = 2 * k + 1
-        if child >= last:
+        if child >= size:
             break
-        if child + 1 < last and _heap_less(hs[child + 1], hl[child + 1], hs[child], hl[child]):
+        if child + 1 < size and _heap_less(hs[child + 1], hl[child + 1], hs[child], hl[child]):
             child += 1
         if _heap_less(hs[child], hl[child], hs[k], hl[k]):
             hs[k], hs[child] = hs[child], hs[k]
@@ -221,7 +227,9 @@ def _heap_pop(hs, hl, size):
             k = child
         else:
             break
-    return last
+
+
+# --------------------------------------------------------------------------- fair (max-min)
 
 
 @jit
@@ -549,9 +557,10 @@ def bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights):
             n_out += 1
     # The next bottleneck is the live link with the largest load, ties to the smaller number; a link
     # whose users are all ordered is dead.  A lazy heap finds it (a stale entry, above its link's load
-    # since loads only fall, is put back at the current load when it reaches the top); with few groups
-    # a scan of the links is cheaper and picks the same link at every step (the first valid entry the
-    # heap pops is exactly that link), so the order is the same.
+    # since loads only fall, is re-keyed at the current load when it reaches the top, in place: it can
+    # only move down, and mostly not far); with few groups a scan of the links is cheaper and picks the
+    # same link at every step (the first valid entry at the top is exactly that link: one entry per
+    # link, and (load, number) orders them totally), so the order is the same.
     scan = n_groups * n_groups <= BSSI_SCAN_FACTOR * n_local
     heap_cap = 1 if scan else n_local + 1  # one entry per link at most
     hs = floats(heap_cap)
@@ -571,12 +580,12 @@ def bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights):
                 if alive[li] == 1 and (b < 0 or load[li] > load[b]):
                     b = li
         else:
-            size = _heap_pop(hs, hl, size)
-            neg, b = hs[size], hl[size]
+            neg, b = hs[0], hl[0]
             if -neg != load[b]:
-                # stale: loads only fall, so an entry is at least its link's load; put it back at the
+                # stale: loads only fall, so an entry is at least its link's load; re-key it at the
                 # current load (lazily: only links that reach the top are ever re-keyed)
-                size = _heap_push(hs, hl, size, -load[b], b)
+                hs[0] = -load[b]
+                _heap_sift_down(hs, hl, 0, size)
                 continue
         last = -1
         best = 0.0
@@ -591,6 +600,8 @@ def bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights):
         if last < 0:
             alive[b] = 0  # every user of b is ordered already; the link is done
             n_alive -= 1
+            if not scan:
+                size = _heap_pop(hs, hl, size)
             continue
         ratio = weight[last] / last_time
         for q in range(user_ptr[b], user_ptr[b + 1]):
@@ -603,8 +614,9 @@ def bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights):
         out[back] = last
         for d in range(dem_ptr[last], dem_ptr[last + 1]):
             load[dem_link[d]] -= dem_time[d]
-        if not scan:
-            size = _heap_push(hs, hl, size, -load[b], b)
+        if not scan:  # b, still at the top, at its new load
+            hs[0] = -load[b]
+            _heap_sift_down(hs, hl, 0, size)
     # idle groups first, then the ordered ones (written from the back)
     for k in range(back, n_groups):
         out[n_out] = out[k]
