@@ -5,7 +5,7 @@ by what they delivered (``aalo``, ``echelon-online``) read, per group of active 
 start and the payload bytes its flows delivered, finished ones included (``GroupView``).  Gathering that
 from the flow records at every decision walked every member of every active group in Python: 9-26 ms
 of a decision at 10,000 flows on a k=16 fat-tree (docs/performance.md).  Kept here per event, a
-decision pays one sum per active group.
+decision pays a look-up per active group, and a sum for each group a flow of which delivered more since.
 
 The delivered bytes are summed over the group's members in declaration order, 0 for those that have
 not started: adding 0.0 changes no floating-point sum, so this is to the last bit the sum over the
@@ -24,14 +24,17 @@ class GroupsSeen:
     def __init__(self) -> None:
         self._delivered: dict[str, dict[str, float]] = {}  # group -> flow -> payload bytes delivered
         self._first_start_s: dict[str, float] = {}
+        self._sums: dict[str, float] = {}  # group -> its members' sum, while no member changed
 
     def declared(self, group_id: str, flow_id: str) -> None:
         """A new member (declared, nothing delivered): members are listed in the order they come."""
         self._delivered.setdefault(group_id, {})[flow_id] = 0.0
+        self._sums.pop(group_id, None)
 
     def delivered(self, group_id: str, flow_id: str, payload_bytes: float) -> None:
         """What a member has delivered now (the registry's best estimate, ``Registry.bytes_done``)."""
         self._delivered[group_id][flow_id] = payload_bytes
+        self._sums.pop(group_id, None)
 
     def started(self, group_id: str, start_s: float) -> None:
         first = self._first_start_s.get(group_id)
@@ -42,10 +45,14 @@ class GroupsSeen:
         """The group left memory with all its flows."""
         self._delivered.pop(group_id, None)
         self._first_start_s.pop(group_id, None)
+        self._sums.pop(group_id, None)
 
     def sent_bytes(self, group_id: str) -> float:
         """Payload bytes the group's flows delivered, finished ones included."""
-        return sum(self._delivered[group_id].values())
+        total = self._sums.get(group_id)
+        if total is None:
+            total = self._sums[group_id] = sum(self._delivered[group_id].values())
+        return total
 
     def first_start_s(self, group_id: str) -> float:
         """When the group's first flow started (KeyError: none has)."""
