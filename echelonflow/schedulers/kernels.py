@@ -230,8 +230,6 @@ def _heap_sift_down(hs, hl, k, size):
 
 
 # --------------------------------------------------------------------------- fair (max-min)
-
-
 @jit
 def _share_less(share, a, b):
     """Does local link ``a`` come before ``b`` in (fair share, local number) order?"""

@@ -320,7 +320,7 @@ class LiveFlowTable:
         after a row was added or removed) where numpy is installed."""
         if not kernels.HAVE_NUMBA:
             ids = self.row_ids
-            return [ids[row] for row in rows]  # type: ignore[misc]
+            return [ids[row] for row in rows]
         if self.ids_cache is None:
             self.ids_cache = kernels.np.array(self.row_ids, dtype=object)
         return self.ids_cache[kernels.np.asarray(rows, dtype=kernels.np.int64)].tolist()
