@@ -166,7 +166,8 @@ def workloads(args: argparse.Namespace) -> list[tuple[str, Scenario, list]]:
     return out
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    """The command line, checked: one line naming a bad argument, before any run."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--coflows", type=int, action="append", default=None,
                         help="the first N coflows of FB2010 (0: all of them); repeatable")
@@ -202,6 +203,11 @@ def main() -> int:
         check_names(args.scheduler or [])
     except UserError as err:
         parser.error(str(err))
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     current: list[engine._Run] = []
     if args.progress_s > 0:
         def report(_signum, _frame) -> None:
