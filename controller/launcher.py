@@ -87,6 +87,24 @@ def manager_command(manager: str | Sequence[str] | None = None) -> list[str]:
     return [found] + argv[1:]
 
 
+def check_ofp_address(host: str, port: int) -> None:
+    """Switches can connect to ``host``:``port``: it resolves to an address of this host that is free to
+    listen on.  Checked before the child starts, so a mistyped address is one line instead of the
+    child's resolver error after its start."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                      flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else "not a valid host name"
+        raise ControllerError(f"OpenFlow listen address {host!r} does not resolve: {reason}") from None
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the child's listener binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise ControllerError(f"cannot listen for switches on {host}:{port}: {exc.strerror}") from None
+
+
 def tcp_port_listening(port: int) -> bool:
     """Whether any socket on this host (root namespace) listens on TCP ``port`` (from /proc/net/tcp*)."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -274,6 +292,7 @@ class ControllerProcess:
         command = manager_command(self.manager)
         if tcp_port_listening(self.ofp_port):
             raise ControllerError(f"TCP port {self.ofp_port} is already in use (another controller running?)")
+        check_ofp_address(self.ofp_host, self.ofp_port)
         for what, path in (("registry store", self.config.store),
                            ("API token file", self.config.token_file)):
             if os.path.isabs(path) and os.path.isdir(path):  # relative ones are in a workdir made below

@@ -80,3 +80,15 @@ def test_launcher_runs_real_manager_and_enforcement_api(require_controller, tmp_
         ctl.stop()
     assert not tcp_port_listening(ctl.ofp_port) and ctl.log_problems() == []
     assert f"echelon app up ({compat.FRAMEWORK})" in ctl.log_text
+
+
+@pytest.mark.parametrize("host, message", [
+    ("not_a_host!!", "OpenFlow listen address 'not_a_host!!' does not resolve"),
+    ("a" * 300, "does not resolve: not a valid host name"),
+    ("192.0.2.1", "cannot listen for switches on 192.0.2.1:"),  # TEST-NET: no address of this host
+])
+def test_an_openflow_address_that_cannot_listen_is_one_line_before_the_child(host, message):
+    ctl = ControllerProcess(TOPO, ofp_port=free_tcp_port(), ofp_host=host)
+    with pytest.raises(ControllerError, match=message):
+        ctl.start()
+    assert ctl.proc is None and ctl.workdir is None  # nothing started, nothing left
