@@ -363,10 +363,33 @@ def _walk_groups(sel, starts, n_groups, table):
 
 
 @jit
+def _uniform_groups(n_groups, g_mptr, m_flow, offset):
+    """1 for each group whose walked members (``m_flow[g_mptr[g]:g_mptr[g + 1]]``) all have one
+    offset (a Coflow; or an EchelonFlow with one stage left), else 0: see :func:`_estimates_walked`."""
+    uniform = ints(n_groups)
+    for g in range(n_groups):
+        lo, hi = g_mptr[g], g_mptr[g + 1]
+        same = 1
+        for k in range(lo + 1, hi):
+            if offset[m_flow[k]] != offset[m_flow[lo]]:
+                same = 0
+                break
+        uniform[g] = same
+    return uniform
+
+
+@jit
 def _estimates_walked(group_order, n_groups, sel, starts, due, offset, w, now, m_flow, m_ptr, e_link,
-                      e_cum, g_mptr, g_lptr, gl_link, gl_cum, ahead, held, need):
+                      e_cum, g_mptr, g_lptr, gl_link, gl_cum, uniform, ahead, held, need):
     """:func:`_estimated_tardiness` on what :func:`_walk_groups` kept: the same numbers, without
-    walking the members' paths again.  ``ahead``, ``held``, ``need``: zeros on entry and on exit."""
+    walking the members' paths again.  ``ahead``, ``held``, ``need``: zeros on entry and on exit.
+
+    A group whose members share one offset (``uniform``, :func:`_uniform_groups`) is read off its
+    links' totals instead of its members: they share one due time and slack, a member's cumulative
+    seconds on a link only grow along the members (each adds a non-negative time), and ``now + x -
+    due`` and ``x - slack`` are non-decreasing in ``x`` in floating point too, so every maximum the
+    member walk takes is the value at the link's last member, its total (``gl_cum``): the same numbers
+    bit for bit (``tests/test_echelon_walk.py``), in one pass over the group's links."""
     total_served = 0.0
     total_held = 0.0
     for gi in range(n_groups):
@@ -375,7 +398,31 @@ def _estimates_walked(group_order, n_groups, sel, starts, due, offset, w, now, m
         reference = due[a] - offset[sel[a]]
         worst_served = 0.0
         worst_held = 0.0
-        for k in range(g_mptr[g], g_mptr[g + 1]):
+        members_end = g_mptr[g + 1]
+        if uniform[g] and members_end > g_mptr[g]:
+            members_end = g_mptr[g]  # read off the links' totals: no member to walk
+            due_f = reference + offset[m_flow[g_mptr[g]]]
+            slack = due_f - now
+            if slack < 0.0:
+                slack = 0.0
+            finish_served = 0.0
+            finish_held = 0.0
+            for d in range(g_lptr[g], g_lptr[g + 1]):
+                li = gl_link[d]
+                t = gl_cum[d]
+                if ahead[li] + t > finish_served:
+                    finish_served = ahead[li] + t
+                if held[li] + t > finish_held:
+                    finish_held = held[li] + t
+                if t - slack > need[li]:
+                    need[li] = t - slack
+            late_served = now + finish_served - due_f
+            if late_served > worst_served:
+                worst_served = late_served
+            late_held = now + finish_held - due_f
+            if late_held > worst_held:
+                worst_held = late_held
+        for k in range(g_mptr[g], members_end):
             due_f = reference + offset[m_flow[k]]
             slack = due_f - now
             if slack < 0.0:
@@ -446,12 +493,13 @@ def echelon_decide(active, table, now, every_flow, rate, order):
         ahead = floats(n_links)
         held = floats(n_links)
         need = floats(n_links)
+        uniform = _uniform_groups(n_groups, g_mptr, m_flow, offset)
         smith_served, smith_held = _estimates_walked(
             group_order, n_groups, sel, starts, due, offset, w, now, m_flow, m_ptr, e_link, e_cum, g_mptr,
-            g_lptr, gl_link, gl_cum, ahead, held, need)
+            g_lptr, gl_link, gl_cum, uniform, ahead, held, need)
         bssi_served, bssi_held = _estimates_walked(
             other, n_groups, sel, starts, due, offset, w, now, m_flow, m_ptr, e_link, e_cum, g_mptr,
-            g_lptr, gl_link, gl_cum, ahead, held, need)
+            g_lptr, gl_link, gl_cum, uniform, ahead, held, need)
         keep = 1.0 + BSSI_MARGIN
         if bssi_served < smith_served * keep or bssi_held < smith_held * keep:
             group_order = other
