@@ -105,3 +105,37 @@ def test_the_instances_have_uniform_groups_of_several_members_and_staggered_ones
         uniform = ek._uniform_groups(n_groups, g_mptr, m_flow, x["offset"])
         kinds.update((int(u), g_mptr[g + 1] - g_mptr[g] > 1) for g, u in enumerate(uniform))
     assert {(1, True), (0, True)} <= kinds
+
+
+@pytest.mark.parametrize("use_offsets", [True, False])
+@pytest.mark.parametrize("seed", range(40))
+def test_edf_groups_lists_each_group_earliest_due_first(seed: int, use_offsets: bool) -> None:
+    """``_edf_groups`` on active flows listed group by group but in any order inside a group (as
+    echelon-varys without offsets, or a group whose flows hold other reference slots, list them): the
+    covered flows (bytes left and a path), each group's run by (due, id rank), every active rate 0."""
+    from echelonflow.schedulers.kernels import EPS_BYTES
+
+    x = _instance(seed)
+    rng = np.random.default_rng(seed + 7)
+    # reference slots drawn per flow: due times within a group in any order
+    x["ref_slot"] = rng.integers(0, len(x["reference"]), len(x["remaining"]))
+    active = x["active"]
+    shuffled = np.concatenate([rng.permutation(active[x["group"][active] == g])
+                               for g in np.unique(x["group"][active])] or [active]).astype(np.int64)
+    table = TableArrays(**{name: x[name] for name in TableArrays._fields})
+    n = len(shuffled)
+    sel, due, starts, rate = ints(n), floats(n), ints(n + 1), np.ones(len(x["remaining"]))
+    m, n_groups = ek._edf_groups(shuffled, table, use_offsets, rate, sel, due, starts)
+    path_ptr = x["path_ptr"]
+    covered = [f for f in shuffled if x["remaining"][f] > EPS_BYTES and path_ptr[f + 1] > path_ptr[f]]
+
+    def due_of(f):
+        return x["reference"][x["ref_slot"][f]] + (x["offset"][f] if use_offsets else 0.0)
+
+    expected = sorted(covered, key=lambda f: (x["group"][f], due_of(f), x["idrank"][f]))
+    assert sel[:m].tolist() == expected
+    assert due[:m].tolist() == [due_of(f) for f in expected]
+    groups = [x["group"][f] for f in expected]
+    runs = [k for k in range(m) if k == 0 or groups[k] != groups[k - 1]]
+    assert starts[:n_groups + 1].tolist() == runs + [m]
+    assert not rate[shuffled].any()
