@@ -413,40 +413,24 @@ def _estimates_walked(group_order, n_groups, sel, starts, due, offset, w, now, m
         reference = due[a] - offset[sel[a]]
         worst_served = 0.0
         worst_held = 0.0
-        members_end = g_mptr[g + 1]
-        if uniform[g] and members_end > g_mptr[g]:
-            members_end = g_mptr[g]  # read off the links' totals: no member to walk
-            due_f = reference + offset[m_flow[g_mptr[g]]]
-            slack = due_f - now
-            if slack < 0.0:
-                slack = 0.0
-            finish_served = 0.0
-            finish_held = 0.0
-            for d in range(g_lptr[g], g_lptr[g + 1]):
-                li = gl_link[d]
-                t = gl_cum[d]
-                if ahead[li] + t > finish_served:
-                    finish_served = ahead[li] + t
-                if held[li] + t > finish_held:
-                    finish_held = held[li] + t
-                if t - slack > need[li]:
-                    need[li] = t - slack
-            late_served = now + finish_served - due_f
-            if late_served > worst_served:
-                worst_served = late_served
-            late_held = now + finish_held - due_f
-            if late_held > worst_held:
-                worst_held = late_held
-        for k in range(g_mptr[g], members_end):
+        # one reading per member (its links and cumulative seconds), or for a uniform group one reading
+        # of the group's links and totals, at the due time its members share
+        totals = uniform[g] and g_mptr[g + 1] > g_mptr[g]
+        readings = 1 if totals else g_mptr[g + 1] - g_mptr[g]
+        links = gl_link if totals else e_link
+        cums = gl_cum if totals else e_cum
+        for r in range(readings):
+            k = g_mptr[g] + r
             due_f = reference + offset[m_flow[k]]
             slack = due_f - now
             if slack < 0.0:
                 slack = 0.0
             finish_served = 0.0
             finish_held = 0.0
-            for q in range(m_ptr[k], m_ptr[k + 1]):
-                li = e_link[q]
-                t = e_cum[q]
+            lo, hi = (g_lptr[g], g_lptr[g + 1]) if totals else (m_ptr[k], m_ptr[k + 1])
+            for q in range(lo, hi):
+                li = links[q]
+                t = cums[q]
                 if ahead[li] + t > finish_served:
                     finish_served = ahead[li] + t
                 if held[li] + t > finish_held:
