@@ -115,10 +115,12 @@ def test_metered_tcp_reaches_its_meter_rate(env, rate_mbps):
     assert_within(rate, rate_mbps * 1e6, 0.90, 1.05, f"TCP through a {rate_mbps} Mbit/s meter")
 
 
-def _two_flows(env, queues):
-    # h1->h3 and h2->h4 share e1->a1->e2 (hosts h1,h2 on e1; h3,h4 on e2).
+def _two_flows(env, queues, cport):
+    # h1->h3 and h2->h4 share e1->a1->e2 (hosts h1,h2 on e1; h3,h4 on e2).  Each test takes its own
+    # client ports: a 5-tuple whose last connection's client closed first is in TIME_WAIT for 60 s, and
+    # iperf3 --cport then fails with "Address already in use".
     paths = [["h1", "e1", "a1", "e2", "h3"], ["h2", "e1", "a1", "e2", "h4"]]
-    flows = [("h1", "h3", 43001, 5403), ("h2", "h4", 43002, 5404)]
+    flows = [("h1", "h3", cport, 5403), ("h2", "h4", cport + 1, 5404)]
     for i, ((src, dst, cport, sport), path, queue) in enumerate(zip(flows, paths, queues)):
         _install(env, f"prio{i}", (src, dst, cport, sport), queue=queue, path=path)
     try:
@@ -132,13 +134,13 @@ def _two_flows(env, queues):
 
 
 def test_higher_class_takes_the_link(env):
-    high, low = _two_flows(env, queues=(1, 3))
+    high, low = _two_flows(env, queues=(1, 3), cport=43001)
     print(f"queue 1: {high / 1e6:.1f} Mbit/s, queue 3: {low / 1e6:.1f} Mbit/s")
     assert high >= 0.9 * LINK_BPS, f"queue 1 got {high / 1e6:.1f} Mbit/s, queue 3 {low / 1e6:.1f}"
 
 
 def test_equal_classes_share_the_link(env):
-    a, b = _two_flows(env, queues=(2, 2))
+    a, b = _two_flows(env, queues=(2, 2), cport=43011)
     print(f"equal classes: {a / 1e6:.1f} / {b / 1e6:.1f} Mbit/s")
     assert 0.4 <= a / (a + b) <= 0.6, f"equal classes split {a / 1e6:.1f} / {b / 1e6:.1f} Mbit/s"
 
