@@ -450,6 +450,7 @@ class _Run:
         self.table = _permuted(table, perm)
         del table
         self._members()
+        self.table.layout = object()  # replaced when a fault moves a path (``_faults``)
         # Per-event bookkeeping reads Python numbers out of these arrays through memoryviews (as fast as
         # a list, 8 bytes a flow): each flow's task, wire size, delta_j and EchelonFlow slot.
         self.flow_task_array = task_of_row[perm]
@@ -580,6 +581,7 @@ class _Run:
                 table.path_links[start:stop] = links  # equal-cost paths have equal lengths
                 moved = True
         if moved:
+            table.layout = object()
             self.path_min_capacity = None
             self.link_users[:] = 0
             fluid.count_links(self.active, len(self.active), table.path_ptr, table.path_links,

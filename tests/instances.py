@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from hypothesis import strategies as st
 
@@ -132,3 +133,39 @@ def run_fig1(scheduler: str, jobs: list[Job], rescheduling: str = "every-flow") 
     result = simulate(fig1_topology(), jobs, get_scheduler(scheduler), alone_runs=False,
                       rescheduling=rescheduling)
     return {job.job_id: result.jobs[job.job_id].completion_s for job in jobs}
+
+
+def random_groups(seed: int) -> dict:
+    """A random flow table of EchelonFlows for ``echelon``'s walk (tests/test_echelon_walk.py,
+    tests/test_echelon_totals.py): some Coflows, some staggered; members finished, declared and active;
+    shared links, equal offsets and sizes, flows without a path.  The table's arrays by field name, with
+    ``active`` and ``now``."""
+    rng = np.random.default_rng(seed)
+    n_links = int(rng.integers(3, 30))
+    capacity = rng.choice([1e9, 2e9, 1e10], n_links) * rng.choice([1.0, 1.0, 0.7], n_links)
+    n_groups = int(rng.integers(1, 9))
+    n_flows = int(rng.integers(n_groups, 120))
+    group = np.sort(rng.integers(0, n_groups, n_flows))
+    offset = rng.choice([0.0, 0.5, 1.0, 2.5, rng.random() * 4], n_flows)
+    staggered = rng.random(n_groups) < 0.6
+    offset[~staggered[group]] = 0.0  # some Coflows
+    idrank = rng.permutation(n_flows)
+    order = np.lexsort((idrank, offset, group))  # flows numbered group, offset, id (the table's order)
+    group, offset, idrank = group[order], offset[order], idrank[order]
+    lengths = rng.integers(1, min(5, n_links + 1), n_flows)
+    lengths[rng.random(n_flows) < 0.05] = 0  # a flow without a path
+    path_ptr = np.zeros(n_flows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=path_ptr[1:])
+    path_links = np.concatenate([rng.choice(n_links, int(k), replace=False) for k in lengths] or [[]])
+    remaining = rng.choice([0.0, 1e5, 2.5e6, 1e6], n_flows) * rng.choice([1.0, 1.0, rng.random()], n_flows)
+    weight = np.array([1.0, 2.0, 0.5])[group % 3]
+    members_ptr = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(np.bincount(group, minlength=n_groups), out=members_ptr[1:])
+    members = np.arange(n_flows, dtype=np.int64)
+    started = rng.random(n_flows) < 0.5
+    active = np.flatnonzero(started & (remaining > 0)).astype(np.int64)
+    reference = rng.random(n_groups) * 3
+    return dict(active=active, remaining=remaining, group=group.astype(np.int64), offset=offset,
+                reference=reference, ref_slot=group.astype(np.int64), idrank=idrank.astype(np.int64),
+                weight=weight, path_ptr=path_ptr, path_links=path_links.astype(np.int64),
+                capacity=capacity, members_ptr=members_ptr, members=members, now=float(rng.random() * 2))

@@ -19,7 +19,7 @@ import pytest
 from echelonflow.schedulers import kernels
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNEL_MODULES = ("kernels", "echelon_kernels", "varys_kernels")
+KERNEL_MODULES = ("kernels", "echelon_kernels", "echelon_totals", "varys_kernels")
 
 
 @pytest.mark.slow

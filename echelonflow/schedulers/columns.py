@@ -68,6 +68,11 @@ class FlowTable:
     #: yet; ``coflow-static``).  Lives as long as the table; a caller that rebuilds the table for each
     #: decision from longer-lived columns passes its own (the controller's ``LiveFlowTable``).
     admission_key: Any = None
+    #: Who keeps this table and its layout (flows, paths, members): a caller that keeps one table through
+    #: many decisions (the simulator) sets a fresh object here and replaces it whenever a path or a
+    #: membership changes, so that a policy may keep state of its own from one decision to the next
+    #: (``echelon``'s exact totals).  None: nothing may be kept (a table per snapshot; the controller's).
+    layout: Any = None
 
     def arrays(self) -> TableArrays:
         """The arrays the kernels read, as one argument (``members_ptr``/``members`` as integer arrays,

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from echelonflow.schedulers import echelon_kernels as ek
 from echelonflow.schedulers.base import Scheduler
+from echelonflow.schedulers.columns import TableArrays
+from echelonflow.schedulers.echelon_totals import CoflowTotals, coflow_totals
 from echelonflow.schedulers.view import Allocation, FlowView
 
 ORDERINGS = ("bottleneck", "tardiness", "volume")
@@ -58,11 +60,30 @@ class EchelonScheduler(Scheduler):
     enforces = True
     active_order = "group-offset"
 
+    #: Uniform groups listing more flows than this are read off exact totals (``ek.EXACT_ABOVE``).
+    exact_above = ek.EXACT_ABOVE
+    #: The table layout ``_totals`` belongs to (``FlowTable.layout``) and the totals themselves.
+    _layout: object | None = None
+    _totals: CoflowTotals | None = None
+
     def decide(self, view: FlowView) -> Allocation:
         order = view.ranking(len(view.active))
-        count = ek.echelon_decide(view.active, view.table.arrays(), float(view.now_s), bool(view.every_flow),
-                                  view.rate, order)
+        arrays = view.table.arrays()
+        totals = self._totals_for(view.table.layout, arrays)
+        count = ek.echelon_decide(view.active, arrays, float(view.now_s), bool(view.every_flow), view.rate,
+                                  order, totals, self.exact_above)
         return Allocation(view.rate, order, count)
+
+    def _totals_for(self, layout: object | None, arrays: TableArrays) -> CoflowTotals | None:
+        """The exact per-link totals of the table's large uniform groups, kept while its layout stays
+        (``echelon_totals.py``); built afresh for a new layout; None without a layout or such groups
+        (the kernel then takes no totals at all: no arrays to hand over per decision)."""
+        if layout is None or not len(arrays.members_ptr):
+            return None
+        if layout is not self._layout:
+            self._totals = coflow_totals(arrays, self.exact_above)
+            self._layout = layout
+        return self._totals
 
 
 class EchelonVarysScheduler(Scheduler):

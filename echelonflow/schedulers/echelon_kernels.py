@@ -20,6 +20,7 @@ argument, ``table`` (``columns.TableArrays``), read by name.  Kept Python 3.9 co
 
 from __future__ import annotations
 
+from echelonflow.schedulers.echelon_totals import _added, _units, bits_of, kept_and_live, live_links
 from echelonflow.schedulers.kernels import (
     INF,
     TINY_S,
@@ -31,8 +32,9 @@ from echelonflow.schedulers.kernels import (
     _path_min,
     _unnumbered,
     bssi_from_demands,
+    float_array,
     floats,
-    group_demands,
+    int_array,
     ints,
     jit,
     stable_argsort,
@@ -45,6 +47,15 @@ EPS_BYTES = 1e-9
 #: derived: 0.02 kept every matrix cell within 1 % of the best other scheduler, 0.05 did not
 #: (docs/scheduler-design.md, Rule 1b).
 BSSI_MARGIN = 0.02
+#: A uniform group (its live members, those with bytes left and a path, at one offset) with more live
+#: members than this is read off its links' exact totals (``echelon_totals.py``; the simulator keeps
+#: them between decisions); a smaller one sums its members' bits in member order, as every group did
+#: before.  Both are the rule's sums; they differ in the last bits, which can break exact ties between
+#: identical groups the other way (summing multitenant-k8's groups of up to 112 flows exactly swapped
+#: two identical all-reduces: +3.6 % on its objective, by a tie), while a small group's walk costs
+#: little.  The training scenarios' groups have at most 480 flows; FB2010's 74 coflows above 1,024 hold
+#: 684,027 of its 701,486 flows, and walking them was most of a decision.
+EXACT_ABOVE = 1024
 #: ``order_by`` codes of :func:`jit_decide` (names in schedulers.echelon.ORDERINGS).
 ORDER_BOTTLENECK, ORDER_TARDINESS, ORDER_VOLUME = 0, 1, 2
 
@@ -106,6 +117,25 @@ def _edf_groups(active, table, use_offsets, rate, sel, due, starts):
 
 
 @jit
+def _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr):
+    """(live members, 1 if they all share one offset else 0) of a group listed at ``[lo:hi]``
+    (``members`` when ``whole``, else ``sel``): a live member has bytes left and a path."""
+    live = 0
+    same = 1
+    first = 0.0
+    for e in range(lo, hi):
+        f = members[e] if whole else sel[e]
+        if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+            continue
+        if live == 0:
+            first = offset[f]
+        elif offset[f] != first:
+            same = 0
+        live += 1
+    return live, same
+
+
+@jit
 def _group_weight(sel, a, b, idrank, weight):
     """The weight of the group ``sel[a:b]``, read off its flow with the largest id (any flow would do:
     every flow of a group carries its job's weight; this one is the original code's choice)."""
@@ -136,11 +166,38 @@ def _left_span(slot, a, b, members_ptr, whole):
     return a, b
 
 
-def _residual_bottleneck(slot, sel, a, b, table, cumulative, touched):
+def _link_totals(lo, hi, members, sel, whole, table):
+    """A uniform group's links (in order of first use by its live members, as a walk meets them) and
+    its bits left on each, summed exactly (:data:`UNITS_PER_BIT`), as ``(links, bits)``."""
+    remaining, path_ptr, path_links = table.remaining, table.path_ptr, table.path_links
+    units: dict = {}
+    for e in range(lo, hi):
+        f = members[e] if whole else sel[e]
+        if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+            continue
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            li = int(path_links[p])
+            units[li] = units.get(li, 0) + _units(remaining[f])  # Python's integers: exact, unbounded
+    return list(units), [bits_of(*divmod(total, 2**62)) for total in units.values()]
+
+
+def _uniform_offset(lo, hi, members, sel, whole, table):
+    """The offset a uniform group's live members share."""
+    for e in range(lo, hi):
+        f = members[e] if whole else sel[e]
+        if table.remaining[f] > EPS_BYTES and table.path_ptr[f + 1] > table.path_ptr[f]:
+            return table.offset[f]
+    return 0.0
+
+
+def _residual_bottleneck(slot, sel, a, b, table, cumulative, touched, exact_above=EXACT_ABOVE):
     """max over links l and earliest-due prefixes j of ``C_j / c_l - o_j`` over what group ``slot``
     has left: every flow of ``members[members_ptr[slot]:members_ptr[slot + 1]]`` (listed by offset)
     with bytes left and a path, declared flows that have not started included; without members
-    (``members_ptr`` empty) its active flows ``sel[a:b]``.  ``cumulative`` is zeros on entry and exit.
+    (``members_ptr`` empty) its active flows ``sel[a:b]``.  A uniform group (every such flow at one
+    offset) with more than ``exact_above`` of them is read off its links' exact totals
+    (:func:`_link_totals`, :data:`EXACT_ABOVE`): its largest prefix on each link is the whole.
+    ``cumulative`` is zeros on entry and exit.
     """
     remaining, offset, path_ptr, path_links = table.remaining, table.offset, table.path_ptr, table.path_links
     capacity, members_ptr, members = table.capacity, table.members_ptr, table.members
@@ -148,6 +205,13 @@ def _residual_bottleneck(slot, sel, a, b, table, cumulative, touched):
     n_touched = 0
     whole = len(members_ptr) > 0
     lo, hi = _left_span(slot, a, b, members_ptr, whole)
+    live, same = _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr)
+    if live > 0 and same == 1 and live > exact_above:
+        o = _uniform_offset(lo, hi, members, sel, whole, table)
+        links, bits = _link_totals(lo, hi, members, sel, whole, table)
+        for li, c in zip(links, bits):
+            worst = max(worst, c / capacity[li] - o)
+        return worst
     for e in range(lo, hi):
         f = members[e] if whole else sel[e]
         if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
@@ -169,37 +233,60 @@ def _residual_bottleneck(slot, sel, a, b, table, cumulative, touched):
     return worst
 
 
-def _bssi_groups(sel, starts, n_groups, table):
+def _group_seconds(lo, hi, members, sel, whole, table, exact_above):
+    """A group's seconds on each link it crosses, as BSSI reads them, ``(links, seconds)`` in order of
+    first use: ``max_j (C_j / c_l - (o_j - o_first))`` over its live members (``kernels.group_demands``
+    with offsets), for a uniform group of more than ``exact_above`` live members its exact total over
+    c_l; at least ``TINY_S``."""
+    remaining, offset, path_ptr, path_links = table.remaining, table.offset, table.path_ptr, table.path_links
+    capacity = table.capacity
+    live, same = _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr)
+    if live > 0 and same == 1 and live > exact_above:
+        links, bits = _link_totals(lo, hi, members, sel, whole, table)
+        seconds = [c / capacity[li] for li, c in zip(links, bits)]
+    else:
+        cum: dict = {}
+        most: dict = {}
+        o_first = INF
+        for e in range(lo, hi):
+            f = members[e] if whole else sel[e]
+            if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+                continue
+            if o_first == INF:
+                o_first = offset[f]
+            for p in range(path_ptr[f], path_ptr[f + 1]):
+                li = int(path_links[p])
+                cum[li] = cum.get(li, 0.0) + 8.0 * remaining[f] / capacity[li]
+                most[li] = max(most.get(li, 0.0), cum[li] - (offset[f] - o_first))
+        links, seconds = list(most), list(most.values())
+    return links, [t if t > TINY_S else TINY_S for t in seconds]
+
+
+def _bssi_groups(sel, starts, n_groups, table, exact_above=EXACT_ABOVE):
     """Sincronia's BSSI order of the decision's groups on what they have left (as for
-    :func:`_residual_bottleneck`), with their offsets (``kernels.group_demands``: a group's seconds on
-    link l are ``max_j (C_j / c_l - (o_j - o_first))``).  Returns group indices, most urgent first.
+    :func:`_residual_bottleneck`), with their offsets (:func:`_group_seconds`), links numbered in order
+    of first use over the groups.  Returns group indices, most urgent first.
     """
     group, idrank, weight, members_ptr, members = (table.group, table.idrank, table.weight, table.members_ptr,
                                                    table.members)
     whole = len(members_ptr) > 0
-    count = 0
-    for g in range(n_groups):
-        lo, hi = _left_span(group[sel[starts[g]]], starts[g], starts[g + 1], members_ptr, whole)
-        count += hi - lo
-    flows = ints(count)
-    ptr = ints(n_groups + 1)
+    local_of: dict = {}
+    dem_ptr, dem_link, dem_time = [0], [], []
     w = floats(n_groups)
-    n = 0
     for g in range(n_groups):
         a, b = starts[g], starts[g + 1]
         w[g] = _group_weight(sel, a, b, idrank, weight)
         lo, hi = _left_span(group[sel[a]], a, b, members_ptr, whole)
-        for e in range(lo, hi):
-            flows[n] = members[e] if whole else sel[e]
-            n += 1
-        ptr[g + 1] = n
-    dem_ptr, dem_link, dem_time, n_local = group_demands(flows, ptr, table.remaining, table.offset, True,
-                                                         table.path_ptr, table.path_links, table.capacity)
-    return bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, w)
+        links, seconds = _group_seconds(lo, hi, members, sel, whole, table, exact_above)
+        for li, t in zip(links, seconds):
+            dem_link.append(local_of.setdefault(li, len(local_of)))
+            dem_time.append(t)
+        dem_ptr.append(len(dem_link))
+    return bssi_from_demands(int_array(dem_ptr), int_array(dem_link), float_array(dem_time), len(local_of), w)
 
 
 def _estimated_tardiness(group_order, n_groups, sel, starts, due, table, now, ahead, held, cum, need,
-                         touched):
+                         touched, exact_above=EXACT_ABOVE):
     """Two estimates of the weighted tardiness of what is left if the groups went in ``group_order``,
     each link serving them one after another (list schedules; only for choosing between candidate
     orders).  Returns ``(served, held)``.
@@ -227,6 +314,23 @@ def _estimated_tardiness(group_order, n_groups, sel, starts, due, table, now, ah
         worst_served = 0.0
         worst_held = 0.0
         n_touched = 0
+        live, same = _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr)
+        if live > 0 and same == 1 and live > exact_above:
+            # every member due at once: the group ends on each link with its exact total there
+            due_f = reference + _uniform_offset(lo, hi, members, sel, whole, table)
+            slack = max(due_f - now, 0.0)
+            links, bits = _link_totals(lo, hi, members, sel, whole, table)
+            finish_served = 0.0
+            finish_held = 0.0
+            for li, c in zip(links, bits):
+                t = c / capacity[li]
+                finish_served = max(finish_served, ahead[li] + t)
+                finish_held = max(finish_held, held[li] + t)
+                ahead[li] = ahead[li] + t
+                held[li] = held[li] + max(t - slack, 0.0)
+            worst_served = max(now + finish_served - due_f, 0.0)
+            worst_held = max(now + finish_held - due_f, 0.0)
+            lo = hi  # nothing left to walk
         for e in range(lo, hi):
             f = members[e] if whole else sel[e]
             if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
@@ -271,19 +375,64 @@ def _estimated_tardiness(group_order, n_groups, sel, starts, due, table, now, ah
 
 
 @jit
-def _walk_groups(sel, starts, n_groups, table):
+def _summed_exactly(lo, hi, members, sel, whole, table, gl_link, gl_hi, gl_lo, n_gl, hi_on, lo_on, seen):
+    """A uniform group's links in order of first use by its live members, from ``gl_link[n_gl]`` on,
+    with its exact total on each (``gl_hi``/``gl_lo``; ``echelon_totals``).  ``hi_on``, ``lo_on`` and
+    ``seen`` (per link) are zeros on entry and exit.  Returns (the end, its first live member)."""
+    remaining, path_ptr, path_links = table.remaining, table.path_ptr, table.path_links
+    first = n_gl
+    rep = -1
+    for e in range(lo, hi):
+        f = members[e] if whole else sel[e]
+        if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+            continue
+        if rep < 0:
+            rep = f
+        u = _units(remaining[f])
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            li = path_links[p]
+            if seen[li] == 0:
+                seen[li] = 1
+                gl_link[n_gl] = li
+                n_gl += 1
+            hi_on[li], lo_on[li] = _added(hi_on[li], lo_on[li], u)
+    for d in range(first, n_gl):
+        li = gl_link[d]
+        gl_hi[d] = hi_on[li]
+        gl_lo[d] = lo_on[li]
+        hi_on[li] = 0
+        lo_on[li] = 0
+        seen[li] = 0
+    return n_gl, rep
+
+
+@jit
+def _one_offset(m_flow, lo, hi, offset):
+    """1 if the walked members ``m_flow[lo:hi]`` (at least one) share one offset, else 0."""
+    for k in range(lo + 1, hi):
+        if offset[m_flow[k]] != offset[m_flow[lo]]:
+            return 0
+    return 1 if hi > lo else 0
+
+
+@jit
+def _walk_groups(sel, starts, n_groups, table, totals, exact_above):
     """Rule 1's three readings of what each group has left, in one walk over its members (each flow
     with bytes left, each link of its path): the same operations in the same order as
-    :func:`_residual_bottleneck`, :func:`_bssi_groups` (through ``kernels.group_demands``) and the
-    per-link seconds of :func:`_estimated_tardiness`, so every number is theirs bit for bit
-    (``tests/test_echelon_walk.py``).  Those three define the rule and walked the members four times
-    per decision (bench-k8 at 20 iterations: some 1,800 members for 40 active flows).
+    :func:`_residual_bottleneck`, :func:`_bssi_groups` and the per-link seconds of
+    :func:`_estimated_tardiness`, so every number is theirs bit for bit (``tests/test_echelon_walk.py``).
+    Those three define the rule and walked the members four times per decision (bench-k8 at 20
+    iterations: some 1,800 members for 40 active flows).  A uniform group (its live members at one
+    offset) with more than ``exact_above`` of them is read off its links' exact totals
+    (:data:`EXACT_ABOVE`): summed here, or, for a group ``totals`` keeps (``echelon_totals.py``; None:
+    none), brought up to date from what changed since the last decision.
 
-    Returns ``(keys, w, order_bssi, m_flow, m_ptr, e_link, e_cum, g_mptr, g_lptr, gl_link, gl_cum)``:
-    each group's Smith key (its residual bottleneck per weight) and weight, BSSI's group order, and for the
-    estimates the members walked (``m_flow[g_mptr[g]:g_mptr[g + 1]]``), each one's links and
-    cumulative seconds on them (``e_link``/``e_cum[m_ptr[k]:m_ptr[k + 1]]``) and each group's links
-    with its total seconds on them (``gl_link``/``gl_cum[g_lptr[g]:g_lptr[g + 1]]``).
+    Returns ``(keys, w, order_bssi, uniform, m_flow, m_ptr, e_link, e_cum, g_mptr, g_lptr, gl_link,
+    gl_cum)``: each group's Smith key (its residual bottleneck per weight), weight, BSSI's group order,
+    whether it is uniform, and for the estimates the members walked (``m_flow[g_mptr[g]:g_mptr[g + 1]]``;
+    a uniform group's first live member only), each one's links and cumulative seconds on them
+    (``e_link``/``e_cum[m_ptr[k]:m_ptr[k + 1]]``; none for a uniform group) and each group's links with
+    its total seconds on them (``gl_link``/``gl_cum[g_lptr[g]:g_lptr[g + 1]]``).
     """
     group, idrank, weight, remaining, offset = (table.group, table.idrank, table.weight, table.remaining,
                                                 table.offset)
@@ -291,10 +440,27 @@ def _walk_groups(sel, starts, n_groups, table):
     members_ptr, members = table.members_ptr, table.members
     whole = len(members_ptr) > 0
     n_global = len(capacity)
+    # a group read off kept totals lists one member and at most its links; the others what they have left
+    kept_links = ints(n_groups)
+    for g in range(n_groups):
+        kept_links[g] = -1
+    # numba compiles away a branch on ``totals is None`` alone (None: nothing kept), not a combined one
+    if totals is not None:  # noqa: SIM102
+        if whole:
+            for g in range(n_groups):
+                kept_links[g] = kept_and_live(totals, group[sel[starts[g]]], members_ptr, members, remaining,
+                                              path_ptr, exact_above)
     n_members = 0
     n_entries = 0
+    big = False  # a group summed exactly here (kept, or listing more than exact_above)
     for g in range(n_groups):
+        if kept_links[g] >= 0:
+            big = True
+            n_members += 1
+            n_entries += kept_links[g]
+            continue
         lo, hi = _left_span(group[sel[starts[g]]], starts[g], starts[g + 1], members_ptr, whole)
+        big = big or hi - lo > exact_above
         for e in range(lo, hi):
             f = members[e] if whole else sel[e]
             if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
@@ -303,6 +469,7 @@ def _walk_groups(sel, starts, n_groups, table):
             n_entries += path_ptr[f + 1] - path_ptr[f]
     keys = floats(n_groups)
     w = floats(n_groups)
+    uniform = ints(n_groups)
     m_flow = ints(n_members)
     m_ptr = ints(n_members + 1)
     e_link = ints(n_entries)
@@ -311,11 +478,16 @@ def _walk_groups(sel, starts, n_groups, table):
     g_lptr = ints(n_groups + 1)
     gl_link = ints(n_entries)
     gl_cum = floats(n_entries)
+    exact_entries = n_entries if big else 0
+    gl_hi = ints(exact_entries)
+    gl_lo = ints(exact_entries)
     dem_link = ints(n_entries)
     dem_time = floats(n_entries)
     bits_on = floats(n_global)  # per link: the group's bits so far (the residual bottleneck's sum)
     cum = floats(n_global)  # per link: its seconds so far (BSSI's demand and the estimates' sum)
     most = floats(n_global)
+    hi_on = ints(n_global if big else 0)  # per link: a uniform group's exact total (echelon_totals)
+    lo_on = ints(n_global if big else 0)
     seen = ints(n_global)
     local_of = _unnumbered(n_global)
     n_local = 0
@@ -324,73 +496,89 @@ def _walk_groups(sel, starts, n_groups, table):
     n_gl = 0
     for g in range(n_groups):
         a, b = starts[g], starts[g + 1]
+        slot = group[sel[a]]
         w[g] = _group_weight(sel, a, b, idrank, weight)
-        lo, hi = _left_span(group[sel[a]], a, b, members_ptr, whole)
+        lo, hi = _left_span(slot, a, b, members_ptr, whole)
         worst = -INF
-        o_first = INF
         first = n_gl
-        for e in range(lo, hi):
-            f = members[e] if whole else sel[e]
-            if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
-                continue
-            if o_first == INF:
-                o_first = offset[f]
-            bits = 8.0 * remaining[f]
-            m_flow[n_m] = f
-            for p in range(path_ptr[f], path_ptr[f + 1]):
-                li = path_links[p]
-                c = bits_on[li] + bits
-                bits_on[li] = c
-                value = c / capacity[li] - offset[f]
-                if value > worst:
-                    worst = value
+        exact = False
+        rep = -1
+        if kept_links[g] >= 0:
+            if totals is not None:  # always, here: kept_links are -1 without totals
+                n_gl, rep = live_links(totals, slot, members, gl_link, gl_hi, gl_lo, n_gl)
+            exact = True
+        elif hi - lo > exact_above:  # only a group listing that many can have that many live
+            live, same = _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr)
+            if live > exact_above and same == 1:
+                n_gl, rep = _summed_exactly(lo, hi, members, sel, whole, table, gl_link, gl_hi, gl_lo, n_gl,
+                                            hi_on, lo_on, seen)
+                exact = True
+        if exact:
+            uniform[g] = 1
+            o = offset[rep]
+            m_flow[n_m] = rep
+            n_m += 1
+            m_ptr[n_m] = n_e
+            for d in range(first, n_gl):
+                li = gl_link[d]
                 if local_of[li] < 0:
                     local_of[li] = n_local
                     n_local += 1
-                if seen[li] == 0:
-                    seen[li] = 1
-                    gl_link[n_gl] = li
-                    n_gl += 1
-                t = cum[li] + 8.0 * remaining[f] / capacity[li]
-                cum[li] = t
-                if t - (offset[f] - o_first) > most[li]:
-                    most[li] = t - (offset[f] - o_first)
-                e_link[n_e] = li
-                e_cum[n_e] = t
-                n_e += 1
-            n_m += 1
-            m_ptr[n_m] = n_e
+                t = bits_of(gl_hi[d], gl_lo[d]) / capacity[li]
+                if t - o > worst:
+                    worst = t - o
+                dem_time[d] = t if t > TINY_S else TINY_S
+                dem_link[d] = local_of[li]
+                gl_cum[d] = t
+        else:
+            o_first = INF
+            for e in range(lo, hi):
+                f = members[e] if whole else sel[e]
+                if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
+                    continue
+                if o_first == INF:
+                    o_first = offset[f]
+                bits = 8.0 * remaining[f]
+                m_flow[n_m] = f
+                for p in range(path_ptr[f], path_ptr[f + 1]):
+                    li = path_links[p]
+                    c = bits_on[li] + bits
+                    bits_on[li] = c
+                    value = c / capacity[li] - offset[f]
+                    if value > worst:
+                        worst = value
+                    if local_of[li] < 0:
+                        local_of[li] = n_local
+                        n_local += 1
+                    if seen[li] == 0:
+                        seen[li] = 1
+                        gl_link[n_gl] = li
+                        n_gl += 1
+                    t = cum[li] + 8.0 * remaining[f] / capacity[li]
+                    cum[li] = t
+                    if t - (offset[f] - o_first) > most[li]:
+                        most[li] = t - (offset[f] - o_first)
+                    e_link[n_e] = li
+                    e_cum[n_e] = t
+                    n_e += 1
+                n_m += 1
+                m_ptr[n_m] = n_e
+            for d in range(first, n_gl):
+                li = gl_link[d]
+                # a link the group is early on still carries its bytes: a sliver keeps it a user there
+                dem_time[d] = most[li] if most[li] > TINY_S else TINY_S
+                dem_link[d] = local_of[li]
+                gl_cum[d] = cum[li]
+                bits_on[li] = 0.0
+                cum[li] = 0.0
+                most[li] = 0.0
+                seen[li] = 0
+            uniform[g] = _one_offset(m_flow, g_mptr[g], n_m, offset)
         g_mptr[g + 1] = n_m
-        for d in range(first, n_gl):
-            li = gl_link[d]
-            # a link the group is early on still carries its bytes: a sliver keeps it a user there
-            dem_time[d] = most[li] if most[li] > TINY_S else TINY_S
-            dem_link[d] = local_of[li]
-            gl_cum[d] = cum[li]
-            bits_on[li] = 0.0
-            cum[li] = 0.0
-            most[li] = 0.0
-            seen[li] = 0
         g_lptr[g + 1] = n_gl
         keys[g] = _per_weight(worst, w[g])
     order_bssi = bssi_from_demands(g_lptr, dem_link, dem_time, n_local, w) if n_groups > 1 else ints(0)
-    return keys, w, order_bssi, m_flow, m_ptr, e_link, e_cum, g_mptr, g_lptr, gl_link, gl_cum
-
-
-@jit
-def _uniform_groups(n_groups, g_mptr, m_flow, offset):
-    """1 for each group whose walked members (``m_flow[g_mptr[g]:g_mptr[g + 1]]``) all have one
-    offset (a Coflow; or an EchelonFlow with one stage left), else 0: see :func:`_estimates_walked`."""
-    uniform = ints(n_groups)
-    for g in range(n_groups):
-        lo, hi = g_mptr[g], g_mptr[g + 1]
-        same = 1
-        for k in range(lo + 1, hi):
-            if offset[m_flow[k]] != offset[m_flow[lo]]:
-                same = 0
-                break
-        uniform[g] = same
-    return uniform
+    return keys, w, order_bssi, uniform, m_flow, m_ptr, e_link, e_cum, g_mptr, g_lptr, gl_link, gl_cum
 
 
 @jit
@@ -399,12 +587,13 @@ def _estimates_walked(group_order, n_groups, sel, starts, due, offset, w, now, m
     """:func:`_estimated_tardiness` on what :func:`_walk_groups` kept: the same numbers, without
     walking the members' paths again.  ``ahead``, ``held``, ``need``: zeros on entry and on exit.
 
-    A group whose members share one offset (``uniform``, :func:`_uniform_groups`) is read off its
-    links' totals instead of its members: they share one due time and slack, a member's cumulative
-    seconds on a link only grow along the members (each adds a non-negative time), and ``now + x -
-    due`` and ``x - slack`` are non-decreasing in ``x`` in floating point too, so every maximum the
-    member walk takes is the value at the link's last member, its total (``gl_cum``): the same numbers
-    bit for bit (``tests/test_echelon_walk.py``), in one pass over the group's links."""
+    A uniform group (``uniform``: its live members at one offset) is read off its links' totals
+    (``gl_cum``) instead of its members: they share one due time and slack, a member's cumulative seconds
+    on a link only grow along the members (each adds a non-negative time), and ``now + x - due`` and ``x
+    - slack`` are non-decreasing in ``x`` in floating point too, so every maximum the member walk takes
+    is the value at the link's last member, its total: the same numbers bit for bit; for a group read
+    off exact totals, the rule's own definition (:func:`_estimated_tardiness`).  One pass over the
+    group's links."""
     total_served = 0.0
     total_held = 0.0
     for gi in range(n_groups):
@@ -457,7 +646,7 @@ def _estimates_walked(group_order, n_groups, sel, starts, due, offset, w, now, m
 
 
 @jit
-def echelon_decide(active, table, now, every_flow, rate, order):
+def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_above):
     """The ``echelon`` scheduler (module docstring; ``schedulers/echelon.py``).  Returns the count of
     ranked flows written to ``order`` (most urgent first); flows with no bytes left or no path get rate
     0 and no rank.
@@ -486,13 +675,12 @@ def echelon_decide(active, table, now, every_flow, rate, order):
         # Smith's order, and the same groups in Sincronia's order generalised to offsets: BSSI's kept
         # unless both list-schedule estimates say Smith's is better by more than BSSI_MARGIN
         # (docs/scheduler-design.md, Rule 1b); one walk over the members gives all three readings
-        (keys, w, other, m_flow, m_ptr, e_link, e_cum, g_mptr, g_lptr, gl_link,
-         gl_cum) = _walk_groups(sel, starts, n_groups, table)
+        (keys, w, other, uniform, m_flow, m_ptr, e_link, e_cum, g_mptr, g_lptr, gl_link,
+         gl_cum) = _walk_groups(sel, starts, n_groups, table, totals, exact_above)
         group_order = stable_argsort(keys, n_groups)
         ahead = floats(n_links)
         held = floats(n_links)
         need = floats(n_links)
-        uniform = _uniform_groups(n_groups, g_mptr, m_flow, offset)
         smith_served, smith_held = _estimates_walked(
             group_order, n_groups, sel, starts, due, offset, w, now, m_flow, m_ptr, e_link, e_cum, g_mptr,
             g_lptr, gl_link, gl_cum, uniform, ahead, held, need)

@@ -72,6 +72,11 @@ if HAVE_NUMBA:
         return np.zeros(n, np.int64)
 
     @njit(cache=True)
+    def small_ints(n):
+        """Integers below 2**31 (positions, flags) in half the memory: per-flow and per-path arrays."""
+        return np.zeros(n, np.int32)
+
+    @njit(cache=True)
     def stable_argsort(keys, n):
         """Indices 0..n-1 ordered by ``keys[:n]``, ties in index order."""
         return np.argsort(keys[:n], kind="mergesort")
@@ -82,6 +87,9 @@ else:
         return [0.0] * n
 
     def ints(n):
+        return [0] * n
+
+    def small_ints(n):
         return [0] * n
 
     def stable_argsort(keys, n):

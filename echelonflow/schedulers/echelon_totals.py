@@ -1,0 +1,310 @@
+"""Each uniform group's bits left per link, kept exactly from one ``echelon`` decision to the next.
+
+``echelon`` reads a group whose live members share one offset (every Coflow) off its links' totals
+(``echelon_kernels``: rule 1's key, BSSI's demands and the estimates).  Walking every member of every
+group for them was most of a decision on coflow traces (FB2010: some 24,000 members walked per decision
+for the 1 % of flows that moved since the one before).  The totals are sums of integers (1/256-bit
+units, :data:`UNITS_PER_BIT`), so a total kept by adding each member's change is the total
+walked afresh, bit for bit, whatever the order: this module keeps them, and ``_walk_groups`` reads a
+kept group instead of walking it, with the same numbers (``tests/test_echelon_totals.py``).
+
+What is kept, for a table whose flows, paths and members stay put (``FlowTable.layout``): per group slot
+whose members with a path all share one offset, its links (entries), each entry's units and count of
+live members, and the entry's members in member order with a pointer to the first live one (a walk
+meets a group's links in the order of their first live member and path position: BSSI numbers links so,
+and breaks ties by that number).  A decision refreshes only the groups it covers, comparing each
+member's bytes left with the value last seen; a member that changed moves its entries' sums.
+
+Same conventions as ``kernels.py``; kept Python 3.9 compatible.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from echelonflow.schedulers.kernels import (
+    EPS_BYTES,
+    _unnumbered,
+    floats,
+    ints,
+    jit,
+    small_ints,
+    stable_argsort,
+)
+
+#: A uniform group's bits on a link are summed exactly, as integers counting 1/256 bit: a sum of
+#: integers does not depend on the order of its terms, so a total kept up to date by adding and
+#: subtracting one flow's change is the total walked afresh, bit for bit.  A flow holds at most 2**62
+#: units (2**54 bits, some 2.2 PB: twice the largest flow any input may declare, ``limits.SIZE_BYTES``,
+#: wire overhead included); a total is two integers, ``hi * 2**62 + lo``, so no sum overflows.
+UNITS_PER_BIT = 256.0
+BASE = 4611686018427387904  # 2**62
+BASE_FLOAT = 4611686018427387904.0
+
+
+class CoflowTotals(NamedTuple):
+    """The kept totals (module docstring).  ``kept[slot]``: 1 if the slot's group is kept.  A slot's
+    entries are ``ent_ptr[slot]:ent_ptr[slot + 1]``; entry ``ent`` is link ``ent_link[ent]`` with
+    ``ent_hi[ent] * 2**62 + ent_lo[ent]`` units and ``ent_live[ent]`` live members, listed (member
+    position, path index) at ``ep_pos``/``ep_pidx[ep_ptr[ent]:ep_ptr[ent + 1]]``, the first live one at
+    ``ent_first[ent]``.
+    Per path entry p of a kept member: its entry ``ent_of[p]`` and its place ``ep_of[p]`` there.  Per
+    flow: the bytes left last seen, its units and whether it was live.  ``pmax``: one more than the
+    longest path (the sort key's radix)."""
+
+    kept: Any
+    slot_live: Any
+    ent_ptr: Any
+    ent_link: Any
+    ent_hi: Any
+    ent_lo: Any
+    ent_live: Any
+    ent_first: Any
+    ep_ptr: Any
+    ep_pos: Any
+    ep_pidx: Any
+    ent_of: Any
+    ep_of: Any
+    last: Any
+    units: Any
+    alive: Any
+    pmax: Any
+
+
+@jit
+def _units(remaining_bytes):
+    """A flow's bits left in the exact units of :data:`UNITS_PER_BIT`, rounded to the nearest unit."""
+    scaled = 8.0 * remaining_bytes * UNITS_PER_BIT
+    if scaled >= BASE_FLOAT:
+        raise ValueError("a flow has 2**54 bits or more left: beyond what echelon sums exactly")
+    return int(scaled + 0.5)
+
+
+@jit
+def _added(hi, lo, units):
+    """The total ``hi * 2**62 + lo`` (``0 <= lo < 2**62``) plus ``units`` (``|units| < 2**62``), in the
+    same form."""
+    lo = lo + units
+    if lo >= BASE:
+        return hi + 1, lo - BASE
+    if lo < 0:
+        return hi - 1, lo + BASE
+    return hi, lo
+
+
+@jit
+def bits_of(hi, lo):
+    """A total's bits as a float: a function of the exact total alone, however it was summed."""
+    return (hi * BASE_FLOAT + lo) / UNITS_PER_BIT
+
+
+@jit
+def _statically_uniform(members_ptr, members, offset, path_ptr, slot):
+    """1 if every member of ``slot`` with a path has one offset (and there is one): its live members
+    then always share it, whatever has finished."""
+    have = 0
+    first = 0.0
+    for e in range(members_ptr[slot], members_ptr[slot + 1]):
+        f = members[e]
+        if path_ptr[f + 1] == path_ptr[f]:
+            continue
+        if have == 0:
+            first = offset[f]
+            have = 1
+        elif offset[f] != first:
+            return 0
+    return have
+
+
+@jit
+def _kept_slots(members_ptr, members, offset, path_ptr, exact_above):
+    """Which slots to keep (uniform, listing more than ``exact_above`` members), one more than the
+    longest path, and how many path entries the kept members have."""
+    n_slots = len(members_ptr) - 1
+    kept = ints(n_slots)
+    pmax = 1
+    bound = 0
+    for s in range(n_slots):
+        big = members_ptr[s + 1] - members_ptr[s] > exact_above
+        kept[s] = _statically_uniform(members_ptr, members, offset, path_ptr, s) if big else 0
+        for e in range(members_ptr[s], members_ptr[s + 1]):
+            f = members[e]
+            n = path_ptr[f + 1] - path_ptr[f]
+            if n + 1 > pmax:
+                pmax = n + 1
+            if kept[s] == 1:
+                bound += n
+    return kept, pmax, bound
+
+
+@jit
+def _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bound, ent_of):
+    """Each kept slot's links (entries) in order of first use, each member path entry's entry in
+    ``ent_of``: ``(ent_ptr, ent_link, members per entry)``."""
+    n_slots = len(members_ptr) - 1
+    ent_ptr = ints(n_slots + 1)
+    ent_link = ints(bound)
+    count = ints(bound)
+    index_of = _unnumbered(n_links)
+    n_ent = 0
+    for s in range(n_slots):
+        if kept[s] == 1:
+            first = n_ent
+            for e in range(members_ptr[s], members_ptr[s + 1]):
+                f = members[e]
+                for p in range(path_ptr[f], path_ptr[f + 1]):
+                    li = path_links[p]
+                    if index_of[li] < 0:
+                        index_of[li] = n_ent
+                        ent_link[n_ent] = li
+                        n_ent += 1
+                    ent_of[p] = index_of[li]
+                    count[index_of[li]] += 1
+            for ent in range(first, n_ent):
+                index_of[ent_link[ent]] = -1
+        ent_ptr[s + 1] = n_ent
+    return ent_ptr, ent_link[:n_ent], count[:n_ent]
+
+
+@jit
+def _build(members_ptr, members, offset, remaining, path_ptr, path_links, n_links, exact_above):
+    kept, pmax, bound = _kept_slots(members_ptr, members, offset, path_ptr, exact_above)
+    ent_of = small_ints(len(path_links))
+    ep_of = small_ints(len(path_links))
+    ent_ptr, ent_link, count = _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bound,
+                                             ent_of)
+    n_ent = len(ent_link)
+    ep_ptr = ints(n_ent + 1)
+    for ent in range(n_ent):
+        ep_ptr[ent + 1] = ep_ptr[ent] + count[ent]
+        count[ent] = 0
+    ep_pos = small_ints(ep_ptr[n_ent])
+    ep_pidx = small_ints(ep_ptr[n_ent])
+    n_flows = len(remaining)
+    last = floats(n_flows)
+    units = ints(n_flows)
+    alive = small_ints(n_flows)
+    slot_live = ints(len(kept))
+    ent_hi = ints(n_ent)
+    ent_lo = ints(n_ent)
+    ent_live = ints(n_ent)
+    ent_first = ints(n_ent)
+    for s in range(len(kept)):  # each kept member listed under its entries, its units summed there
+        if kept[s] == 0:
+            continue
+        for e in range(members_ptr[s], members_ptr[s + 1]):
+            f = members[e]
+            last[f] = remaining[f]
+            if path_ptr[f + 1] == path_ptr[f]:
+                continue
+            live = 1 if remaining[f] > EPS_BYTES else 0
+            alive[f] = live
+            units[f] = _units(remaining[f]) if live == 1 else 0
+            slot_live[s] += live
+            for p in range(path_ptr[f], path_ptr[f + 1]):
+                ent = ent_of[p]
+                k = ep_ptr[ent] + count[ent]
+                count[ent] += 1
+                ep_pos[k] = e
+                ep_pidx[k] = p - path_ptr[f]
+                ep_of[p] = k
+                ent_hi[ent], ent_lo[ent] = _added(ent_hi[ent], ent_lo[ent], units[f])
+                ent_live[ent] += live
+    for ent in range(n_ent):
+        k = ep_ptr[ent]
+        while k < ep_ptr[ent + 1] and alive[members[ep_pos[k]]] == 0:
+            k += 1
+        ent_first[ent] = k
+    pm = ints(1)
+    pm[0] = pmax
+    return CoflowTotals(kept, slot_live, ent_ptr, ent_link, ent_hi, ent_lo, ent_live, ent_first, ep_ptr,
+                        ep_pos, ep_pidx, ent_of, ep_of, last, units, alive, pm)
+
+
+def coflow_totals(table: Any, exact_above: int) -> CoflowTotals | None:
+    """The totals of every uniform group of ``table`` (``columns.TableArrays`` with members) that lists
+    more than ``exact_above`` members (``echelon_kernels.EXACT_ABOVE``: read off them while more than that
+    many are live), as its flows stand now; None when there is none."""
+    totals = _build(table.members_ptr, table.members, table.offset, table.remaining, table.path_ptr,
+                    table.path_links, len(table.capacity), exact_above)
+    return totals if any(totals.kept) else None
+
+
+@jit
+def refresh(totals, slot, members_ptr, members, remaining, path_ptr):
+    """Bring kept group ``slot`` up to date: each member whose bytes left differ from those last seen
+    moves its entries' units and live counts (and the first live member of each entry)."""
+    last, units, alive = totals.last, totals.units, totals.alive
+    ent_of, ep_of, ep_ptr, ep_pos = totals.ent_of, totals.ep_of, totals.ep_ptr, totals.ep_pos
+    ent_hi, ent_lo = totals.ent_hi, totals.ent_lo
+    ent_live, ent_first = totals.ent_live, totals.ent_first
+    for e in range(members_ptr[slot], members_ptr[slot + 1]):
+        f = members[e]
+        r = remaining[f]
+        if r == last[f]:
+            continue
+        last[f] = r
+        if path_ptr[f + 1] == path_ptr[f]:
+            continue
+        live = 1 if r > EPS_BYTES else 0
+        u = _units(r) if live == 1 else 0
+        delta = u - units[f]
+        units[f] = u
+        was = alive[f]
+        alive[f] = live
+        totals.slot_live[slot] += live - was
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            ent = ent_of[p]
+            ent_hi[ent], ent_lo[ent] = _added(ent_hi[ent], ent_lo[ent], delta)
+            if was == 1 and live == 0:
+                ent_live[ent] -= 1
+                if ent_first[ent] == ep_of[p]:
+                    k = ep_of[p] + 1
+                    while k < ep_ptr[ent + 1] and alive[members[ep_pos[k]]] == 0:
+                        k += 1
+                    ent_first[ent] = k
+            elif was == 0 and live == 1:
+                ent_live[ent] += 1
+                if ep_of[p] < ent_first[ent]:
+                    ent_first[ent] = ep_of[p]
+
+
+@jit
+def live_links(totals, slot, members, link_out, hi_out, lo_out, start):
+    """Write kept group ``slot``'s links with a live member, in the order a walk of its live members
+    meets them, and their totals, to ``link_out``/``hi_out``/``lo_out`` from ``start``.  Returns (the end, the
+    first live member's flow number; -1 when none)."""
+    ent_ptr, ent_live, ent_first = totals.ent_ptr, totals.ent_live, totals.ent_first
+    ep_pos, ep_pidx, pmax = totals.ep_pos, totals.ep_pidx, totals.pmax[0]
+    lo, hi = ent_ptr[slot], ent_ptr[slot + 1]
+    listed = ints(hi - lo)
+    keys = ints(hi - lo)
+    n = 0
+    for ent in range(lo, hi):
+        if ent_live[ent] > 0:
+            k = ent_first[ent]
+            listed[n] = ent
+            keys[n] = ep_pos[k] * pmax + ep_pidx[k]
+            n += 1
+    order = stable_argsort(keys, n)
+    for i in range(n):
+        ent = listed[order[i]]
+        link_out[start + i] = totals.ent_link[ent]
+        hi_out[start + i] = totals.ent_hi[ent]
+        lo_out[start + i] = totals.ent_lo[ent]
+    first = -1
+    if n > 0:
+        first = members[ep_pos[ent_first[listed[order[0]]]]]
+    return start + n, first
+
+
+@jit
+def kept_and_live(totals, slot, members_ptr, members, remaining, path_ptr, exact_above):
+    """For a kept ``slot``, brought up to date (:func:`refresh`), with more than ``exact_above`` live
+    members: how many links it has (an upper bound on those live); else -1 (walk it)."""
+    if totals.kept[slot] == 0:
+        return -1
+    refresh(totals, slot, members_ptr, members, remaining, path_ptr)
+    if totals.slot_live[slot] <= exact_above:
+        return -1
+    return totals.ent_ptr[slot + 1] - totals.ent_ptr[slot]

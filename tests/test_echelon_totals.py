@@ -1,0 +1,226 @@
+"""``echelon``'s kept totals (``echelon_totals.py``) give what walking the groups afresh gives, bit for bit.
+
+A uniform group's per-link totals are sums of integers, so keeping them by adding each member's change
+must give exactly the walked totals: on random groups under random sequences of changes (flows served,
+finished, left with a sliver, restarted), in the kernel; and through whole simulations (a coflow trace,
+a training scenario, a link fault that moves paths), where a scheduler checks every decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from echelonflow.faults import FaultEvent
+from echelonflow.model import FlowTask, Job
+from echelonflow.scenario import load_scenario
+from echelonflow.schedulers import echelon_kernels as ek
+from echelonflow.schedulers import echelon_totals as et
+from echelonflow.schedulers.columns import TableArrays
+from echelonflow.schedulers.echelon import EchelonScheduler
+from echelonflow.schedulers.kernels import EPS_BYTES, floats, ints
+from echelonflow.topology import Topology, fattree
+from simulator.engine import simulate
+from tests.instances import random_groups
+
+
+def _walks(active, table: TableArrays, totals: et.CoflowTotals, exact_above: int) -> tuple:
+    """The walk of ``active``'s groups with ``totals`` and without any: (kept, walked)."""
+    n = len(active)
+    sel, due, starts = ints(n), floats(n), ints(n + 1)
+    _, n_groups = ek._edf_groups(active, table, True, floats(len(table.remaining)), sel, due, starts)
+    return (ek._walk_groups(sel, starts, n_groups, table, totals, exact_above),
+            ek._walk_groups(sel, starts, n_groups, table, None, exact_above))
+
+
+def _used(walk: tuple) -> list:
+    """A walk's outputs cut to what they hold (its arrays are sized for the most they could)."""
+    keys, w, order, uniform, m_flow, m_ptr, e_link, e_cum, g_mptr, g_lptr, gl_link, gl_cum = walk
+    n_m = g_mptr[-1] if len(g_mptr) else 0
+    n_e, n_gl = m_ptr[n_m], (g_lptr[-1] if len(g_lptr) else 0)
+    return [keys, w, order, uniform, m_flow[:n_m], m_ptr[:n_m + 1], e_link[:n_e], e_cum[:n_e], g_mptr, g_lptr,
+            gl_link[:n_gl], gl_cum[:n_gl]]
+
+
+def _assert_same(kept: tuple, walked: tuple) -> None:
+    for mine, theirs in zip(_used(kept), _used(walked)):
+        assert np.array_equal(np.asarray(mine), np.asarray(theirs), equal_nan=True)
+
+
+def _active(x: dict) -> np.ndarray:
+    started = x["started"]
+    return np.flatnonzero(started & (x["remaining"] > EPS_BYTES)).astype(np.int64)
+
+
+@pytest.mark.parametrize("exact_above", [0, 20])  # every uniform group kept, or the larger ones
+@pytest.mark.parametrize("seed", range(40))
+def test_kept_totals_are_the_walked_ones_after_every_change(seed: int, exact_above: int) -> None:
+    x = random_groups(seed)
+    rng = np.random.default_rng(seed + 99)
+    flows = len(x["remaining"])
+    x["started"] = np.isin(np.arange(flows), x["active"]) | (rng.random(flows) < 0.3)
+    table = TableArrays(**{name: x[name] for name in TableArrays._fields})
+    totals = et.coflow_totals(table, exact_above)
+    remaining = x["remaining"]
+    for _ in range(12):
+        _assert_same(*_walks(_active(x), table, totals, exact_above))
+        rates = np.zeros(len(remaining))
+        order = ints(len(remaining))
+        decided = ek.echelon_decide(_active(x), table, 0.5, True, rates, order, totals, exact_above)
+        plain_rates, plain_order = np.zeros(len(remaining)), ints(len(remaining))
+        assert ek.echelon_decide(_active(x), table, 0.5, True, plain_rates, plain_order, None,
+                                exact_above) == decided
+        assert np.array_equal(rates, plain_rates) and np.array_equal(order[:decided], plain_order[:decided])
+        # what moves between decisions: some flows served, some done, a sliver left, a restart
+        flows = rng.choice(len(remaining), size=max(1, len(remaining) // 5), replace=False)
+        for f in flows:
+            what = rng.random()
+            if what < 0.5:
+                remaining[f] *= rng.random()
+            elif what < 0.75:
+                remaining[f] = 0.0
+            elif what < 0.85:
+                remaining[f] = EPS_BYTES * rng.random()
+            else:
+                remaining[f] = rng.choice([1e5, 3.3e6]) * (1 + rng.random())
+            x["started"][f] = True
+
+
+def test_the_random_groups_keep_uniform_groups_and_walk_staggered_ones() -> None:
+    """The comparison above means something only if the instances have kept groups of several
+    members and groups that are walked."""
+    kept = walked = 0
+    for seed in range(60):
+        x = random_groups(seed)
+        totals = et.coflow_totals(TableArrays(**{name: x[name] for name in TableArrays._fields}), 0)
+        flags = np.zeros(len(x["members_ptr"]) - 1) if totals is None else np.asarray(totals.kept)
+        kept += int(np.sum((flags == 1) & (np.diff(x["members_ptr"]) > 1)))
+        walked += int(np.sum(flags == 0))
+    assert kept > 20 and walked > 20
+
+
+def test_exact_totals_carry_between_their_two_words() -> None:
+    """A total is ``hi * 2**62 + lo``: adding and taking away across the carry gives the integer's own
+    split, and its bits depend on the integer alone."""
+    rng = np.random.default_rng(5)
+    hi, lo, exact = 0, 0, 0
+    for _ in range(2000):
+        units = int(rng.integers(0, et.BASE))
+        units = units if rng.random() < 0.6 or exact < units else -units
+        hi, lo = et._added(hi, lo, units)
+        exact += units
+        assert (hi, lo) == divmod(exact, et.BASE)
+        assert et.bits_of(hi, lo) == et.bits_of(*divmod(exact, et.BASE))
+    assert et._units(1e6) == 8e6 * et.UNITS_PER_BIT
+    with pytest.raises(ValueError, match="2\\*\\*54 bits"):
+        et._units(2.0**51)
+
+
+class _Checked(EchelonScheduler):
+    """``echelon`` that compares, at every decision, the walk on its kept totals with a fresh walk
+    (by default groups above 64 flows kept: kept and walked groups side by side)."""
+
+    checked = 0
+
+    def __init__(self, exact_above: int = 64) -> None:
+        self.exact_above = exact_above
+
+    def decide(self, view):
+        arrays = view.table.arrays()
+        totals = self._totals_for(view.table.layout, arrays)
+        if totals is not None:
+            _assert_same(*_walks(view.active, arrays, totals, self.exact_above))
+            self.checked += 1
+        return super().decide(view)
+
+
+class _Walked(EchelonScheduler):
+    """``echelon`` walking every group at every decision (nothing kept)."""
+
+    def __init__(self, exact_above: int = 64) -> None:
+        self.exact_above = exact_above
+
+    def _totals_for(self, layout, arrays):
+        return None
+
+
+def _same_runs(topology, jobs, exact_above: int = 64, **kwargs) -> int:
+    checked = _Checked(exact_above)
+    kept = simulate(topology, jobs, checked, alone_runs=False, **kwargs)
+    walked = simulate(topology, jobs, _Walked(exact_above), alone_runs=False, **kwargs)
+    assert kept.flows == walked.flows and kept.jobs == walked.jobs
+    assert kept.objective_s == walked.objective_s
+    return checked.checked
+
+
+def test_a_coflow_trace_runs_the_same_with_kept_totals() -> None:
+    fb = load_scenario("fb2010")  # 60 of its mid-sized coflows (10 to 400 flows), all at once
+    jobs = [dataclasses.replace(job, arrival_s=0.0) for job in fb.jobs if 10 <= len(job.flows) <= 400][:60]
+    assert _same_runs(fb.topology, jobs) > 500
+
+
+def test_a_training_scenario_runs_the_same_with_kept_totals() -> None:
+    scenario = load_scenario("fattree-fsdp-ps")
+    assert _same_runs(scenario.topology, scenario.jobs, exact_above=8) > 10
+
+
+def test_a_fault_that_moves_paths_renews_the_kept_totals() -> None:
+    """The fault moves flow a onto other links: totals kept on its old links would be stale."""
+    topo = fattree(10e6, 4)
+    jobs = [Job(name, {"f": FlowTask("f", src, dst, 2_500_000)})
+            for name, src, dst in (("a", "h1", "h5"), ("b", "h2", "h6"), ("c", "h1", "h6"))]
+    link = [hop for hop in Topology.links_of(topo.pair_path("h1", "h5")) if not hop[0].startswith("h")
+            and not hop[1].startswith("h")][1]  # an aggregation-core link of a's
+    events = [FaultEvent(0.5, "link", link), FaultEvent(1.5, "link", link, up=True)]
+    scheduler = _Checked(exact_above=0)
+    layouts = []
+    inner = scheduler._totals_for
+
+    def seen(layout, arrays):
+        layouts.append(layout)
+        return inner(layout, arrays)
+
+    scheduler._totals_for = seen
+    simulate(topo, jobs, scheduler, alone_runs=False, events=events)
+    assert len({id(layout) for layout in layouts}) == 3  # the start, the fault, the repair
+    assert _same_runs(topo, jobs, exact_above=0, events=events) > 2
+
+
+_WITHOUT_NUMBA = """
+import dataclasses, json, sys
+sys.modules["numba"] = None
+sys.path.insert(0, {root!r})
+from echelonflow.schedulers import kernels
+from echelonflow.schedulers.echelon import EchelonScheduler
+assert not kernels.HAVE_NUMBA
+from echelonflow.scenario import load_scenario
+from echelonflow.topology import Topology, fattree
+from simulator.engine import simulate
+scheduler = EchelonScheduler()
+scheduler.exact_above = 0
+fb = load_scenario("fb2010")
+jobs = [dataclasses.replace(job, arrival_s=0.0) for job in fb.jobs if 10 <= len(job.flows) <= 60][:8]
+print(json.dumps(simulate(fb.topology, jobs, scheduler, alone_runs=False).to_json_dict()))
+"""
+
+
+def test_kept_totals_interpreted_on_lists_give_the_compiled_run() -> None:
+    """Without numba (the controller's Python 3.9 venv) the kept totals are Python lists and integers:
+    the same run, to the last bit, as compiled."""
+    root = Path(__file__).resolve().parent.parent
+    child = subprocess.run([sys.executable, "-c", _WITHOUT_NUMBA.format(root=str(root))], capture_output=True,
+                           text=True, timeout=600, cwd=root, env=dict(os.environ, PYTHONPATH=str(root)))
+    assert child.returncode == 0, child.stderr[-3000:]
+    fb = load_scenario("fb2010")
+    jobs = [dataclasses.replace(job, arrival_s=0.0) for job in fb.jobs if 10 <= len(job.flows) <= 60][:8]
+    scheduler = _Checked(exact_above=0)
+    compiled = simulate(fb.topology, jobs, scheduler, alone_runs=False).to_json_dict()
+    assert scheduler.checked > 50
+    assert json.loads(child.stdout) == json.loads(json.dumps(compiled))
