@@ -60,7 +60,7 @@ class EchelonScheduler(Scheduler):
     enforces = True
     active_order = "group-offset"
 
-    #: Uniform groups listing more flows than this are read off exact totals (``ek.EXACT_ABOVE``).
+    #: Uniform groups with more live flows than this are read off exact totals (``ek.EXACT_ABOVE``).
     exact_above = ek.EXACT_ABOVE
     #: The table layout ``_totals`` belongs to (``FlowTable.layout``) and the totals themselves.
     _layout: object | None = None
