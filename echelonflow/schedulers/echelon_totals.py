@@ -1,19 +1,21 @@
 """Each uniform group's bits left per link, kept exactly from one ``echelon`` decision to the next.
 
-``echelon`` reads a group whose live members share one offset (every Coflow) off its links' totals
-(``echelon_kernels``: rule 1's key, BSSI's demands and the estimates).  Walking every member of every
-group for them was most of a decision on coflow traces (FB2010: some 24,000 members walked per decision
-for the 1 % of flows that moved since the one before).  The totals are sums of integers (1/256-bit
-units, :data:`UNITS_PER_BIT`), so a total kept by adding each member's change is the total
+``echelon`` reads a group whose live members share one offset (every Coflow) and that has more than
+``echelon_kernels.EXACT_ABOVE`` of them off its links' exact totals (rule 1's key, BSSI's demands and
+the estimates; smaller groups are summed in member order, docs/scheduler-design.md says why).  Walking
+every member of such groups was most of a decision on coflow traces (FB2010: some 24,000 members walked
+per decision for the 1 % of flows that moved since the one before).  The totals are sums of integers
+(1/256-bit units, :data:`UNITS_PER_BIT`), so a total kept by adding each member's change is the total
 walked afresh, bit for bit, whatever the order: this module keeps them, and ``_walk_groups`` reads a
 kept group instead of walking it, with the same numbers (``tests/test_echelon_totals.py``).
 
 What is kept, for a table whose flows, paths and members stay put (``FlowTable.layout``): per group slot
-whose members with a path all share one offset, its links (entries), each entry's units and count of
-live members, and the entry's members in member order with a pointer to the first live one (a walk
-meets a group's links in the order of their first live member and path position: BSSI numbers links so,
-and breaks ties by that number).  A decision refreshes only the groups it covers, comparing each
-member's bytes left with the value last seen; a member that changed moves its entries' sums.
+that lists more than that many members, all those with a path at one offset, its links (entries), each
+entry's units and count of live members, and the entry's members in member order with a pointer to the
+first live one (a walk meets a group's links in the order of their first live member and path position:
+BSSI numbers links so, and breaks ties by that number).  A decision refreshes only the groups it
+covers, comparing each member's bytes left with the value last seen; a member that changed moves its
+entries' sums.
 
 Same conventions as ``kernels.py``; kept Python 3.9 compatible.
 """
