@@ -32,9 +32,8 @@ from echelonflow.schedulers.kernels import (
     _path_min,
     _unnumbered,
     bssi_from_demands,
-    float_array,
     floats,
-    int_array,
+    group_demands,
     ints,
     jit,
     stable_argsort,
@@ -206,7 +205,7 @@ def _residual_bottleneck(slot, sel, a, b, table, cumulative, touched, exact_abov
     whole = len(members_ptr) > 0
     lo, hi = _left_span(slot, a, b, members_ptr, whole)
     live, same = _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr)
-    if live > 0 and same == 1 and live > exact_above:
+    if same == 1 and live > exact_above:
         o = _uniform_offset(lo, hi, members, sel, whole, table)
         links, bits = _link_totals(lo, hi, members, sel, whole, table)
         for li, c in zip(links, bits):
@@ -233,56 +232,44 @@ def _residual_bottleneck(slot, sel, a, b, table, cumulative, touched, exact_abov
     return worst
 
 
-def _group_seconds(lo, hi, members, sel, whole, table, exact_above):
-    """A group's seconds on each link it crosses, as BSSI reads them, ``(links, seconds)`` in order of
-    first use: ``max_j (C_j / c_l - (o_j - o_first))`` over its live members (``kernels.group_demands``
-    with offsets), for a uniform group of more than ``exact_above`` live members its exact total over
-    c_l; at least ``TINY_S``."""
-    remaining, offset, path_ptr, path_links = table.remaining, table.offset, table.path_ptr, table.path_links
-    capacity = table.capacity
-    live, same = _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr)
-    if live > 0 and same == 1 and live > exact_above:
-        links, bits = _link_totals(lo, hi, members, sel, whole, table)
-        seconds = [c / capacity[li] for li, c in zip(links, bits)]
-    else:
-        cum: dict = {}
-        most: dict = {}
-        o_first = INF
-        for e in range(lo, hi):
-            f = members[e] if whole else sel[e]
-            if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
-                continue
-            if o_first == INF:
-                o_first = offset[f]
-            for p in range(path_ptr[f], path_ptr[f + 1]):
-                li = int(path_links[p])
-                cum[li] = cum.get(li, 0.0) + 8.0 * remaining[f] / capacity[li]
-                most[li] = max(most.get(li, 0.0), cum[li] - (offset[f] - o_first))
-        links, seconds = list(most), list(most.values())
-    return links, [t if t > TINY_S else TINY_S for t in seconds]
-
-
 def _bssi_groups(sel, starts, n_groups, table, exact_above=EXACT_ABOVE):
     """Sincronia's BSSI order of the decision's groups on what they have left (as for
-    :func:`_residual_bottleneck`), with their offsets (:func:`_group_seconds`), links numbered in order
-    of first use over the groups.  Returns group indices, most urgent first.
+    :func:`_residual_bottleneck`), with their offsets (``kernels.group_demands``: a group's seconds on
+    link l are ``max_j (C_j / c_l - (o_j - o_first))``); a uniform group of more than ``exact_above`` live
+    members has its exact total over c_l instead (at least ``TINY_S``, its links listed in the same order
+    of first use).  Returns group indices, most urgent first.
     """
     group, idrank, weight, members_ptr, members = (table.group, table.idrank, table.weight, table.members_ptr,
                                                    table.members)
+    remaining, offset, path_ptr, capacity = table.remaining, table.offset, table.path_ptr, table.capacity
     whole = len(members_ptr) > 0
-    local_of: dict = {}
-    dem_ptr, dem_link, dem_time = [0], [], []
+    count = 0
+    for g in range(n_groups):
+        lo, hi = _left_span(group[sel[starts[g]]], starts[g], starts[g + 1], members_ptr, whole)
+        count += hi - lo
+    flows = ints(count)
+    ptr = ints(n_groups + 1)
     w = floats(n_groups)
+    n = 0
     for g in range(n_groups):
         a, b = starts[g], starts[g + 1]
         w[g] = _group_weight(sel, a, b, idrank, weight)
         lo, hi = _left_span(group[sel[a]], a, b, members_ptr, whole)
-        links, seconds = _group_seconds(lo, hi, members, sel, whole, table, exact_above)
-        for li, t in zip(links, seconds):
-            dem_link.append(local_of.setdefault(li, len(local_of)))
-            dem_time.append(t)
-        dem_ptr.append(len(dem_link))
-    return bssi_from_demands(int_array(dem_ptr), int_array(dem_link), float_array(dem_time), len(local_of), w)
+        for e in range(lo, hi):
+            flows[n] = members[e] if whole else sel[e]
+            n += 1
+        ptr[g + 1] = n
+    dem_ptr, dem_link, dem_time, n_local = group_demands(flows, ptr, remaining, offset, True, path_ptr,
+                                                         table.path_links, capacity)
+    for g in range(n_groups):
+        lo, hi = _left_span(group[sel[starts[g]]], starts[g], starts[g + 1], members_ptr, whole)
+        live, same = _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr)
+        if same == 1 and live > exact_above:
+            links, bits = _link_totals(lo, hi, members, sel, whole, table)
+            for d, (li, c) in enumerate(zip(links, bits), start=dem_ptr[g]):
+                t = c / capacity[li]
+                dem_time[d] = t if t > TINY_S else TINY_S
+    return bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, w)
 
 
 def _estimated_tardiness(group_order, n_groups, sel, starts, due, table, now, ahead, held, cum, need,
@@ -315,7 +302,7 @@ def _estimated_tardiness(group_order, n_groups, sel, starts, due, table, now, ah
         worst_held = 0.0
         n_touched = 0
         live, same = _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr)
-        if live > 0 and same == 1 and live > exact_above:
+        if same == 1 and live > exact_above:
             # every member due at once: the group ends on each link with its exact total there
             due_f = reference + _uniform_offset(lo, hi, members, sel, whole, table)
             slack = max(due_f - now, 0.0)
