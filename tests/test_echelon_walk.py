@@ -94,6 +94,40 @@ def test_the_instances_have_uniform_groups_of_several_members_and_staggered_ones
     assert {(1, True), (0, True)} <= kinds
 
 
+def _tied_coflows(seed: int, n_members: int = 6) -> dict:
+    """Two Coflows of equal weight on one link, their members holding the same bytes in another order:
+    summed exactly their totals tie, summed in member order they may differ in the last bit."""
+    rng = np.random.default_rng(seed)
+    sizes = np.round(rng.integers(1, 10**6, n_members) / 7.0 * 2048) / 2048  # whole exact units
+    n = 2 * n_members
+    group = np.repeat([0, 1], n_members).astype(np.int64)
+    flows = np.arange(n, dtype=np.int64)
+    return dict(active=flows, remaining=np.concatenate([sizes, rng.permutation(sizes)]), group=group,
+                offset=np.zeros(n), reference=np.zeros(2), ref_slot=group.copy(), idrank=flows.copy(),
+                weight=np.ones(n), path_ptr=np.arange(n + 1, dtype=np.int64), path_links=0 * flows,
+                capacity=np.array([1e9]), members_ptr=np.array([0, n_members, n], dtype=np.int64),
+                members=flows.copy())
+
+
+def test_bssi_s_definition_sums_a_uniform_group_s_demands_as_the_walk_does() -> None:
+    """The BSSI order above depends on how demands are summed only at a tie; here, on exact ties, the
+    definition must break them as the walk does with every uniform group summed exactly, and summing in
+    member order must break some of them the other way (else this test could not tell the two apart)."""
+    broken_otherwise = 0
+    for seed in range(60):
+        x = _tied_coflows(seed)
+        n = len(x["active"])
+        sel, due, starts = ints(n), floats(n), ints(n + 1)
+        table = TableArrays(**{name: x[name] for name in TableArrays._fields})
+        _, n_groups = ek._edf_groups(x["active"], table, True, floats(n), sel, due, starts)
+        exact = ek._bssi_groups(sel, starts, n_groups, table, 0).tolist()
+        assert ek._walk_groups(sel, starts, n_groups, table, None, 0)[2].tolist() == exact
+        in_order = ek._bssi_groups(sel, starts, n_groups, table, ek.EXACT_ABOVE).tolist()
+        assert ek._walk_groups(sel, starts, n_groups, table, None, ek.EXACT_ABOVE)[2].tolist() == in_order
+        broken_otherwise += in_order != exact
+    assert broken_otherwise >= 5
+
+
 @pytest.mark.parametrize("use_offsets", [True, False])
 @pytest.mark.parametrize("seed", range(40))
 def test_edf_groups_lists_each_group_earliest_due_first(seed: int, use_offsets: bool) -> None:
