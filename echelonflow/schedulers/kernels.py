@@ -319,7 +319,7 @@ def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
     is never listed: every other link's share is then computed from the same residual and the same count
     as before, links keep their numbers by first use over every flow (the tie order), and the rates
     are the same bit for bit, with the work of the blocked flows saved (on FB2010 with strict priority
-    between coflows about 70 % of the served flows are blocked: sincronia's ``priority_decide`` 0.64x;
+    between coflows about 70 % of the served flows are blocked: sincronia's ``priority_decide`` 0.65x;
     docs/performance.md)."""
     total = 0
     for k in range(m):
