@@ -2,7 +2,8 @@
 
 ``echelonflow/schedulers/kernels.py`` runs compiled by numba in the simulator and interpreted on lists
 where numba is absent (the Python 3.9 controller venv).  Both must agree exactly, on random snapshots
-of every topology kind, for every scheduler with a kernel and every ordering.
+of every topology kind, for every scheduler with a kernel and every ordering; and so must the kernels'
+shortcuts (scan or heap, flows on full links skipped or listed) against the plain loops they replace.
 """
 
 from __future__ import annotations
@@ -118,7 +119,6 @@ def test_flows_on_full_links_skipped_give_the_plain_filling_s_rates() -> None:
     """Filling that gives a flow crossing a full link rate 0 without listing it (the groups served
     before a group took the link): the very same rates and ranks as filling that lists it."""
     assert_compiled_equal_interpreted(("blocked-listed", "blocked-listed-heap"))
-
 
 
 def _tied_fill_instance(seed: int):
