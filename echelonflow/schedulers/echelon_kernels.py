@@ -180,13 +180,17 @@ def _link_totals(lo, hi, members, sel, whole, table):
     return list(units), [bits_of(*divmod(total, 2**62)) for total in units.values()]
 
 
-def _uniform_offset(lo, hi, members, sel, whole, table):
-    """The offset a uniform group's live members share."""
-    for e in range(lo, hi):
-        f = members[e] if whole else sel[e]
-        if table.remaining[f] > EPS_BYTES and table.path_ptr[f + 1] > table.path_ptr[f]:
-            return table.offset[f]
-    return 0.0
+def _read_exactly(lo, hi, members, sel, whole, table, exact_above):
+    """For a uniform group listed at ``[lo:hi]`` with more than ``exact_above`` live members (the rule
+    reads such a group off its links' exact totals, :data:`EXACT_ABOVE`): ``(the offset its live members
+    share, its links, its bits on each)`` (:func:`_link_totals`); None for any other group."""
+    remaining, offset, path_ptr = table.remaining, table.offset, table.path_ptr
+    live, same = _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr)
+    if same == 0 or live <= exact_above:
+        return None
+    shared = next(offset[f] for f in (members[e] if whole else sel[e] for e in range(lo, hi))
+                  if remaining[f] > EPS_BYTES and path_ptr[f + 1] > path_ptr[f])
+    return (shared, *_link_totals(lo, hi, members, sel, whole, table))
 
 
 def _residual_bottleneck(slot, sel, a, b, table, cumulative, touched, exact_above=EXACT_ABOVE):
@@ -204,10 +208,9 @@ def _residual_bottleneck(slot, sel, a, b, table, cumulative, touched, exact_abov
     n_touched = 0
     whole = len(members_ptr) > 0
     lo, hi = _left_span(slot, a, b, members_ptr, whole)
-    live, same = _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr)
-    if same == 1 and live > exact_above:
-        o = _uniform_offset(lo, hi, members, sel, whole, table)
-        links, bits = _link_totals(lo, hi, members, sel, whole, table)
+    exact = _read_exactly(lo, hi, members, sel, whole, table, exact_above)
+    if exact is not None:
+        o, links, bits = exact
         for li, c in zip(links, bits):
             worst = max(worst, c / capacity[li] - o)
         return worst
@@ -263,9 +266,9 @@ def _bssi_groups(sel, starts, n_groups, table, exact_above=EXACT_ABOVE):
                                                          table.path_links, capacity)
     for g in range(n_groups):
         lo, hi = _left_span(group[sel[starts[g]]], starts[g], starts[g + 1], members_ptr, whole)
-        live, same = _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr)
-        if same == 1 and live > exact_above:
-            links, bits = _link_totals(lo, hi, members, sel, whole, table)
+        exact = _read_exactly(lo, hi, members, sel, whole, table, exact_above)
+        if exact is not None:
+            _, links, bits = exact
             for d, (li, c) in enumerate(zip(links, bits), start=dem_ptr[g]):
                 t = c / capacity[li]
                 dem_time[d] = t if t > TINY_S else TINY_S
@@ -301,12 +304,12 @@ def _estimated_tardiness(group_order, n_groups, sel, starts, due, table, now, ah
         worst_served = 0.0
         worst_held = 0.0
         n_touched = 0
-        live, same = _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr)
-        if same == 1 and live > exact_above:
+        exact = _read_exactly(lo, hi, members, sel, whole, table, exact_above)
+        if exact is not None:
             # every member due at once: the group ends on each link with its exact total there
-            due_f = reference + _uniform_offset(lo, hi, members, sel, whole, table)
+            o, links, bits = exact
+            due_f = reference + o
             slack = max(due_f - now, 0.0)
-            links, bits = _link_totals(lo, hi, members, sel, whole, table)
             finish_served = 0.0
             finish_held = 0.0
             for li, c in zip(links, bits):
