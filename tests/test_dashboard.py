@@ -135,6 +135,32 @@ def _value(families: dict, name: str, sample: str | None = None, **labels) -> fl
     return found[0].value
 
 
+def _meter_count(env, dp_name: str, fid: str) -> tuple[str, float] | None:
+    """(meter id, bytes in) of the meter the switch last reported for flow ``fid``, or None."""
+    families = _scrape(env)[1]
+    family = families.get("of_meter_byte_in_count")
+    found = [s for s in (family.samples if family else [])
+             if s.labels.get("dp_name") == dp_name and s.labels.get("flow_id") == f"{JOB}/{fid}"]
+    return (found[0].labels["meter_id"], found[0].value) if len(found) == 1 else None
+
+
+def _assert_meter_counts(env, dp_name: str, fid: str) -> None:
+    """The flow's meter counts its bytes.  A meter shows under its flow once the switch's next stats
+    reply (every second) names it, and one the controller installs afresh has a new id and counts from 0:
+    so the counts compared are one meter id's, each read when the switch has reported it."""
+    seen = wait_until(lambda: _meter_count(env, dp_name, fid), 10, f"{fid}'s meter on {dp_name}", 0.25)
+
+    def moved() -> tuple[str, float] | None:
+        nonlocal seen
+        now = _meter_count(env, dp_name, fid)
+        if now is not None and now[0] != seen[0]:
+            seen = now  # installed afresh: count from its first reading
+            return None
+        return now if now is not None and now[1] > seen[1] else None
+
+    wait_until(moved, 10, f"{fid}'s meter on {dp_name} counting (first read {seen})", 0.25)
+
+
 def _flow(env, fid: str) -> dict:
     return env.client.flow(JOB, fid)
 
@@ -190,9 +216,7 @@ def test_metrics_counters_move_and_labels_name_the_right_things(env) -> None:
         assert _value(second, "echelon_flow_remaining_bytes", **labels) < \
             _value(first, "echelon_flow_remaining_bytes", **labels)
         if allocation["meter_rate_bps"] is not None:
-            meter = {"dp_name": src_switch, "flow_id": f"{JOB}/{fid}"}
-            metered = [_value(scrape, "of_meter_byte_in_count", **meter) for scrape in (first, second)]
-            assert metered[1] > metered[0], f"{fid}'s meter counted nothing: {metered}"
+            _assert_meter_counts(env, src_switch, fid)
     rounds = "echelon_scheduling_rounds_total"
     interval = {"reason": "interval", "scheduler": "echelon"}
     # a round every 0.5 s: at least all but two of those due in the time between the scrapes
