@@ -401,11 +401,13 @@ class _Run:
             indexes.append(index)
             self._index_job(job, index)
             heapq.heappush(self.arrivals, (float(job.arrival_s), job_index))
+        self._build_table(indexes)
+        del indexes  # the jobs' rows (kept only in ``prepared``, for the runs alone)
         count = len(self.tasks)
         self.start_s: list[float | None] = [None] * count  # by task number
         self.finish_s: list[float | None] = [None] * count
         self.task_starts = 0  # tasks started so far (computes' tie-break: who started first)
-        self._build_table(indexes)
+        self._init_state()
 
     # ------------------------------------------------------------------ setup
     def _index_job(self, job: Job, index: _JobIndex) -> None:
@@ -419,46 +421,72 @@ class _Run:
             self.echelons[eqid] = _Echelon(spec, job.job_id, -1, float(job.weight), eqid=eqid)
 
     def _build_table(self, indexes: list[_JobIndex]) -> None:
-        """Number links, EchelonFlows and flows; pin each flow's path; order flows for the scheduler."""
+        """Number links, EchelonFlows and flows; pin each flow's path; order flows for the scheduler.
+
+        Each column is gathered from the jobs and put in the scheduler's order one at a time, so the
+        build holds the jobs' rows, the finished columns and one column in the making: FB2010's hour
+        held the table twice over (unordered and ordered) and peaked 100 MiB above what the run keeps
+        (docs/performance.md, "Memory")."""
         capacity = self.capacity_bps = self.topology.capacity_bps()
         self.link_ids = list(capacity)
         self.link_index = {link: i for i, link in enumerate(self.link_ids)}
         for slot, eqid in enumerate(sorted(self.echelons)):
             self.echelons[eqid].slot = slot
         enforces = bool(self.scheduler.enforces)
-        rows = [self._rows(index, base, enforces) for index, base in zip(indexes, self.job_base)]
-        count = sum(len(index.flow_task) for index in indexes)
-        table = FlowTable(
-            capacity=np.array([capacity[link] for link in self.link_ids], dtype=np.float64),
-            path_ptr=np.concatenate([[0], np.cumsum(np.concatenate([r["lengths"] for r in rows] or [[]]))]
-                                    ).astype(np.int64),
-            path_links=np.concatenate([r["links"] for r in rows] or [[]]).astype(np.int64),
-            group=np.concatenate([r["slot"] for r in rows] or [[]]).astype(np.int64),
-            offset=np.concatenate([index.offset_s for index in indexes] or [[]]).astype(np.float64),
-            idrank=self._idranks(indexes, count),
-            ref_slot=np.concatenate([r["slot"] for r in rows] or [[]]).astype(np.int64),
-            reference=np.full(len(self.echelons), math.inf),
-            weight=np.concatenate([r["weight"] for r in rows] or [[]]).astype(np.float64),
-            remaining=np.concatenate([index.wire_bytes for index in indexes] or [[]]).astype(np.float64),
-        )
-        task_of_row = np.concatenate([r["task"] for r in rows] or [[]]).astype(np.int64)
-        delta_s = np.concatenate([index.delta_s for index in indexes] or [[]]).astype(np.float64)
-        del rows
+        paths = [self._paths(index, enforces) for index in indexes]
+
+        def column(parts: Iterable[np.ndarray], dtype: type, order: np.ndarray | None) -> np.ndarray:
+            joined = np.concatenate(list(parts) or [np.zeros(0, dtype=dtype)]).astype(dtype, copy=False)
+            return joined if order is None else joined[order]
+
+        group = column((self._per_flow(index, "slot") for index in indexes), np.int64, None)
+        offset = column((index.offset_s for index in indexes), np.float64, None)
+        count = len(group)
+        idrank = self._idranks(indexes, count)
         # Flows numbered in the order the scheduler wants its active flows, so ``active`` (kept sorted)
         # is already in that order and a decision reads the table in place.
-        perm = np.array(numbering(table, self.scheduler.active_order), dtype=np.int64)
-        self.table = _permuted(table, perm)
-        del table
-        self._members()
-        self.table.layout = object()  # replaced when a fault moves a path (``_faults``)
+        perm = np.asarray(numbering(self.scheduler.active_order, idrank, group, offset), dtype=np.int64)
+        group, offset, idrank = group[perm], offset[perm], idrank[perm]
+        lengths = column((p[0] for p in paths), np.int64, None)
+        old_start = np.zeros(count, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=old_start[1:])
+        lengths = lengths[perm]
+        path_ptr = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(lengths, out=path_ptr[1:])
+        # new position p of every link number: the old start of its flow plus its place along the path
+        # (one gather instead of one slice per flow)
+        gather = np.repeat(old_start[perm] - path_ptr[:-1], lengths)
+        del old_start, lengths
+        gather += np.arange(int(path_ptr[-1]), dtype=np.int64)
+        path_links = column((p[1] for p in paths), np.int64, gather)
+        del gather, paths
+        self.table = FlowTable(
+            capacity=np.array([capacity[link] for link in self.link_ids], dtype=np.float64),
+            path_ptr=path_ptr,
+            path_links=path_links,
+            group=group,
+            offset=offset,
+            idrank=idrank,
+            ref_slot=group,  # one reference slot per EchelonFlow: the group numbers themselves
+            reference=np.full(len(self.echelons), math.inf),
+            weight=column((self._per_flow(index, "weight") for index in indexes), np.float64, perm),
+            remaining=column((index.wire_bytes for index in indexes), np.float64, perm),
+        )
         # Per-event bookkeeping reads Python numbers out of these arrays through memoryviews (as fast as
         # a list, 8 bytes a flow): each flow's task, wire size, delta_j and EchelonFlow slot.
-        self.flow_task_array = task_of_row[perm]
+        self.flow_task_array = column((index.flow_task + base for index, base in zip(indexes, self.job_base)),
+                                      np.int64, perm)
+        self.delta_s = memoryview(column((index.delta_s for index in indexes), np.float64, perm))
+        self._members()
+        self.table.layout = object()  # replaced when a fault moves a path (``_faults``)
+
+    def _init_state(self) -> None:
+        """The run's per-flow and per-group state, allocated once the jobs' rows are gone."""
+        count = len(self.flow_task_array)
         self.flow_task = memoryview(self.flow_task_array)
         flow_of_task = np.full(len(self.tasks), -1, dtype=np.int64)  # -1: a compute task
         flow_of_task[self.flow_task_array] = np.arange(count, dtype=np.int64)
         self.flow_of_task = memoryview(flow_of_task)
-        self.delta_s = memoryview(delta_s[perm])
         self.wire_array = self.table.remaining.copy()
         self.wire = memoryview(self.wire_array)
         self.flow_slot = memoryview(self.table.ref_slot)
@@ -494,9 +522,9 @@ class _Run:
         self.start_seq = np.zeros(count, dtype=np.int64)
         self.started = 0
 
-    def _rows(self, index: _JobIndex, base: int, enforces: bool) -> dict[str, np.ndarray]:
-        """One job's flow rows for the table: task numbers, slots, weights and pinned paths (the paths
-        and wire sizes are computed once per job and kept in ``index``)."""
+    def _paths(self, index: _JobIndex, enforces: bool) -> tuple[np.ndarray, np.ndarray]:
+        """One job's pinned paths as (link count per flow row, link numbers), and its wire sizes; both
+        computed once per job and kept in ``index`` for its run alone."""
         paths = index.paths.get(enforces)
         if paths is None:  # nothing is down while a run is set up: the pinned paths
             lengths, links = array("q"), array("q")
@@ -511,11 +539,13 @@ class _Run:
             # Links carry frames: the flow's payload plus its framing (Topology.wire_bytes).
             index.wire_bytes = np.array([self.topology.wire_bytes(index.tasks[k].size_bytes)
                                          for k in index.flow_task.tolist()], dtype=np.float64)
+        return paths
+
+    def _per_flow(self, index: _JobIndex, name: str) -> np.ndarray:
+        """One job's flow rows' EchelonFlow ``slot`` or ``weight``."""
         states = [self.echelons[eqid] for eqid, _ in index.echelons]
-        slot = np.array([state.slot for state in states], dtype=np.int64)[index.flow_echelon]
-        weight = np.array([state.weight for state in states], dtype=np.float64)[index.flow_echelon]
-        return {"lengths": paths[0], "links": paths[1], "slot": slot, "weight": weight,
-                "task": index.flow_task + base}
+        dtype = np.int64 if name == "slot" else np.float64
+        return np.array([getattr(state, name) for state in states], dtype=dtype)[index.flow_echelon]
 
     def _idranks(self, indexes: list[_JobIndex], count: int) -> np.ndarray:
         """Each flow row's rank among every flow's ``job/task`` id, without building the ids: job ids
@@ -924,26 +954,3 @@ class _Run:
             if left > max(BYTES_ATOL, 1e-6 * size):
                 qid = self.flow_qid(f)
                 raise AssertionError(f"flow {qid}: {left} of {size} bytes undelivered at its finish")
-
-
-def _permuted(table: FlowTable, perm: np.ndarray) -> FlowTable:
-    """The table with flow f renumbered to the position of f in ``perm`` (links and groups unchanged)."""
-    lengths = np.diff(table.path_ptr)[perm]
-    path_ptr = np.zeros(len(perm) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=path_ptr[1:])
-    # new position p of every link number: the old start of its flow plus its place along the path
-    # (one gather instead of one slice per flow)
-    shift = np.repeat(table.path_ptr[:-1][perm] - path_ptr[:-1], lengths)
-    path_links = table.path_links[np.arange(int(path_ptr[-1]), dtype=np.int64) + shift]
-    return FlowTable(
-        capacity=table.capacity,
-        path_ptr=path_ptr,
-        path_links=path_links.astype(np.int64),
-        group=table.group[perm],
-        offset=table.offset[perm],
-        idrank=table.idrank[perm],
-        ref_slot=table.ref_slot[perm],
-        reference=table.reference,
-        remaining=table.remaining[perm],
-        weight=table.weight[perm],
-    )

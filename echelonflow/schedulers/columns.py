@@ -123,17 +123,16 @@ class FlowTable:
         )
 
 
-def numbering(table: FlowTable, active_order: str) -> list[int]:
-    """The table's flow numbers in ``active_order`` (``Scheduler.active_order``): flow id; group, flow
-    id; or group, offset, flow id.  The simulator renumbers its table so before a run."""
-    keys: tuple = (table.idrank,)
+def numbering(active_order: str, idrank: Any, group: Any, offset: Any) -> Any:
+    """Flow numbers (positions in the three per-flow arrays) in ``active_order``
+    (``Scheduler.active_order``): flow id; group, flow id; or group, offset, flow id.  The simulator
+    renumbers its table so before a run; an integer array where numpy is, else a list."""
+    keys: tuple = (idrank,)
     if active_order != "id":
-        keys = (table.idrank, table.offset, table.group) if active_order == "group-offset" else (
-            table.idrank, table.group)
+        keys = (idrank, offset, group) if active_order == "group-offset" else (idrank, group)
     if kernels.HAVE_NUMBA:
-        return kernels.np.lexsort(keys).tolist()
-    count = len(table.idrank)
-    return sorted(range(count), key=lambda f: tuple(key[f] for key in reversed(keys)))
+        return kernels.np.lexsort(keys)
+    return sorted(range(len(idrank)), key=lambda f: tuple(key[f] for key in reversed(keys)))
 
 
 class LinkNumbering:
