@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from echelonflow.schedulers import kernels
+from echelonflow.schedulers import kernels, varys_kernels
 from echelonflow.schedulers.aalo import AaloScheduler
 from echelonflow.schedulers.echelon import ORDERINGS, EchelonScheduler, EchelonVarysScheduler
 from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
@@ -26,7 +27,7 @@ from echelonflow.schedulers.fair import FairScheduler
 from echelonflow.schedulers.fifo import FifoPriorityScheduler
 from echelonflow.schedulers.sincronia import SincroniaScheduler
 from echelonflow.schedulers.varys import CoflowScheduler, FifoScheduler, PortFairScheduler
-from echelonflow.schedulers.view import decision_on_snapshot
+from echelonflow.schedulers.view import decision_on_snapshot, snapshot_view
 from tests.instances import random_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,3 +166,94 @@ def test_filling_skips_flows_on_full_links_without_moving_a_tie(monkeypatch) -> 
         assert skipped.tolist() == listed.tolist(), seed
         tie_cases += _first_used_by_a_blocked_flow(path_ptr, path_links, capacity)
     assert tie_cases >= 100
+
+
+# --------------------------------------------------------------------------- Varys's shortcuts
+def _plain_varys(active, t, order_by, rate, order) -> int:
+    """``varys_kernels.varys_decide`` as its docstring defines it, with none of its shortcuts: every
+    group's bottleneck over every prefix of its flows (``kernels._bottleneck``, a division per flow and
+    link), the first group's recomputed on the untouched residual, the largest flow id looked up for
+    the weight, and the skipped groups' even shares divided per flow (plain Python throughout)."""
+    k = kernels
+    sel = [f for f in active if t.remaining[f] > k.EPS_BYTES and t.path_ptr[f + 1] > t.path_ptr[f]]
+    for f in active:
+        rate[f] = 0.0
+    runs = [[f] for f in sel[:1]]
+    for f in sel[1:]:
+        if t.group[f] == t.group[runs[-1][-1]]:
+            runs[-1].append(f)
+        else:
+            runs.append([f])
+    bits = {f: 8.0 * t.remaining[f] for f in sel}
+    n_links = len(t.capacity)
+
+    def bottleneck(flows, cap) -> float:
+        flat = np.array(flows, dtype=np.int64)
+        return k._bottleneck.py_func(flat, np.array([bits[f] for f in flows]), np.zeros(len(flows)), 0.0, 0,
+                                     len(flows), t.path_ptr, t.path_links, cap, np.zeros(n_links),
+                                     np.zeros(n_links, dtype=np.int64))
+
+    keys = []
+    for flows in runs:
+        if order_by == varys_kernels.ORDER_ARRIVAL:
+            keys.append(t.reference[t.ref_slot[flows[0]]])
+        else:
+            last = max(flows, key=lambda f: t.idrank[f])
+            keys.append(bottleneck(flows, t.capacity) / t.weight[last])
+    residual = np.array(t.capacity, dtype=np.float64)
+    skipped, pos = [], 0
+    for g in sorted(range(len(runs)), key=keys.__getitem__):
+        for f in runs[g]:
+            order[pos] = f
+            pos += 1
+        gamma = bottleneck(runs[g], residual)
+        if gamma == math.inf:
+            skipped.append(g)
+            continue
+        for f in runs[g]:
+            want = bits[f] / gamma if gamma > 0 else math.inf
+            give = min(want, k._path_min.py_func(f, t.path_ptr, t.path_links, residual))
+            if give > 0:
+                rate[f] = give
+                k._consume.py_func(f, give, t.path_ptr, t.path_links, residual, t.capacity)
+    eligible = [f for g in skipped for f in runs[g]
+                if k._path_min.py_func(f, t.path_ptr, t.path_links, residual) > 0]
+    count = np.zeros(n_links, dtype=np.int64)
+    for f in eligible:
+        count[t.path_links[t.path_ptr[f]:t.path_ptr[f + 1]]] += 1
+    for f in eligible:
+        rate[f] = varys_kernels._path_share.py_func(f, t.path_ptr, t.path_links, residual, count)
+    for f in eligible:
+        if rate[f] > 0:
+            k._consume.py_func(f, rate[f], t.path_ptr, t.path_links, residual, t.capacity)
+    k._backfill.py_func(order, len(sel), t.path_ptr, t.path_links, residual, t.capacity, rate)
+    return len(sel)
+
+
+@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not installed in this venv")
+def test_varys_kernel_s_shortcuts_give_the_plain_definition_s_rates() -> None:
+    """Varys's kernel divides once per link (a link's running sum only grows), reuses the first group's
+    key as its MADD bottleneck, reads the weight off the group's last flow and divides the skipped
+    groups' shares once per link: the same rates and ranks, bit for bit, as the definition without
+    them, in SEBF and arrival order, on random snapshots with some links down (capacity 0)."""
+    compared = zero_rates = 0
+    for seed in range(300):
+        view = snapshot_view(random_snapshot(seed, 2 + seed % 40), "group")
+        table = view.table.arrays()
+        capacity = np.array(table.capacity, dtype=np.float64)
+        if seed % 3 == 0:
+            capacity[np.random.default_rng(seed).random(len(capacity)) < 0.15] = 0.0
+        table = table._replace(capacity=capacity)
+        active = np.asarray(view.active, dtype=np.int64)
+        for order_by in (varys_kernels.ORDER_SEBF, varys_kernels.ORDER_ARRIVAL):
+            n = len(table.remaining)
+            rate, order = np.full(n, -1.0), np.full(n, -1, dtype=np.int64)
+            plain_rate, plain_order = np.full(n, -1.0), np.full(n, -1, dtype=np.int64)
+            admission = np.full(len(table.reference), -1.0)
+            m = varys_kernels.varys_decide(active, table, order_by, rate, order, admission)
+            assert _plain_varys(active, table, order_by, plain_rate, plain_order) == m
+            assert rate.tolist() == plain_rate.tolist(), (seed, order_by)
+            assert order[:m].tolist() == plain_order[:m].tolist(), (seed, order_by)
+            compared += 1
+            zero_rates += any(r == 0.0 for r in rate[active].tolist())
+    assert compared == 600 and zero_rates >= 50

@@ -19,7 +19,6 @@ from echelonflow.schedulers.kernels import (
     EPS_BYTES,
     INF,
     _backfill,
-    _bottleneck,
     _consume,
     _copied,
     _path_min,
@@ -58,7 +57,7 @@ def varys_decide(active, table, order_by, rate, order, admission_key):
     4. Whatever is still free is back-filled greedily, flow by flow in the global order.
     """
     remaining, group, reference, ref_slot = table.remaining, table.group, table.reference, table.ref_slot
-    idrank, weight = table.idrank, table.weight
+    weight = table.weight
     path_ptr, path_links, capacity = table.path_ptr, table.path_links, table.capacity
     # the flows covered (``kernels._select``), where each group's run starts and each flow's bits, in
     # one walk over the active flows
@@ -83,9 +82,10 @@ def varys_decide(active, table, order_by, rate, order, admission_key):
     n_links = len(capacity)
     cumulative = floats(n_links)
     touched = ints(n_links)
-    no_slack = floats(m)
-
     keys = floats(n_groups)
+    raw_key = floats(n_groups)  # SEBF's key before the weight: the group's bottleneck on full capacity
+    for g in range(n_groups):
+        raw_key[g] = -1.0  # not computed (arrival order, or a key kept from admission)
     for g in range(n_groups):
         a, b = starts[g], starts[g + 1]
         if order_by == ORDER_ARRIVAL:
@@ -95,13 +95,11 @@ def varys_decide(active, table, order_by, rate, order, admission_key):
         if order_by == ORDER_SEBF_ADMITTED and admission_key[slot] >= 0.0:
             keys[g] = admission_key[slot]
             continue
-        key = _bottleneck(sel, bits, no_slack, 0.0, a, b, path_ptr, path_links, capacity, cumulative,
-                          touched)
-        last = sel[a]  # the weight of the group's last flow by id, as echelon_decide reads it
-        for k in range(a + 1, b):
-            if idrank[sel[k]] > idrank[last]:
-                last = sel[k]
-        keys[g] = key / weight[last]
+        key = raw_key[g] = _load_bottleneck(sel, bits, a, b, path_ptr, path_links, capacity, cumulative,
+                                            touched)
+        # the weight of the group's last flow by id, as echelon_decide reads it (a group's flows are
+        # listed by id, so its last one)
+        keys[g] = key / weight[sel[b - 1]]
         if order_by == ORDER_SEBF_ADMITTED:
             admission_key[slot] = keys[g]
     group_order = stable_argsort(keys, n_groups)
@@ -116,8 +114,10 @@ def varys_decide(active, table, order_by, rate, order, admission_key):
         for k in range(a, b):
             order[pos] = sel[k]
             pos += 1
-        gamma = _bottleneck(sel, bits, no_slack, 0.0, a, b, path_ptr, path_links, residual, cumulative,
-                            touched)
+        if gi == 0 and raw_key[g] >= 0.0:
+            gamma = raw_key[g]  # nothing taken yet: the residual is the capacity its key was computed on
+        else:
+            gamma = _load_bottleneck(sel, bits, a, b, path_ptr, path_links, residual, cumulative, touched)
         if gamma == INF:
             skipped[n_skipped] = g
             n_skipped += 1
@@ -140,6 +140,40 @@ def varys_decide(active, table, order_by, rate, order, admission_key):
 
 
 @jit
+def _load_bottleneck(sel, bits, start, stop, path_ptr, path_links, cap, cumulative, touched):
+    """``kernels._bottleneck`` with no slack: the largest ``C_l / c_l`` over the links of sel[start:stop]
+    (``C_l`` the bits the flows put on link l), infinity if one has no capacity.  Every flow has bits
+    (> 0), so a link's running sum only grows and its largest prefix is its total: one division per
+    link at the end instead of one per flow and link, the same value bit for bit.  ``cumulative`` is all
+    zeros on entry and on return."""
+    n_touched = 0
+    blocked = False
+    for k in range(start, stop):
+        b = bits[k]
+        f = sel[k]
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            li = path_links[p]
+            if cap[li] <= 0.0:
+                blocked = True
+                break
+            c = cumulative[li]
+            if c == 0.0:
+                touched[n_touched] = li
+                n_touched += 1
+            cumulative[li] = c + b
+        if blocked:
+            break
+    worst = -INF
+    for t in range(n_touched):
+        li = touched[t]
+        value = cumulative[li] / cap[li]
+        if value > worst:
+            worst = value
+        cumulative[li] = 0.0
+    return INF if blocked else worst
+
+
+@jit
 def _split_spare(sel, starts, skipped, n_skipped, path_ptr, path_links, residual, capacity, rate):
     """Step 3 of :func:`varys_decide`: the flows of the ``skipped`` groups whose every link has some
     residual each get ``min over their links of residual / (such flows on the link)``, all shares taken
@@ -159,9 +193,13 @@ def _split_spare(sel, starts, skipped, n_skipped, path_ptr, path_links, residual
             n_eligible += 1
             for p in range(path_ptr[f], path_ptr[f + 1]):
                 count[path_links[p]] += 1
+    share = floats(len(residual))  # each link's even share, divided once per link, not per flow
+    for li in range(len(residual)):
+        if count[li] > 0:
+            share[li] = residual[li] / count[li]
     for e in range(n_eligible):
         f = eligible[e]
-        rate[f] = _path_share(f, path_ptr, path_links, residual, count)
+        rate[f] = _path_min(f, path_ptr, path_links, share)
     for e in range(n_eligible):
         f = eligible[e]
         if rate[f] > 0:
