@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -194,20 +195,17 @@ def test_a_fault_that_moves_paths_renews_the_kept_totals() -> None:
 
 
 _WITHOUT_NUMBA = """
-import dataclasses, json, sys
+import json, pickle, sys
 sys.modules["numba"] = None
 sys.path.insert(0, {root!r})
 from echelonflow.schedulers import kernels
 from echelonflow.schedulers.echelon import EchelonScheduler
 assert not kernels.HAVE_NUMBA
-from echelonflow.scenario import load_scenario
-from echelonflow.topology import Topology, fattree
 from simulator.engine import simulate
 scheduler = EchelonScheduler()
 scheduler.exact_above = 0
-fb = load_scenario("fb2010")
-jobs = [dataclasses.replace(job, arrival_s=0.0) for job in fb.jobs if 10 <= len(job.flows) <= 60][:8]
-print(json.dumps(simulate(fb.topology, jobs, scheduler, alone_runs=False).to_json_dict()))
+topology, jobs = pickle.load(sys.stdin.buffer)
+print(json.dumps(simulate(topology, jobs, scheduler, alone_runs=False).to_json_dict()))
 """
 
 
@@ -215,11 +213,13 @@ def test_kept_totals_interpreted_on_lists_give_the_compiled_run() -> None:
     """Without numba (the controller's Python 3.9 venv) the kept totals are Python lists and integers:
     the same run, to the last bit, as compiled."""
     root = Path(__file__).resolve().parent.parent
-    child = subprocess.run([sys.executable, "-c", _WITHOUT_NUMBA.format(root=str(root))], capture_output=True,
-                           text=True, timeout=600, cwd=root, env=dict(os.environ, PYTHONPATH=str(root)))
-    assert child.returncode == 0, child.stderr[-3000:]
     fb = load_scenario("fb2010")
     jobs = [dataclasses.replace(job, arrival_s=0.0) for job in fb.jobs if 10 <= len(job.flows) <= 60][:8]
+    # the jobs go to the child whole (loading the trace costs seconds in each process)
+    child = subprocess.run([sys.executable, "-c", _WITHOUT_NUMBA.format(root=str(root))],
+                           input=pickle.dumps((fb.topology, jobs)), capture_output=True, timeout=600,
+                           cwd=root, env=dict(os.environ, PYTHONPATH=str(root)))
+    assert child.returncode == 0, child.stderr.decode()[-3000:]
     scheduler = _Checked(exact_above=0)
     compiled = simulate(fb.topology, jobs, scheduler, alone_runs=False).to_json_dict()
     assert scheduler.checked > 50
