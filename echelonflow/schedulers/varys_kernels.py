@@ -178,8 +178,8 @@ def _split_spare(sel, starts, skipped, n_skipped, path_ptr, path_links, residual
     """Step 3 of :func:`varys_decide`: the flows of the ``skipped`` groups whose every link has some
     residual each get ``min over their links of residual / (such flows on the link)``, all shares taken
     from the residual as it was before this step (so no link is over-committed), then consumed.  The
-    eligible flows are listed on the first walk (the residual does not change until the last), so the
-    shares and the consumption walk only them, without looking at their paths' residual again."""
+    eligible flows are listed on the first walk; each link's share is divided once from the residual
+    before anything is taken, so one more walk over them gives each flow its rate and takes it off."""
     count = ints(len(residual))
     eligible = ints(len(sel))
     n_eligible = 0
@@ -197,11 +197,9 @@ def _split_spare(sel, starts, skipped, n_skipped, path_ptr, path_links, residual
     for li in range(len(residual)):
         if count[li] > 0:
             share[li] = residual[li] / count[li]
-    for e in range(n_eligible):
+    for e in range(n_eligible):  # the shares are fixed already: each flow's rate, then its consumption
         f = eligible[e]
         rate[f] = _path_min(f, path_ptr, path_links, share)
-    for e in range(n_eligible):
-        f = eligible[e]
         if rate[f] > 0:
             _consume(f, rate[f], path_ptr, path_links, residual, capacity)
 
