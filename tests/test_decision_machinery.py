@@ -9,7 +9,8 @@ shortcut is wrong.
 * Varys's spare split (``varys_kernels._split_spare``) walks only the flows it found eligible: rates and
   residual equal bit for bit to the three walks over every skipped flow;
 * ``echelon`` deciding at every flow event skips its back-fill: every ranked flow with bytes left
-  already crosses a full link, so back-filling would give nothing.
+  already crosses a full link, so back-filling would give nothing; and it ranks and serves each group's
+  flows in one walk: the rates are those of serving the ranking greedily.
 """
 
 from __future__ import annotations
@@ -184,3 +185,26 @@ def test_echelon_at_every_flow_event_leaves_no_flow_a_free_path(seed) -> None:
     for f in allocation.ranked[:allocation.count].tolist():
         links = table.path_links[table.path_ptr[f]:table.path_ptr[f + 1]].tolist()
         assert any(load[li] >= table.capacity[li] * (1 - 1e-9) for li in links), (seed, f)
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_echelon_at_every_flow_event_serves_its_ranking_greedily(seed) -> None:
+    """Deciding at every flow event, echelon ranks and serves each group's flows in one walk: every
+    ranked flow, in rank order, takes the least residual on its path (plain Python from the full
+    capacities), bit for bit, and every other flow gets nothing."""
+    snap = random_snapshot(seed, 1 + seed % 25)
+    scheduler = EchelonScheduler()
+    view = snapshot_view(snap, scheduler.active_order, scheduler.links())
+    allocation = scheduler.decide(view)
+    table = view.table
+    residual = np.array(table.capacity, dtype=np.float64)
+    expected = dict.fromkeys(view.active.tolist(), 0.0)
+    for f in allocation.ranked[:allocation.count].tolist():
+        links = table.path_links[table.path_ptr[f]:table.path_ptr[f + 1]].tolist()
+        spare = min(residual[li] for li in links)
+        if spare > 0:
+            expected[f] = spare
+            for li in links:
+                left = residual[li] - spare
+                residual[li] = left if left > table.capacity[li] * kernels.EPS_RELATIVE else 0.0
+    assert {f: view.rate[f] for f in expected} == expected

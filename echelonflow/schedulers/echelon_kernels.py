@@ -656,8 +656,10 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
     starts = ints(n + 1)
     m, n_groups = _edf_groups(active, table, True, rate, sel, due, starts)
     n_links = len(capacity)
-    cumulative = floats(n_links)
-    touched = ints(n_links)
+    # scratch of the coflow rule's just-in-time rates and max-min filling (``every_flow`` needs none)
+    scratch = 0 if every_flow else n_links
+    cumulative = floats(scratch)
+    touched = ints(scratch)
     residual = _copied(capacity)
 
     group_order = ints(n_groups)  # one group (or none): nothing to order
@@ -680,14 +682,28 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
         keep = 1.0 + BSSI_MARGIN
         if bssi_served < smith_served * keep or bssi_held < smith_held * keep:
             group_order = other
-    bits = floats(m)
-    for k in range(m):
-        bits[k] = 8.0 * remaining[sel[k]]
-    local_of = _unnumbered(n_links)
+    # each flow's bits, for the just-in-time rates of staggered groups under the coflow rule only
+    bits = floats(0 if every_flow else m)
+    if not every_flow:
+        for k in range(m):
+            bits[k] = 8.0 * remaining[sel[k]]
+    local_of = _unnumbered(scratch)
     pos = 0
     for gi in range(n_groups):
         g = group_order[gi]
         a, b = starts[g], starts[g + 1]
+        if every_flow:
+            # deciding at every flow start and finish, every group goes as soon as possible, one flow
+            # after another (earliest due first), staggered or not: one walk ranks and serves its flows
+            for k in range(a, b):
+                f = sel[k]
+                order[pos] = f
+                pos += 1
+                spare = _path_min(f, path_ptr, path_links, residual)
+                if spare > 0:
+                    rate[f] = spare
+                    _consume(f, spare, path_ptr, path_links, residual, capacity)
+            continue
         staggered = False
         for k in range(a, b):
             order[pos] = sel[k]
@@ -695,7 +711,7 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
             if offset[sel[k]] != offset[sel[a]]:
                 staggered = True
         t_star = INF
-        if staggered and not every_flow:
+        if staggered:
             # just in time, between decisions that come only at flow starts and group completions: every
             # flow lands at d_j + t*, t* the least tardiness left on what remains, so the whole group
             # keeps moving (infinite when a link of the group is full already: its flows go at once)
@@ -711,7 +727,7 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
                 if give > 0:
                     rate[f] = give
                     _consume(f, give, path_ptr, path_links, residual, capacity)
-        elif every_flow or staggered:
+        elif staggered:
             for k in range(a, b):  # as soon as possible, one flow after another (earliest due first)
                 f = sel[k]
                 spare = _path_min(f, path_ptr, path_links, residual)
