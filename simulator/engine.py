@@ -426,7 +426,7 @@ class _Run:
         Each column is gathered from the jobs and put in the scheduler's order one at a time, so the
         build holds the jobs' rows, the finished columns and one column in the making: FB2010's hour
         held the table twice over (unordered and ordered) and peaked 100 MiB above what the run keeps
-        (docs/performance.md, "Memory")."""
+        (docs/performance.md, "The run's table built column by column")."""
         capacity = self.capacity_bps = self.topology.capacity_bps()
         self.link_ids = list(capacity)
         self.link_index = {link: i for i, link in enumerate(self.link_ids)}
