@@ -1,8 +1,9 @@
 """The inner loops of the Varys-family baselines (``coflow``, ``fifo``, ``port-fair``) over flat arrays.
 
 Layout, compilation and the bit-for-bit agreement of compiled and interpreted runs are as in
-``schedulers/kernels.py``, whose shared helpers (``_select``, ``_bottleneck``, ``_consume``,
-``_path_min``, ``_backfill``) these kernels import.  They are kept apart from ``echelon_kernels`` so that
+``schedulers/kernels.py``, whose shared helpers (``_select``, ``_consume``, ``_path_min``,
+``_backfill``) these kernels import; their bottleneck without offsets is their own
+(:func:`_load_bottleneck`).  They are kept apart from ``echelon_kernels`` so that
 EchelonFlow's own scheduler can change without moving the baselines it is compared with.
 
 The reference for every rule here is the simulator of the Varys authors, CoflowSim
