@@ -20,7 +20,14 @@ argument, ``table`` (``columns.TableArrays``), read by name.  Kept Python 3.9 co
 
 from __future__ import annotations
 
-from echelonflow.schedulers.echelon_totals import _added, _units, bits_of, kept_and_live, live_links
+from echelonflow.schedulers.echelon_totals import (
+    _added,
+    _units,
+    bits_of,
+    kept_and_live,
+    live_links,
+    mark_moved,
+)
 from echelonflow.schedulers.kernels import (
     INF,
     TINY_S,
@@ -650,6 +657,7 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
     """
     remaining, offset, path_ptr, path_links, capacity = (table.remaining, table.offset, table.path_ptr,
                                                          table.path_links, table.capacity)
+    group = table.group
     n = len(active)
     sel = ints(n)
     due = floats(n)
@@ -703,6 +711,8 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
                 if spare > 0:
                     rate[f] = spare
                     _consume(f, spare, path_ptr, path_links, residual, capacity)
+                    if totals is not None:
+                        mark_moved(totals, group[f], f)
             continue
         staggered = False
         for k in range(a, b):
@@ -745,6 +755,10 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
         # least residual on its path, which leaves that link at exactly 0 (``_consume``); residual only
         # falls, so every ranked flow has a full link and back-filling would give nothing: skipped.
         _backfill(order, m, path_ptr, path_links, residual, capacity, rate)
+        if totals is not None:  # the flows that got a rate move: the kept totals' next refresh reads them
+            for k in range(m):
+                if rate[sel[k]] > 0.0:
+                    mark_moved(totals, group[sel[k]], sel[k])
     return m
 
 

@@ -52,7 +52,9 @@ class CoflowTotals(NamedTuple):
     ``ent_first[ent]``.
     Per path entry p of a kept member: its entry ``ent_of[p]`` and its place ``ep_of[p]`` there.  Per
     flow: the bytes left last seen, its units and whether it was live.  ``pmax``: one more than the
-    longest path (the sort key's radix)."""
+    longest path (the sort key's radix).  Per kept slot, the flows a decision gave a rate since the
+    slot's last refresh (:func:`mark_moved`): ``moved_head[slot]`` is 0 or the first one + 1, and
+    ``moved_next[f]`` is 0 (not listed), 1 (the last) or the next one + 2."""
 
     kept: Any
     slot_live: Any
@@ -71,6 +73,8 @@ class CoflowTotals(NamedTuple):
     units: Any
     alive: Any
     pmax: Any
+    moved_head: Any
+    moved_next: Any
 
 
 @jit
@@ -220,7 +224,8 @@ def _build(members_ptr, members, offset, remaining, path_ptr, path_links, n_link
     pm = ints(1)
     pm[0] = pmax
     return CoflowTotals(kept, slot_live, ent_ptr, ent_link, ent_hi, ent_lo, ent_live, ent_first, ep_ptr,
-                        ep_pos, ep_pidx, ent_of, ep_of, last, units, alive, pm)
+                        ep_pos, ep_pidx, ent_of, ep_of, last, units, alive, pm, ints(len(kept)),
+                        ints(n_flows))
 
 
 def coflow_totals(table: Any, exact_above: int) -> CoflowTotals | None:
@@ -234,14 +239,22 @@ def coflow_totals(table: Any, exact_above: int) -> CoflowTotals | None:
 
 @jit
 def refresh(totals, slot, members_ptr, members, remaining, path_ptr):
-    """Bring kept group ``slot`` up to date: each member whose bytes left differ from those last seen
-    moves its entries' units and live counts (and the first live member of each entry)."""
+    """Bring kept group ``slot`` up to date: each member a decision gave a rate since the last refresh
+    (the only ones whose bytes left can have changed: the simulator moves bytes by rates alone) whose
+    bytes left differ from those last seen moves its entries' units and live counts (and the first live
+    member of each entry).  Sums of integers and a first live member do not depend on the order the
+    changes come in, so the totals are those of comparing every member, as before."""
     last, units, alive = totals.last, totals.units, totals.alive
     ent_of, ep_of, ep_ptr, ep_pos = totals.ent_of, totals.ep_of, totals.ep_ptr, totals.ep_pos
     ent_hi, ent_lo = totals.ent_hi, totals.ent_lo
     ent_live, ent_first = totals.ent_live, totals.ent_first
-    for e in range(members_ptr[slot], members_ptr[slot + 1]):
-        f = members[e]
+    moved_next = totals.moved_next
+    listed = totals.moved_head[slot]
+    totals.moved_head[slot] = 0
+    while listed != 0:
+        f = listed - 1
+        listed = moved_next[f] - 1
+        moved_next[f] = 0
         r = remaining[f]
         if r == last[f]:
             continue
@@ -269,6 +282,16 @@ def refresh(totals, slot, members_ptr, members, remaining, path_ptr):
                 ent_live[ent] += 1
                 if ep_of[p] < ent_first[ent]:
                     ent_first[ent] = ep_of[p]
+
+
+@jit
+def mark_moved(totals, slot, f):
+    """Flow ``f`` of group ``slot`` was given a rate: if the group is kept, list the flow for its next
+    :func:`refresh` (once)."""
+    if totals.kept[slot] == 0 or totals.moved_next[f] != 0:
+        return
+    totals.moved_next[f] = totals.moved_head[slot] + 1
+    totals.moved_head[slot] = f + 1
 
 
 @jit
