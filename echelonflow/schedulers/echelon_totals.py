@@ -14,8 +14,9 @@ that lists more than that many members, all those with a path at one offset, its
 entry's units and count of live members, and the entry's members in member order with a pointer to the
 first live one (a walk meets a group's links in the order of their first live member and path position:
 BSSI numbers links so, and breaks ties by that number).  A decision refreshes only the groups it
-covers, comparing each member's bytes left with the value last seen; a member that changed moves its
-entries' sums.
+covers, and of each only the members a decision gave a rate since its last refresh (the kernel lists
+them, :func:`mark_moved`: in the simulator bytes move by rates alone), comparing each one's bytes left
+with the value last seen; a member that changed moves its entries' sums.
 
 Same conventions as ``kernels.py``; kept Python 3.9 compatible.
 """
