@@ -170,6 +170,7 @@ def test_the_matrix_shows_old_records_metrics_as_missing() -> None:
     assert "| s | 0 | 1 | - | - |" in text
 
 
+@pytest.mark.slow  # a child that loads every grid of the matrix, FB2010's included
 def test_summary_only_rejudges_the_kept_matrix_without_sweep_folders(tmp_path: Path) -> None:
     """The repository keeps matrix.json, not the sweep folders; its cells predate p95 and GPU-busy."""
     kept = ROOT / "benchmarks" / "results" / "scheduler-matrix" / "matrix.json"
@@ -208,6 +209,7 @@ def test_summary_only_replaces_only_the_grids_it_has_folders_for(tmp_path: Path)
     assert "carried over" in (tmp_path / "matrix.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow  # a child that loads every grid of the matrix, FB2010's included
 def test_summary_only_without_folders_or_matrix_is_one_line(tmp_path: Path) -> None:
     child = subprocess.run([sys.executable, MATRIX_SCRIPT, "--summary-only", "--out", str(tmp_path / "none")],
                            capture_output=True, text=True, timeout=300)
