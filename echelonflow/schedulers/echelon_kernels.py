@@ -445,8 +445,8 @@ def _walk_groups(sel, starts, n_groups, table, totals, exact_above):
     if totals is not None:  # noqa: SIM102
         if whole:
             for g in range(n_groups):
-                kept_links[g] = kept_and_live(totals, group[sel[starts[g]]], members_ptr, members, remaining,
-                                              path_ptr, exact_above)
+                kept_links[g] = kept_and_live(totals, group[sel[starts[g]]], members, remaining, path_ptr,
+                                              exact_above)
     n_members = 0
     n_entries = 0
     big = False  # a group summed exactly here (kept, or listing more than exact_above)

@@ -239,7 +239,7 @@ def coflow_totals(table: Any, exact_above: int) -> CoflowTotals | None:
 
 
 @jit
-def refresh(totals, slot, members_ptr, members, remaining, path_ptr):
+def refresh(totals, slot, members, remaining, path_ptr):
     """Bring kept group ``slot`` up to date: each member a decision gave a rate since the last refresh
     (the only ones whose bytes left can have changed: the simulator moves bytes by rates alone) whose
     bytes left differ from those last seen moves its entries' units and live counts (and the first live
@@ -325,12 +325,12 @@ def live_links(totals, slot, members, link_out, hi_out, lo_out, start):
 
 
 @jit
-def kept_and_live(totals, slot, members_ptr, members, remaining, path_ptr, exact_above):
+def kept_and_live(totals, slot, members, remaining, path_ptr, exact_above):
     """For a kept ``slot``, brought up to date (:func:`refresh`), with more than ``exact_above`` live
     members: how many links it has (an upper bound on those live); else -1 (walk it)."""
     if totals.kept[slot] == 0:
         return -1
-    refresh(totals, slot, members_ptr, members, remaining, path_ptr)
+    refresh(totals, slot, members, remaining, path_ptr)
     if totals.slot_live[slot] <= exact_above:
         return -1
     return totals.ent_ptr[slot + 1] - totals.ent_ptr[slot]
