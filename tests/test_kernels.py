@@ -222,7 +222,7 @@ def _plain_varys(active, t, order_by, rate, order) -> int:
     for f in eligible:
         count[t.path_links[t.path_ptr[f]:t.path_ptr[f + 1]]] += 1
     for f in eligible:
-        rate[f] = varys_kernels._path_share.py_func(f, t.path_ptr, t.path_links, residual, count)
+        rate[f] = min(residual[li] / count[li] for li in t.path_links[t.path_ptr[f]:t.path_ptr[f + 1]])
     for f in eligible:
         if rate[f] > 0:
             k._consume.py_func(f, rate[f], t.path_ptr, t.path_links, residual, t.capacity)

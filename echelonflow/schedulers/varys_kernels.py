@@ -86,9 +86,8 @@ def varys_decide(active, table, order_by, rate, order, admission_key):
     keys = floats(n_groups)
     raw_key = floats(n_groups)  # SEBF's key before the weight: the group's bottleneck on full capacity
     for g in range(n_groups):
-        raw_key[g] = -1.0  # not computed (arrival order, or a key kept from admission)
-    for g in range(n_groups):
         a, b = starts[g], starts[g + 1]
+        raw_key[g] = -1.0  # not computed (arrival order, or a key kept from admission)
         if order_by == ORDER_ARRIVAL:
             keys[g] = reference[ref_slot[sel[a]]]
             continue
@@ -194,10 +193,7 @@ def _split_spare(sel, starts, skipped, n_skipped, path_ptr, path_links, residual
             n_eligible += 1
             for p in range(path_ptr[f], path_ptr[f + 1]):
                 count[path_links[p]] += 1
-    share = floats(len(residual))  # each link's even share, divided once per link, not per flow
-    for li in range(len(residual)):
-        if count[li] > 0:
-            share[li] = residual[li] / count[li]
+    share = _even_shares(residual, count)
     for e in range(n_eligible):  # the shares are fixed already: each flow's rate, then its consumption
         f = eligible[e]
         rate[f] = _path_min(f, path_ptr, path_links, share)
@@ -206,14 +202,13 @@ def _split_spare(sel, starts, skipped, n_skipped, path_ptr, path_links, residual
 
 
 @jit
-def _path_share(f, path_ptr, path_links, available, count):
-    """The smallest over flow f's links of ``available / count``: its even share of each link."""
-    share = INF
-    for p in range(path_ptr[f], path_ptr[f + 1]):
-        li = path_links[p]
-        value = available[li] / count[li]
-        if value < share:
-            share = value
+def _even_shares(available, count):
+    """Per link, ``available / count`` where ``count`` > 0 (else 0): each of the counted flows' even share
+    of the link, divided once per link; a flow's share is the least over its links (``_path_min``)."""
+    share = floats(len(available))
+    for li in range(len(available)):
+        if count[li] > 0:
+            share[li] = available[li] / count[li]
     return share
 
 
@@ -232,7 +227,8 @@ def port_fair_decide(active, remaining, path_ptr, path_links, capacity, rate):
         f = sel[k]
         for p in range(path_ptr[f], path_ptr[f + 1]):
             count[path_links[p]] += 1
+    share = _even_shares(capacity, count)
     for k in range(m):
         f = sel[k]
-        rate[f] = _path_share(f, path_ptr, path_links, capacity, count)
+        rate[f] = _path_min(f, path_ptr, path_links, share)
     return 0
