@@ -110,6 +110,43 @@ def test_the_random_groups_keep_uniform_groups_and_walk_staggered_ones() -> None
     assert kept > 20 and walked > 20
 
 
+@pytest.mark.parametrize("seed", range(60))
+def test_kept_coflows_copied_as_they_come_select_what_the_flow_by_flow_pass_selects(seed: int) -> None:
+    """Deciding at every flow event, a kept Coflow's run is copied reading its bytes left only
+    (``echelon_kernels._edf_core``): the same flows, group starts, first due times and zeroed rates as
+    the pass that reads every column, and the same decision.  Here active flows may have no bytes left
+    and a Coflow's run may come out of flow-number order (then it is taken flow by flow)."""
+    x = random_groups(seed)
+    rng = np.random.default_rng(seed + 7)
+    group, remaining = x["group"], x["remaining"]
+    active = np.flatnonzero(rng.random(len(remaining)) < 0.7).astype(np.int64)  # some with 0 bytes left
+    remaining[active[rng.random(len(active)) < 0.1]] = EPS_BYTES * rng.random()
+    table = TableArrays(**{name: x[name] for name in TableArrays._fields})
+    totals = et.coflow_totals(table, 0)
+    if totals is None or not np.any(totals.in_order):
+        return
+    if seed % 3 == 0:  # one vouched Coflow's run out of flow-number order
+        slot = int(rng.choice(np.flatnonzero(np.asarray(totals.in_order))))
+        run = np.flatnonzero(group[active] == slot)
+        active[run] = active[run][::-1]
+    n = len(active)
+    outputs = []
+    for in_order in (totals.in_order, ints(0)):
+        rate = np.ones(len(remaining))
+        sel, due, starts = ints(n), np.full(n, np.nan), ints(n + 1)
+        m, n_groups = ek._edf_core(active, table, True, rate, sel, due, starts, in_order)
+        heads = np.asarray(starts[:n_groups], dtype=np.int64)
+        outputs.append((m, n_groups, list(sel[:m]), list(starts[:n_groups + 1]), list(due[heads]),
+                        list(rate[active])))
+    assert outputs[0] == outputs[1]
+    assert all(r == 0.0 for r in outputs[0][5])
+    rates, order = np.zeros(len(remaining)), ints(len(remaining))
+    count = ek.echelon_decide(active, table, 0.5, True, rates, order, totals, 0)
+    plain_rates, plain_order = np.zeros(len(remaining)), ints(len(remaining))
+    assert ek.echelon_decide(active, table, 0.5, True, plain_rates, plain_order, None, 0) == count
+    assert np.array_equal(rates, plain_rates) and np.array_equal(order[:count], plain_order[:count])
+
+
 def test_exact_totals_carry_between_their_two_words() -> None:
     """A total is ``hi * 2**62 + lo``: adding and taking away across the carry gives the integer's own
     split, and its bits depend on the integer alone."""

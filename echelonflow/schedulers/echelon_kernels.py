@@ -73,9 +73,46 @@ def _edf_groups(active, table, use_offsets, rate, sel, due, starts):
     into ``starts``.  ``active`` must list each group's flows contiguously, groups in group-id order
     (sorted by due already where it can: the insertion sort then only checks).  Returns (flows, groups).
     """
+    return _edf_core(active, table, use_offsets, rate, sel, due, starts, ints(0))
+
+
+@jit
+def _run_end(active, group, k, g):
+    """The end of group ``g``'s run in ``active`` that starts at ``k`` (groups in group-id order)."""
+    lo, hi = k + 1, len(active)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if group[active[mid]] <= g:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@jit
+def _increasing(values, a, b):
+    """Whether ``values[a:b]`` strictly increase."""
+    for k in range(a + 1, b):  # noqa: SIM110 (numba compiles the loop, not a generator)
+        if values[k] <= values[k - 1]:
+            return False
+    return True
+
+
+@jit
+def _edf_core(active, table, use_offsets, rate, sel, due, starts, in_order):
+    """:func:`_edf_groups`, where ``in_order[slot]`` is 1 for a group whose flows with bytes left the
+    caller vouches all have a path, share one due time and are listed in earliest-due-first order when
+    listed by flow number (a kept Coflow of the simulator's table, ``echelon_totals._in_member_order``;
+    empty: none).  Such a group's run is copied reading only each flow's bytes left, and only its first
+    flow's due time is written: deciding at every flow event, nothing reads the others (they are the
+    first one's).  On a coflow trace that run is nearly every active flow, and reading six more columns
+    of each was a fifth of ``echelon``'s decision (docs/performance.md, "A kept Coflow's flows copied").
+    A run not in increasing flow numbers is taken flow by flow, like every other group.
+    """
     group, offset, reference, ref_slot, idrank = (table.group, table.offset, table.reference, table.ref_slot,
                                                   table.idrank)
     remaining, path_ptr = table.remaining, table.path_ptr
+    vouched = len(in_order) > 0
     # one pass: the flows _select would cover, their due times, the runs' starts and whether any run is
     # out of order (on a coflow trace a decision covers thousands of flows: four passes over them cost
     # a third of echelon's decision)
@@ -83,16 +120,46 @@ def _edf_groups(active, table, use_offsets, rate, sel, due, starts):
     n_groups = 0
     last_group = -1
     unsorted = False
-    for k in range(len(active)):
+    n = len(active)
+    by_flow_until = 0  # a vouched run found out of flow-number order is taken flow by flow up to here
+    k = 0
+    while k < n:
         f = active[k]
+        g = group[f]
+        if vouched and k >= by_flow_until and g != last_group and in_order[g] == 1:
+            end = _run_end(active, group, k, g)
+            head = m
+            previous = -1
+            for j in range(k, end):
+                f = active[j]
+                if f <= previous:
+                    break
+                previous = f
+                rate[f] = 0.0
+                if remaining[f] > EPS_BYTES:
+                    sel[m] = f
+                    m += 1
+            else:
+                if m > head:
+                    starts[n_groups] = head
+                    n_groups += 1
+                    last_group = g
+                    first = sel[head]
+                    due[head] = reference[ref_slot[first]] + (offset[first] if use_offsets else 0.0)
+                k = end
+                continue
+            m = head
+            by_flow_until = end
+            f = active[k]
         rate[f] = 0.0
+        k += 1
         if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
             continue
         d = reference[ref_slot[f]] + (offset[f] if use_offsets else 0.0)
-        if m == 0 or group[f] != last_group:
+        if m == 0 or g != last_group:
             starts[n_groups] = m
             n_groups += 1
-            last_group = group[f]
+            last_group = g
         elif d < due[m - 1] or (d == due[m - 1] and idrank[f] < idrank[sel[m - 1]]):
             unsorted = True
         sel[m] = f
@@ -103,6 +170,8 @@ def _edf_groups(active, table, use_offsets, rate, sel, due, starts):
         return m, n_groups
     for g in range(n_groups):
         a, b = starts[g], starts[g + 1]
+        if vouched and in_order[group[sel[a]]] == 1 and _increasing(sel, a, b):
+            continue  # in order as listed (a copied run's other due times are not written)
         ok = True
         for k in range(a + 1, b):
             if due[k] < due[k - 1] or (due[k] == due[k - 1] and idrank[sel[k]] < idrank[sel[k - 1]]):
@@ -662,7 +731,12 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
     sel = ints(n)
     due = floats(n)
     starts = ints(n + 1)
-    m, n_groups = _edf_groups(active, table, True, rate, sel, due, starts)
+    # deciding at every flow event, kept Coflows' runs are copied as they come (``_edf_core``)
+    in_order = ints(0)
+    if totals is not None:  # noqa: SIM102 (numba compiles away a branch on ``totals is None`` alone)
+        if every_flow:
+            in_order = totals.in_order
+    m, n_groups = _edf_core(active, table, True, rate, sel, due, starts, in_order)
     n_links = len(capacity)
     # scratch of the coflow rule's just-in-time rates and max-min filling (``every_flow`` needs none)
     scratch = 0 if every_flow else n_links

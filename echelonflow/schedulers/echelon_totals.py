@@ -55,7 +55,9 @@ class CoflowTotals(NamedTuple):
     flow: the bytes left last seen, its units and whether it was live.  ``pmax``: one more than the
     longest path (the sort key's radix).  Per kept slot, the flows a decision gave a rate since the
     slot's last refresh (:func:`mark_moved`): ``moved_head[slot]`` is 0 or the first one + 1, and
-    ``moved_next[f]`` is 0 (not listed), 1 (the last) or the next one + 2."""
+    ``moved_next[f]`` is 0 (not listed), 1 (the last) or the next one + 2.  ``in_order[slot]``: 1 if
+    the kept slot's members all have a path and one reference slot, and are numbered in member order
+    (:func:`_in_member_order`)."""
 
     kept: Any
     slot_live: Any
@@ -76,6 +78,7 @@ class CoflowTotals(NamedTuple):
     pmax: Any
     moved_head: Any
     moved_next: Any
+    in_order: Any
 
 
 @jit
@@ -121,6 +124,22 @@ def _statically_uniform(members_ptr, members, offset, path_ptr, slot):
         elif offset[f] != first:
             return 0
     return have
+
+
+@jit
+def _in_member_order(members_ptr, members, ref_slot, path_ptr, slot):
+    """1 if every member of ``slot`` has a path and one reference slot, and the flow numbers increase
+    along its members.  For a kept (uniform) slot its active flows then share one due time and, listed
+    by flow number, are in earliest-due-first order (member order: offset, then flow id), which is what
+    lets a decision copy them as they come (``echelon_kernels._edf_core``)."""
+    lo, hi = members_ptr[slot], members_ptr[slot + 1]
+    for e in range(lo, hi):
+        f = members[e]
+        if path_ptr[f + 1] == path_ptr[f] or ref_slot[f] != ref_slot[members[lo]]:
+            return 0
+        if e > lo and f <= members[e - 1]:
+            return 0
+    return 1
 
 
 @jit
@@ -174,8 +193,12 @@ def _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bou
 
 
 @jit
-def _build(members_ptr, members, offset, remaining, path_ptr, path_links, n_links, exact_above):
+def _build(members_ptr, members, offset, ref_slot, remaining, path_ptr, path_links, n_links, exact_above):
     kept, pmax, bound = _kept_slots(members_ptr, members, offset, path_ptr, exact_above)
+    in_order = ints(len(kept))
+    for s in range(len(kept)):
+        if kept[s] == 1:
+            in_order[s] = _in_member_order(members_ptr, members, ref_slot, path_ptr, s)
     ent_of = small_ints(len(path_links))
     ep_of = small_ints(len(path_links))
     ent_ptr, ent_link, count = _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bound,
@@ -226,15 +249,15 @@ def _build(members_ptr, members, offset, remaining, path_ptr, path_links, n_link
     pm[0] = pmax
     return CoflowTotals(kept, slot_live, ent_ptr, ent_link, ent_hi, ent_lo, ent_live, ent_first, ep_ptr,
                         ep_pos, ep_pidx, ent_of, ep_of, last, units, alive, pm, ints(len(kept)),
-                        ints(n_flows))
+                        ints(n_flows), in_order)
 
 
 def coflow_totals(table: Any, exact_above: int) -> CoflowTotals | None:
     """The totals of every uniform group of ``table`` (``columns.TableArrays`` with members) that lists
     more than ``exact_above`` members (``echelon_kernels.EXACT_ABOVE``: read off them while more than that
     many are live), as its flows stand now; None when there is none."""
-    totals = _build(table.members_ptr, table.members, table.offset, table.remaining, table.path_ptr,
-                    table.path_links, len(table.capacity), exact_above)
+    totals = _build(table.members_ptr, table.members, table.offset, table.ref_slot, table.remaining,
+                    table.path_ptr, table.path_links, len(table.capacity), exact_above)
     return totals if any(totals.kept) else None
 
 
