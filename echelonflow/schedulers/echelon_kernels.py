@@ -44,6 +44,8 @@ from echelonflow.schedulers.kernels import (
     ints,
     jit,
     stable_argsort,
+    unset_floats,
+    unset_ints,
 )
 
 EPS_BYTES = 1e-9
@@ -728,9 +730,9 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
                                                          table.path_links, table.capacity)
     group = table.group
     n = len(active)
-    sel = ints(n)
-    due = floats(n)
-    starts = ints(n + 1)
+    sel = unset_ints(n)
+    due = unset_floats(n)
+    starts = unset_ints(n + 1)
     # deciding at every flow event, kept Coflows' runs are copied as they come (``_edf_core``)
     in_order = ints(0)
     if totals is not None:  # noqa: SIM102 (numba compiles away a branch on ``totals is None`` alone)

@@ -80,6 +80,18 @@ if HAVE_NUMBA:
         return np.zeros(n, np.int32)
 
     @njit(cache=True)
+    def unset_ints(n):
+        """``n`` integers not zeroed, for a buffer every reader reads only where it was written (the
+        flows a decision covers, their runs' starts, a ranking): zeroing a decision's per-flow buffers
+        was a tenth of ``echelon``'s decision on FB2010 (docs/performance.md, "Buffers not zeroed")."""
+        return np.empty(n, np.int64)
+
+    @njit(cache=True)
+    def unset_floats(n):
+        """:func:`unset_ints` for floats."""
+        return np.empty(n)
+
+    @njit(cache=True)
     def stable_argsort(keys, n):
         """Indices 0..n-1 ordered by ``keys[:n]``, ties in index order."""
         return np.argsort(keys[:n], kind="mergesort")
@@ -94,6 +106,12 @@ else:
 
     def small_ints(n):
         return [0] * n
+
+    def unset_ints(n):
+        return [0] * n
+
+    def unset_floats(n):
+        return [0.0] * n
 
     def stable_argsort(keys, n):
         return sorted(range(n), key=keys.__getitem__)
@@ -289,7 +307,7 @@ def fair_decide(active, remaining, path_ptr, path_links, capacity, rate):
     ``active`` must be in flow-id order: links are numbered by first use in that order and equal
     fair shares are frozen lowest number first, as in the original heap of (share, link) pairs.
     """
-    sel = ints(len(active))
+    sel = unset_ints(len(active))
     m = _select(active, 0, len(active), remaining, path_ptr, rate, sel)
     _fill(sel, m, path_ptr, path_links, capacity, rate, _unnumbered(len(capacity)))
     return m
@@ -455,7 +473,7 @@ def priority_decide(active, group_ptr, remaining, path_ptr, path_links, capacity
     """
     residual = _copied(capacity)
     local_of = _unnumbered(len(capacity))
-    sel = ints(len(active))
+    sel = unset_ints(len(active))
     for g in range(len(group_ptr) - 1):
         a, b = group_ptr[g], group_ptr[g + 1]
         m = _select(active, a, b, remaining, path_ptr, rate, sel)

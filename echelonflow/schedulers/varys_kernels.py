@@ -28,6 +28,8 @@ from echelonflow.schedulers.kernels import (
     ints,
     jit,
     stable_argsort,
+    unset_floats,
+    unset_ints,
 )
 
 #: ``order_by`` codes of :func:`varys_decide`: smallest effective bottleneck first (Varys's SEBF, on
@@ -63,9 +65,9 @@ def varys_decide(active, table, order_by, rate, order, admission_key):
     # the flows covered (``kernels._select``), where each group's run starts and each flow's bits, in
     # one walk over the active flows
     n = len(active)
-    sel = ints(n)
-    bits = floats(n)
-    starts = ints(n + 1)
+    sel = unset_ints(n)
+    bits = unset_floats(n)
+    starts = unset_ints(n + 1)
     m = 0
     n_groups = 0
     for k in range(n):
@@ -181,7 +183,7 @@ def _split_spare(sel, starts, skipped, n_skipped, path_ptr, path_links, residual
     eligible flows are listed on the first walk; each link's share is divided once from the residual
     before anything is taken, so one more walk over them gives each flow its rate and takes it off."""
     count = ints(len(residual))
-    eligible = ints(len(sel))
+    eligible = unset_ints(len(sel))
     n_eligible = 0
     for s in range(n_skipped):
         g = skipped[s]

@@ -121,8 +121,8 @@ class FlowView:
         return self.source.job_profiles(self, groups)
 
     def ranking(self, count: int) -> Any:
-        """A buffer for up to ``count`` ranked flow numbers."""
-        return kernels.ints(count)
+        """A buffer for up to ``count`` ranked flow numbers (read only as far as the policy fills it)."""
+        return kernels.unset_ints(count)
 
     def allocation_of(self, decision: Decision) -> Allocation:
         """A decision by flow id (a snapshot policy's) as an allocation on this view."""
