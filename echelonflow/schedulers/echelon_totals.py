@@ -193,7 +193,10 @@ def _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bou
 
 
 @jit
-def _build(members_ptr, members, offset, ref_slot, remaining, path_ptr, path_links, n_links, exact_above):
+def _build(table, exact_above):
+    members_ptr, members, offset, ref_slot = table.members_ptr, table.members, table.offset, table.ref_slot
+    remaining, path_ptr, path_links = table.remaining, table.path_ptr, table.path_links
+    n_links = len(table.capacity)
     kept, pmax, bound = _kept_slots(members_ptr, members, offset, path_ptr, exact_above)
     in_order = ints(len(kept))
     for s in range(len(kept)):
@@ -256,8 +259,7 @@ def coflow_totals(table: Any, exact_above: int) -> CoflowTotals | None:
     """The totals of every uniform group of ``table`` (``columns.TableArrays`` with members) that lists
     more than ``exact_above`` members (``echelon_kernels.EXACT_ABOVE``: read off them while more than that
     many are live), as its flows stand now; None when there is none."""
-    totals = _build(table.members_ptr, table.members, table.offset, table.ref_slot, table.remaining,
-                    table.path_ptr, table.path_links, len(table.capacity), exact_above)
+    totals = _build(table, exact_above)
     return totals if any(totals.kept) else None
 
 
