@@ -498,6 +498,10 @@ class _Run:
         self.rate = np.zeros(count)
         self.leftover = np.zeros(count)
         self.finished_buf = np.zeros(count, dtype=np.int64)
+        # where in ``active`` the flows with a rate are, listed by the step's ``fluid.next_finish`` for its
+        # ``fluid.advance`` (not zeroed: only the listed part is read; untouched pages cost nothing)
+        self.rated_buf = np.empty(count, dtype=np.int64)
+        self.n_rated = 0
         self.active = np.zeros(0, dtype=np.int64)
         self.arrived: list[int] = []
         # Decisions that change nothing are skipped (module docstring, "Skipped decisions"): per link, how
@@ -639,7 +643,9 @@ class _Run:
                 next_s = self.events[0].at_s
             if self.deferred_until_s < next_s:
                 next_s = self.deferred_until_s
-            next_s = min(next_s, fluid.next_finish(self.active, self.table.remaining, self.rate, self.now_s))
+            soonest_s, self.n_rated = fluid.next_finish(self.active, self.table.remaining, self.rate,
+                                                        self.now_s, self.rated_buf)
+            next_s = min(next_s, soonest_s)
             if next_s == math.inf:
                 if len(self.active) and not self.every_flow and not decided:
                     flows_changed = True  # the coflow rule left every active flow idle: decide now
@@ -721,8 +727,9 @@ class _Run:
         tol = due_tolerance_s(self.now_s, next_s)
         table = self.table
         kept, done, self.left_alone = fluid.advance(
-            self.active, table.remaining, self.rate, self.leftover, self.now_s, next_s, tol, BYTES_ATOL,
-            self.finished_buf, self.skipping, table.path_ptr, table.path_links, self.link_users,
+            self.active, self.rated_buf, self.n_rated, table.remaining, self.rate, self.leftover, self.now_s,
+            next_s, tol, BYTES_ATOL, self.finished_buf, self.skipping, table.path_ptr, table.path_links,
+            self.link_users,
         )
         self.active = self.active[:kept]
         numbers = self.finished_buf[:done]

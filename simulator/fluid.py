@@ -1,10 +1,10 @@
 """The simulator's per-event loops over the active flows (compiled by numba where installed).
 
-Between two events every rate is constant, so an event costs three walks over the active flows: the
-next finish time, moving every flow's remaining bytes to that time, and (when the scheduler ran) the
-capacity invariant.  They live here as flat-array kernels (``echelonflow.schedulers.kernels.jit``) with
-the same arithmetic, in the same order, as the original per-flow Python loops, so results do not
-change by a single bit.
+Between two events every rate is constant, so an event costs a walk over the active flows for the
+next finish time (which lists the flows with a rate), one over those flows to move their remaining
+bytes to that time, and (when the scheduler ran and checks are on) the capacity invariant.  They live
+here as flat-array kernels (``echelonflow.schedulers.kernels.jit``) with the same arithmetic, in the
+same order, as the original per-flow Python loops, so results do not change by a single bit.
 
 ``active`` is a numpy array of flow numbers in increasing order (the simulator's flow numbering, see
 ``engine._Run``); ``remaining`` (bytes), ``rate`` (bits/s) and ``leftover`` (bytes) are per flow number.
@@ -22,56 +22,67 @@ INF = math.inf
 
 
 @jit
-def next_finish(active, remaining, rate, now):
-    """Earliest ``now + 8 * remaining / rate`` over the active flows with a positive rate (inf if none)."""
+def next_finish(active, remaining, rate, now, rated):
+    """Earliest ``now + 8 * remaining / rate`` over the active flows with a positive rate (inf if none),
+    and how many those are: their positions in ``active`` go to ``rated`` (in order) for the
+    :func:`advance` that follows."""
     best = INF
+    n_rated = 0
     for k in range(len(active)):
         f = active[k]
         r = rate[f]
         if r > 0:
+            rated[n_rated] = k
+            n_rated += 1
             done = now + 8.0 * remaining[f] / r
             if done < best:
                 best = done
-    return best
+    return best, n_rated
 
 
 @jit
-def advance(active, remaining, rate, leftover, now, next_s, tol, bytes_atol, finished, counting, path_ptr,
-            path_links, users):
+def advance(active, rated, n_rated, remaining, rate, leftover, now, next_s, tol, bytes_atol, finished,
+            counting, path_ptr, path_links, users):
     """Move every active flow to ``next_s``; compact ``active`` in place to the ones still running.
 
-    Flows due by ``next_s + tol`` (or with at most ``bytes_atol`` left) finish: their flow numbers go
-    to ``finished``, and to ``leftover`` the bytes the step would not have covered beyond what the
-    time tolerance itself explains (``rate * tol``; the delivery check looks for more than dust
-    there).  With ``counting``, the finished flows also come off ``users`` (active flows per link, kept
-    for skipped decisions: ``engine``).  Returns (flows still active, flows finished, whether some
-    finished and every link of theirs is left without a user; False without ``counting``).
+    Only the flows :func:`next_finish` listed in ``rated`` move (a flow at rate 0 stays as it is): on a
+    coflow trace ``echelon`` gives a rate to about 1 % of the active flows, and a pass over all of them
+    per step was a tenth of its hour (docs/performance.md, "Steps over the flows with a rate").  Flows
+    due by ``next_s + tol`` (or with at most ``bytes_atol`` left) finish: their flow numbers go to
+    ``finished`` in ``active`` order, and to ``leftover`` the bytes the step would not have covered
+    beyond what the time tolerance itself explains (``rate * tol``; the delivery check looks for more
+    than dust there).  With ``counting``, the finished flows also come off ``users`` (active flows per
+    link, kept for skipped decisions: ``engine``).  Returns (flows still active, flows finished,
+    whether some finished and every link of theirs is left without a user; False without
+    ``counting``).
     """
     dt = next_s - now
-    kept = 0
     done = 0
-    for k in range(len(active)):
+    for i in range(n_rated):
+        k = rated[i]
         f = active[k]
         r = rate[f]
-        if r > 0:
-            if now + 8.0 * remaining[f] / r <= next_s + tol:
-                # finished within the time tolerance: up to tol seconds of bytes are legitimately left
-                left = remaining[f] - r * dt / 8.0 - r * tol / 8.0
-                leftover[f] = left if left > 0.0 else 0.0
-                remaining[f] = 0.0
-                finished[done] = f
-                done += 1
-                continue
+        if now + 8.0 * remaining[f] / r <= next_s + tol:
+            # finished within the time tolerance: up to tol seconds of bytes are legitimately left
+            left = remaining[f] - r * dt / 8.0 - r * tol / 8.0
+        else:
             remaining[f] -= r * dt / 8.0
-            if remaining[f] <= bytes_atol:
-                left = remaining[f]
-                leftover[f] = left if left > 0.0 else 0.0
-                remaining[f] = 0.0
-                finished[done] = f
-                done += 1
+            if remaining[f] > bytes_atol:
                 continue
-        active[kept] = f
-        kept += 1
+            left = remaining[f]
+        leftover[f] = left if left > 0.0 else 0.0
+        remaining[f] = 0.0
+        finished[done] = f
+        rated[done] = k  # the finished flows' positions, in order (done <= i: nothing unread is lost)
+        done += 1
+    kept = len(active)
+    if done > 0:
+        kept = rated[0]
+        for j in range(done):
+            stop = rated[j + 1] if j + 1 < done else len(active)
+            for k in range(rated[j] + 1, stop):
+                active[kept] = active[k]
+                kept += 1
     alone = False
     if counting and done > 0:
         alone = left_alone(finished, done, path_ptr, path_links, users)
