@@ -46,8 +46,8 @@ def advance(active, rated, n_rated, remaining, rate, leftover, now, next_s, tol,
     """Move every active flow to ``next_s``; compact ``active`` in place to the ones still running.
 
     Only the flows :func:`next_finish` listed in ``rated`` move (a flow at rate 0 stays as it is): on a
-    coflow trace ``echelon`` gives a rate to about 1 % of the active flows, and a pass over all of them
-    per step was a tenth of its hour (docs/performance.md, "Steps over the flows with a rate").  Flows
+    coflow trace ``echelon`` gives a rate to about 1 % of the active flows, and moving all of them took
+    some 8 % of its hour (docs/performance.md, "Steps over the flows with a rate").  Flows
     due by ``next_s + tol`` (or with at most ``bytes_atol`` left) finish: their flow numbers go to
     ``finished`` in ``active`` order, and to ``leftover`` the bytes the step would not have covered
     beyond what the time tolerance itself explains (``rate * tol``; the delivery check looks for more
