@@ -109,8 +109,7 @@ def _edf_core(active, table, use_offsets, rate, sel, due, starts, in_order):
     flow's due time is written: deciding at every flow event, nothing reads the others (they are the
     first one's).  On a coflow trace that run is nearly every active flow, and reading six more columns
     of each was about a fifth of ``echelon``'s FB2010 hour (docs/performance.md, "A kept Coflow's flows
-    copied").
-    A run not in increasing flow numbers is taken flow by flow, like every other group.
+    copied").  A run not in increasing flow numbers is taken flow by flow, like every other group.
     """
     group, offset, reference, ref_slot, idrank = (table.group, table.offset, table.reference, table.ref_slot,
                                                   table.idrank)
