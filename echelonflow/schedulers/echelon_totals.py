@@ -56,8 +56,11 @@ class CoflowTotals(NamedTuple):
     longest path (the sort key's radix).  Per kept slot, the flows a decision gave a rate since the
     slot's last refresh (:func:`mark_moved`): ``moved_head[slot]`` is 0 or the first one + 1, and
     ``moved_next[f]`` is 0 (not listed), 1 (the last) or the next one + 2.  ``in_order[slot]``: 1 if
-    the kept slot's members all have a path and one reference slot, and are numbered in member order
-    (:func:`_in_member_order`)."""
+    the kept slot's members all have a path, one reference slot and one weight, and are numbered in
+    member order (:func:`_in_member_order`).  For such a slot, ``run_last[slot]`` says which end of its
+    members' paths (0: the first link, 1: the last) runs along consecutive members the longer, and
+    ``run_end[f]`` is, for each of its members, the flow number just past the run of members from f on
+    that share that link (:func:`_runs`)."""
 
     kept: Any
     slot_live: Any
@@ -79,6 +82,8 @@ class CoflowTotals(NamedTuple):
     moved_head: Any
     moved_next: Any
     in_order: Any
+    run_last: Any
+    run_end: Any
 
 
 @jit
@@ -127,19 +132,58 @@ def _statically_uniform(members_ptr, members, offset, path_ptr, slot):
 
 
 @jit
-def _in_member_order(members_ptr, members, ref_slot, path_ptr, slot):
-    """1 if every member of ``slot`` has a path and one reference slot, and the flow numbers increase
-    along its members.  For a kept (uniform) slot its active flows then share one due time and, listed
-    by flow number, are in earliest-due-first order (member order: offset, then flow id), which is what
-    lets a decision copy them as they come (``echelon_kernels._edf_core``)."""
+def _in_member_order(members_ptr, members, ref_slot, weight, path_ptr, slot):
+    """1 if every member of ``slot`` has a path, one reference slot and one weight, and the flow numbers
+    increase along its members.  For a kept (uniform) slot its active flows then share one due time and,
+    listed by flow number, are in earliest-due-first order (member order: offset, then flow id), which
+    is what lets a decision copy them as they come (``echelon_kernels._edf_core``) and read the group's
+    weight off any one of them."""
     lo, hi = members_ptr[slot], members_ptr[slot + 1]
     for e in range(lo, hi):
         f = members[e]
-        if path_ptr[f + 1] == path_ptr[f] or ref_slot[f] != ref_slot[members[lo]]:
+        if (path_ptr[f + 1] == path_ptr[f] or ref_slot[f] != ref_slot[members[lo]]
+                or weight[f] != weight[members[lo]]):
             return 0
         if e > lo and f <= members[e - 1]:
             return 0
     return 1
+
+
+@jit
+def _run_link(f, last, path_ptr, path_links):
+    """Flow f's first link (``last`` 0) or last link (1)."""
+    return path_links[path_ptr[f + 1] - 1] if last == 1 else path_links[path_ptr[f]]
+
+
+@jit
+def _runs(members_ptr, members, path_ptr, path_links, in_order, n_flows):
+    """``(run_last, run_end)`` of :class:`CoflowTotals` for the slots ``in_order`` vouches for.  Deciding
+    at every flow event, ``echelon`` serves such a group's flows one after another on what the groups
+    before it left, and a flow whose run link is full gets nothing, nor does any flow of its run: a
+    decision steps over the run (``echelon_kernels._serve_runs``).  A coflow trace's flows are one per
+    (mapper, reducer) pair, listed mapper by mapper or reducer by reducer; the end that changes less
+    often along the members is the one whose runs are long."""
+    run_last = ints(len(in_order))
+    run_end = ints(n_flows)
+    for s in range(len(in_order)):
+        if in_order[s] == 0:
+            continue
+        lo, hi = members_ptr[s], members_ptr[s + 1]
+        first_breaks = 0
+        last_breaks = 0
+        for e in range(lo + 1, hi):
+            f, before = members[e], members[e - 1]
+            first_breaks += path_links[path_ptr[f]] != path_links[path_ptr[before]]
+            last_breaks += path_links[path_ptr[f + 1] - 1] != path_links[path_ptr[before + 1] - 1]
+        side = 1 if last_breaks < first_breaks else 0
+        run_last[s] = side
+        end = members[hi - 1] + 1
+        for e in range(hi - 1, lo - 1, -1):
+            if e + 1 < hi and (_run_link(members[e], side, path_ptr, path_links)
+                               != _run_link(members[e + 1], side, path_ptr, path_links)):
+                end = members[e + 1]
+            run_end[members[e]] = end
+    return run_last, run_end
 
 
 @jit
@@ -201,7 +245,8 @@ def _build(table, exact_above):
     in_order = ints(len(kept))
     for s in range(len(kept)):
         if kept[s] == 1:
-            in_order[s] = _in_member_order(members_ptr, members, ref_slot, path_ptr, s)
+            in_order[s] = _in_member_order(members_ptr, members, ref_slot, table.weight, path_ptr, s)
+    run_last, run_end = _runs(members_ptr, members, path_ptr, path_links, in_order, len(remaining))
     ent_of = small_ints(len(path_links))
     ep_of = small_ints(len(path_links))
     ent_ptr, ent_link, count = _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bound,
@@ -252,7 +297,7 @@ def _build(table, exact_above):
     pm[0] = pmax
     return CoflowTotals(kept, slot_live, ent_ptr, ent_link, ent_hi, ent_lo, ent_live, ent_first, ep_ptr,
                         ep_pos, ep_pidx, ent_of, ep_of, last, units, alive, pm, ints(len(kept)),
-                        ints(n_flows), in_order)
+                        ints(n_flows), in_order, run_last, run_end)
 
 
 def coflow_totals(table: Any, exact_above: int) -> CoflowTotals | None:
