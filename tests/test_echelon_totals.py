@@ -97,6 +97,43 @@ def test_kept_totals_are_the_walked_ones_after_every_change(seed: int, exact_abo
         x["started"][rng.choice(flows, size=max(1, flows // 5), replace=False)] = True
 
 
+def _listed_after_changes(seed: int) -> int:
+    """``live_members`` after random changes (members served, finished, left a sliver, and dead ones
+    given bytes again) is the kept group's members with bytes left and a path, in member order; returns
+    how many dead members came back."""
+    x = random_groups(seed)
+    table = TableArrays(**{name: x[name] for name in TableArrays._fields})
+    totals = et.coflow_totals(table, 0)
+    kept = [] if totals is None else [s for s in range(len(x["members_ptr"]) - 1) if totals.kept[s] == 1]
+    rng = np.random.default_rng(seed + 5)
+    remaining, members_ptr, members, path_ptr = x["remaining"], x["members_ptr"], x["members"], x["path_ptr"]
+    revived = 0
+    for _ in range(10):
+        for slot in kept:
+            span = members[members_ptr[slot]:members_ptr[slot + 1]]
+            for f in rng.choice(span, size=max(1, len(span) // 3), replace=False):
+                dead = remaining[f] <= EPS_BYTES
+                choices = (remaining[f] * rng.random(), 0.0, EPS_BYTES * rng.random(), 2e6)
+                remaining[f] = choices[int(rng.integers(4))]
+                revived += dead and remaining[f] > EPS_BYTES and path_ptr[f + 1] > path_ptr[f]
+                et.mark_moved(totals, slot, f)
+            et.kept_and_live(totals, slot, members, remaining, path_ptr, 0)
+            lo, hi = et.live_members(totals, slot, members_ptr, members)
+            live = [int(f) for f in span if remaining[f] > EPS_BYTES and path_ptr[f + 1] > path_ptr[f]]
+            assert [int(f) for f in totals.live_flows[lo:hi]] == live
+    return revived
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_kept_group_lists_exactly_its_live_members(seed: int) -> None:
+    _listed_after_changes(seed)
+
+
+def test_the_listing_tables_bring_members_back() -> None:
+    """The listing test covers members coming back to life (a listing afresh), not only finishing."""
+    assert sum(_listed_after_changes(seed) for seed in range(30)) > 30
+
+
 def test_the_random_groups_keep_uniform_groups_and_walk_staggered_ones() -> None:
     """The comparison above means something only if the instances have kept groups of several
     members and groups that are walked."""

@@ -26,6 +26,7 @@ from echelonflow.schedulers.echelon_totals import (
     bits_of,
     kept_and_live,
     live_links,
+    live_members,
     mark_moved,
 )
 from echelonflow.schedulers.kernels import (
@@ -221,6 +222,16 @@ def _group_weight(sel, a, b, idrank, weight):
         if idrank[sel[k]] > idrank[last]:
             last = sel[k]
     return weight[last]
+
+
+@jit
+def _listed(from_live, whole, members, sel, totals):
+    """The array a walked group's span indexes (``_walk_groups``'s ``spans``): the kept live members
+    (``from_live``), the table's members (``whole``) or the decision's flows."""
+    if totals is not None:  # noqa: SIM102 (numba prunes a branch on ``totals is None`` alone)
+        if from_live == 1:
+            return totals.live_flows
+    return members if whole else sel
 
 
 @jit
@@ -520,14 +531,24 @@ def _walk_groups(sel, starts, n_groups, table, totals, exact_above):
     n_global = len(capacity)
     # a group read off kept totals lists one member and at most its links; the others what they have left
     kept_links = ints(n_groups)
+    # where each walked group's members are listed, spans[g]:spans[g + n_groups]: in ``members`` (``sel``
+    # without them), or for a kept group with few left live, its live members (``from_live``;
+    # ``echelon_totals.live_members``)
+    spans = ints(2 * n_groups)
+    from_live = ints(n_groups)
     for g in range(n_groups):
         kept_links[g] = -1
+        lo, hi = _left_span(group[sel[starts[g]]], starts[g], starts[g + 1], members_ptr, whole)
+        spans[g], spans[g + n_groups] = lo, hi
     # numba compiles away a branch on ``totals is None`` alone (None: nothing kept), not a combined one
     if totals is not None:  # noqa: SIM102
         if whole:
             for g in range(n_groups):
-                kept_links[g] = kept_and_live(totals, group[sel[starts[g]]], members, remaining, path_ptr,
-                                              exact_above)
+                slot = group[sel[starts[g]]]
+                kept_links[g] = kept_and_live(totals, slot, members, remaining, path_ptr, exact_above)
+                if kept_links[g] < 0 and totals.kept[slot] == 1:
+                    spans[g], spans[g + n_groups] = live_members(totals, slot, members_ptr, members)
+                    from_live[g] = 1
     n_members = 0
     n_entries = 0
     big = False  # a group summed exactly here (kept, or listing more than exact_above)
@@ -537,10 +558,11 @@ def _walk_groups(sel, starts, n_groups, table, totals, exact_above):
             n_members += 1
             n_entries += kept_links[g]
             continue
-        lo, hi = _left_span(group[sel[starts[g]]], starts[g], starts[g + 1], members_ptr, whole)
+        lo, hi = spans[g], spans[g + n_groups]
         big = big or hi - lo > exact_above
+        listed = _listed(from_live[g], whole, members, sel, totals)
         for e in range(lo, hi):
-            f = members[e] if whole else sel[e]
+            f = listed[e]
             if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
                 continue
             n_members += 1
@@ -576,7 +598,7 @@ def _walk_groups(sel, starts, n_groups, table, totals, exact_above):
         a, b = starts[g], starts[g + 1]
         slot = group[sel[a]]
         w[g] = weight[sel[a]] if _vouched(totals, slot) else _group_weight(sel, a, b, idrank, weight)
-        lo, hi = _left_span(slot, a, b, members_ptr, whole)
+        lo, hi = spans[g], spans[g + n_groups]
         worst = -INF
         first = n_gl
         exact = False
@@ -610,8 +632,9 @@ def _walk_groups(sel, starts, n_groups, table, totals, exact_above):
                 gl_cum[d] = t
         else:
             o_first = INF
+            listed = _listed(from_live[g], whole, members, sel, totals)
             for e in range(lo, hi):
-                f = members[e] if whole else sel[e]
+                f = listed[e]
                 if remaining[f] <= EPS_BYTES or path_ptr[f + 1] == path_ptr[f]:
                     continue
                 if o_first == INF:
