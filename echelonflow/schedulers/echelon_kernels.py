@@ -28,6 +28,7 @@ from echelonflow.schedulers.echelon_totals import (
     live_links,
     live_members,
     mark_moved,
+    run_link,
 )
 from echelonflow.schedulers.kernels import (
     INF,
@@ -780,8 +781,7 @@ def _serve_runs(sel, a, b, totals, slot, path_ptr, path_links, residual, capacit
     k = a
     while k < b:
         f = sel[k]
-        li = path_links[path_ptr[f + 1] - 1] if side == 1 else path_links[path_ptr[f]]
-        if residual[li] <= 0.0:
+        if residual[run_link(f, side, path_ptr, path_links)] <= 0.0:
             k = _past_run(sel, k + 1, b, run_end[f])
             continue
         k += 1

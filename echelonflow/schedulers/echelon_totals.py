@@ -154,7 +154,7 @@ def _in_member_order(members_ptr, members, ref_slot, weight, path_ptr, slot):
 
 
 @jit
-def _run_link(f, last, path_ptr, path_links):
+def run_link(f, last, path_ptr, path_links):
     """Flow f's first link (``last`` 0) or last link (1)."""
     return path_links[path_ptr[f + 1] - 1] if last == 1 else path_links[path_ptr[f]]
 
@@ -173,18 +173,18 @@ def _runs(members_ptr, members, path_ptr, path_links, in_order, n_flows):
         if in_order[s] == 0:
             continue
         lo, hi = members_ptr[s], members_ptr[s + 1]
-        first_breaks = 0
-        last_breaks = 0
+        breaks_first = 0
+        breaks_last = 0
         for e in range(lo + 1, hi):
             f, before = members[e], members[e - 1]
-            first_breaks += path_links[path_ptr[f]] != path_links[path_ptr[before]]
-            last_breaks += path_links[path_ptr[f + 1] - 1] != path_links[path_ptr[before + 1] - 1]
-        side = 1 if last_breaks < first_breaks else 0
+            breaks_first += run_link(f, 0, path_ptr, path_links) != run_link(before, 0, path_ptr, path_links)
+            breaks_last += run_link(f, 1, path_ptr, path_links) != run_link(before, 1, path_ptr, path_links)
+        side = 1 if breaks_last < breaks_first else 0
         run_last[s] = side
         end = members[hi - 1] + 1
         for e in range(hi - 1, lo - 1, -1):
-            if e + 1 < hi and (_run_link(members[e], side, path_ptr, path_links)
-                               != _run_link(members[e + 1], side, path_ptr, path_links)):
+            if e + 1 < hi and (run_link(members[e], side, path_ptr, path_links)
+                               != run_link(members[e + 1], side, path_ptr, path_links)):
                 end = members[e + 1]
             run_end[members[e]] = end
     return run_last, run_end
@@ -345,6 +345,8 @@ def refresh(totals, slot, members, remaining, path_ptr):
         units[f] = u
         was = alive[f]
         alive[f] = live
+        if was == 0 and live == 1:
+            totals.live_count[slot] = -1  # not among those listed (``live_members``): list them afresh
         totals.slot_live[slot] += live - was
         for p in range(path_ptr[f], path_ptr[f + 1]):
             ent = ent_of[p]
@@ -357,7 +359,6 @@ def refresh(totals, slot, members, remaining, path_ptr):
                         k += 1
                     ent_first[ent] = k
             elif was == 0 and live == 1:
-                totals.live_count[slot] = -1  # not among those listed: list them afresh
                 ent_live[ent] += 1
                 if ep_of[p] < ent_first[ent]:
                     ent_first[ent] = ep_of[p]
