@@ -502,6 +502,7 @@ class _Run:
         # ``fluid.advance`` (not zeroed: only the listed part is read; untouched pages cost nothing)
         self.rated_buf = np.empty(count, dtype=np.int64)
         self.n_rated = 0
+        self.rated_listed = False  # rated_buf holds the last decision's listing (``Allocation.rated``)
         self.active = np.zeros(0, dtype=np.int64)
         self.arrived: list[int] = []
         # Decisions that change nothing are skipped (module docstring, "Skipped decisions"): per link, how
@@ -643,8 +644,13 @@ class _Run:
                 next_s = self.events[0].at_s
             if self.deferred_until_s < next_s:
                 next_s = self.deferred_until_s
-            soonest_s, self.n_rated = fluid.next_finish(self.active, self.table.remaining, self.rate,
-                                                        self.now_s, self.rated_buf)
+            if self.rated_listed:  # the decision just made listed its flows with a rate
+                soonest_s = fluid.soonest(self.active, self.rated_buf, self.n_rated, self.table.remaining,
+                                          self.rate, self.now_s)
+                self.rated_listed = False  # the step's advance reuses rated_buf
+            else:
+                soonest_s, self.n_rated = fluid.next_finish(self.active, self.table.remaining, self.rate,
+                                                            self.now_s, self.rated_buf)
             next_s = min(next_s, soonest_s)
             if next_s == math.inf:
                 if len(self.active) and not self.every_flow and not decided:
@@ -871,6 +877,11 @@ class _Run:
         self.valid_until_s = allocation.valid_until_s
         if self.check:
             check_decision(view, allocation)
+        self.rated_listed = allocation.rated is not None
+        if self.rated_listed:  # their positions in ``active``, in order, as ``fluid.next_finish`` lists them
+            positions = np.searchsorted(self.active, np.sort(np.asarray(allocation.rated, dtype=np.int64)))
+            self.n_rated = len(positions)
+            self.rated_buf[:self.n_rated] = positions
 
     # ------------------------------------------------------------------ the view's source
     def flow_ids(self, numbers: Sequence[int]) -> list[str]:

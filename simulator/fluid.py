@@ -41,6 +41,20 @@ def next_finish(active, remaining, rate, now, rated):
 
 
 @jit
+def soonest(active, rated, n_rated, remaining, rate, now):
+    """:func:`next_finish`'s time when the flows with a rate are listed already (their positions in
+    ``active``, ``rated[:n_rated]``, in order: a scheduler that lists them, ``Allocation.rated``): the
+    same minimum over the same flows, without a walk over every active flow."""
+    best = INF
+    for i in range(n_rated):
+        f = active[rated[i]]
+        done = now + 8.0 * remaining[f] / rate[f]
+        if done < best:
+            best = done
+    return best
+
+
+@jit
 def advance(active, rated, n_rated, remaining, rate, leftover, now, next_s, tol, bytes_atol, finished,
             counting, path_ptr, path_links, users):
     """Move every active flow to ``next_s``; compact ``active`` in place to the ones still running.

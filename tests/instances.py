@@ -9,8 +9,10 @@ import pytest
 from hypothesis import strategies as st
 
 from echelonflow.model import ComputeTask, FlowTask, Job
+from echelonflow.schedulers import echelon_kernels as ek
 from echelonflow.schedulers import get_scheduler
 from echelonflow.schedulers.base import ActiveFlow, Snapshot
+from echelonflow.schedulers.kernels import ints
 from echelonflow.topology import Topology, bigswitch, build, dumbbell, fattree
 from simulator.engine import check_placement, simulate
 
@@ -169,3 +171,23 @@ def random_groups(seed: int) -> dict:
                 reference=reference, ref_slot=group.astype(np.int64), idrank=idrank.astype(np.int64),
                 weight=weight, path_ptr=path_ptr, path_links=path_links.astype(np.int64),
                 capacity=capacity, members_ptr=members_ptr, members=members, now=float(rng.random() * 2))
+
+
+def decide_with_and_without_totals(active, table, totals, exact_above: int, every_flow: bool = True,
+                                   stale_rate: float = 0.0) -> np.ndarray:
+    """``echelon_decide`` on ``table`` with ``totals`` and with none: the same rates, ranking, counts and
+    listing of the flows given a rate, bit for bit, the listing naming exactly the active flows with a
+    positive rate (or absent under the coflow rule).  ``stale_rate``: what every rate holds before (a
+    decision must overwrite the active flows').  Returns the rates."""
+    n = len(table.remaining)
+    decided = []
+    for kept in (totals, None):
+        rates, order, served = np.full(n, stale_rate), ints(n), ints(len(table.capacity))
+        count, n_served = ek.echelon_decide(active, table, 0.5, every_flow, rates, order, kept, exact_above,
+                                            served)
+        decided.append((rates, list(order[:count]), n_served, sorted(served[:max(n_served, 0)])))
+    (rates, order, n_served, listed), (plain_rates, plain_order, *plain_listing) = decided
+    assert np.array_equal(rates, plain_rates) and order == plain_order and [n_served, listed] == plain_listing
+    given = sorted(f for f in np.asarray(active) if rates[f] > 0)
+    assert listed == given if every_flow else n_served == -1
+    return rates

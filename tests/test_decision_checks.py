@@ -45,3 +45,14 @@ def test_the_ranking_may_name_active_flows_once_each(repeats_or_strays) -> None:
         assert repeats_or_strays(ACTIVE, np.array(ranked, dtype=np.int64), len(ranked), mark) == bad, ranked
         assert not mark.any()
     assert not repeats_or_strays(ACTIVE, np.array([2, 0, 2], dtype=np.int64), 2, mark)  # only count read
+
+
+@pytest.mark.parametrize("listing_differs", _variants("rated_listing_differs"))
+def test_the_flows_listed_as_given_a_rate_are_those_with_a_positive_rate(listing_differs) -> None:
+    mark = np.zeros(4, dtype=np.int64)
+    rate = np.array([3.0, 0.0, 2.0, 5.0])  # flow 3 has a rate but is not active
+    for rated, bad in (([2, 0], False), ([0, 2], False), ([0], True), ([0, 2, 1], True), ([0, 2, 2], True),
+                       ([0, 2, 3], True), ([], True)):
+        assert listing_differs(ACTIVE, rate, np.array(rated, dtype=np.int64), mark) == bad, rated
+        assert not mark.any()
+    assert not listing_differs(ACTIVE, np.zeros(4), np.array([], dtype=np.int64), mark)

@@ -15,7 +15,8 @@ import pytest
 from echelonflow.schedulers import echelon_kernels as ek
 from echelonflow.schedulers import echelon_totals as et
 from echelonflow.schedulers.columns import TableArrays
-from echelonflow.schedulers.kernels import EPS_BYTES, ints
+from echelonflow.schedulers.kernels import EPS_BYTES
+from tests.instances import decide_with_and_without_totals
 
 
 def coflow_table(seed: int, mixed_weight: bool = False) -> tuple[np.ndarray, TableArrays]:
@@ -87,12 +88,8 @@ def test_stepping_over_full_runs_decides_what_serving_every_flow_decides(seed: i
             assert {f: int(totals.run_end[f]) for f in ends} == ends
             other = _runs_brute(table, slot, 1 - side)  # the side kept has the fewer runs
             assert len(set(ends.values())) <= len(set(other.values()))
-    n = len(table.remaining)
-    rates, order = np.full(n, 7.0), ints(n)
-    count = ek.echelon_decide(active, table, 0.5, True, rates, order, totals, 0)
-    plain_rates, plain_order = np.full(n, 7.0), ints(n)
-    assert ek.echelon_decide(active, table, 0.5, True, plain_rates, plain_order, None, 0) == count
-    assert np.array_equal(rates, plain_rates) and np.array_equal(order[:count], plain_order[:count])
+    decide_with_and_without_totals(active, table, totals, 0, stale_rate=7.0)
+    decide_with_and_without_totals(active, table, totals, 0, every_flow=False, stale_rate=7.0)
 
 
 def _serve_both(seed: int) -> int:
@@ -111,9 +108,10 @@ def _serve_both(seed: int) -> int:
         side = int(totals.run_last[slot])
         link = table.path_links[table.path_ptr[sel + side] - side]  # the first link, or the last
         steps += int(np.sum((link[1:] == link[:-1]) & (residual[link[1:]] == 0.0)))
-        rates, left = np.zeros(len(table.remaining)), residual.copy()
-        ek._serve_runs(sel, 0, len(sel), totals, slot, table.path_ptr, table.path_links, left, table.capacity,
-                       rates)
+        rates, left, served = np.zeros(len(table.remaining)), residual.copy(), np.zeros(len(sel), np.int64)
+        n_served = ek._serve_runs(sel, 0, len(sel), totals, slot, table.path_ptr, table.path_links, left,
+                                  table.capacity, rates, served, 0)
+        assert sorted(served[:n_served]) == [f for f in sel if rates[f] > 0]
         plain, plain_left = np.zeros(len(table.remaining)), residual.copy()
         for f in sel:  # the definition: each flow the least residual on its path, one after another
             links = table.path_links[table.path_ptr[f]:table.path_ptr[f + 1]]

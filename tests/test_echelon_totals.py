@@ -29,7 +29,7 @@ from echelonflow.schedulers.echelon import EchelonScheduler
 from echelonflow.schedulers.kernels import EPS_BYTES, floats, ints
 from echelonflow.topology import Topology, fattree
 from simulator.engine import simulate
-from tests.instances import random_groups
+from tests.instances import decide_with_and_without_totals, random_groups
 
 
 def _walks(active, table: TableArrays, totals: et.CoflowTotals, exact_above: int) -> tuple:
@@ -72,13 +72,7 @@ def test_kept_totals_are_the_walked_ones_after_every_change(seed: int, exact_abo
     remaining = x["remaining"]
     for _ in range(12):
         _assert_same(*_walks(_active(x), table, totals, exact_above))
-        rates = np.zeros(len(remaining))
-        order = ints(len(remaining))
-        decided = ek.echelon_decide(_active(x), table, 0.5, True, rates, order, totals, exact_above)
-        plain_rates, plain_order = np.zeros(len(remaining)), ints(len(remaining))
-        assert ek.echelon_decide(_active(x), table, 0.5, True, plain_rates, plain_order, None,
-                                exact_above) == decided
-        assert np.array_equal(rates, plain_rates) and np.array_equal(order[:decided], plain_order[:decided])
+        rates = decide_with_and_without_totals(_active(x), table, totals, exact_above)
         # what moves between decisions: bytes of flows the decision gave a rate (the only ones whose
         # bytes change in a simulation; the kernel lists them for the next refresh): some served, some
         # done, a sliver left, a restart; and some flows start
@@ -177,11 +171,7 @@ def test_kept_coflows_copied_as_they_come_select_what_the_flow_by_flow_pass_sele
                         list(rate[active])))
     assert outputs[0] == outputs[1]
     assert all(r == 0.0 for r in outputs[0][5])
-    rates, order = np.zeros(len(remaining)), ints(len(remaining))
-    count = ek.echelon_decide(active, table, 0.5, True, rates, order, totals, 0)
-    plain_rates, plain_order = np.zeros(len(remaining)), ints(len(remaining))
-    assert ek.echelon_decide(active, table, 0.5, True, plain_rates, plain_order, None, 0) == count
-    assert np.array_equal(rates, plain_rates) and np.array_equal(order[:count], plain_order[:count])
+    decide_with_and_without_totals(active, table, totals, 0)
 
 
 def test_exact_totals_carry_between_their_two_words() -> None:

@@ -4,17 +4,23 @@ active flow would move them.
 ``next_finish`` lists where the flows with a rate sit in the active array and ``advance`` moves only
 those, then closes the gaps the finished ones leave.  Checked against the plain definition (every active
 flow visited in order, the same arithmetic) on random steps, bit for bit: the remaining bytes, the
-leftovers, the finished flows in order, the active flows left and the per-link user counts.
+leftovers, the finished flows in order, the active flows left and the per-link user counts.  A decision
+that lists the flows it gave a rate (``Allocation.rated``: ``echelon``) spares the step its walk: whole
+runs with and without the listing are the same run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
+from echelonflow.scenario import load_scenario
+from echelonflow.schedulers.echelon import EchelonScheduler
 from simulator import fluid
+from simulator.engine import simulate
 
 
 def _plain_step(active, remaining, rate, leftover, now, next_s, tol, bytes_atol):
@@ -66,6 +72,8 @@ def _steps(x: dict) -> tuple:
     n_flows, active, remaining, rate, now = x["n_flows"], x["active"], x["remaining"], x["rate"], x["now"]
     rated = np.empty(n_flows, dtype=np.int64)
     soonest, n_rated = fluid.next_finish(active, remaining, rate, now, rated)
+    # a decision that lists its flows with a rate (``Allocation.rated``): the same time from the list
+    assert fluid.soonest(active, rated, n_rated, remaining, rate, now) == soonest
     horizon = soonest if math.isfinite(soonest) else now + 1.0
     next_s = now + (horizon - now) * x["stretch"]
     tol, bytes_atol = 1e-9 * next_s, 1e-6
@@ -106,3 +114,46 @@ def test_the_random_steps_finish_several_flows_among_idle_ones() -> None:
         several += len(finished) >= 2 and bool(kept) and max(finished) < max(kept)
         idle += any(x["rate"][f] == 0 for f in kept)
     assert several > 30 and idle > 100
+
+
+class _Listing(EchelonScheduler):
+    """``echelon``, counting its decisions that list the flows given a rate."""
+
+    listed = 0
+
+    def decide(self, view):
+        allocation = super().decide(view)
+        self.listed += allocation.rated is not None
+        return allocation
+
+
+class _Unlisted(EchelonScheduler):
+    """``echelon`` without the listing: the step walks every active flow for them."""
+
+    def decide(self, view):
+        allocation = super().decide(view)
+        allocation.rated = None
+        return allocation
+
+
+def _coflow_trace() -> tuple:
+    fb = load_scenario("fb2010")  # 40 mid-sized coflows with their own arrivals, and 20 more all at once
+    jobs = [job for job in fb.jobs if 10 <= len(job.flows) <= 400]
+    return fb.topology, jobs[:40] + [dataclasses.replace(job, arrival_s=0.0) for job in jobs[40:60]]
+
+
+def _training() -> tuple:
+    scenario = load_scenario("fattree-fsdp-ps")
+    return scenario.topology, scenario.jobs
+
+
+@pytest.mark.parametrize(("instance", "decisions"), [(_coflow_trace, 100), (_training, 20)])
+def test_a_run_with_the_rated_flows_listed_is_the_run_that_walks_for_them(instance, decisions: int) -> None:
+    """Decision checks on (each listing checked against the rates), every time and flow equal."""
+    topology, jobs = instance()
+    listing = _Listing()
+    listed = simulate(topology, jobs, listing, alone_runs=False)
+    walked = simulate(topology, jobs, _Unlisted(), alone_runs=False)
+    assert listed.flows == walked.flows and listed.jobs == walked.jobs
+    assert listed.objective_s == walked.objective_s
+    assert listing.listed > decisions

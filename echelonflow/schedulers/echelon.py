@@ -44,6 +44,7 @@ the switch's few priority queues.  The loops are in ``echelon_kernels.py``.
 from __future__ import annotations
 
 from echelonflow.schedulers import echelon_kernels as ek
+from echelonflow.schedulers import kernels
 from echelonflow.schedulers.base import Scheduler
 from echelonflow.schedulers.columns import TableArrays
 from echelonflow.schedulers.echelon_totals import CoflowTotals, coflow_totals
@@ -70,9 +71,10 @@ class EchelonScheduler(Scheduler):
         order = view.ranking(len(view.active))
         arrays = view.table.arrays()
         totals = self._totals_for(view.table.layout, arrays)
-        count = ek.echelon_decide(view.active, arrays, float(view.now_s), bool(view.every_flow), view.rate,
-                                  order, totals, self.exact_above)
-        return Allocation(view.rate, order, count)
+        served = kernels.unset_ints(len(arrays.capacity))
+        count, n_served = ek.echelon_decide(view.active, arrays, float(view.now_s), bool(view.every_flow),
+                                            view.rate, order, totals, self.exact_above, served)
+        return Allocation(view.rate, order, count, rated=served[:n_served] if n_served >= 0 else None)
 
     def _totals_for(self, layout: object | None, arrays: TableArrays) -> CoflowTotals | None:
         """The exact per-link totals of the table's large uniform groups, kept while its layout stays

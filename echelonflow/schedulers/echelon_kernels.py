@@ -770,12 +770,23 @@ def _past_run(sel, k, b, end):
 
 
 @jit
-def _serve_runs(sel, a, b, totals, slot, path_ptr, path_links, residual, capacity, rate):
+def _note_served(served, n_served, f):
+    """List flow f among those given a rate (``served``); -1 stays -1 (not listed), and a full buffer
+    makes it -1 (the caller then finds them itself)."""
+    if n_served < 0 or n_served == len(served):
+        return -1
+    served[n_served] = f
+    return n_served + 1
+
+
+@jit
+def _serve_runs(sel, a, b, totals, slot, path_ptr, path_links, residual, capacity, rate, served, n_served):
     """Serve a vouched kept Coflow's flows ``sel[a:b]`` one after another on ``residual``, as the
     every-flow rule does, stepping over each run of flows whose run link is full (``echelon_totals._runs``):
     residual only falls, so every flow of the run would get nothing, and its rate is 0 already.  On
     FB2010 some 86 % of the flows a decision covers are stepped over (docs/performance.md, "Runs of
-    flows on a full link stepped over")."""
+    flows on a full link stepped over").  Returns ``n_served`` with the flows given a rate listed
+    (:func:`_note_served`)."""
     side = totals.run_last[slot]
     run_end = totals.run_end
     k = a
@@ -790,13 +801,17 @@ def _serve_runs(sel, a, b, totals, slot, path_ptr, path_links, residual, capacit
             rate[f] = spare
             _consume(f, spare, path_ptr, path_links, residual, capacity)
             mark_moved(totals, slot, f)
+            n_served = _note_served(served, n_served, f)
+    return n_served
 
 
 @jit
-def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_above):
-    """The ``echelon`` scheduler (module docstring; ``schedulers/echelon.py``).  Returns the count of
-    ranked flows written to ``order`` (most urgent first); flows with no bytes left or no path get rate
-    0 and no rank.
+def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_above, served):
+    """The ``echelon`` scheduler (module docstring; ``schedulers/echelon.py``).  Returns ``(count,
+    n_served)``: the count of ranked flows written to ``order`` (most urgent first), and how many flows
+    got a rate, listed in ``served`` (-1: not listed: under the coflow rule, or more than ``served``
+    holds; deciding at every flow event each flow given a rate fills a link, so a buffer of one entry
+    per link holds them all).  Flows with no bytes left or no path get rate 0 and no rank.
 
     ``table``: the flow table's arrays (``columns.TableArrays``).  Its ``members_ptr``/``members``: per
     group slot, every flow of the group in offset order (declared, active or finished; what is finished
@@ -852,6 +867,7 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
             bits[k] = 8.0 * remaining[sel[k]]
     local_of = _unnumbered(scratch)
     pos = 0
+    n_served = 0 if every_flow else -1
     for gi in range(n_groups):
         g = group_order[gi]
         a, b = starts[g], starts[g + 1]
@@ -863,8 +879,8 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
                 pos += 1
             if totals is not None:  # noqa: SIM102 (numba prunes a branch on ``totals is None`` alone)
                 if len(in_order) > 0 and in_order[group[sel[a]]] == 1:
-                    _serve_runs(sel, a, b, totals, group[sel[a]], path_ptr, path_links, residual, capacity,
-                                rate)
+                    n_served = _serve_runs(sel, a, b, totals, group[sel[a]], path_ptr, path_links, residual,
+                                           capacity, rate, served, n_served)
                     continue
             for k in range(a, b):
                 f = sel[k]
@@ -874,6 +890,7 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
                     _consume(f, spare, path_ptr, path_links, residual, capacity)
                     if totals is not None:
                         mark_moved(totals, group[f], f)
+                    n_served = _note_served(served, n_served, f)
             continue
         staggered = False
         for k in range(a, b):
@@ -920,7 +937,7 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
             for k in range(m):
                 if rate[sel[k]] > 0.0:
                     mark_moved(totals, group[sel[k]], sel[k])
-    return m
+    return m, n_served
 
 
 # --------------------------------------------------------------------------- the paper's sketch

@@ -727,6 +727,22 @@ def ranking_repeats_or_strays(active, ranked, count, mark):
     return bad
 
 
+@jit
+def rated_listing_differs(active, rate, rated, mark):
+    """True unless ``rated`` names each flow of ``active`` with a positive rate exactly once, and no other
+    (``Allocation.rated``).  ``mark`` as for :func:`ranking_repeats_or_strays`."""
+    if ranking_repeats_or_strays(active, rated, len(rated), mark):
+        return True
+    for i in range(len(rated)):
+        if not rate[rated[i]] > 0.0:
+            return True
+    given = 0
+    for k in range(len(active)):
+        if rate[active[k]] > 0.0:
+            given += 1
+    return given != len(rated)
+
+
 # --------------------------------------------------------------------------- echelon-online
 @jit
 def online_estimate(active, remaining, sent, known_size, known_offset, group, group_left, min_left_fraction,

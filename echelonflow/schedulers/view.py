@@ -88,6 +88,10 @@ class Allocation:
     count: int  # how many of ``ranked`` are used
     valid_until_s: float = math.inf  # the policy would decide otherwise then, even with nothing new
     shared_class: bool = False  # no ranking at all: every flow in one class (``fair``)
+    #: The flows given a positive rate, in any order, when the policy lists them (``echelon`` deciding
+    #: at every flow event: a few hundred of tens of thousands active on FB2010), so the simulator's
+    #: step need not look for them; None: not listed.
+    rated: Any = None
 
 
 @dataclass
@@ -154,8 +158,9 @@ class FlowView:
 
 def check_decision(view: FlowView, allocation: Allocation) -> None:
     """The invariants every scheduler keeps, else AssertionError naming the flow or link: every active
-    flow's rate is finite and non-negative, no link carries more than its capacity, and no flow is
-    ranked twice or ranked without being active."""
+    flow's rate is finite and non-negative, no link carries more than its capacity, no flow is
+    ranked twice or ranked without being active, and the flows listed as given a rate (if listed) are
+    those with a positive rate."""
     table = view.table
     load = kernels.floats(len(table.capacity))
     code, f, li, used = kernels.over_capacity(view.active, view.rate, table.path_ptr, table.path_links,
@@ -167,6 +172,9 @@ def check_decision(view: FlowView, allocation: Allocation) -> None:
     if kernels.ranking_repeats_or_strays(view.active, kernels.int_array(allocation.ranked), allocation.count,
                                          kernels.ints(len(view.rate))):
         raise AssertionError("the ranking repeats a flow or ranks one that is not active")
+    if allocation.rated is not None and kernels.rated_listing_differs(
+            view.active, view.rate, kernels.int_array(allocation.rated), kernels.ints(len(view.rate))):
+        raise AssertionError("the flows listed as given a rate are not the active flows with a rate")
 
 
 # --------------------------------------------------------------------------- views of a snapshot
