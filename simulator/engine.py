@@ -878,10 +878,8 @@ class _Run:
         if self.check:
             check_decision(view, allocation)
         self.rated_listed = allocation.rated is not None
-        if self.rated_listed:  # their positions in ``active``, in order, as ``fluid.next_finish`` lists them
-            positions = np.searchsorted(self.active, np.sort(np.asarray(allocation.rated, dtype=np.int64)))
-            self.n_rated = len(positions)
-            self.rated_buf[:self.n_rated] = positions
+        if self.rated_listed:
+            self.n_rated = fluid.listed_positions(self.active, allocation.rated, self.rated_buf)
 
     # ------------------------------------------------------------------ the view's source
     def flow_ids(self, numbers: Sequence[int]) -> list[str]:

@@ -55,6 +55,15 @@ def soonest(active, rated, n_rated, remaining, rate, now):
 
 
 @jit
+def listed_positions(active, listed, positions):
+    """Where the flows ``listed`` (any order; ``Allocation.rated``) sit in ``active``, in increasing
+    order as :func:`next_finish` lists them, written to ``positions``; returns how many."""
+    n = len(listed)
+    positions[:n] = np.searchsorted(active, np.sort(listed))
+    return n
+
+
+@jit
 def advance(active, rated, n_rated, remaining, rate, leftover, now, next_s, tol, bytes_atol, finished,
             counting, path_ptr, path_links, users):
     """Move every active flow to ``next_s``; compact ``active`` in place to the ones still running.

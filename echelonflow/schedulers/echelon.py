@@ -66,15 +66,19 @@ class EchelonScheduler(Scheduler):
     #: The table layout ``_totals`` belongs to (``FlowTable.layout``) and the totals themselves.
     _layout: object | None = None
     _totals: CoflowTotals | None = None
+    #: The flows a decision gave a rate (``Allocation.rated``, read before the next decision): one entry
+    #: per link holds them all (each fills a link).
+    _served: object = ()
 
     def decide(self, view: FlowView) -> Allocation:
         order = view.ranking(len(view.active))
         arrays = view.table.arrays()
         totals = self._totals_for(view.table.layout, arrays)
-        served = kernels.unset_ints(len(arrays.capacity))
+        if len(self._served) != len(arrays.capacity):
+            self._served = kernels.unset_ints(len(arrays.capacity))
         count, n_served = ek.echelon_decide(view.active, arrays, float(view.now_s), bool(view.every_flow),
-                                            view.rate, order, totals, self.exact_above, served)
-        return Allocation(view.rate, order, count, rated=served[:n_served] if n_served >= 0 else None)
+                                            view.rate, order, totals, self.exact_above, self._served)
+        return Allocation(view.rate, order, count, rated=self._served[:n_served] if n_served >= 0 else None)
 
     def _totals_for(self, layout: object | None, arrays: TableArrays) -> CoflowTotals | None:
         """The exact per-link totals of the table's large uniform groups, kept while its layout stays
