@@ -872,7 +872,7 @@ class _Run:
             self.active = fluid.merged(self.active, np.array(self.arrived, dtype=np.int64), self.skipping,
                                        table.path_ptr, table.path_links, self.link_users)
             self.arrived = []
-        view = FlowView(self.now_s, self.table, self.active, self, self.rate, self.every_flow)
+        view = FlowView(self.now_s, self.table, self.active, self, self.rate, self.every_flow, self.check)
         allocation = self.scheduler.decide(view)
         self.valid_until_s = allocation.valid_until_s
         if self.check:

@@ -177,17 +177,23 @@ def decide_with_and_without_totals(active, table, totals, exact_above: int, ever
                                    stale_rate: float = 0.0) -> np.ndarray:
     """``echelon_decide`` on ``table`` with ``totals`` and with none: the same rates, ranking, counts and
     listing of the flows given a rate, bit for bit, the listing naming exactly the active flows with a
-    positive rate (or absent under the coflow rule).  ``stale_rate``: what every rate holds before (a
+    positive rate (or absent under the coflow rule); deciding at every flow event, also without the
+    ranking (then empty), the same rates and listing.  ``stale_rate``: what every rate holds before (a
     decision must overwrite the active flows').  Returns the rates."""
     n = len(table.remaining)
     decided = []
-    for kept in (totals, None):
+    for kept, ranked in ((totals, True), (None, True), (totals, False), (None, False)):
+        if not (ranked or every_flow):
+            continue
         rates, order, served = np.full(n, stale_rate), ints(n), ints(len(table.capacity))
         count, n_served = ek.echelon_decide(active, table, 0.5, every_flow, rates, order, kept, exact_above,
-                                            served)
+                                            served, ranked)
         decided.append((rates, list(order[:count]), n_served, sorted(served[:max(n_served, 0)])))
-    (rates, order, n_served, listed), (plain_rates, plain_order, *plain_listing) = decided
+    (rates, order, n_served, listed), (plain_rates, plain_order, *plain_listing) = decided[:2]
     assert np.array_equal(rates, plain_rates) and order == plain_order and [n_served, listed] == plain_listing
+    for unranked_rates, unranked_order, *unranked_listing in decided[2:]:
+        assert np.array_equal(unranked_rates, rates) and unranked_order == []
+        assert unranked_listing == [n_served, listed]
     given = sorted(f for f in np.asarray(active) if rates[f] > 0)
     assert listed == given if every_flow else n_served == -1
     return rates

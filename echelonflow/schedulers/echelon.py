@@ -68,16 +68,18 @@ class EchelonScheduler(Scheduler):
     _totals: CoflowTotals | None = None
     #: The flows a decision gave a rate (``Allocation.rated``, read before the next decision): one entry
     #: per link holds them all (each fills a link).
-    _served: object = ()
+    _served: object | None = None
 
     def decide(self, view: FlowView) -> Allocation:
-        order = view.ranking(len(view.active))
+        # deciding at every flow event, nothing but the ranking reads ``order``: left out when not read
+        ranked = bool(view.ranked or not view.every_flow)
+        order = view.ranking(len(view.active) if ranked else 0)
         arrays = view.table.arrays()
         totals = self._totals_for(view.table.layout, arrays)
-        if len(self._served) != len(arrays.capacity):
+        if self._served is None or len(self._served) != len(arrays.capacity):
             self._served = kernels.unset_ints(len(arrays.capacity))
         count, n_served = ek.echelon_decide(view.active, arrays, float(view.now_s), bool(view.every_flow),
-                                            view.rate, order, totals, self.exact_above, self._served)
+                                            view.rate, order, totals, self.exact_above, self._served, ranked)
         return Allocation(view.rate, order, count, rated=self._served[:n_served] if n_served >= 0 else None)
 
     def _totals_for(self, layout: object | None, arrays: TableArrays) -> CoflowTotals | None:

@@ -806,12 +806,13 @@ def _serve_runs(sel, a, b, totals, slot, path_ptr, path_links, residual, capacit
 
 
 @jit
-def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_above, served):
+def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_above, served, ranked):
     """The ``echelon`` scheduler (module docstring; ``schedulers/echelon.py``).  Returns ``(count,
-    n_served)``: the count of ranked flows written to ``order`` (most urgent first), and how many flows
-    got a rate, listed in ``served`` (-1: not listed: under the coflow rule, or more than ``served``
-    holds; deciding at every flow event each flow given a rate fills a link, so a buffer of one entry
-    per link holds them all).  Flows with no bytes left or no path get rate 0 and no rank.
+    n_served)``: the count of ranked flows written to ``order`` (most urgent first; 0 when not
+    ``ranked``, which only ``every_flow`` allows: the coflow rule's back-fill reads the order), and how
+    many flows got a rate, listed in ``served`` (-1: not listed: under the coflow rule, or more than
+    ``served`` holds; deciding at every flow event each flow given a rate fills a link, so a buffer of
+    one entry per link holds them all).  Flows with no bytes left or no path get rate 0 and no rank.
 
     ``table``: the flow table's arrays (``columns.TableArrays``).  Its ``members_ptr``/``members``: per
     group slot, every flow of the group in offset order (declared, active or finished; what is finished
@@ -874,9 +875,10 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
         if every_flow:
             # deciding at every flow start and finish, every group goes as soon as possible, one flow
             # after another (earliest due first), staggered or not
-            for k in range(a, b):
-                order[pos] = sel[k]
-                pos += 1
+            if ranked:
+                for k in range(a, b):
+                    order[pos] = sel[k]
+                    pos += 1
             if totals is not None:  # noqa: SIM102 (numba prunes a branch on ``totals is None`` alone)
                 if len(in_order) > 0 and in_order[group[sel[a]]] == 1:
                     n_served = _serve_runs(sel, a, b, totals, group[sel[a]], path_ptr, path_links, residual,
@@ -937,7 +939,7 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
             for k in range(m):
                 if rate[sel[k]] > 0.0:
                     mark_moved(totals, group[sel[k]], sel[k])
-    return m, n_served
+    return pos, n_served
 
 
 # --------------------------------------------------------------------------- the paper's sketch

@@ -108,7 +108,7 @@ class EchelonOnlineScheduler(EchelonScheduler):
                             members_ptr=(), members=())
         self.estimate(view, groups, estimates, slots)
         return super().decide(FlowView(view.now_s, estimates, view.active, view.source, view.rate,
-                                       view.every_flow))
+                                       view.every_flow, view.ranked))
 
     def estimate(self, view: FlowView, groups: GroupView, estimates: FlowTable, slots: int) -> None:
         """Write the active flows' estimated bytes left and offsets (module docstring) into

@@ -109,6 +109,9 @@ class FlowView:
     source: ViewSource
     rate: Any  # per flow number, bits/s: the scheduler writes the active flows' rates here
     every_flow: bool = True
+    #: Does the caller read the ranking?  The controller does (priority queues); the simulator only to
+    #: check it, so with its checks off a policy may leave it out (an empty ranking).
+    ranked: bool = True
 
     def snapshot(self) -> Snapshot:
         return self.source.snapshot(self)
