@@ -1,8 +1,9 @@
 """The simulator's per-event loops over the active flows (compiled by numba where installed).
 
 Between two events every rate is constant, so an event costs a walk over the active flows for the
-next finish time (which lists the flows with a rate), one over those flows to move their remaining
-bytes to that time, and (when the scheduler ran and checks are on) the capacity invariant.  They live
+next finish time (which lists the flows with a rate; a decision that listed them spares it:
+:func:`soonest`), one over those flows to move their remaining bytes to that time, and (when the
+scheduler ran and checks are on) the capacity invariant.  They live
 here as flat-array kernels (``echelonflow.schedulers.kernels.jit``) with the same arithmetic, in the
 same order, as the original per-flow Python loops, so results do not change by a single bit.
 
