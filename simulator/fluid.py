@@ -3,9 +3,9 @@
 Between two events every rate is constant, so an event costs a walk over the active flows for the
 next finish time (which lists the flows with a rate; a decision that listed them spares it:
 :func:`soonest`), one over those flows to move their remaining bytes to that time, and (when the
-scheduler ran and checks are on) the capacity invariant.  They live
-here as flat-array kernels (``echelonflow.schedulers.kernels.jit``) with the same arithmetic, in the
-same order, as the original per-flow Python loops, so results do not change by a single bit.
+scheduler ran and checks are on) the capacity invariant.  They live here as flat-array kernels
+(``echelonflow.schedulers.kernels.jit``) with the same arithmetic, in the same order, as the original
+per-flow Python loops, so results do not change by a single bit.
 
 ``active`` is a numpy array of flow numbers in increasing order (the simulator's flow numbering, see
 ``engine._Run``); ``remaining`` (bytes), ``rate`` (bits/s) and ``leftover`` (bytes) are per flow number.
