@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -67,6 +67,43 @@ KINDS = ("coflow", "staggered")
 _EPS_S = 1e-12  # events this close together are one instant (sums of float durations drift)
 
 
+class FlowTimes(Mapping[str, float]):
+    """flow id -> seconds, for the flows of one spec, held as a tuple in the spec's flow order.
+
+    A spec has two of these per flow (offset, ideal start).  As dicts they took 33 MiB for FB2010's
+    701,486 flows, 48 bytes a flow more than a tuple (docs/performance.md, "Memory at trace
+    scale").  The runs read them in flow order (``values()`` beside ``flow_ids``); a look-up
+    by flow id builds the index once, on first use."""
+
+    __slots__ = ("_flow_ids", "_seconds", "_index")
+
+    def __init__(self, flow_ids: tuple[str, ...], seconds: tuple[float, ...]) -> None:
+        self._flow_ids = flow_ids
+        self._seconds = seconds
+        self._index: dict[str, int] | None = None
+
+    def __getitem__(self, flow_id: str) -> float:
+        if self._index is None:
+            self._index = {fid: k for k, fid in enumerate(self._flow_ids)}
+        return self._seconds[self._index[flow_id]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._flow_ids)
+
+    def __len__(self) -> int:
+        return len(self._flow_ids)
+
+    def values(self) -> tuple[float, ...]:  # type: ignore[override]
+        """The seconds in the spec's flow order, without building the index."""
+        return self._seconds
+
+    def items(self) -> Iterator[tuple[str, float]]:  # type: ignore[override]
+        return zip(self._flow_ids, self._seconds)
+
+    def __repr__(self) -> str:
+        return f"FlowTimes({dict(self.items())!r})"
+
+
 @dataclass(frozen=True)
 class EchelonSpec:
     """One EchelonFlow (or Coflow) of a job, as schedulers and reports need it."""
@@ -74,8 +111,8 @@ class EchelonSpec:
     echelon_id: str  # as in FlowTask.echelon_id (unique within the job)
     kind: str  # "coflow" (all offsets 0) or "staggered"
     flow_ids: tuple[str, ...]  # ordered by ideal start; flow_ids[0] is the head flow
-    offsets_s: dict[str, float]  # flow_id -> o_j = d_j - d_head (head: 0.0; never negative)
-    ideal_start_s: dict[str, float]  # flow_id -> start time in the zero-communication schedule
+    offsets_s: FlowTimes  # flow_id -> o_j = d_j - d_head (head: 0.0; never negative)
+    ideal_start_s: FlowTimes  # flow_id -> start time in the zero-communication schedule
 
     @property
     def head(self) -> str:
@@ -222,7 +259,7 @@ def echelons_of(job: Job) -> dict[str, EchelonSpec]:
                 f"valid kinds: {', '.join(KINDS)}"
             )
         head_due = due[ordered[0]]
-        offsets: dict[str, float] = {}
+        offsets: list[float] = []
         for fid in ordered:
             if fid in job.explicit_offsets_s:
                 value = float(job.explicit_offsets_s[fid])
@@ -230,15 +267,15 @@ def echelons_of(job: Job) -> dict[str, EchelonSpec]:
                 value = 0.0
             else:
                 value = due[fid] - head_due
-            offsets[fid] = value if value > 0 else 0.0
+            offsets.append(value if value > 0 else 0.0)
         if label is None:
-            label = infer_kind(offsets.values())
+            label = infer_kind(offsets)
         specs[echelon_id] = EchelonSpec(
             echelon_id=echelon_id,
             kind=label,
             flow_ids=ordered,
-            offsets_s=offsets,
-            ideal_start_s={fid: schedule[fid][0] for fid in ordered},
+            offsets_s=FlowTimes(ordered, tuple(offsets)),
+            ideal_start_s=FlowTimes(ordered, tuple(schedule[fid][0] for fid in ordered)),
         )
     return specs
 
@@ -276,10 +313,10 @@ def reference_time(spec: EchelonSpec, actual_start_s: Mapping[str, float]) -> fl
     Every flow of a spec knows its ideal start, so r = min_j (actual start_j - (ideal start_j - ideal
     start_head)); None if none has started.
     """
-    head_ideal = spec.ideal_start_s[spec.flow_ids[0]]
+    ideal = spec.ideal_start_s.values()
     return reference_time_from_starts([
-        FlowStart(actual_start_s[fid], spec.ideal_start_s[fid] - head_ideal, spec.offsets_s[fid])
-        for fid in spec.flow_ids
+        FlowStart(actual_start_s[fid], ideal_s - ideal[0], offset_s)
+        for fid, ideal_s, offset_s in zip(spec.flow_ids, ideal, spec.offsets_s.values())
         if fid in actual_start_s
     ])
 
@@ -295,8 +332,8 @@ def echelon_tardiness(spec: EchelonSpec, finish_s: Mapping[str, float], referenc
     Raises ValueError when none of the spec's flows has a finish time (the tardiness is undefined).
     """
     values = [
-        flow_tardiness(finish_s[fid], reference_s, spec.offsets_s[fid])
-        for fid in spec.flow_ids
+        flow_tardiness(finish_s[fid], reference_s, offset_s)
+        for fid, offset_s in spec.offsets_s.items()
         if fid in finish_s
     ]
     if not values:

@@ -408,13 +408,13 @@ def _job_results(run: RunResult, job: Job, base: int, times: _TaskTimes) -> list
 
 def _echelon_result(run: RunResult, job: Job, eqid: str, spec: EchelonSpec, number: Mapping[str, int],
                     qids: Sequence[str], base: int, times: _TaskTimes) -> None:
-    """The flow records of one EchelonFlow (``number``: its flow ids -> task numbers) and its tardiness."""
+    """The flow records of one EchelonFlow (``number``: its flow ids -> task numbers, in the spec's flow
+    order) and its tardiness."""
     start_s, finish_s = times
     reference_s = echelon_mod.reference_time(spec, {f: float(start_s[t]) for f, t in number.items()})
     assert reference_s is not None  # every flow of a finished run has started
-    for fid, t in number.items():
+    for (fid, t), offset_s in zip(number.items(), spec.offsets_s.values()):
         flow = job.tasks[fid]
-        offset_s = spec.offsets_s[fid]
         # r + 0.0 is r bit for bit unless r is a zero: a Coflow's flows then share r's float object
         # instead of one new float each (24 bytes a flow)
         ideal_finish_s = reference_s if offset_s == 0.0 and reference_s != 0.0 else reference_s + offset_s

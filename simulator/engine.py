@@ -86,7 +86,7 @@ from echelonflow.schedulers.columns import FlowTable, numbering
 from echelonflow.schedulers.crux import job_compute_s, job_profile
 from echelonflow.schedulers.view import FlowView, GroupView, JobProfile, check_decision
 from echelonflow.topology import Topology
-from simulator import fluid
+from simulator import fluid, freed_memory
 
 #: The simulator's result for one scheduler is exactly the shared result shape's run.
 SimulationResult = RunResult
@@ -106,6 +106,9 @@ EXPIRIES_PER_FLOW = 64
 BYTES_ATOL = 1e-6
 #: When the scheduler decides again (module docstring, "Rescheduling").
 RESCHEDULING = ("every-flow", "coflow")
+#: A run with this many tasks or more hands the heap's freed build memory back once built
+#: (:mod:`simulator.freed_memory`); smaller builds free too little to be worth the heap walk.
+TRIM_ABOVE_TASKS = 100_000
 
 
 class SimulationError(RuntimeError):
@@ -308,24 +311,26 @@ class _JobIndex:
         self.roots = array("q", (k for k, task in enumerate(self.tasks) if not task.deps))
         # echelons_of puts every flow in exactly one spec, so every flow gets a row below.
         self.echelons: list[tuple[str, EchelonSpec]] = []
-        rows, echelon_of, offsets, deltas = array("q"), array("q"), array("d"), array("d")
+        # numbers within one job as 32-bit integers (the run's table widens them): FB2010's rows peaked
+        # with the table being built from them (docs/performance.md, "Memory at trace scale")
+        rows, echelon_of, offsets, deltas = array("i"), array("i"), array("d"), array("d")
         for echelon, (echelon_id, spec) in enumerate(specs.items()):
             self.echelons.append((qualified(jid, echelon_id), spec))
-            head_ideal = spec.ideal_start_s[spec.flow_ids[0]]
-            for flow_id in spec.flow_ids:
+            ideal = spec.ideal_start_s.values()
+            for flow_id, offset_s, ideal_s in zip(spec.flow_ids, spec.offsets_s.values(), ideal):
                 rows.append(number[flow_id])
                 echelon_of.append(echelon)
-                offsets.append(spec.offsets_s[flow_id])
+                offsets.append(offset_s)
                 # r = min over started flows of start_j - delta_j (echelon.reference_time)
-                deltas.append(spec.ideal_start_s[flow_id] - head_ideal)
+                deltas.append(ideal_s - ideal[0])
         #: per flow row: its task, its EchelonFlow (index into ``echelons``), o_j and delta_j
-        self.flow_task = np.frombuffer(rows, dtype=np.int64)
-        self.flow_echelon = np.frombuffer(echelon_of, dtype=np.int64)
+        self.flow_task = np.frombuffer(rows, dtype=np.int32)
+        self.flow_echelon = np.frombuffer(echelon_of, dtype=np.int32)
         self.offset_s = np.frombuffer(offsets, dtype=np.float64)
         self.delta_s = np.frombuffer(deltas, dtype=np.float64)
         #: the rows in the order of their task ids (a run ranks flows by ``job/task`` id from it)
         ids = [self.tasks[k].task_id for k in rows]
-        self.id_order = np.array(sorted(range(len(ids)), key=ids.__getitem__), dtype=np.int64)
+        self.id_order = np.array(sorted(range(len(ids)), key=ids.__getitem__), dtype=np.int32)
         #: per ``enforces``: each row's path as (link count per row, link numbers), pinned with nothing
         #: down (set-up)
         self.paths: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
@@ -407,6 +412,8 @@ class _Run:
         self.start_s: list[float | None] = [None] * count  # by task number
         self.finish_s: list[float | None] = [None] * count
         self.task_starts = 0  # tasks started so far (computes' tie-break: who started first)
+        if count >= TRIM_ABOVE_TASKS:  # before the run's state takes fresh pages
+            freed_memory.return_freed_memory()
         self._init_state()
 
     # ------------------------------------------------------------------ setup
@@ -474,7 +481,8 @@ class _Run:
         )
         # Per-event bookkeeping reads Python numbers out of these arrays through memoryviews (as fast as
         # a list, 8 bytes a flow): each flow's task, wire size, delta_j and EchelonFlow slot.
-        self.flow_task_array = column((index.flow_task + base for index, base in zip(indexes, self.job_base)),
+        self.flow_task_array = column((index.flow_task.astype(np.int64) + base
+                                       for index, base in zip(indexes, self.job_base)),
                                       np.int64, perm)
         self.delta_s = memoryview(column((index.delta_s for index in indexes), np.float64, perm))
         self._members()
@@ -532,14 +540,14 @@ class _Run:
         computed once per job and kept in ``index`` for its run alone."""
         paths = index.paths.get(enforces)
         if paths is None:  # nothing is down while a run is set up: the pinned paths
-            lengths, links = array("q"), array("q")
+            lengths, links = array("i"), array("i")
             for k in index.flow_task.tolist():
                 pinned = self._path(index.qid(k), index.tasks[k])
                 path = [self.link_index[link] for link in Topology.links_of(pinned)]
                 lengths.append(len(path))
                 links.extend(path)
-            paths = index.paths[enforces] = (np.frombuffer(lengths, dtype=np.int64),
-                                             np.frombuffer(links, dtype=np.int64))
+            paths = index.paths[enforces] = (np.frombuffer(lengths, dtype=np.int32),
+                                             np.frombuffer(links, dtype=np.int32))
         if index.wire_bytes is None:
             # Links carry frames: the flow's payload plus its framing (Topology.wire_bytes).
             index.wire_bytes = np.array([self.topology.wire_bytes(index.tasks[k].size_bytes)

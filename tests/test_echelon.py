@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from echelonflow.echelon import (
     FlowStart,
+    FlowTimes,
     compute_order_key,
     echelon_tardiness,
     echelons_of,
@@ -158,6 +159,20 @@ def test_cycle_and_unknown_dependency_are_user_errors() -> None:
         echelons_of(missing)
 
 
+def test_flow_times_is_a_read_only_mapping_in_flow_order() -> None:
+    times = FlowTimes(("f2", "f0", "f1"), (0.5, 0.0, 2.0))
+    assert times == {"f0": 0.0, "f1": 2.0, "f2": 0.5} and times != {"f0": 0.0, "f1": 2.0}
+    assert list(times) == ["f2", "f0", "f1"] and len(times) == 3
+    assert list(times.items()) == [("f2", 0.5), ("f0", 0.0), ("f1", 2.0)]
+    assert times.values() == (0.5, 0.0, 2.0)
+    assert times["f1"] == 2.0 and times.get("f9") is None and "f0" in times and "f9" not in times
+    with pytest.raises(KeyError):
+        times["f9"]
+    with pytest.raises(TypeError):
+        times["f0"] = 1.0  # type: ignore[index]
+    assert repr(times) == "FlowTimes({'f2': 0.5, 'f0': 0.0, 'f1': 2.0})"
+
+
 def test_reference_time_rules() -> None:
     spec = echelons_of(fig2_job())["e"]  # ideal starts 1, 2, 3
     assert reference_time(spec, {}) is None
@@ -250,5 +265,7 @@ def test_schedule_and_offsets_invariants(job: Job) -> None:
         assert all(v >= 0 for v in spec.offsets_s.values())
         starts = [spec.ideal_start_s[f] for f in spec.flow_ids]
         assert starts == sorted(starts)
+        # read in flow order (as the runs do) or by flow id (as tests and the emulation do): the same
+        assert list(spec.ideal_start_s.values()) == starts and tuple(spec.offsets_s) == spec.flow_ids
         for fid in spec.flow_ids:
             assert due[fid] >= schedule[fid][0] - 1e-9

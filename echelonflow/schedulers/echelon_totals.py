@@ -52,7 +52,8 @@ class CoflowTotals(NamedTuple):
     position, path index) at ``ep_pos``/``ep_pidx[ep_ptr[ent]:ep_ptr[ent + 1]]``, the first live one at
     ``ent_first[ent]``.
     Per path entry p of a kept member: its entry ``ent_of[p]`` and its place ``ep_of[p]`` there.  Per
-    flow: the bytes left last seen, its units and whether it was live.  ``pmax``: one more than the
+    flow: the bytes left last seen and whether it was live (its units are those of the bytes last seen
+    while live, else 0: recomputed, not kept, 8 bytes a flow less).  ``pmax``: one more than the
     longest path (the sort key's radix).  Per kept slot, the flows a decision gave a rate since the
     slot's last refresh (:func:`mark_moved`): ``moved_head[slot]`` is 0 or the first one + 1, and
     ``moved_next[f]`` is 0 (not listed), 1 (the last) or the next one + 2.  ``in_order[slot]``: 1 if
@@ -78,7 +79,6 @@ class CoflowTotals(NamedTuple):
     ent_of: Any
     ep_of: Any
     last: Any
-    units: Any
     alive: Any
     pmax: Any
     moved_head: Any
@@ -168,7 +168,7 @@ def _runs(members_ptr, members, path_ptr, path_links, in_order, n_flows):
     (mapper, reducer) pair, listed mapper by mapper or reducer by reducer; the end that changes less
     often along the members is the one whose runs are long."""
     run_last = ints(len(in_order))
-    run_end = ints(n_flows)
+    run_end = small_ints(n_flows)
     for s in range(len(in_order)):
         if in_order[s] == 0:
             continue
@@ -237,7 +237,8 @@ def _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bou
             for ent in range(first, n_ent):
                 index_of[ent_link[ent]] = -1
         ent_ptr[s + 1] = n_ent
-    return ent_ptr, ent_link[:n_ent], count[:n_ent]
+    # copies: the kept totals would otherwise hold buffers sized for every path entry (11 MiB on FB2010)
+    return ent_ptr, ent_link[:n_ent].copy(), count[:n_ent].copy()
 
 
 @jit
@@ -264,7 +265,6 @@ def _build(table, exact_above):
     ep_pidx = small_ints(ep_ptr[n_ent])
     n_flows = len(remaining)
     last = floats(n_flows)
-    units = ints(n_flows)
     alive = small_ints(n_flows)
     slot_live = ints(len(kept))
     live_flows = ints(len(members))
@@ -282,7 +282,7 @@ def _build(table, exact_above):
                 continue
             live = 1 if remaining[f] > EPS_BYTES else 0
             alive[f] = live
-            units[f] = _units(remaining[f]) if live == 1 else 0
+            units = _units(remaining[f]) if live == 1 else 0
             if live == 1:
                 live_flows[members_ptr[s] + slot_live[s]] = f
             slot_live[s] += live
@@ -293,7 +293,7 @@ def _build(table, exact_above):
                 ep_pos[k] = e
                 ep_pidx[k] = p - path_ptr[f]
                 ep_of[p] = k
-                ent_hi[ent], ent_lo[ent] = _added(ent_hi[ent], ent_lo[ent], units[f])
+                ent_hi[ent], ent_lo[ent] = _added(ent_hi[ent], ent_lo[ent], units)
                 ent_live[ent] += live
     for ent in range(n_ent):
         k = ep_ptr[ent]
@@ -303,8 +303,8 @@ def _build(table, exact_above):
     pm = ints(1)
     pm[0] = pmax
     return CoflowTotals(kept, slot_live, ent_ptr, ent_link, ent_hi, ent_lo, ent_live, ent_first, ep_ptr,
-                        ep_pos, ep_pidx, ent_of, ep_of, last, units, alive, pm, ints(len(kept)),
-                        ints(n_flows), in_order, run_last, run_end, live_flows, slot_live.copy())
+                        ep_pos, ep_pidx, ent_of, ep_of, last, alive, pm, ints(len(kept)),
+                        small_ints(n_flows), in_order, run_last, run_end, live_flows, slot_live.copy())
 
 
 def coflow_totals(table: Any, exact_above: int) -> CoflowTotals | None:
@@ -322,7 +322,7 @@ def refresh(totals, slot, members, remaining, path_ptr):
     bytes left differ from those last seen moves its entries' units and live counts (and the first live
     member of each entry).  Sums of integers and a first live member do not depend on the order the
     changes come in, so the totals are those of comparing every member, as before."""
-    last, units, alive = totals.last, totals.units, totals.alive
+    last, alive = totals.last, totals.alive
     ent_of, ep_of, ep_ptr, ep_pos = totals.ent_of, totals.ep_of, totals.ep_ptr, totals.ep_pos
     ent_hi, ent_lo = totals.ent_hi, totals.ent_lo
     ent_live, ent_first = totals.ent_live, totals.ent_first
@@ -334,16 +334,15 @@ def refresh(totals, slot, members, remaining, path_ptr):
         listed = moved_next[f] - 1
         moved_next[f] = 0
         r = remaining[f]
-        if r == last[f]:
+        seen = last[f]
+        if r == seen:
             continue
         last[f] = r
         if path_ptr[f + 1] == path_ptr[f]:
             continue
         live = 1 if r > EPS_BYTES else 0
-        u = _units(r) if live == 1 else 0
-        delta = u - units[f]
-        units[f] = u
         was = alive[f]
+        delta = (_units(r) if live == 1 else 0) - (_units(seen) if was == 1 else 0)
         alive[f] = live
         if was == 0 and live == 1:
             totals.live_count[slot] = -1  # not among those listed (``live_members``): list them afresh
