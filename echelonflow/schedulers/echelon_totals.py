@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from echelonflow.schedulers.echelon_runs import open_end_bits, runs_of
 from echelonflow.schedulers.kernels import (
     EPS_BYTES,
     _unnumbered,
@@ -58,12 +59,13 @@ class CoflowTotals(NamedTuple):
     slot's last refresh (:func:`mark_moved`): ``moved_head[slot]`` is 0 or the first one + 1, and
     ``moved_next[f]`` is 0 (not listed), 1 (the last) or the next one + 2.  ``in_order[slot]``: 1 if
     the kept slot's members all have a path, one reference slot and one weight, and are numbered in
-    member order (:func:`_in_member_order`).  For such a slot, ``run_last[slot]`` says which end of its
-    members' paths (0: the first link, 1: the last) runs along consecutive members the longer, and
-    ``run_end[f]`` is, for each of its members, the flow number just past the run of members from f on
-    that share that link (:func:`_runs`).  ``live_flows[members_ptr[slot]:][:live_count[slot]]``: a kept
-    slot's members that were live when last listed, in member order (-1: a member came back to life
-    since, list them afresh; :func:`live_members`)."""
+    member order (:func:`_in_member_order`).  For such slots, the runs of members that share a link
+    (``run_last``, ``run_of``, ``run_start``, ``run_stop``: ``echelon_runs.runs_of``) and the links at
+    their other end (``ends_ptr``, ``ends``, ``end_place``, ``bits_at``, ``bits``:
+    ``echelon_runs.open_end_bits``; a member's bit follows its liveness, :func:`refresh`).
+    ``live_flows[members_ptr[slot]:][:live_count[slot]]``: a kept slot's members that were live when
+    last listed, in member order (-1: a member came back to life since, list them afresh;
+    :func:`live_members`)."""
 
     kept: Any
     slot_live: Any
@@ -85,7 +87,14 @@ class CoflowTotals(NamedTuple):
     moved_next: Any
     in_order: Any
     run_last: Any
-    run_end: Any
+    run_of: Any
+    run_start: Any
+    run_stop: Any
+    ends_ptr: Any
+    ends: Any
+    end_place: Any
+    bits_at: Any
+    bits: Any
     live_flows: Any
     live_count: Any
 
@@ -154,43 +163,6 @@ def _in_member_order(members_ptr, members, ref_slot, weight, path_ptr, slot):
 
 
 @jit
-def run_link(f, last, path_ptr, path_links):
-    """Flow f's first link (``last`` 0) or last link (1)."""
-    return path_links[path_ptr[f + 1] - 1] if last == 1 else path_links[path_ptr[f]]
-
-
-@jit
-def _runs(members_ptr, members, path_ptr, path_links, in_order, n_flows):
-    """``(run_last, run_end)`` of :class:`CoflowTotals` for the slots ``in_order`` vouches for.  Deciding
-    at every flow event, ``echelon`` serves such a group's flows one after another on what the groups
-    before it left, and a flow whose run link is full gets nothing, nor does any flow of its run: a
-    decision steps over the run (``echelon_kernels._serve_runs``).  A coflow trace's flows are one per
-    (mapper, reducer) pair, listed mapper by mapper or reducer by reducer; the end that changes less
-    often along the members is the one whose runs are long."""
-    run_last = ints(len(in_order))
-    run_end = small_ints(n_flows)
-    for s in range(len(in_order)):
-        if in_order[s] == 0:
-            continue
-        lo, hi = members_ptr[s], members_ptr[s + 1]
-        breaks_first = 0
-        breaks_last = 0
-        for e in range(lo + 1, hi):
-            f, before = members[e], members[e - 1]
-            breaks_first += run_link(f, 0, path_ptr, path_links) != run_link(before, 0, path_ptr, path_links)
-            breaks_last += run_link(f, 1, path_ptr, path_links) != run_link(before, 1, path_ptr, path_links)
-        side = 1 if breaks_last < breaks_first else 0
-        run_last[s] = side
-        end = members[hi - 1] + 1
-        for e in range(hi - 1, lo - 1, -1):
-            if e + 1 < hi and (run_link(members[e], side, path_ptr, path_links)
-                               != run_link(members[e + 1], side, path_ptr, path_links)):
-                end = members[e + 1]
-            run_end[members[e]] = end
-    return run_last, run_end
-
-
-@jit
 def _kept_slots(members_ptr, members, offset, path_ptr, exact_above):
     """Which slots to keep (uniform, listing more than ``exact_above`` members), one more than the
     longest path, and how many path entries the kept members have."""
@@ -251,7 +223,11 @@ def _build(table, exact_above):
     for s in range(len(kept)):
         if kept[s] == 1:
             in_order[s] = _in_member_order(members_ptr, members, ref_slot, table.weight, path_ptr, s)
-    run_last, run_end = _runs(members_ptr, members, path_ptr, path_links, in_order, len(remaining))
+    run_last, run_of, run_start, run_stop = runs_of(members_ptr, members, path_ptr, path_links, in_order,
+                                                    len(remaining))
+    ends_ptr, ends, end_place, bits_at, bits = open_end_bits(members_ptr, members, path_ptr, path_links,
+                                                             remaining, in_order, run_last, run_of,
+                                                             len(run_stop), n_links)
     ent_of = small_ints(len(path_links))
     ep_of = small_ints(len(path_links))
     ent_ptr, ent_link, count = _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bound,
@@ -304,7 +280,8 @@ def _build(table, exact_above):
     pm[0] = pmax
     return CoflowTotals(kept, slot_live, ent_ptr, ent_link, ent_hi, ent_lo, ent_live, ent_first, ep_ptr,
                         ep_pos, ep_pidx, ent_of, ep_of, last, alive, pm, ints(len(kept)),
-                        small_ints(n_flows), in_order, run_last, run_end, live_flows, slot_live.copy())
+                        small_ints(n_flows), in_order, run_last, run_of, run_start, run_stop, ends_ptr, ends,
+                        end_place, bits_at, bits, live_flows, slot_live.copy())
 
 
 def coflow_totals(table: Any, exact_above: int) -> CoflowTotals | None:
@@ -320,8 +297,9 @@ def refresh(totals, slot, members, remaining, path_ptr):
     """Bring kept group ``slot`` up to date: each member a decision gave a rate since the last refresh
     (the only ones whose bytes left can have changed: the simulator moves bytes by rates alone) whose
     bytes left differ from those last seen moves its entries' units and live counts (and the first live
-    member of each entry).  Sums of integers and a first live member do not depend on the order the
-    changes come in, so the totals are those of comparing every member, as before."""
+    member of each entry), and its bit among its run's live ones (``echelon_runs.open_end_bits``).
+    Sums of integers and a first live member do not depend on the order the changes come in, so the
+    totals are those of comparing every member, as before."""
     last, alive = totals.last, totals.alive
     ent_of, ep_of, ep_ptr, ep_pos = totals.ent_of, totals.ep_of, totals.ep_ptr, totals.ep_pos
     ent_hi, ent_lo = totals.ent_hi, totals.ent_lo
@@ -344,6 +322,10 @@ def refresh(totals, slot, members, remaining, path_ptr):
         was = alive[f]
         delta = (_units(r) if live == 1 else 0) - (_units(seen) if was == 1 else 0)
         alive[f] = live
+        if totals.in_order[slot] == 1 and totals.bits_at[totals.run_of[f]] >= 0:  # its run's live bits
+            at = totals.bits_at[totals.run_of[f]] + (totals.end_place[f] >> 6)
+            bit = 1 << (totals.end_place[f] & 63)
+            totals.bits[at] = totals.bits[at] | bit if live == 1 else totals.bits[at] & ~bit
         if was == 0 and live == 1:
             totals.live_count[slot] = -1  # not among those listed (``live_members``): list them afresh
         totals.slot_live[slot] += live - was
