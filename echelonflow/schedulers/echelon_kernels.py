@@ -833,13 +833,12 @@ def _serve_runs(sel, a, b, totals, slot, table, residual, rate, served, n_served
         k = _past_run(sel, k, b, run_start[r])
         end = _past_run(sel, k, b, run_stop[r])
         while c >= 0 and residual[run] > 0.0:
-            k = _first_at_place(sel, k, end, end_place, c)  # the first flow whose place is c or later
+            # the first flow whose place is c or later (later when c's member is live but not started:
+            # f then gets what its path has, nothing if its own other end is full)
+            k = _first_at_place(sel, k, end, end_place, c)
             if k == end:
                 break
             f = sel[k]
-            if end_place[f] != c:  # c's member is live but not active (not started): on from f
-                c = _next_open(bits, bits_at[r], open_bits, end_place[f])
-                continue
             k += 1
             spare = _path_min(f, path_ptr, path_links, residual)
             if spare > 0:
@@ -851,7 +850,7 @@ def _serve_runs(sel, a, b, totals, slot, table, residual, rate, served, n_served
                     li = path_links[p]
                     if residual[li] <= 0.0 and place[li] >= 0:
                         open_bits[place[li] >> 6] &= ~(1 << (place[li] & 63))
-            c = _next_open(bits, bits_at[r], open_bits, c + 1)
+            c = _next_open(bits, bits_at[r], open_bits, end_place[f] + 1)
         k = end
     for i in range(lo, hi):
         place[ends[i]] = -1
