@@ -31,13 +31,15 @@ def run_link(f, last, path_ptr, path_links):
 
 
 @jit
-def runs_of(members_ptr, members, path_ptr, path_links, in_order, n_flows):
+def runs_of(table, in_order):
     """``(run_last, run_of, run_start, run_stop)`` for the slots ``in_order`` vouches for (members with
     a path, numbered in member order).  ``run_last[slot]``: which end of the members' paths (0: the
     first link, 1: the last) runs along consecutive members the longer (the end that changes less often
     along the members is the one whose runs are long).  ``run_of[f]``: the run of member f (numbered
     across every slot, in member order); ``run_start[run]`` and ``run_stop[run]``: its first member's
-    flow number and one past its last member's."""
+    flow number and one past its last member's.  ``table``: ``columns.TableArrays``."""
+    members_ptr, members = table.members_ptr, table.members
+    path_ptr, path_links = table.path_ptr, table.path_links
     run_last = ints(len(in_order))
     n_runs = 0
     for s in range(len(in_order)):
@@ -52,7 +54,7 @@ def runs_of(members_ptr, members, path_ptr, path_links, in_order, n_flows):
             breaks_last += run_link(f, 1, path_ptr, path_links) != run_link(before, 1, path_ptr, path_links)
         run_last[s] = 1 if breaks_last < breaks_first else 0
         n_runs += 1 + (breaks_last if breaks_last < breaks_first else breaks_first)
-    run_of = small_ints(n_flows)
+    run_of = small_ints(len(table.remaining))
     run_start = ints(n_runs)
     run_stop = ints(n_runs)
     run = -1
@@ -72,12 +74,13 @@ def runs_of(members_ptr, members, path_ptr, path_links, in_order, n_flows):
 
 
 @jit
-def _ends_in_run_order(members_ptr, members, path_ptr, path_links, side, slot, index_of, ends, base):
+def _ends_in_run_order(table, side, slot, index_of, ends, base):
     """The other-end links of ``slot``'s members (written to ``ends`` from ``base``, first use first;
     ``index_of`` maps each to its place there and must be all -1 on entry) in an order every run lists
     them in: ``(count, order)`` with ``order`` a permutation of the ``count`` places, or ``count`` -1 if
     the runs disagree."""
-    lo, hi = members_ptr[slot], members_ptr[slot + 1]
+    members, path_ptr, path_links = table.members, table.path_ptr, table.path_links
+    lo, hi = table.members_ptr[slot], table.members_ptr[slot + 1]
     other = 1 - side
     count = 0
     for e in range(lo, hi):
@@ -124,8 +127,7 @@ def _ends_in_run_order(members_ptr, members, path_ptr, path_links, side, slot, i
 
 
 @jit
-def open_end_bits(members_ptr, members, path_ptr, path_links, remaining, in_order, run_last, run_of, n_runs,
-                  n_links):
+def open_end_bits(table, in_order, run_last, run_of, n_runs):
     """The other-end links of each vouched slot's runs, for serving only flows whose other end has room
     (module docstring): ``(ends_ptr, ends, end_place, bits_at, bits)``.  Slot s's other-end links,
     numbered in an order its runs agree with (their *places*), are ``ends[ends_ptr[s]:ends_ptr[s + 1]]``,
@@ -133,6 +135,9 @@ def open_end_bits(members_ptr, members, path_ptr, path_links, remaining, in_orde
     count them live; ``echelon_totals.refresh`` keeps them so) are the bits set in
     ``bits[bits_at[r]:][:words]`` (``words`` = one per 64 places of its slot), or ``bits_at[r]`` is -1
     when its slot's runs disagree on the order (serve those flow by flow)."""
+    members_ptr, members = table.members_ptr, table.members
+    path_ptr, path_links = table.path_ptr, table.path_links
+    remaining, n_links = table.remaining, len(table.capacity)
     n_slots = len(in_order)
     bound = 0
     for s in range(n_slots):
@@ -149,8 +154,7 @@ def open_end_bits(members_ptr, members, path_ptr, path_links, remaining, in_orde
         if in_order[s] == 0 or hi == lo:
             continue
         base = ends_ptr[s]
-        count, order = _ends_in_run_order(members_ptr, members, path_ptr, path_links, run_last[s], s,
-                                          index_of, ends, base)
+        count, order = _ends_in_run_order(table, run_last[s], s, index_of, ends, base)
         for e in range(lo, hi):  # index_of back to all -1
             index_of[run_link(members[e], 1 - run_last[s], path_ptr, path_links)] = -1
         words = (count + 63) >> 6

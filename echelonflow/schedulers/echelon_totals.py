@@ -223,11 +223,8 @@ def _build(table, exact_above):
     for s in range(len(kept)):
         if kept[s] == 1:
             in_order[s] = _in_member_order(members_ptr, members, ref_slot, table.weight, path_ptr, s)
-    run_last, run_of, run_start, run_stop = runs_of(members_ptr, members, path_ptr, path_links, in_order,
-                                                    len(remaining))
-    ends_ptr, ends, end_place, bits_at, bits = open_end_bits(members_ptr, members, path_ptr, path_links,
-                                                             remaining, in_order, run_last, run_of,
-                                                             len(run_stop), n_links)
+    run_last, run_of, run_start, run_stop = runs_of(table, in_order)
+    ends_ptr, ends, end_place, bits_at, bits = open_end_bits(table, in_order, run_last, run_of, len(run_stop))
     ent_of = small_ints(len(path_links))
     ep_of = small_ints(len(path_links))
     ent_ptr, ent_link, count = _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bound,
