@@ -182,15 +182,15 @@ def decide_with_and_without_totals(active, table, totals, exact_above: int, ever
     decision must overwrite the active flows').  Returns the rates."""
     n = len(table.remaining)
     decided = []
-    # the scheduler's scratch holds the last decision's leftovers: here garbage, then each call's
-    scratch = (np.full(n, 10**6, dtype=np.int64), np.full(n, np.nan),
+    # the scheduler's buffers hold the last decision's leftovers: here garbage, then each call's
+    buffers = (np.full(n, 10**6, dtype=np.int64), np.full(n, np.nan),
                np.full(n + 1, -(10**6), dtype=np.int64))
     for kept, ranked in ((totals, True), (None, True), (totals, False), (None, False)):
         if not (ranked or every_flow):
             continue
         rates, order, served = np.full(n, stale_rate), ints(n), ints(len(table.capacity))
         count, n_served = ek.echelon_decide(active, table, 0.5, every_flow, rates, order, kept, exact_above,
-                                            served, ranked, scratch)
+                                            served, ranked, buffers)
         decided.append((rates, list(order[:count]), n_served, sorted(served[:max(n_served, 0)])))
     (rates, order, n_served, listed), (plain_rates, plain_order, *plain_listing) = decided[:2]
     assert np.array_equal(rates, plain_rates) and order == plain_order and [n_served, listed] == plain_listing

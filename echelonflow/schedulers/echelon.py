@@ -69,7 +69,8 @@ class EchelonScheduler(Scheduler):
     #: The flows a decision gave a rate (``Allocation.rated``, read before the next decision): one entry
     #: per link holds them all (each fills a link).
     _served: object | None = None
-    _scratch: tuple | None = None
+    #: ``echelon_decide``'s per-decision buffers, kept (sized by the table's flows)
+    _buffers: tuple | None = None
 
     def decide(self, view: FlowView) -> Allocation:
         # deciding at every flow event, nothing but the ranking reads ``order``: left out when not read
@@ -80,12 +81,12 @@ class EchelonScheduler(Scheduler):
         if self._served is None or len(self._served) != len(arrays.capacity):
             self._served = kernels.unset_ints(len(arrays.capacity))
         n_flows = len(arrays.remaining)
-        if self._scratch is None or len(self._scratch[0]) != n_flows:
-            self._scratch = (kernels.unset_ints(n_flows), kernels.unset_floats(n_flows),
+        if self._buffers is None or len(self._buffers[0]) != n_flows:
+            self._buffers = (kernels.unset_ints(n_flows), kernels.unset_floats(n_flows),
                              kernels.unset_ints(n_flows + 1))
         count, n_served = ek.echelon_decide(view.active, arrays, float(view.now_s), bool(view.every_flow),
                                             view.rate, order, totals, self.exact_above, self._served, ranked,
-                                            self._scratch)
+                                            self._buffers)
         return Allocation(view.rate, order, count, rated=self._served[:n_served] if n_served >= 0 else None)
 
     def _totals_for(self, layout: object | None, arrays: TableArrays) -> CoflowTotals | None:

@@ -897,14 +897,14 @@ def _first_at_place(sel, k, end, end_place, c):
 
 
 @jit
-def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_above, served, ranked, scratch):
+def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_above, served, ranked, buffers):
     """The ``echelon`` scheduler (module docstring; ``schedulers/echelon.py``).  Returns ``(count,
     n_served)``: the count of ranked flows written to ``order`` (most urgent first; 0 when not
     ``ranked``, which only ``every_flow`` allows: the coflow rule's back-fill reads the order), and how
     many flows got a rate, listed in ``served`` (-1: not listed: under the coflow rule, or more than
     ``served`` holds; deciding at every flow event each flow given a rate fills a link, so a buffer of
     one entry per link holds them all).  Flows with no bytes left or no path get rate 0 and no rank.
-    ``scratch``: three buffers the caller keeps between decisions (flow numbers, due times and the
+    ``buffers``: three arrays the caller keeps between decisions (flow numbers, due times and the
     groups' starts: at least the table's flow count, one more for the starts); a decision writes what
     it reads, so their contents do not matter.  Allocated per decision, they cost the FB2010 hour 8 MiB
     of fragmented heap at its peak (docs/performance.md, "Memory at trace scale").
@@ -920,7 +920,7 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
                                                          table.path_links, table.capacity)
     group = table.group
     n = len(active)
-    sel, due, starts = scratch[0][:n], scratch[1][:n], scratch[2][:n + 1]
+    sel, due, starts = buffers[0][:n], buffers[1][:n], buffers[2][:n + 1]
     # deciding at every flow event, kept Coflows' runs are copied as they come (``_edf_core``)
     in_order = ints(0)
     if totals is not None:  # noqa: SIM102 (numba compiles away a branch on ``totals is None`` alone)
