@@ -799,13 +799,6 @@ def _serve_runs(sel, a, b, totals, slot, table, residual, rate, served, n_served
     side = totals.run_last[slot]
     run_of, run_start, run_stop = totals.run_of, totals.run_start, totals.run_stop
     bits_at, bits, end_place = totals.bits_at, totals.bits, totals.end_place
-    lo, hi = totals.ends_ptr[slot], totals.ends_ptr[slot + 1]
-    ends = totals.ends
-    open_bits = ints((hi - lo + 63) >> 6)  # the slot's other-end links with room
-    for i in range(lo, hi):
-        place[ends[i]] = i - lo
-        if residual[ends[i]] > 0.0:
-            open_bits[(i - lo) >> 6] |= 1 << ((i - lo) & 63)
     k = a
     if bits_at[run_of[sel[a]]] < 0:  # the runs disagree on an order of their other ends: flow by flow
         while k < b:
@@ -823,6 +816,13 @@ def _serve_runs(sel, a, b, totals, slot, table, residual, rate, served, n_served
                     n_served = _note_served(served, n_served, f)
             k = end
         return n_served
+    lo, hi = totals.ends_ptr[slot], totals.ends_ptr[slot + 1]
+    ends = totals.ends
+    open_bits = ints((hi - lo + 63) >> 6)  # the slot's other-end links with room
+    for i in range(lo, hi):
+        place[ends[i]] = i - lo
+        if residual[ends[i]] > 0.0:
+            open_bits[(i - lo) >> 6] |= 1 << ((i - lo) & 63)
     # run by run: one whose link is full, or whose live members' other ends are all full, is passed
     # over without a look at its flows
     for r in range(run_of[sel[a]], run_of[sel[b - 1]] + 1):

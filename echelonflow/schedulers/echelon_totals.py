@@ -319,8 +319,8 @@ def refresh(totals, slot, members, remaining, path_ptr):
         was = alive[f]
         delta = (_units(r) if live == 1 else 0) - (_units(seen) if was == 1 else 0)
         alive[f] = live
-        if totals.in_order[slot] == 1 and totals.bits_at[totals.run_of[f]] >= 0:  # its run's live bits
-            at = totals.bits_at[totals.run_of[f]] + (totals.end_place[f] >> 6)
+        if was != live and totals.in_order[slot] == 1 and totals.bits_at[totals.run_of[f]] >= 0:
+            at = totals.bits_at[totals.run_of[f]] + (totals.end_place[f] >> 6)  # its run's live bits
             bit = 1 << (totals.end_place[f] & 63)
             totals.bits[at] = totals.bits[at] | bit if live == 1 else totals.bits[at] & ~bit
         if was == 0 and live == 1:
