@@ -99,7 +99,7 @@ def fair_share_bps(topology: Topology, pairs: Sequence[HostPair]) -> dict[HostPa
     rate = kernels.float_array([0.0] * len(pairs))
     kernels.fair_decide(kernels.int_array(range(len(pairs))), kernels.float_array([1.0e12] * len(pairs)),
                         kernels.int_array(path_ptr), kernels.int_array(path_links),
-                        kernels.float_array(list(capacity.values())), rate)
+                        kernels.float_array(list(capacity.values())), rate, False)
     return {pair: float(r) * topology.payload_fraction for pair, r in zip(pairs, rate)}
 
 

@@ -81,7 +81,7 @@ from echelonflow.faults import FaultEvent
 from echelonflow.linkstate import LinkState
 from echelonflow.model import ComputeTask, FlowTask, Job, qualified
 from echelonflow.results import RunResult, build_run_in_order, completion_after_arrival_s
-from echelonflow.schedulers.base import ActiveFlow, FlowEvent, Scheduler, Snapshot
+from echelonflow.schedulers.base import EPS_BYTES, ActiveFlow, FlowEvent, Scheduler, Snapshot
 from echelonflow.schedulers.columns import FlowTable, numbering
 from echelonflow.schedulers.crux import job_compute_s, job_profile
 from echelonflow.schedulers.view import FlowView, GroupView, JobProfile, check_decision
@@ -511,6 +511,16 @@ class _Run:
         self.rated_buf = np.empty(count, dtype=np.int64)
         self.n_rated = 0
         self.rated_listed = False  # rated_buf holds the last decision's listing (``Allocation.rated``)
+        # What a decision may take as given (``FlowView.clean``): ``active`` stays in flow-number order
+        # (``fluid.merged``, ``fluid.advance``), a flow joins it with its whole size and leaves it at
+        # BYTES_ATOL, and paths keep their lengths through faults; so no active flow is dust or pathless
+        # unless one is from the start.  The flows with a rate, by number, as the last decision listed
+        # them (``FlowView.rated_before``): none before the first.
+        wire = self.wire_array
+        moving = wire > 0.0
+        pathless = np.diff(self.table.path_ptr) == 0
+        self.clean = not bool(np.any(moving & (wire <= EPS_BYTES)) or np.any(moving & pathless))
+        self.rated_before: np.ndarray | None = np.zeros(0, dtype=np.int64)
         self.active = np.zeros(0, dtype=np.int64)
         self.arrived: list[int] = []
         # Decisions that change nothing are skipped (module docstring, "Skipped decisions"): per link, how
@@ -880,8 +890,11 @@ class _Run:
             self.active = fluid.merged(self.active, np.array(self.arrived, dtype=np.int64), self.skipping,
                                        table.path_ptr, table.path_links, self.link_users)
             self.arrived = []
-        view = FlowView(self.now_s, self.table, self.active, self, self.rate, self.every_flow, self.check)
+        view = FlowView(self.now_s, self.table, self.active, self, self.rate, self.every_flow, self.check,
+                        self.clean, self.rated_before)
         allocation = self.scheduler.decide(view)
+        rated = allocation.rated
+        self.rated_before = None if rated is None else np.array(rated, dtype=np.int64)
         self.valid_until_s = allocation.valid_until_s
         if self.check:
             check_decision(view, allocation)

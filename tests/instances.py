@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.schedulers import echelon_kernels as ek
 from echelonflow.schedulers import get_scheduler
-from echelonflow.schedulers.base import ActiveFlow, Snapshot
+from echelonflow.schedulers.base import EPS_BYTES, ActiveFlow, Snapshot
 from echelonflow.schedulers.kernels import ints
 from echelonflow.topology import Topology, bigswitch, build, dumbbell, fattree
 from simulator.engine import check_placement, simulate
@@ -178,25 +178,33 @@ def decide_with_and_without_totals(active, table, totals, exact_above: int, ever
     """``echelon_decide`` on ``table`` with ``totals`` and with none: the same rates, ranking, counts and
     listing of the flows given a rate, bit for bit, the listing naming exactly the active flows with a
     positive rate (or absent under the coflow rule); deciding at every flow event, also without the
-    ranking (then empty), the same rates and listing.  ``stale_rate``: what every rate holds before (a
-    decision must overwrite the active flows').  Returns the rates."""
+    ranking (then empty), the same rates and listing, and, where the instance allows it (``active`` in
+    increasing flow numbers, none with dust left), with every active flow's rate cleared beforehand and
+    the caller saying so (``cleared``, what the simulator vouches).  ``stale_rate``: what every rate
+    holds before (a decision must overwrite the active flows').  Returns the rates."""
     n = len(table.remaining)
+    flows = np.asarray(active, dtype=np.int64)
+    clean = (every_flow and totals is not None and bool(np.all(np.diff(flows) > 0))
+             and bool(np.all(np.asarray(table.remaining)[flows] > EPS_BYTES)))
     decided = []
     # the scheduler's buffers hold the last decision's leftovers: here garbage, then each call's
     buffers = (np.full(n, 10**6, dtype=np.int64), np.full(n, np.nan),
                np.full(n + 1, -(10**6), dtype=np.int64))
-    for kept, ranked in ((totals, True), (None, True), (totals, False), (None, False)):
-        if not (ranked or every_flow):
+    for kept, ranked, cleared in ((totals, True, False), (None, True, False), (totals, False, False),
+                                  (None, False, False), (totals, True, True), (totals, False, True)):
+        if not (ranked or every_flow) or (cleared and not clean):
             continue
         rates, order, served = np.full(n, stale_rate), ints(n), ints(len(table.capacity))
+        if cleared:
+            rates[flows] = 0.0
         count, n_served = ek.echelon_decide(active, table, 0.5, every_flow, rates, order, kept, exact_above,
-                                            served, ranked, buffers)
-        decided.append((rates, list(order[:count]), n_served, sorted(served[:max(n_served, 0)])))
-    (rates, order, n_served, listed), (plain_rates, plain_order, *plain_listing) = decided[:2]
+                                            served, ranked, buffers, cleared)
+        decided.append((ranked, rates, list(order[:count]), n_served, sorted(served[:max(n_served, 0)])))
+    (_, rates, order, n_served, listed), (_, plain_rates, plain_order, *plain_listing) = decided[:2]
     assert np.array_equal(rates, plain_rates) and order == plain_order and [n_served, listed] == plain_listing
-    for unranked_rates, unranked_order, *unranked_listing in decided[2:]:
-        assert np.array_equal(unranked_rates, rates) and unranked_order == []
-        assert unranked_listing == [n_served, listed]
-    given = sorted(f for f in np.asarray(active) if rates[f] > 0)
+    for other_ranked, other_rates, other_order, *other_listing in decided[2:]:
+        assert np.array_equal(other_rates, rates) and other_order == (order if other_ranked else [])
+        assert other_listing == [n_served, listed]
+    given = sorted(f for f in flows if rates[f] > 0)
     assert listed == given if every_flow else n_served == -1
     return rates

@@ -3,14 +3,19 @@ at trace scale"): each is checked against the plain computation it replaces, whi
 shortcut is wrong.
 
 * the simulator finds a decision's groups from its per-group counts, not by walking the active flows,
-  and visits only the hosts whose computes changed: on random DAG workloads, every scheduler, every
-  task's start and finish equal to the run that walks the flows and visits every host (1e-9 relative);
+  visits only the hosts whose computes changed, and vouches what a decision may take as given
+  (``FlowView.clean``): on random DAG workloads, every scheduler, every task's start and finish equal
+  to the run that walks the flows, visits every host and vouches nothing (1e-9 relative);
 * ``priority.serve_classes`` gathers the served flows in one numpy step: equal to slicing group by group;
 * Varys's spare split (``varys_kernels._split_spare``) walks only the flows it found eligible: rates and
   residual equal bit for bit to the three walks over every skipped flow;
 * ``echelon`` deciding at every flow event skips its back-fill: every ranked flow with bytes left
   already crosses a full link, so back-filling would give nothing; and it ranks and serves each group's
-  flows in one walk: the rates are those of serving the ranking greedily.
+  flows in one walk: the rates are those of serving the ranking greedily;
+* the simulator vouches what a decision starts from (``FlowView.clean``, ``rated_before``): ``active`` is
+  in flow-number order, no active flow is dust or pathless, and only the flows the last decision listed
+  have a rate; ``echelon`` then clears just those rates and does not read its kept Coflows' runs: the
+  same times as without.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from echelonflow import echelon as echelon_mod
+from echelonflow.model import FlowTask, Job
 from echelonflow.schedulers import SCHEDULERS, get_scheduler, kernels, priority, varys_kernels
+from echelonflow.schedulers.base import EPS_BYTES
 from echelonflow.schedulers.echelon import EchelonScheduler
 from echelonflow.schedulers.view import snapshot_view
 from simulator import engine
@@ -32,12 +39,15 @@ pytestmark = pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not ins
 
 
 class _PlainRun(engine._Run):
-    """The run without the shortcuts: groups found by walking the active flows' groups, and every host
-    that ever queued a compute visited at every step, in the order it first did."""
+    """The run without the shortcuts: groups found by walking the active flows' groups, every host that
+    ever queued a compute visited at every step, in the order it first did, and nothing vouched to the
+    scheduler (``FlowView.clean``: each policy checks every active flow's bytes and path, and clears
+    every rate)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.group_first = None
+        self.clean = False
 
     def _dispatch_computes(self) -> None:
         self.dispatch_due.clear()
@@ -79,8 +89,6 @@ def test_the_plain_run_is_what_the_shortcut_replaces() -> None:
 
 
 def _two_group_job() -> list:
-    from echelonflow.model import FlowTask, Job
-
     job = Job("j")
     job.add(FlowTask("a", "h1", "h2", 1_000_000, echelon_id="e0"))
     job.add(FlowTask("b", "h1", "h3", 3_000_000, echelon_id="e1"))
@@ -208,3 +216,66 @@ def test_echelon_at_every_flow_event_serves_its_ranking_greedily(seed) -> None:
                 left = residual[li] - spare
                 residual[li] = left if left > table.capacity[li] * kernels.EPS_RELATIVE else 0.0
     assert {f: view.rate[f] for f in expected} == expected
+
+
+class _Vouched(EchelonScheduler):
+    """``echelon`` with every Coflow kept (``exact_above`` 0) that checks, at each decision, what the
+    simulator vouches (``clean``, ``rated_before``); with ``trusting`` False it ignores it (clears every
+    rate, reads every run)."""
+
+    def __init__(self, trusting: bool) -> None:
+        self.exact_above = 0
+        self.trusting = trusting
+        self.vouched = 0
+
+    def decide(self, view):
+        if view.clean and view.rated_before is not None:
+            self.vouched += 1
+            active = np.asarray(view.active)
+            listed = set(np.asarray(view.rated_before).tolist())
+            assert np.all(np.diff(active) > 0)
+            table = view.table
+            assert np.all(np.asarray(table.remaining)[active] > EPS_BYTES)
+            assert np.all(np.diff(np.asarray(table.path_ptr))[active] > 0)
+            assert all(view.rate[f] == 0.0 for f in active.tolist() if f not in listed)
+            if not self.trusting:
+                view.clean = False
+        return super().decide(view)
+
+
+def _vouched_times(kind: str, jobs: list, trusting: bool) -> tuple[list, list, int]:
+    specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
+    scheduler = _Vouched(trusting)
+    run = engine._Run(TOPOLOGIES[kind](), jobs, scheduler, True, specs)
+    run.run()
+    assert scheduler.vouched == run.decisions  # every decision lists its rated flows: each next one vouched
+    return run.start_s, run.finish_s, scheduler.vouched
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_what_the_simulator_vouches_holds_and_echelon_trusting_it_gives_the_same_times(workload) -> None:
+    kind, jobs = workload
+    if not placeable(kind, jobs):
+        return
+    start, finish, vouched = _vouched_times(kind, jobs, trusting=True)
+    plain_start, plain_finish, _ = _vouched_times(kind, jobs, trusting=False)
+    assert_same_times(start, plain_start)
+    assert_same_times(finish, plain_finish)
+
+
+def test_a_flow_of_dust_from_the_start_leaves_nothing_vouched() -> None:
+    """A flow smaller than dust (only the Python API can declare one: inputs hold whole bytes) would sit
+    among the active flows without bytes to move: the simulator vouches nothing, so every decision
+    clears every rate as before (the flow then starves, as it did)."""
+    job = Job("j")
+    job.add(FlowTask("a", "h1", "h2", 1_000_000, echelon_id="e0"))
+    job.add(FlowTask("b", "h1", "h3", EPS_BYTES / 2, echelon_id="e0"))
+    scheduler = _Vouched(trusting=True)
+    run = engine._Run(TOPOLOGIES["bigswitch"](), [job], scheduler, True, {"j": echelon_mod.echelons_of(job)})
+    with pytest.raises(engine.SimulationError, match="starve"):
+        run.run()
+    assert run.decisions > 0 and scheduler.vouched == 0
+    job.tasks["b"] = FlowTask("b", "h1", "h3", 1, echelon_id="e0")
+    _, _, vouched = _vouched_times("bigswitch", [job], trusting=True)
+    assert vouched > 0

@@ -146,12 +146,19 @@ def test_kept_coflows_copied_as_they_come_select_what_the_flow_by_flow_pass_sele
     """Deciding at every flow event, a kept Coflow's run is copied reading its bytes left only
     (``echelon_kernels._edf_core``): the same flows, group starts, first due times and zeroed rates as
     the pass that reads every column, and the same decision.  Here active flows may have no bytes left
-    and a Coflow's run may come out of flow-number order (then it is taken flow by flow)."""
+    and a Coflow's run may come out of flow-number order (then it is taken flow by flow).  Where the
+    caller vouches the rates cleared (``cleared``; every third seed keeps every active flow's bytes and
+    the flow-number order), the runs are not read at all and the same flows come out, in ``active``
+    itself when none is left out."""
     x = random_groups(seed)
     rng = np.random.default_rng(seed + 7)
     group, remaining = x["group"], x["remaining"]
     active = np.flatnonzero(rng.random(len(remaining)) < 0.7).astype(np.int64)  # some with 0 bytes left
-    remaining[active[rng.random(len(active)) < 0.1]] = EPS_BYTES * rng.random()
+    clean = seed % 3 == 1
+    if clean:
+        remaining[active] = np.maximum(remaining[active], 1.0)
+    else:
+        remaining[active[rng.random(len(active)) < 0.1]] = EPS_BYTES * rng.random()
     table = TableArrays(**{name: x[name] for name in TableArrays._fields})
     totals = et.coflow_totals(table, 0)
     if totals is None or not np.any(totals.in_order):
@@ -162,14 +169,21 @@ def test_kept_coflows_copied_as_they_come_select_what_the_flow_by_flow_pass_sele
         active[run] = active[run][::-1]
     n = len(active)
     outputs = []
-    for in_order in (totals.in_order, ints(0)):
+    for in_order, cleared in ((totals.in_order, False), (ints(0), False), (totals.in_order, True)):
+        if cleared and not clean:
+            continue
         rate = np.ones(len(remaining))
+        if cleared:
+            rate[active] = 0.0
         sel, due, starts = ints(n), np.full(n, np.nan), ints(n + 1)
-        m, n_groups = ek._edf_core(active, table, True, rate, sel, due, starts, in_order)
+        m, n_groups, as_active = ek._edf_core(active, table, True, rate, sel, due, starts, in_order, cleared)
+        if as_active:
+            assert cleared and m == n
+            sel = active
         heads = np.asarray(starts[:n_groups], dtype=np.int64)
         outputs.append((m, n_groups, list(sel[:m]), list(starts[:n_groups + 1]), list(due[heads]),
                         list(rate[active])))
-    assert outputs[0] == outputs[1]
+    assert all(output == outputs[0] for output in outputs)
     assert all(r == 0.0 for r in outputs[0][5])
     decide_with_and_without_totals(active, table, totals, 0)
 

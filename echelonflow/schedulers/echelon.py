@@ -84,9 +84,15 @@ class EchelonScheduler(Scheduler):
         if self._buffers is None or len(self._buffers[0]) != n_flows:
             self._buffers = (kernels.unset_ints(n_flows), kernels.unset_floats(n_flows),
                              kernels.unset_ints(n_flows + 1))
+        # the caller vouches that only the flows it lists had a rate: clearing them clears every active
+        # flow, and a kept Coflow's run is then not read at all (``ek._edf_core``)
+        before = view.rated_before
+        cleared = bool(view.clean and view.every_flow) and before is not None and totals is not None
+        if cleared:
+            view.rate[before] = 0.0
         count, n_served = ek.echelon_decide(view.active, arrays, float(view.now_s), bool(view.every_flow),
                                             view.rate, order, totals, self.exact_above, self._served, ranked,
-                                            self._buffers)
+                                            self._buffers, cleared)
         return Allocation(view.rate, order, count, rated=self._served[:n_served] if n_served >= 0 else None)
 
     def _totals_for(self, layout: object | None, arrays: TableArrays) -> CoflowTotals | None:

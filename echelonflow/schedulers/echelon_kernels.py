@@ -78,7 +78,8 @@ def _edf_groups(active, table, use_offsets, rate, sel, due, starts):
     into ``starts``.  ``active`` must list each group's flows contiguously, groups in group-id order
     (sorted by due already where it can: the insertion sort then only checks).  Returns (flows, groups).
     """
-    return _edf_core(active, table, use_offsets, rate, sel, due, starts, ints(0))
+    m, n_groups, _ = _edf_core(active, table, use_offsets, rate, sel, due, starts, ints(0), False)
+    return m, n_groups
 
 
 @jit
@@ -104,7 +105,7 @@ def _increasing(values, a, b):
 
 
 @jit
-def _edf_core(active, table, use_offsets, rate, sel, due, starts, in_order):
+def _edf_core(active, table, use_offsets, rate, sel, due, starts, in_order, cleared):
     """:func:`_edf_groups`, where ``in_order[slot]`` is 1 for a group whose flows with bytes left the
     caller vouches all have a path, share one due time and are listed in earliest-due-first order when
     listed by flow number (a kept Coflow of the simulator's table, ``echelon_totals._in_member_order``;
@@ -113,6 +114,15 @@ def _edf_core(active, table, use_offsets, rate, sel, due, starts, in_order):
     first one's).  On a coflow trace that run is nearly every active flow, and reading six more columns
     of each was about a fifth of ``echelon``'s FB2010 hour (docs/performance.md, "A kept Coflow's flows
     copied").  A run not in increasing flow numbers is taken flow by flow, like every other group.
+
+    ``cleared``: the caller also vouches that ``active`` is in increasing flow numbers and that every
+    active flow has more than EPS_BYTES left and rate 0 (the simulator: ``FlowView.clean`` and
+    ``rated_before``).  A vouched run is then not read at all: while no flow before it was left out, its
+    flows sit in ``active`` where ``sel`` would hold them.  Returns (flows, groups, whether the caller
+    should read ``active`` as ``sel``: nothing was left out or re-ordered, and the runs were never
+    copied).  Otherwise the runs not copied (all before the first flow left out, where the two agree)
+    are copied at the end.  On FB2010 the copy was about a third of echelon's hour
+    (docs/performance.md, "What the simulator vouches").
     """
     group, offset, reference, ref_slot, idrank = (table.group, table.offset, table.reference, table.ref_slot,
                                                   table.idrank)
@@ -127,6 +137,7 @@ def _edf_core(active, table, use_offsets, rate, sel, due, starts, in_order):
     unsorted = False
     n = len(active)
     by_flow_until = 0  # a vouched run found out of flow-number order is taken flow by flow up to here
+    uncopied = 0  # cleared: sel[:uncopied] is not written; it would be active[:uncopied]
     k = 0
     while k < n:
         f = active[k]
@@ -134,6 +145,18 @@ def _edf_core(active, table, use_offsets, rate, sel, due, starts, in_order):
         if vouched and k >= by_flow_until and g != last_group and in_order[g] == 1:
             end = _run_end(active, group, k, g)
             head = m
+            if cleared:
+                if m == k:
+                    uncopied = end
+                else:
+                    sel[m:m + end - k] = active[k:end]
+                m += end - k
+                starts[n_groups] = head
+                n_groups += 1
+                last_group = g
+                due[head] = reference[ref_slot[f]] + (offset[f] if use_offsets else 0.0)
+                k = end
+                continue
             previous = -1
             for j in range(k, end):
                 f = active[j]
@@ -171,8 +194,12 @@ def _edf_core(active, table, use_offsets, rate, sel, due, starts, in_order):
         due[m] = d
         m += 1
     starts[n_groups] = m
+    if uncopied > 0:
+        if m == n and not unsorted:
+            return m, n_groups, True
+        sel[:uncopied] = active[:uncopied]
     if not unsorted:
-        return m, n_groups
+        return m, n_groups, False
     for g in range(n_groups):
         a, b = starts[g], starts[g + 1]
         if vouched and in_order[group[sel[a]]] == 1 and _increasing(sel, a, b):
@@ -193,7 +220,7 @@ def _edf_core(active, table, use_offsets, rate, sel, due, starts, in_order):
                 j -= 1
             sel[j + 1] = f
             due[j + 1] = d
-    return m, n_groups
+    return m, n_groups, False
 
 
 @jit
@@ -897,7 +924,8 @@ def _first_at_place(sel, k, end, end_place, c):
 
 
 @jit
-def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_above, served, ranked, buffers):
+def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_above, served, ranked, buffers,
+                   cleared):
     """The ``echelon`` scheduler (module docstring; ``schedulers/echelon.py``).  Returns ``(count,
     n_served)``: the count of ranked flows written to ``order`` (most urgent first; 0 when not
     ``ranked``, which only ``every_flow`` allows: the coflow rule's back-fill reads the order), and how
@@ -907,7 +935,9 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
     ``buffers``: three arrays the caller keeps between decisions (flow numbers, due times and the
     groups' starts: at least the table's flow count, one more for the starts); a decision writes what
     it reads, so their contents do not matter.  Allocated per decision, they cost the FB2010 hour 8 MiB
-    of fragmented heap at its peak (docs/performance.md, "Memory at trace scale").
+    of fragmented heap at its peak (docs/performance.md, "Memory at trace scale").  ``cleared``: the
+    caller vouches ``_edf_core``'s conditions (every active flow's rate 0, none dust, ``active`` in
+    flow-number order), so a kept Coflow's run is not read before it is served.
 
     ``table``: the flow table's arrays (``columns.TableArrays``).  Its ``members_ptr``/``members``: per
     group slot, every flow of the group in offset order (declared, active or finished; what is finished
@@ -926,7 +956,9 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
     if totals is not None:  # noqa: SIM102 (numba compiles away a branch on ``totals is None`` alone)
         if every_flow:
             in_order = totals.in_order
-    m, n_groups = _edf_core(active, table, True, rate, sel, due, starts, in_order)
+    m, n_groups, as_active = _edf_core(active, table, True, rate, sel, due, starts, in_order, cleared)
+    if as_active:
+        sel = active
     n_links = len(capacity)
     # scratch of the coflow rule's just-in-time rates and max-min filling (``every_flow`` needs none)
     scratch = 0 if every_flow else n_links

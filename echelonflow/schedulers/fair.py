@@ -32,5 +32,5 @@ class FairScheduler(Scheduler):
     def decide(self, view: FlowView) -> Allocation:
         table = view.table
         kernels.fair_decide(view.active, table.remaining, table.path_ptr, table.path_links, table.capacity,
-                            view.rate)
+                            view.rate, bool(view.clean))
         return Allocation(view.rate, view.ranking(0), 0, shared_class=True)

@@ -301,14 +301,26 @@ def _sift_down(heap, pos, share, i, size):
 
 
 @jit
-def fair_decide(active, remaining, path_ptr, path_links, capacity, rate):
+def _covered(active, start, stop, remaining, path_ptr, rate, sel, whole):
+    """(the flows ``active[start:stop]`` a decision covers, how many): :func:`_select`'s copy in ``sel``,
+    or, when the caller vouches that every active flow has bytes left and a path (``whole``:
+    ``FlowView.clean``), the slice itself.  Filling writes every covered flow's rate, so nothing is
+    left to zero either: on FB2010 the copy was a sixth of sincronia's ``priority_decide``."""
+    if whole:
+        return active[start:stop], stop - start
+    return sel, _select(active, start, stop, remaining, path_ptr, rate, sel)
+
+
+@jit
+def fair_decide(active, remaining, path_ptr, path_links, capacity, rate, whole):
     """Per-flow max-min fairness by progressive filling (``schedulers/fair.py``).
 
     ``active`` must be in flow-id order: links are numbered by first use in that order and equal
     fair shares are frozen lowest number first, as in the original heap of (share, link) pairs.
+    ``whole``: as in :func:`_covered`.
     """
-    sel = unset_ints(len(active))
-    m = _select(active, 0, len(active), remaining, path_ptr, rate, sel)
+    buffer = unset_ints(0 if whole else len(active))
+    sel, m = _covered(active, 0, len(active), remaining, path_ptr, rate, buffer, whole)
     _fill(sel, m, path_ptr, path_links, capacity, rate, _unnumbered(len(capacity)))
     return m
 
@@ -463,20 +475,20 @@ def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
 
 # --------------------------------------------------------------------------- group-by-group policies
 @jit
-def priority_decide(active, group_ptr, remaining, path_ptr, path_links, capacity, rate):
+def priority_decide(active, group_ptr, remaining, path_ptr, path_links, capacity, rate, whole):
     """Strict priority between groups, max-min fairness inside one (``schedulers/priority.py``).
 
     Group ``g`` is ``active[group_ptr[g]:group_ptr[g + 1]]``, its flows in flow-id order; groups in
     service order.  Each group is filled like :func:`fair_decide` on what the groups before it left,
     then takes its rates off every link of its flows (rounding dust below EPS_RELATIVE of a link's
-    capacity becomes exactly 0).
+    capacity becomes exactly 0).  ``whole``: as in :func:`_covered`.
     """
     residual = _copied(capacity)
     local_of = _unnumbered(len(capacity))
-    sel = unset_ints(len(active))
+    buffer = unset_ints(0 if whole else len(active))
     for g in range(len(group_ptr) - 1):
         a, b = group_ptr[g], group_ptr[g + 1]
-        m = _select(active, a, b, remaining, path_ptr, rate, sel)
+        sel, m = _covered(active, a, b, remaining, path_ptr, rate, buffer, whole)
         _fill(sel, m, path_ptr, path_links, residual, rate, local_of)
         for k in range(m):
             f = sel[k]

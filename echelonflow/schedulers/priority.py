@@ -57,7 +57,7 @@ def serve_classes(view: FlowView, groups: GroupView, classes: Sequence[Sequence[
             served = [active[k] for g in order for k in range(ptr[g], ptr[g + 1])]
     table = view.table
     kernels.priority_decide(served, kernels.int_array(served_ptr), table.remaining, table.path_ptr,
-                            table.path_links, table.capacity, view.rate)
+                            table.path_links, table.capacity, view.rate, bool(view.clean))
     return Allocation(view.rate, served, len(served))
 
 

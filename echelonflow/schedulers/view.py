@@ -112,6 +112,14 @@ class FlowView:
     #: Does the caller read the ranking?  The controller does (priority queues); the simulator only to
     #: check it, so with its checks off a policy may leave it out (an empty ranking).
     ranked: bool = True
+    #: The caller vouches that ``active`` is in increasing flow numbers and that every active flow has
+    #: more than dust left and a path (the simulator), so a policy covers every active flow without
+    #: checking each; False where it does not (the controller, a snapshot).
+    clean: bool = False
+    #: What the last decision listed as given a rate (its ``Allocation.rated``), when the caller vouches
+    #: that every other active flow's rate is 0 (the simulator); None where it does not.  A policy may
+    #: then clear just those rates instead of every active flow's.
+    rated_before: Any = None
 
     def snapshot(self) -> Snapshot:
         return self.source.snapshot(self)
