@@ -106,9 +106,14 @@ EXPIRIES_PER_FLOW = 64
 BYTES_ATOL = 1e-6
 #: When the scheduler decides again (module docstring, "Rescheduling").
 RESCHEDULING = ("every-flow", "coflow")
-#: A run with this many tasks or more hands the heap's freed build memory back once built
-#: (:mod:`simulator.freed_memory`); smaller builds free too little to be worth the heap walk.
+#: A run with this many tasks or more hands the heap's freed build memory back once built, and what its
+#: decisions free every :data:`TRIM_EVERY_DECISIONS` decisions (:mod:`simulator.freed_memory`); smaller
+#: runs free too little to be worth the heap walk.
 TRIM_ABOVE_TASKS = 100_000
+#: Each decision allocates and frees arrays sized by the active flows, which glibc keeps (fragmented);
+#: on the FB2010 hour that grew sincronia's process by 43 MiB after it was built, to its peak.  A trim
+#: every this many decisions took under 0.1 s of the hour in all (docs/performance.md).
+TRIM_EVERY_DECISIONS = 1000
 
 
 class SimulationError(RuntimeError):
@@ -351,10 +356,10 @@ class _Run:
     :meth:`groups`, :meth:`snapshot`: a policy that decides on a snapshot gets one built here).
 
     Tasks are numbered job by job in declaration order (``t``; the order :func:`build_run_in_order`
-    reads times in), flows by the table (``f``); ``start_s`` and ``finish_s`` are lists by task
-    number and per-flow state is arrays by flow number.  ``job/task`` ids are built only where one is
-    shown (errors, observers, snapshots): a run of FB2010's 700,000 flows held them and a dozen
-    per-flow dictionaries and lists, 800 MiB (docs/performance.md, "Memory").
+    reads times in), flows by the table (``f``); ``start_s`` and ``finish_s`` are arrays of doubles by
+    task number (NaN: not yet) and per-flow state is arrays by flow number.  ``job/task`` ids are
+    built only where one is shown (errors, observers, snapshots): a run of FB2010's 700,000 flows held
+    them and a dozen per-flow dictionaries and lists, 800 MiB (docs/performance.md, "Memory").
     """
 
     #: Skip the decisions that change nothing (``Scheduler.blind_to_bytes``); False only to compare with
@@ -409,10 +414,13 @@ class _Run:
         self._build_table(indexes)
         del indexes  # the jobs' rows (kept only in ``prepared``, for the runs alone)
         count = len(self.tasks)
-        self.start_s: list[float | None] = [None] * count  # by task number
-        self.finish_s: list[float | None] = [None] * count
+        # by task number, NaN until set: doubles in place, not a Python float per task (33 MiB of them by
+        # the end of FB2010's hour)
+        self.start_s = array("d", [math.nan]) * count
+        self.finish_s = array("d", [math.nan]) * count
         self.task_starts = 0  # tasks started so far (computes' tie-break: who started first)
-        if count >= TRIM_ABOVE_TASKS:  # before the run's state takes fresh pages
+        self.trimming = count >= TRIM_ABOVE_TASKS
+        if self.trimming:  # before the run's state takes fresh pages
             freed_memory.return_freed_memory()
         self._init_state()
 
@@ -698,7 +706,7 @@ class _Run:
                 self.skipped += 1
             if self.decision_interval_s > 0.0:
                 flows_changed = self._owed(flows_changed, faulted or expired or bool(self.arrived))
-        undone = [t for t, finish_s in enumerate(self.finish_s) if finish_s is None]
+        undone = [t for t, finish_s in enumerate(self.finish_s) if math.isnan(finish_s)]
         if undone:
             raise SimulationError(
                 f"{len(undone)} tasks never became ready (dependency cycle?), e.g. {self.qid(undone[0])!r}"
@@ -882,6 +890,8 @@ class _Run:
     # ------------------------------------------------------------------ scheduling
     def _decide(self) -> None:
         self.decisions += 1
+        if self.trimming and self.decisions % TRIM_EVERY_DECISIONS == 0:
+            freed_memory.return_freed_memory()
         self.last_decision_s = self.now_s
         self.deferred_until_s = math.inf
         if self.arrived:

@@ -1,12 +1,14 @@
-"""Hand the C heap's freed pages back to the system once a large run is built.
+"""Hand the C heap's freed pages back to the system, once a large run is built and as it runs.
 
 Building a run from a trace allocates and frees hundreds of megabytes of short-lived Python objects and
 arrays (the jobs' rows, the columns before they are put in the scheduler's order).  glibc's ``malloc``
 keeps freed heap memory for reuse, and raises its threshold for serving large blocks from ``mmap``
 once such a block is freed, so the build's transients stayed resident: on FB2010's hour 33 MiB of the
 388 MiB the process held once the run was built.  ``malloc_trim(0)`` returns them before the run's
-state is allocated, and the run grows from there (docs/performance.md, "Memory at trace scale").
-Where the C library has no ``malloc_trim`` (not glibc) this does nothing.
+state is allocated (docs/performance.md, "Memory at trace scale").  The decisions then allocate and
+free arrays sized by the active flows, which the heap kept fragmented (49 MiB free inside it at the
+end of sincronia's hour), so the run trims every ``engine.TRIM_EVERY_DECISIONS`` decisions too
+("Memory in the run").  Where the C library has no ``malloc_trim`` (not glibc) this does nothing.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Freed heap memory handed back after a large run is built (``simulator/freed_memory.py``): the pages
-glibc kept for reuse leave the process's resident set, and the simulator does it once per large build
-and never for small ones (docs/performance.md, "Memory at trace scale")."""
+glibc kept for reuse leave the process's resident set, and the simulator does it once a large run is
+built and every ``TRIM_EVERY_DECISIONS`` decisions after, never for small runs (docs/performance.md,
+"Memory at trace scale", "Memory in the run")."""
 
 from __future__ import annotations
 
@@ -50,3 +51,17 @@ def test_only_large_builds_trim(monkeypatch) -> None:
     result = engine.simulate(scenario.topology, scenario.jobs, get_scheduler("echelon"))
     assert calls and all(calls)
     assert sorted(round(job.completion_s, 9) for job in result.jobs.values()) == [8.0]  # fig2: echelon 8 s
+
+
+def test_a_large_run_trims_once_built_and_then_every_so_many_decisions(monkeypatch) -> None:
+    calls: list[int] = []
+    real = freed_memory.return_freed_memory
+    monkeypatch.setattr(freed_memory, "return_freed_memory", lambda: calls.append(1) or real())
+    monkeypatch.setattr(engine, "TRIM_ABOVE_TASKS", 1)
+    monkeypatch.setattr(engine, "TRIM_EVERY_DECISIONS", 2)
+    scenario = load_scenario("fig2")
+    specs = {job.job_id: engine.echelon_mod.echelons_of(job) for job in scenario.jobs}
+    run = engine._Run(scenario.topology, list(scenario.jobs), get_scheduler("sincronia"), True, specs)
+    assert len(calls) == 1
+    run.run()
+    assert run.decisions >= 4 and len(calls) == 1 + run.decisions // 2
