@@ -55,9 +55,14 @@ class _PlainRun(engine._Run):
             self._start_next(host)
 
 
-def _times(run_type: type, kind: str, jobs: list, name: str) -> tuple[list, list]:
+def _built(run_type: type, kind: str, jobs: list, scheduler) -> engine._Run:
+    """A run of ``jobs`` on topology ``kind`` with ``scheduler``, decisions checked, not yet run."""
     specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
-    run = run_type(TOPOLOGIES[kind](), jobs, get_scheduler(name), True, specs)
+    return run_type(TOPOLOGIES[kind](), jobs, scheduler, True, specs)
+
+
+def _times(run_type: type, kind: str, jobs: list, name: str) -> tuple[list, list]:
+    run = _built(run_type, kind, jobs, get_scheduler(name))
     run.run()
     return run.start_s, run.finish_s
 
@@ -244,9 +249,8 @@ class _Vouched(EchelonScheduler):
 
 
 def _vouched_times(kind: str, jobs: list, trusting: bool) -> tuple[list, list, int]:
-    specs = {job.job_id: echelon_mod.echelons_of(job) for job in jobs}
     scheduler = _Vouched(trusting)
-    run = engine._Run(TOPOLOGIES[kind](), jobs, scheduler, True, specs)
+    run = _built(engine._Run, kind, jobs, scheduler)
     run.run()
     assert scheduler.vouched == run.decisions  # every decision lists its rated flows: each next one vouched
     return run.start_s, run.finish_s, scheduler.vouched
@@ -272,7 +276,7 @@ def test_a_flow_of_dust_from_the_start_leaves_nothing_vouched() -> None:
     job.add(FlowTask("a", "h1", "h2", 1_000_000, echelon_id="e0"))
     job.add(FlowTask("b", "h1", "h3", EPS_BYTES / 2, echelon_id="e0"))
     scheduler = _Vouched(trusting=True)
-    run = engine._Run(TOPOLOGIES["bigswitch"](), [job], scheduler, True, {"j": echelon_mod.echelons_of(job)})
+    run = _built(engine._Run, "bigswitch", [job], scheduler)
     with pytest.raises(engine.SimulationError, match="starve"):
         run.run()
     assert run.decisions > 0 and scheduler.vouched == 0

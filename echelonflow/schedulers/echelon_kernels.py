@@ -145,34 +145,31 @@ def _edf_core(active, table, use_offsets, rate, sel, due, starts, in_order, clea
         if vouched and k >= by_flow_until and g != last_group and in_order[g] == 1:
             end = _run_end(active, group, k, g)
             head = m
-            if cleared:
+            in_flow_order = True
+            if cleared:  # nothing to read: the run sits in ``active`` where ``sel`` would hold it
                 if m == k:
                     uncopied = end
                 else:
                     sel[m:m + end - k] = active[k:end]
                 m += end - k
-                starts[n_groups] = head
-                n_groups += 1
-                last_group = g
-                due[head] = reference[ref_slot[f]] + (offset[f] if use_offsets else 0.0)
-                k = end
-                continue
-            previous = -1
-            for j in range(k, end):
-                f = active[j]
-                if f <= previous:
-                    break
-                previous = f
-                rate[f] = 0.0
-                if remaining[f] > EPS_BYTES:
-                    sel[m] = f
-                    m += 1
             else:
+                previous = -1
+                for j in range(k, end):
+                    f = active[j]
+                    if f <= previous:
+                        in_flow_order = False
+                        break
+                    previous = f
+                    rate[f] = 0.0
+                    if remaining[f] > EPS_BYTES:
+                        sel[m] = f
+                        m += 1
+            if in_flow_order:
                 if m > head:
                     starts[n_groups] = head
                     n_groups += 1
                     last_group = g
-                    first = sel[head]
+                    first = active[k] if cleared else sel[head]
                     due[head] = reference[ref_slot[first]] + (offset[first] if use_offsets else 0.0)
                 k = end
                 continue
