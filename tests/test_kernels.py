@@ -9,6 +9,7 @@ shortcuts (scan or heap, flows on full links skipped or listed) against the plai
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import os
@@ -235,7 +236,9 @@ def test_varys_kernel_s_shortcuts_give_the_plain_definition_s_rates() -> None:
     """Varys's kernel divides once per link (a link's running sum only grows), reuses the first group's
     key as its MADD bottleneck, reads the weight off the group's last flow and divides the skipped
     groups' shares once per link: the same rates and ranks, bit for bit, as the definition without
-    them, in SEBF and arrival order, on random snapshots with some links down (capacity 0)."""
+    them, in SEBF and arrival order, on random snapshots with some links down (capacity 0).  Given a
+    clean ``active`` (``whole``: every flow with bytes and a path), it writes every active flow's rate
+    without zeroing them first: rates left at -1 from before would show."""
     compared = zero_rates = 0
     for seed in range(300):
         view = snapshot_view(random_snapshot(seed, 2 + seed % 40), "group")
@@ -244,16 +247,43 @@ def test_varys_kernel_s_shortcuts_give_the_plain_definition_s_rates() -> None:
         if seed % 3 == 0:
             capacity[np.random.default_rng(seed).random(len(capacity)) < 0.15] = 0.0
         table = table._replace(capacity=capacity)
-        active = np.asarray(view.active, dtype=np.int64)
-        for order_by in (varys_kernels.ORDER_SEBF, varys_kernels.ORDER_ARRIVAL):
+        everyone = np.asarray(view.active, dtype=np.int64)
+        clean = np.array([f for f in everyone.tolist() if table.remaining[f] > kernels.EPS_BYTES
+                          and table.path_ptr[f + 1] > table.path_ptr[f]], dtype=np.int64)
+        orders = (varys_kernels.ORDER_SEBF, varys_kernels.ORDER_ARRIVAL)
+        for (whole, active), order_by in itertools.product(((False, everyone), (True, clean)), orders):
             n = len(table.remaining)
             rate, order = np.full(n, -1.0), np.full(n, -1, dtype=np.int64)
             plain_rate, plain_order = np.full(n, -1.0), np.full(n, -1, dtype=np.int64)
             admission = np.full(len(table.reference), -1.0)
-            m = varys_kernels.varys_decide(active, table, order_by, rate, order, admission)
+            m = varys_kernels.varys_decide(active, table, order_by, rate, order, admission, whole)
             assert _plain_varys(active, table, order_by, plain_rate, plain_order) == m
-            assert rate.tolist() == plain_rate.tolist(), (seed, order_by)
-            assert order[:m].tolist() == plain_order[:m].tolist(), (seed, order_by)
+            assert rate.tolist() == plain_rate.tolist(), (seed, order_by, whole)
+            assert order[:m].tolist() == plain_order[:m].tolist(), (seed, order_by, whole)
             compared += 1
             zero_rates += any(r == 0.0 for r in rate[active].tolist())
-    assert compared == 600 and zero_rates >= 50
+    assert compared == 1200 and zero_rates >= 100
+
+
+@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not installed in this venv")
+def test_varys_kernel_on_a_clean_view_writes_a_rate_madd_cannot_give() -> None:
+    """A MADD group's last flow can find its link emptied by the flows before it (their shares sum to
+    the link's capacity up to rounding, and the dust left is taken to 0): its rate is 0, and on a clean
+    view, where nothing was zeroed first, the kernel must write that 0 itself."""
+    from echelonflow.schedulers.base import ActiveFlow, Snapshot
+    from echelonflow.topology import Topology, build
+
+    topo = build("bigswitch", 1e6, hosts=2)
+    path = Topology.links_of(topo.path_for("h1", "h2", "f"))
+    sizes = [1e9, 1e9, 1e-4]  # the last one's MADD share is below the dust left on the link
+    flows = [ActiveFlow(f"f{i}", "g", path, size, 1.0, 0.0, 1.0) for i, size in enumerate(sizes)]
+    view = snapshot_view(Snapshot(0.0, topo.capacity_bps(), flows), "group")
+    table = view.table.arrays()
+    active = np.asarray(view.active, dtype=np.int64)
+    rate = np.full(len(table.remaining), -1.0)
+    order = kernels.unset_ints(len(active))
+    admission = np.full(len(table.reference), -1.0)
+    sebf = varys_kernels.ORDER_SEBF
+    assert varys_kernels.varys_decide(active, table, sebf, rate, order, admission, True) == 3
+    tiny = int(np.argmin(table.remaining))
+    assert rate[tiny] == 0.0 and all(abs(r - 5e5) < 1e-3 for r in sorted(rate.tolist())[1:])

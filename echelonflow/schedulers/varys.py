@@ -39,7 +39,7 @@ class VarysScheduler(Scheduler):
         table = view.table
         order = view.ranking(len(view.active))
         count = varys_kernels.varys_decide(view.active, table.arrays(), self.order_by, view.rate, order,
-                                           table.admission_keys())
+                                           table.admission_keys(), bool(view.clean))
         return Allocation(view.rate, order, count)
 
 
