@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from echelonflow.schedulers.kernels import (
     EPS_BYTES,
-    EPS_RELATIVE,
     INF,
     _backfill,
     _consume,
+    _consume_holding,
     _copied,
     _path_min,
     _select,
@@ -214,31 +214,6 @@ def _split_spare(sel, starts, skipped, n_skipped, path_ptr, path_links, residual
             held, value = _consume_holding(f, give, path_ptr, path_links, residual, capacity, held, value)
     if held >= 0:
         residual[held] = value
-
-
-@jit
-def _consume_holding(f, amount, path_ptr, path_links, residual, full, held, value):
-    """``kernels._consume`` with the residual of one link, ``held``, kept in ``value`` rather than in
-    ``residual``: the first link of the last flow that took.  A mapper's flows in a shuffle come one
-    after another and share their first link, and each subtraction there waited on the one before it
-    through memory: the spare split's second walk took 0.6x the time with the link held (FB2010's
-    first 100 coflows offline).  The same subtractions in the same order: the same residuals, bit for
-    bit.  Returns the new (held, value); the caller writes ``value`` back once it is done, and reads
-    nothing of ``residual[held]`` meanwhile."""
-    first = path_ptr[f]
-    for p in range(first, path_ptr[f + 1]):
-        li = path_links[p]
-        if p == first and li != held:
-            if held >= 0:
-                residual[held] = value
-            held, value = li, residual[li]
-        if li == held:
-            left = value - amount
-            value = left if left > full[li] * EPS_RELATIVE else 0.0
-        else:
-            left = residual[li] - amount
-            residual[li] = left if left > full[li] * EPS_RELATIVE else 0.0
-    return held, value
 
 
 @jit
