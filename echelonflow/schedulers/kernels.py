@@ -51,10 +51,13 @@ SCAN_FACTOR = 400
 #: rates stay the same bit for bit); False lists it as plain filling does (tests/test_kernels.py compares).
 SKIP_BLOCKED = True
 #: BSSI (:func:`bssi_from_demands`) scans the links for the most loaded one instead of keeping a heap
-#: when groups^2 <= BSSI_SCAN_FACTOR x links.  On echelon's decisions of bench-k8 at 20 iterations (about
-#: 7 groups on 390 links) the scan took 8.6 us per order against the heap's 42 (CPU time, 1,623
-#: decisions); with many groups on few ports (FB2010 on its big switch) the heap stays.
-BSSI_SCAN_FACTOR = 1
+#: when groups x links <= BSSI_SCAN_FACTOR x demands.  The scan costs a pass over the links per group
+#: ordered; the heap a re-keying (a sift through log(links) levels) for each demand taken off a link.
+#: On echelon's decisions of bench-k8 at 20 iterations (about 7 groups on 390 links) the scan took 8.6
+#: us per order against the heap's 42 (CPU time, 1,623 decisions); with dozens of groups each on most of
+#: a big switch's ports (FB2010 offline) it is the scan again; with many groups each on a few of a
+#: large fabric's links, the heap (docs/performance.md, "BSSI's scan where groups cover the links").
+BSSI_SCAN_FACTOR = 16
 
 
 def jit(func):
@@ -657,10 +660,11 @@ def bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights):
     # The next bottleneck is the live link with the largest load, ties to the smaller number; a link
     # whose users are all ordered is dead.  A lazy heap finds it (a stale entry, above its link's load
     # since loads only fall, is re-keyed at the current load when it reaches the top, in place: it can
-    # only move down, and mostly not far); with few groups a scan of the links is cheaper and picks the
-    # same link at every step (the first valid entry at the top is exactly that link: one entry per
-    # link, and (load, number) orders them totally), so the order is the same.
-    scan = n_groups * n_groups <= BSSI_SCAN_FACTOR * n_local
+    # only move down, and mostly not far); where the groups cover the links (``BSSI_SCAN_FACTOR``) a
+    # scan of the links is cheaper and picks the same link at every step (the first valid entry at the
+    # top is exactly that link: one entry per link, and (load, number) orders them totally), so the
+    # order is the same.
+    scan = n_groups * n_local <= BSSI_SCAN_FACTOR * n_dem
     heap_cap = 1 if scan else n_local + 1  # one entry per link at most
     hs = floats(heap_cap)
     hl = ints(heap_cap)
