@@ -93,8 +93,8 @@ def test_kept_totals_are_the_walked_ones_after_every_change(seed: int, exact_abo
 
 def _listed_after_changes(seed: int) -> int:
     """``live_members`` after random changes (members served, finished, left a sliver, and dead ones
-    given bytes again) is the kept group's members with bytes left and a path, in member order; returns
-    how many dead members came back."""
+    given bytes again) is the kept group's members with bytes left and a path, in member order, and
+    ``live_links`` gives the links it sorted afresh; returns how many dead members came back."""
     x = random_groups(seed)
     table = TableArrays(**{name: x[name] for name in TableArrays._fields})
     totals = et.coflow_totals(table, 0)
@@ -115,7 +115,21 @@ def _listed_after_changes(seed: int) -> int:
             lo, hi = et.live_members(totals, slot, members_ptr, members)
             live = [int(f) for f in span if remaining[f] > EPS_BYTES and path_ptr[f + 1] > path_ptr[f]]
             assert [int(f) for f in totals.live_flows[lo:hi]] == live
+            # the links in the order last sorted are those sorted afresh (``live_links``)
+            kept_order, fresh = (_live_links(totals, slot, members, afresh) for afresh in (False, True))
+            assert kept_order == fresh
     return revived
+
+
+def _live_links(totals: et.CoflowTotals, slot: int, members, afresh: bool) -> tuple:
+    """``live_links`` of ``slot`` (links, totals, first live member), its kept order forgotten first if
+    ``afresh``."""
+    if afresh:
+        totals.link_count[slot] = -1
+    n = int(totals.ent_ptr[slot + 1] - totals.ent_ptr[slot])
+    links, hi, lo = ints(n), ints(n), ints(n)
+    end, first = et.live_links(totals, slot, members, links, hi, lo, 0)
+    return list(links[:end]), list(hi[:end]), list(lo[:end]), first
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -124,7 +138,8 @@ def test_a_kept_group_lists_exactly_its_live_members(seed: int) -> None:
 
 
 def test_the_listing_tables_bring_members_back() -> None:
-    """The listing test covers members coming back to life (a listing afresh), not only finishing."""
+    """The listing test covers members coming back to life (a listing and a link order afresh), not only
+    finishing."""
     assert sum(_listed_after_changes(seed) for seed in range(30)) > 30
 
 

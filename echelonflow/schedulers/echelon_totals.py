@@ -65,7 +65,9 @@ class CoflowTotals(NamedTuple):
     ``echelon_runs.open_end_bits``; a member's bit follows its liveness, :func:`refresh`).
     ``live_flows[members_ptr[slot]:][:live_count[slot]]``: a kept slot's members that were live when
     last listed, in member order (-1: a member came back to life since, list them afresh;
-    :func:`live_members`)."""
+    :func:`live_members`).  ``link_order[ent_ptr[slot]:][:link_count[slot]]``: a kept slot's entries
+    with a live member in the order :func:`live_links` sorts them (-1: none kept, or a member died or
+    came back to life since: sort them afresh)."""
 
     kept: Any
     slot_live: Any
@@ -97,6 +99,8 @@ class CoflowTotals(NamedTuple):
     bits: Any
     live_flows: Any
     live_count: Any
+    link_order: Any
+    link_count: Any
 
 
 @jit
@@ -278,7 +282,8 @@ def _build(table, exact_above):
     return CoflowTotals(kept, slot_live, ent_ptr, ent_link, ent_hi, ent_lo, ent_live, ent_first, ep_ptr,
                         ep_pos, ep_pidx, ent_of, ep_of, last, alive, pm, ints(len(kept)),
                         small_ints(n_flows), in_order, run_last, run_of, run_start, run_stop, ends_ptr, ends,
-                        end_place, bits_at, bits, live_flows, slot_live.copy())
+                        end_place, bits_at, bits, live_flows, slot_live.copy(), small_ints(n_ent),
+                        _unnumbered(len(kept)))
 
 
 def coflow_totals(table: Any, exact_above: int) -> CoflowTotals | None:
@@ -325,6 +330,8 @@ def refresh(totals, slot, members, remaining, path_ptr):
             totals.bits[at] = totals.bits[at] | bit if live == 1 else totals.bits[at] & ~bit
         if was == 0 and live == 1:
             totals.live_count[slot] = -1  # not among those listed (``live_members``): list them afresh
+        if was != live:
+            totals.link_count[slot] = -1  # first live members move: sort the links afresh (``live_links``)
         totals.slot_live[slot] += live - was
         for p in range(path_ptr[f], path_ptr[f + 1]):
             ent = ent_of[p]
@@ -384,24 +391,30 @@ def live_links(totals, slot, members, link_out, hi_out, lo_out, start):
     ent_ptr, ent_live, ent_first = totals.ent_ptr, totals.ent_live, totals.ent_first
     ep_pos, ep_pidx, pmax = totals.ep_pos, totals.ep_pidx, totals.pmax[0]
     lo, hi = ent_ptr[slot], ent_ptr[slot + 1]
-    listed = ints(hi - lo)
-    keys = ints(hi - lo)
-    n = 0
-    for ent in range(lo, hi):
-        if ent_live[ent] > 0:
-            k = ent_first[ent]
-            listed[n] = ent
-            keys[n] = ep_pos[k] * pmax + ep_pidx[k]
-            n += 1
-    order = stable_argsort(keys, n)
+    sorted_ents = totals.link_order
+    n = totals.link_count[slot]
+    if n < 0:  # the order is the last one sorted until a member dies or comes back to life
+        listed = ints(hi - lo)
+        keys = ints(hi - lo)
+        n = 0
+        for ent in range(lo, hi):
+            if ent_live[ent] > 0:
+                k = ent_first[ent]
+                listed[n] = ent
+                keys[n] = ep_pos[k] * pmax + ep_pidx[k]
+                n += 1
+        order = stable_argsort(keys, n)
+        for i in range(n):
+            sorted_ents[lo + i] = listed[order[i]]
+        totals.link_count[slot] = n
     for i in range(n):
-        ent = listed[order[i]]
+        ent = sorted_ents[lo + i]
         link_out[start + i] = totals.ent_link[ent]
         hi_out[start + i] = totals.ent_hi[ent]
         lo_out[start + i] = totals.ent_lo[ent]
     first = -1
     if n > 0:
-        first = members[ep_pos[ent_first[listed[order[0]]]]]
+        first = members[ep_pos[ent_first[sorted_ents[lo]]]]
     return start + n, first
 
 
