@@ -56,7 +56,7 @@ SKIP_BLOCKED = True
 #: On echelon's decisions of bench-k8 at 20 iterations (about 7 groups on 390 links) the scan took 8.6
 #: us per order against the heap's 42 (CPU time, 1,623 decisions); with dozens of groups each on most of
 #: a big switch's ports (FB2010 offline) it is the scan again; with many groups each on a few of a
-#: large fabric's links, the heap (docs/performance.md, "BSSI's scan where groups cover the links").
+#: large fabric's links, the heap (docs/performance.md, "Chains through memory").
 BSSI_SCAN_FACTOR = 16
 
 
@@ -388,9 +388,9 @@ def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
     global_of = ints(n_room)
     residual = floats(n_room)
     count = ints(n_room)
-    # per flow and path entry, read only where written (zeroing them was a tenth of sincronia's FB2010
-    # decisions: a fill per coflow, thousands of flows each): a flow's ``frozen`` is cleared as it is
-    # listed, and only listed flows are read
+    # per flow and path entry, read only where written (zeroing them took about a tenth of sincronia's
+    # filling on FB2010: a fill per coflow, thousands of flows each): a flow's ``frozen`` is cleared as
+    # it is listed, and only listed flows are read
     local = unset_ints(total)
     q_ptr = unset_ints(m + 1)
     q_ptr[0] = 0
