@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, unix_socket_listening
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -277,7 +277,7 @@ def registry_server(tmp_path):
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 20
-        while not os.path.exists(sock_path):
+        while not unix_socket_listening(sock_path):
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "api.log").read_text()
             time.sleep(0.05)
         yield sock_path, token

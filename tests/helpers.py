@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -47,6 +48,21 @@ def run_echelon(*args: str, timeout_s: float = 120.0) -> subprocess.CompletedPro
 
 
 # ------------------------------------------------------------------------------ agents without a fabric
+def unix_socket_listening(path: str) -> bool:
+    """Whether a server listens on the Unix socket ``path``, not only bound it: the file appears at its
+    bind, and a connect before its listen is refused (a test under load met that window)."""
+    if not os.path.exists(path):
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
 def xdist_worker_number() -> int:
     """This test process's number among pytest-xdist's workers (``gw3`` -> 3; 0 without xdist), so that
     fixed port ranges differ between workers running at once."""

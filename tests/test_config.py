@@ -28,6 +28,7 @@ from controller.registry import Registry
 from controller.routing import Router
 from controller.service import SchedulingService
 from echelonflow.topology import fattree
+from tests.helpers import unix_socket_listening
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = os.path.join(ROOT, "controller", "app.py")
@@ -156,7 +157,7 @@ def test_plain_manager_with_a_config_file_runs_the_default_fat_tree(require_cont
                                 stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 30
-            while not os.path.exists(values["api_socket"]):
+            while not unix_socket_listening(values["api_socket"]):
                 assert proc.poll() is None, (tmp_path / "manager.log").read_text()[-2000:]
                 assert time.monotonic() < deadline, "the app did not start"
                 time.sleep(0.1)
