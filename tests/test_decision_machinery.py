@@ -262,7 +262,7 @@ def test_what_the_simulator_vouches_holds_and_echelon_trusting_it_gives_the_same
     kind, jobs = workload
     if not placeable(kind, jobs):
         return
-    start, finish, vouched = _vouched_times(kind, jobs, trusting=True)
+    start, finish, _ = _vouched_times(kind, jobs, trusting=True)
     plain_start, plain_finish, _ = _vouched_times(kind, jobs, trusting=False)
     assert_same_times(start, plain_start)
     assert_same_times(finish, plain_finish)
