@@ -107,7 +107,8 @@ BYTES_ATOL = 1e-6
 #: When the scheduler decides again (module docstring, "Rescheduling").
 RESCHEDULING = ("every-flow", "coflow")
 #: A run with this many tasks or more hands the heap's freed build memory back once built, and what its
-#: decisions free every :data:`TRIM_EVERY_DECISIONS` decisions (:mod:`simulator.freed_memory`); smaller
+#: decisions free after the first and every :data:`TRIM_EVERY_DECISIONS` decisions
+#: (:mod:`simulator.freed_memory`); smaller
 #: runs free too little to be worth the heap walk.
 TRIM_ABOVE_TASKS = 100_000
 #: Each decision allocates and frees arrays sized by the active flows, which glibc keeps (fragmented);
@@ -118,6 +119,12 @@ TRIM_EVERY_DECISIONS = 1000
 
 class SimulationError(RuntimeError):
     """The simulation cannot make progress (a scheduler starving every flow, or a dependency cycle)."""
+
+
+def numbers_dtype(count: int) -> type:
+    """The integer type of arrays that hold flow or task numbers below ``count``: 32 bits where they fit
+    (half the memory of the run's per-flow bookkeeping on a trace of 700,000 flows), else 64."""
+    return np.int32 if count < 2**31 else np.int64
 
 
 def due_tolerance_s(now_s: float, next_s: float) -> float:
@@ -491,8 +498,11 @@ class _Run:
         # a list, 8 bytes a flow): each flow's task, wire size, delta_j and EchelonFlow slot.
         self.flow_task_array = column((index.flow_task.astype(np.int64) + base
                                        for index, base in zip(indexes, self.job_base)),
-                                      np.int64, perm)
-        self.delta_s = memoryview(column((index.delta_s for index in indexes), np.float64, perm))
+                                      numbers_dtype(len(self.tasks)), perm)
+        deltas = column((index.delta_s for index in indexes), np.float64, perm)
+        # None when every flow starts with its group's head (every Coflow: all of FB2010), where
+        # ``now - 0.0`` is ``now`` bit for bit: 8 bytes a flow less
+        self.delta_s = memoryview(deltas) if deltas.any() else None
         self._members()
         self.table.layout = object()  # replaced when a fault moves a path (``_faults``)
 
@@ -500,8 +510,8 @@ class _Run:
         """The run's per-flow and per-group state, allocated once the jobs' rows are gone."""
         count = len(self.flow_task_array)
         self.flow_task = memoryview(self.flow_task_array)
-        flow_of_task = np.full(len(self.tasks), -1, dtype=np.int64)  # -1: a compute task
-        flow_of_task[self.flow_task_array] = np.arange(count, dtype=np.int64)
+        flow_of_task = np.full(len(self.tasks), -1, dtype=numbers_dtype(count))  # -1: a compute task
+        flow_of_task[self.flow_task_array] = np.arange(count)
         self.flow_of_task = memoryview(flow_of_task)
         self.wire_array = self.table.remaining.copy()
         self.wire = memoryview(self.wire_array)
@@ -512,11 +522,14 @@ class _Run:
         # kernels read, on every change)
         self.reference = self.table.reference.tolist()
         self.rate = np.zeros(count)
-        self.leftover = np.zeros(count)
-        self.finished_buf = np.zeros(count, dtype=np.int64)
+        # a step's finished flows and the bytes each had left (``fluid.advance``), in finishing order;
+        # per-flow numbers below are 32-bit where they fit (docs/performance.md, "Memory")
+        self.finished_buf = np.zeros(count, dtype=numbers_dtype(count))
+        self.leftover_buf = np.zeros(count)
+        self.undelivered: dict[int, float] = {}  # flow -> bytes it had left at its finish, beyond dust
         # where in ``active`` the flows with a rate are, listed by the step's ``fluid.next_finish`` for its
         # ``fluid.advance`` (not zeroed: only the listed part is read; untouched pages cost nothing)
-        self.rated_buf = np.empty(count, dtype=np.int64)
+        self.rated_buf = np.empty(count, dtype=numbers_dtype(count))
         self.n_rated = 0
         self.rated_listed = False  # rated_buf holds the last decision's listing (``Allocation.rated``)
         # What a decision may take as given (``FlowView.clean``): ``active`` stays in flow-number order
@@ -550,7 +563,7 @@ class _Run:
         # Flows that finish in the same step complete in the order they started (and snapshots list
         # flows so): a policy that learns from observed finishes (echelon-online) sees them as it
         # would on the network, in arrival order, whatever the table's numbering.
-        self.start_seq = np.zeros(count, dtype=np.int64)
+        self.start_seq = np.zeros(count, dtype=numbers_dtype(count))
         self.started = 0
 
     def _paths(self, index: _JobIndex, enforces: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -759,12 +772,14 @@ class _Run:
         tol = due_tolerance_s(self.now_s, next_s)
         table = self.table
         kept, done, self.left_alone = fluid.advance(
-            self.active, self.rated_buf, self.n_rated, table.remaining, self.rate, self.leftover, self.now_s,
-            next_s, tol, BYTES_ATOL, self.finished_buf, self.skipping, table.path_ptr, table.path_links,
-            self.link_users,
+            self.active, self.rated_buf, self.n_rated, table.remaining, self.rate, self.leftover_buf,
+            self.now_s, next_s, tol, BYTES_ATOL, self.finished_buf, self.skipping, table.path_ptr,
+            table.path_links, self.link_users,
         )
         self.active = self.active[:kept]
         numbers = self.finished_buf[:done]
+        if self.check:
+            self._note_leftovers(numbers, self.leftover_buf[:done])
         if done > 1:
             numbers = numbers[np.argsort(self.start_seq[numbers])]
         numbers = numbers.tolist()
@@ -848,7 +863,7 @@ class _Run:
         """Re-anchor the flow's EchelonFlow: r = min over its started flows of start_j - delta_j."""
         slot = self.flow_slot[f]
         now_s = self.now_s
-        candidate = now_s - self.delta_s[f]
+        candidate = now_s if self.delta_s is None else now_s - self.delta_s[f]
         if candidate < self.reference[slot]:
             self.reference[slot] = candidate
             self.table.reference[slot] = candidate
@@ -890,7 +905,9 @@ class _Run:
     # ------------------------------------------------------------------ scheduling
     def _decide(self) -> None:
         self.decisions += 1
-        if self.trimming and self.decisions % TRIM_EVERY_DECISIONS == 0:
+        # also once the first decision is made: a policy builds its kept state there (``echelon``'s
+        # totals, 50 MiB on FB2010) and leaves what it built them from in the heap
+        if self.trimming and (self.decisions % TRIM_EVERY_DECISIONS == 0 or self.decisions == 2):
             freed_memory.return_freed_memory()
         self.last_decision_s = self.now_s
         self.deferred_until_s = math.inf
@@ -995,8 +1012,14 @@ class _Run:
         return Snapshot(self.now_s, self.capacity_bps, flows)
 
     # ------------------------------------------------------------------ results
+    def _note_leftovers(self, finished: np.ndarray, leftover: np.ndarray) -> None:
+        """Keep what the flows finishing now had left beyond dust, for :meth:`_check_delivered` (a
+        per-step buffer instead of a per-flow array: 8 bytes a flow less in every run)."""
+        for k in np.flatnonzero(leftover > BYTES_ATOL).tolist():
+            self.undelivered[int(finished[k])] = float(leftover[k])
+
     def _check_delivered(self) -> None:
-        for f, left in enumerate(self.leftover.tolist()):
+        for f, left in sorted(self.undelivered.items()):
             size = self.tasks[self.flow_task[f]].size_bytes
             if left > max(BYTES_ATOL, 1e-6 * size):
                 qid = self.flow_qid(f)

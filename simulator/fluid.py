@@ -73,12 +73,12 @@ def advance(active, rated, n_rated, remaining, rate, leftover, now, next_s, tol,
     coflow trace ``echelon`` gives a rate to about 1 % of the active flows, and moving all of them took
     some 8 % of its hour (docs/performance.md, "Steps over the flows with a rate").  Flows
     due by ``next_s + tol`` (or with at most ``bytes_atol`` left) finish: their flow numbers go to
-    ``finished`` in ``active`` order, and to ``leftover`` the bytes the step would not have covered
-    beyond what the time tolerance itself explains (``rate * tol``; the delivery check looks for more
-    than dust there).  With ``counting``, the finished flows also come off ``users`` (active flows per
-    link, kept for skipped decisions: ``engine``).  Returns (flows still active, flows finished,
-    whether some finished and every link of theirs is left without a user; False without
-    ``counting``).
+    ``finished`` in ``active`` order, and to ``leftover`` at the same place the bytes the step would
+    not have covered beyond what the time tolerance itself explains (``rate * tol``; the delivery check
+    looks for more than dust there).  With ``counting``, the finished flows also come off ``users``
+    (active flows per link, kept for skipped decisions: ``engine``).  Returns (flows still active,
+    flows finished, whether some finished and every link of theirs is left without a user; False
+    without ``counting``).
     """
     dt = next_s - now
     done = 0
@@ -94,7 +94,7 @@ def advance(active, rated, n_rated, remaining, rate, leftover, now, next_s, tol,
             if remaining[f] > bytes_atol:
                 continue
             left = remaining[f]
-        leftover[f] = left if left > 0.0 else 0.0
+        leftover[done] = left if left > 0.0 else 0.0
         remaining[f] = 0.0
         finished[done] = f
         rated[done] = k  # the finished flows' positions, in order (done <= i: nothing unread is lost)

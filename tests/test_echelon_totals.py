@@ -116,19 +116,19 @@ def _listed_after_changes(seed: int) -> int:
             live = [int(f) for f in span if remaining[f] > EPS_BYTES and path_ptr[f + 1] > path_ptr[f]]
             assert [int(f) for f in totals.live_flows[lo:hi]] == live
             # the links in the order last sorted are those sorted afresh (``live_links``)
-            kept_order, fresh = (_live_links(totals, slot, members, afresh) for afresh in (False, True))
+            kept_order, fresh = (_live_links(totals, slot, table, afresh) for afresh in (False, True))
             assert kept_order == fresh
     return revived
 
 
-def _live_links(totals: et.CoflowTotals, slot: int, members, afresh: bool) -> tuple:
+def _live_links(totals: et.CoflowTotals, slot: int, table: TableArrays, afresh: bool) -> tuple:
     """``live_links`` of ``slot`` (links, totals, first live member), its kept order forgotten first if
     ``afresh``."""
     if afresh:
         totals.link_count[slot] = -1
     n = int(totals.ent_ptr[slot + 1] - totals.ent_ptr[slot])
     links, hi, lo = ints(n), ints(n), ints(n)
-    end, first = et.live_links(totals, slot, members, links, hi, lo, 0)
+    end, first = et.live_links(totals, slot, table, links, hi, lo, 0)
     return list(links[:end]), list(hi[:end]), list(lo[:end]), first
 
 

@@ -70,7 +70,7 @@ def _steps(x: dict) -> tuple:
     """The step both ways: (next finish, listed count, kernel's (kept, finished), plain (kept, finished),
     whether remaining bytes, leftovers and per-link users agree)."""
     n_flows, active, remaining, rate, now = x["n_flows"], x["active"], x["remaining"], x["rate"], x["now"]
-    rated = np.empty(n_flows, dtype=np.int64)
+    rated = np.empty(n_flows, dtype=np.int32)  # the run's buffers hold 32-bit numbers (engine.numbers_dtype)
     soonest, n_rated = fluid.next_finish(active, remaining, rate, now, rated)
     # a decision that lists its flows with a rate (``Allocation.rated``): the same time from the list
     assert fluid.soonest(active, rated, n_rated, remaining, rate, now) == soonest
@@ -81,14 +81,17 @@ def _steps(x: dict) -> tuple:
     fluid.count_links(active, len(active), x["path_ptr"], x["path_links"], users, 1)
     plain_remaining, plain_leftover = remaining.copy(), np.zeros(n_flows)
     plain = _plain_step(active, plain_remaining, rate, plain_leftover, now, next_s, tol, bytes_atol)
-    leftover, finished = np.zeros(n_flows), np.zeros(n_flows, dtype=np.int64)
+    leftover, finished = np.zeros(n_flows), np.zeros(n_flows, dtype=np.int32)
     moved = active.copy()
     path_ptr, path_links = x["path_ptr"], x["path_links"]
     kept, done, _ = fluid.advance(moved, rated, n_rated, remaining, rate, leftover, now, next_s, tol,
                                   bytes_atol, finished, True, path_ptr, path_links, users)
+    # the step writes each finished flow's leftover beside it, in finishing order
+    per_flow = np.zeros(n_flows)
+    per_flow[finished[:done]] = leftover[:done]
     still = np.zeros(x["n_links"], dtype=np.int64)
     fluid.count_links(np.asarray(plain[0], dtype=np.int64), len(plain[0]), path_ptr, path_links, still, 1)
-    same = (np.array_equal(remaining, plain_remaining) and np.array_equal(leftover, plain_leftover)
+    same = (np.array_equal(remaining, plain_remaining) and np.array_equal(per_flow, plain_leftover)
             and np.array_equal(users, still))
     return soonest, n_rated, (moved[:kept].tolist(), finished[:done].tolist()), plain, same
 

@@ -21,6 +21,7 @@ from echelonflow.schedulers.base import Decision, Scheduler, Snapshot
 from echelonflow.schedulers.echelon_online import EchelonOnlineScheduler
 from echelonflow.schedulers.view import Allocation, FlowView, snapshot_view
 from echelonflow.topology import TopologyError, build
+from simulator import engine
 from simulator.engine import SimulationError, simulate
 
 B_BYTES_PER_S = 1.25e6  # 10 Mbit/s
@@ -203,6 +204,23 @@ def test_overcommitting_scheduler_trips_the_capacity_invariant() -> None:
         simulate(build("two_hosts", 1e6), [fig2_job()], _Greedy())
     with pytest.raises(AssertionError, match="ranks one that is not active"):
         simulate(build("two_hosts", 1e6), [fig2_job()], _RanksTheFinished())
+
+
+def test_a_flow_finished_with_bytes_left_fails_the_delivery_check() -> None:
+    """The step hands each finished flow's leftover to the run beside it (``fluid.advance``); the run
+    keeps those beyond dust and its check names the flow."""
+    scenario = load_scenario("fig2")
+    specs = {job.job_id: engine.echelon_mod.echelons_of(job) for job in scenario.jobs}
+    run = engine._Run(scenario.topology, list(scenario.jobs), get_scheduler("echelon"), True, specs)
+    run.run()  # delivers everything, checked
+    assert run.undelivered == {}
+    first = np.zeros(1, dtype=run.finished_buf.dtype)
+    run._note_leftovers(first, np.array([engine.BYTES_ATOL / 2]))  # dust
+    run._check_delivered()
+    size = run.tasks[run.flow_task[0]].size_bytes
+    run._note_leftovers(first, np.array([0.01 * size]))
+    with pytest.raises(AssertionError, match=f"flow {run.flow_qid(0)}: .* undelivered at its finish"):
+        run._check_delivered()
 
 
 class _RanksTheFinished(Scheduler):

@@ -631,7 +631,7 @@ def _walk_groups(sel, starts, n_groups, table, totals, exact_above):
         rep = -1
         if kept_links[g] >= 0:
             if totals is not None:  # always, here: kept_links are -1 without totals
-                n_gl, rep = live_links(totals, slot, members, gl_link, gl_hi, gl_lo, n_gl)
+                n_gl, rep = live_links(totals, slot, table, gl_link, gl_hi, gl_lo, n_gl)
             exact = True
         elif hi - lo > exact_above:  # only a group listing that many can have that many live
             live, same = _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr)

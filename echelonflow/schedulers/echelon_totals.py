@@ -29,6 +29,7 @@ from echelonflow.schedulers.echelon_runs import open_end_bits, runs_of
 from echelonflow.schedulers.kernels import (
     EPS_BYTES,
     _unnumbered,
+    flags,
     floats,
     ints,
     jit,
@@ -49,12 +50,14 @@ BASE_FLOAT = 4611686018427387904.0
 class CoflowTotals(NamedTuple):
     """The kept totals (module docstring).  ``kept[slot]``: 1 if the slot's group is kept.  A slot's
     entries are ``ent_ptr[slot]:ent_ptr[slot + 1]``; entry ``ent`` is link ``ent_link[ent]`` with
-    ``ent_hi[ent] * 2**62 + ent_lo[ent]`` units and ``ent_live[ent]`` live members, listed (member
-    position, path index) at ``ep_pos``/``ep_pidx[ep_ptr[ent]:ep_ptr[ent + 1]]``, the first live one at
-    ``ent_first[ent]``.
-    Per path entry p of a kept member: its entry ``ent_of[p]`` and its place ``ep_of[p]`` there.  Per
-    flow: the bytes left last seen and whether it was live (its units are those of the bytes last seen
-    while live, else 0: recomputed, not kept, 8 bytes a flow less).  ``pmax``: one more than the
+    ``ent_hi[ent] * 2**62 + ent_lo[ent]`` units and ``ent_live[ent]`` live members, listed by member
+    position (member order, then path order) at ``ep_pos[ep_ptr[ent]:ep_ptr[ent + 1]]``, the first live
+    one at ``ent_first[ent]``.
+    Per path entry p of a kept member: its place ``ep_of[p]`` among its entry's (the entry is the one
+    whose places hold it, :func:`_entry_of`; the path index, the member's place of the entry's link
+    along its path, :func:`_path_index`: neither kept, 10 MiB less on FB2010).  Per flow: the bytes
+    left last seen and whether it was live (its units are those of the bytes last seen while live,
+    else 0: recomputed, not kept, 8 bytes a flow less).  ``pmax``: one more than the
     longest path (the sort key's radix).  Per kept slot, the flows a decision gave a rate since the
     slot's last refresh (:func:`mark_moved`): ``moved_head[slot]`` is 0 or the first one + 1, and
     ``moved_next[f]`` is 0 (not listed), 1 (the last) or the next one + 2.  ``in_order[slot]``: 1 if
@@ -79,8 +82,6 @@ class CoflowTotals(NamedTuple):
     ent_first: Any
     ep_ptr: Any
     ep_pos: Any
-    ep_pidx: Any
-    ent_of: Any
     ep_of: Any
     last: Any
     alive: Any
@@ -188,9 +189,9 @@ def _kept_slots(members_ptr, members, offset, path_ptr, exact_above):
 
 
 @jit
-def _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bound, ent_of):
-    """Each kept slot's links (entries) in order of first use, each member path entry's entry in
-    ``ent_of``: ``(ent_ptr, ent_link, members per entry)``."""
+def _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bound):
+    """Each kept slot's links (entries) in order of first use: ``(ent_ptr, ent_link, member path
+    entries per entry)``."""
     n_slots = len(members_ptr) - 1
     ent_ptr = ints(n_slots + 1)
     ent_link = ints(bound)
@@ -208,7 +209,6 @@ def _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bou
                         index_of[li] = n_ent
                         ent_link[n_ent] = li
                         n_ent += 1
-                    ent_of[p] = index_of[li]
                     count[index_of[li]] += 1
             for ent in range(first, n_ent):
                 index_of[ent_link[ent]] = -1
@@ -229,20 +229,18 @@ def _build(table, exact_above):
             in_order[s] = _in_member_order(members_ptr, members, ref_slot, table.weight, path_ptr, s)
     run_last, run_of, run_start, run_stop = runs_of(table, in_order)
     ends_ptr, ends, end_place, bits_at, bits = open_end_bits(table, in_order, run_last, run_of, len(run_stop))
-    ent_of = small_ints(len(path_links))
     ep_of = small_ints(len(path_links))
-    ent_ptr, ent_link, count = _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bound,
-                                             ent_of)
+    ent_ptr, ent_link, count = _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bound)
     n_ent = len(ent_link)
     ep_ptr = ints(n_ent + 1)
     for ent in range(n_ent):
         ep_ptr[ent + 1] = ep_ptr[ent] + count[ent]
         count[ent] = 0
     ep_pos = small_ints(ep_ptr[n_ent])
-    ep_pidx = small_ints(ep_ptr[n_ent])
     n_flows = len(remaining)
     last = floats(n_flows)
-    alive = small_ints(n_flows)
+    alive = flags(n_flows)
+    index_of = _unnumbered(n_links)  # per kept slot in turn: link -> its entry
     slot_live = ints(len(kept))
     live_flows = ints(len(members))
     ent_hi = ints(n_ent)
@@ -252,6 +250,8 @@ def _build(table, exact_above):
     for s in range(len(kept)):  # each kept member listed under its entries, its units summed there
         if kept[s] == 0:
             continue
+        for ent in range(ent_ptr[s], ent_ptr[s + 1]):
+            index_of[ent_link[ent]] = ent
         for e in range(members_ptr[s], members_ptr[s + 1]):
             f = members[e]
             last[f] = remaining[f]
@@ -264,14 +264,15 @@ def _build(table, exact_above):
                 live_flows[members_ptr[s] + slot_live[s]] = f
             slot_live[s] += live
             for p in range(path_ptr[f], path_ptr[f + 1]):
-                ent = ent_of[p]
+                ent = index_of[path_links[p]]
                 k = ep_ptr[ent] + count[ent]
                 count[ent] += 1
                 ep_pos[k] = e
-                ep_pidx[k] = p - path_ptr[f]
                 ep_of[p] = k
                 ent_hi[ent], ent_lo[ent] = _added(ent_hi[ent], ent_lo[ent], units)
                 ent_live[ent] += live
+        for ent in range(ent_ptr[s], ent_ptr[s + 1]):
+            index_of[ent_link[ent]] = -1
     for ent in range(n_ent):
         k = ep_ptr[ent]
         while k < ep_ptr[ent + 1] and alive[members[ep_pos[k]]] == 0:
@@ -280,7 +281,7 @@ def _build(table, exact_above):
     pm = ints(1)
     pm[0] = pmax
     return CoflowTotals(kept, slot_live, ent_ptr, ent_link, ent_hi, ent_lo, ent_live, ent_first, ep_ptr,
-                        ep_pos, ep_pidx, ent_of, ep_of, last, alive, pm, ints(len(kept)),
+                        ep_pos, ep_of, last, alive, pm, ints(len(kept)),
                         small_ints(n_flows), in_order, run_last, run_of, run_start, run_stop, ends_ptr, ends,
                         end_place, bits_at, bits, live_flows, slot_live.copy(), small_ints(n_ent),
                         _unnumbered(len(kept)))
@@ -303,7 +304,8 @@ def refresh(totals, slot, members, remaining, path_ptr):
     Sums of integers and a first live member do not depend on the order the changes come in, so the
     totals are those of comparing every member, as before."""
     last, alive = totals.last, totals.alive
-    ent_of, ep_of, ep_ptr, ep_pos = totals.ent_of, totals.ep_of, totals.ep_ptr, totals.ep_pos
+    ep_of, ep_ptr, ep_pos = totals.ep_of, totals.ep_ptr, totals.ep_pos
+    first_ent, stop_ent = totals.ent_ptr[slot], totals.ent_ptr[slot + 1]
     ent_hi, ent_lo = totals.ent_hi, totals.ent_lo
     ent_live, ent_first = totals.ent_live, totals.ent_first
     moved_next = totals.moved_next
@@ -334,7 +336,7 @@ def refresh(totals, slot, members, remaining, path_ptr):
             totals.link_count[slot] = -1  # first live members move: sort the links afresh (``live_links``)
         totals.slot_live[slot] += live - was
         for p in range(path_ptr[f], path_ptr[f + 1]):
-            ent = ent_of[p]
+            ent = _entry_of(ep_ptr, first_ent, stop_ent, ep_of[p])
             ent_hi[ent], ent_lo[ent] = _added(ent_hi[ent], ent_lo[ent], delta)
             if was == 1 and live == 0:
                 ent_live[ent] -= 1
@@ -384,12 +386,35 @@ def mark_moved(totals, slot, f):
 
 
 @jit
-def live_links(totals, slot, members, link_out, hi_out, lo_out, start):
+def _entry_of(ep_ptr, lo, hi, place):
+    """The entry among ``lo:hi`` whose places hold ``place`` (every entry has at least one: a binary
+    search where a per-path-entry array would cost 4 bytes a path entry)."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ep_ptr[mid] <= place:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@jit
+def _path_index(f, link, path_ptr, path_links):
+    """Where ``link`` first is along flow ``f``'s path (0 for its first link)."""
+    for p in range(path_ptr[f], path_ptr[f + 1]):
+        if path_links[p] == link:
+            return p - path_ptr[f]
+    return -1
+
+
+@jit
+def live_links(totals, slot, table, link_out, hi_out, lo_out, start):
     """Write kept group ``slot``'s links with a live member, in the order a walk of its live members
     meets them, and their totals, to ``link_out``/``hi_out``/``lo_out`` from ``start``.  Returns (the end, the
     first live member's flow number; -1 when none)."""
+    members, path_ptr, path_links = table.members, table.path_ptr, table.path_links
     ent_ptr, ent_live, ent_first = totals.ent_ptr, totals.ent_live, totals.ent_first
-    ep_pos, ep_pidx, pmax = totals.ep_pos, totals.ep_pidx, totals.pmax[0]
+    ep_pos, pmax = totals.ep_pos, totals.pmax[0]
     lo, hi = ent_ptr[slot], ent_ptr[slot + 1]
     sorted_ents = totals.link_order
     n = totals.link_count[slot]
@@ -401,7 +426,8 @@ def live_links(totals, slot, members, link_out, hi_out, lo_out, start):
             if ent_live[ent] > 0:
                 k = ent_first[ent]
                 listed[n] = ent
-                keys[n] = ep_pos[k] * pmax + ep_pidx[k]
+                f = members[ep_pos[k]]
+                keys[n] = ep_pos[k] * pmax + _path_index(f, totals.ent_link[ent], path_ptr, path_links)
                 n += 1
         order = stable_argsort(keys, n)
         for i in range(n):

@@ -79,8 +79,13 @@ if HAVE_NUMBA:
 
     @njit(cache=True)
     def small_ints(n):
-        """Integers below 2**31 (positions, flags) in half the memory: per-flow and per-path arrays."""
+        """Integers below 2**31 (positions) in half the memory: per-flow and per-path arrays."""
         return np.zeros(n, np.int32)
+
+    @njit(cache=True)
+    def flags(n):
+        """0/1 per flow in a byte each (an eighth of ``ints``)."""
+        return np.zeros(n, np.int8)
 
     @njit(cache=True)
     def unset_ints(n):
@@ -108,6 +113,9 @@ else:
         return [0] * n
 
     def small_ints(n):
+        return [0] * n
+
+    def flags(n):
         return [0] * n
 
     def unset_ints(n):
