@@ -253,7 +253,7 @@ def _bits_after_changes(seed: int) -> int:
                 remaining[f] = choices[rng.integers(4)]
                 changed += before != (remaining[f] > EPS_BYTES)
                 et.mark_moved(totals, slot, f)
-            et.refresh(totals, slot, table.members, remaining, table.path_ptr)
+            et.refresh(totals, slot, table.members, remaining, table.path_ptr, table.path_links)
             words = (totals.ends_ptr[slot + 1] - totals.ends_ptr[slot] + 63) // 64
             for run in {int(totals.run_of[f]) for f in span}:
                 live = {int(totals.end_place[f]) for f in span

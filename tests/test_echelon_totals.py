@@ -111,7 +111,7 @@ def _listed_after_changes(seed: int) -> int:
                 remaining[f] = choices[int(rng.integers(4))]
                 revived += dead and remaining[f] > EPS_BYTES and path_ptr[f + 1] > path_ptr[f]
                 et.mark_moved(totals, slot, f)
-            et.kept_and_live(totals, slot, members, remaining, path_ptr, 0)
+            et.kept_and_live(totals, slot, table, 0)
             lo, hi = et.live_members(totals, slot, members_ptr, members)
             live = [int(f) for f in span if remaining[f] > EPS_BYTES and path_ptr[f + 1] > path_ptr[f]]
             assert [int(f) for f in totals.live_flows[lo:hi]] == live

@@ -571,7 +571,7 @@ def _walk_groups(sel, starts, n_groups, table, totals, exact_above):
         if whole:
             for g in range(n_groups):
                 slot = group[sel[starts[g]]]
-                kept_links[g] = kept_and_live(totals, slot, members, remaining, path_ptr, exact_above)
+                kept_links[g] = kept_and_live(totals, slot, table, exact_above)
                 if kept_links[g] < 0 and totals.kept[slot] == 1:
                     spans[g], spans[g + n_groups] = live_members(totals, slot, members_ptr, members)
                     from_live[g] = 1
@@ -819,7 +819,7 @@ def _serve_runs(sel, a, b, totals, slot, table, residual, rate, served, n_served
     ``n_served`` with the flows given a rate listed (:func:`_note_served`).  One function: ``totals``
     is a tuple of some 30 arrays, and handing it to a helper per run cost more than the visits saved."""
     path_ptr, path_links, capacity = table.path_ptr, table.path_links, table.capacity
-    refresh(totals, slot, table.members, table.remaining, path_ptr)
+    refresh(totals, slot, table.members, table.remaining, path_ptr, path_links)
     side = totals.run_last[slot]
     run_of, run_start, run_stop = totals.run_of, totals.run_start, totals.run_stop
     bits_at, bits, end_place = totals.bits_at, totals.bits, totals.end_place

@@ -53,14 +53,15 @@ class CoflowTotals(NamedTuple):
     ``ent_hi[ent] * 2**62 + ent_lo[ent]`` units and ``ent_live[ent]`` live members, listed by member
     position (member order, then path order) at ``ep_pos[ep_ptr[ent]:ep_ptr[ent + 1]]``, the first live
     one at ``ent_first[ent]``.
-    Per path entry p of a kept member: its place ``ep_of[p]`` among its entry's (the entry is the one
-    whose places hold it, :func:`_entry_of`; the path index, the member's place of the entry's link
-    along its path, :func:`_path_index`: neither kept, 10 MiB less on FB2010).  Per flow: the bytes
-    left last seen and whether it was live (its units are those of the bytes last seen while live,
-    else 0: recomputed, not kept, 8 bytes a flow less).  ``pmax``: one more than the
-    longest path (the sort key's radix).  Per kept slot, the flows a decision gave a rate since the
-    slot's last refresh (:func:`mark_moved`): ``moved_head[slot]`` is 0 or the first one + 1, and
-    ``moved_next[f]`` is 0 (not listed), 1 (the last) or the next one + 2.  ``in_order[slot]``: 1 if
+    Per path entry p of a kept member: its place ``ep_of[p]`` among its entry's, and its entry: where
+    the kept slots times the links are no more than the path entries (FB2010: 74 x 300 against 1.4
+    million), ``ent_map[map_base[slot] + link]`` per kept slot and link, else ``ent_of[p]``
+    (:func:`_entry`); no place's path index is kept (:func:`_path_order_ties`): 10 MiB less on
+    FB2010.  Per flow: the bytes left last seen and whether it was live (its units are those of the
+    bytes last seen while live, else 0: recomputed, not kept, 8 bytes a flow less).  Per kept slot,
+    the flows a decision gave a rate since the slot's last refresh (:func:`mark_moved`):
+    ``moved_head[slot]`` is 0 or the first one + 1, and ``moved_next[f]`` is 0 (not listed), 1 (the
+    last) or the next one + 2.  ``in_order[slot]``: 1 if
     the kept slot's members all have a path, one reference slot and one weight, and are numbered in
     member order (:func:`_in_member_order`).  For such slots, the runs of members that share a link
     (``run_last``, ``run_of``, ``run_start``, ``run_stop``: ``echelon_runs.runs_of``) and the links at
@@ -83,9 +84,11 @@ class CoflowTotals(NamedTuple):
     ep_ptr: Any
     ep_pos: Any
     ep_of: Any
+    ent_of: Any
+    ent_map: Any
+    map_base: Any
     last: Any
     alive: Any
-    pmax: Any
     moved_head: Any
     moved_next: Any
     in_order: Any
@@ -169,23 +172,19 @@ def _in_member_order(members_ptr, members, ref_slot, weight, path_ptr, slot):
 
 @jit
 def _kept_slots(members_ptr, members, offset, path_ptr, exact_above):
-    """Which slots to keep (uniform, listing more than ``exact_above`` members), one more than the
-    longest path, and how many path entries the kept members have."""
+    """Which slots to keep (uniform, listing more than ``exact_above`` members), and how many path
+    entries the kept members have."""
     n_slots = len(members_ptr) - 1
     kept = ints(n_slots)
-    pmax = 1
     bound = 0
     for s in range(n_slots):
         big = members_ptr[s + 1] - members_ptr[s] > exact_above
         kept[s] = _statically_uniform(members_ptr, members, offset, path_ptr, s) if big else 0
-        for e in range(members_ptr[s], members_ptr[s + 1]):
-            f = members[e]
-            n = path_ptr[f + 1] - path_ptr[f]
-            if n + 1 > pmax:
-                pmax = n + 1
-            if kept[s] == 1:
-                bound += n
-    return kept, pmax, bound
+        if kept[s] == 1:
+            for e in range(members_ptr[s], members_ptr[s + 1]):
+                f = members[e]
+                bound += path_ptr[f + 1] - path_ptr[f]
+    return kept, bound
 
 
 @jit
@@ -218,11 +217,41 @@ def _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bou
 
 
 @jit
+def _entry_maps(kept, ent_ptr, ent_link, n_links, n_path_entries):
+    """``(ent_of, ent_map, map_base)``: how a kept member's path entry finds its entry (the class
+    docstring), one of the first two empty: a table per kept slot and link where it is no larger than
+    one per path entry."""
+    n_kept = 0
+    for s in range(len(kept)):
+        n_kept += kept[s]
+    map_base = ints(len(kept))
+    if n_kept * n_links > n_path_entries:
+        return small_ints(n_path_entries), small_ints(0), map_base
+    ent_map = small_ints(n_kept * n_links)
+    base = 0
+    for s in range(len(kept)):
+        if kept[s] == 1:
+            map_base[s] = base
+            for ent in range(ent_ptr[s], ent_ptr[s + 1]):
+                ent_map[base + ent_link[ent]] = ent
+            base += n_links
+    return small_ints(0), ent_map, map_base
+
+
+@jit
+def _entry(ent_of, ent_map, base, p, link):
+    """The entry of a kept member's path entry ``p`` (on ``link``), its slot's map at ``base``."""
+    if len(ent_of) > 0:
+        return ent_of[p]
+    return ent_map[base + link]
+
+
+@jit
 def _build(table, exact_above):
     members_ptr, members, offset, ref_slot = table.members_ptr, table.members, table.offset, table.ref_slot
     remaining, path_ptr, path_links = table.remaining, table.path_ptr, table.path_links
     n_links = len(table.capacity)
-    kept, pmax, bound = _kept_slots(members_ptr, members, offset, path_ptr, exact_above)
+    kept, bound = _kept_slots(members_ptr, members, offset, path_ptr, exact_above)
     in_order = ints(len(kept))
     for s in range(len(kept)):
         if kept[s] == 1:
@@ -240,6 +269,7 @@ def _build(table, exact_above):
     n_flows = len(remaining)
     last = floats(n_flows)
     alive = flags(n_flows)
+    ent_of, ent_map, map_base = _entry_maps(kept, ent_ptr, ent_link, n_links, len(path_links))
     index_of = _unnumbered(n_links)  # per kept slot in turn: link -> its entry
     slot_live = ints(len(kept))
     live_flows = ints(len(members))
@@ -269,6 +299,8 @@ def _build(table, exact_above):
                 count[ent] += 1
                 ep_pos[k] = e
                 ep_of[p] = k
+                if len(ent_of) > 0:
+                    ent_of[p] = ent
                 ent_hi[ent], ent_lo[ent] = _added(ent_hi[ent], ent_lo[ent], units)
                 ent_live[ent] += live
         for ent in range(ent_ptr[s], ent_ptr[s + 1]):
@@ -278,10 +310,8 @@ def _build(table, exact_above):
         while k < ep_ptr[ent + 1] and alive[members[ep_pos[k]]] == 0:
             k += 1
         ent_first[ent] = k
-    pm = ints(1)
-    pm[0] = pmax
     return CoflowTotals(kept, slot_live, ent_ptr, ent_link, ent_hi, ent_lo, ent_live, ent_first, ep_ptr,
-                        ep_pos, ep_of, last, alive, pm, ints(len(kept)),
+                        ep_pos, ep_of, ent_of, ent_map, map_base, last, alive, ints(len(kept)),
                         small_ints(n_flows), in_order, run_last, run_of, run_start, run_stop, ends_ptr, ends,
                         end_place, bits_at, bits, live_flows, slot_live.copy(), small_ints(n_ent),
                         _unnumbered(len(kept)))
@@ -296,7 +326,7 @@ def coflow_totals(table: Any, exact_above: int) -> CoflowTotals | None:
 
 
 @jit
-def refresh(totals, slot, members, remaining, path_ptr):
+def refresh(totals, slot, members, remaining, path_ptr, path_links):
     """Bring kept group ``slot`` up to date: each member a decision gave a rate since the last refresh
     (the only ones whose bytes left can have changed: the simulator moves bytes by rates alone) whose
     bytes left differ from those last seen moves its entries' units and live counts (and the first live
@@ -305,7 +335,7 @@ def refresh(totals, slot, members, remaining, path_ptr):
     totals are those of comparing every member, as before."""
     last, alive = totals.last, totals.alive
     ep_of, ep_ptr, ep_pos = totals.ep_of, totals.ep_ptr, totals.ep_pos
-    first_ent, stop_ent = totals.ent_ptr[slot], totals.ent_ptr[slot + 1]
+    ent_of, ent_map, base = totals.ent_of, totals.ent_map, totals.map_base[slot]
     ent_hi, ent_lo = totals.ent_hi, totals.ent_lo
     ent_live, ent_first = totals.ent_live, totals.ent_first
     moved_next = totals.moved_next
@@ -336,7 +366,7 @@ def refresh(totals, slot, members, remaining, path_ptr):
             totals.link_count[slot] = -1  # first live members move: sort the links afresh (``live_links``)
         totals.slot_live[slot] += live - was
         for p in range(path_ptr[f], path_ptr[f + 1]):
-            ent = _entry_of(ep_ptr, first_ent, stop_ent, ep_of[p])
+            ent = _entry(ent_of, ent_map, base, p, path_links[p])
             ent_hi[ent], ent_lo[ent] = _added(ent_hi[ent], ent_lo[ent], delta)
             if was == 1 and live == 0:
                 ent_live[ent] -= 1
@@ -386,19 +416,6 @@ def mark_moved(totals, slot, f):
 
 
 @jit
-def _entry_of(ep_ptr, lo, hi, place):
-    """The entry among ``lo:hi`` whose places hold ``place`` (every entry has at least one: a binary
-    search where a per-path-entry array would cost 4 bytes a path entry)."""
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ep_ptr[mid] <= place:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-@jit
 def _path_index(f, link, path_ptr, path_links):
     """Where ``link`` first is along flow ``f``'s path (0 for its first link)."""
     for p in range(path_ptr[f], path_ptr[f + 1]):
@@ -408,13 +425,39 @@ def _path_index(f, link, path_ptr, path_links):
 
 
 @jit
+def _path_order_ties(totals, table, ents, lo, hi):
+    """``ents[lo:hi]``, in the order of their first live members, with the entries that share one put
+    in the order of their links along its path (insertion sort: a member heads at most a path's length
+    of them).  A walk meets links so; sorting by member alone reads no path, where a path index per
+    place would take 4 bytes a path entry."""
+    members, path_ptr, path_links = table.members, table.path_ptr, table.path_links
+    ep_pos, ent_first, ent_link = totals.ep_pos, totals.ent_first, totals.ent_link
+    i = lo
+    while i < hi:
+        e = ep_pos[ent_first[ents[i]]]
+        j = i + 1
+        while j < hi and ep_pos[ent_first[ents[j]]] == e:
+            j += 1
+        if j - i > 1:
+            f = members[e]
+            for a in range(i + 1, j):
+                ent = ents[a]
+                at = _path_index(f, ent_link[ent], path_ptr, path_links)
+                b = a
+                while b > i and _path_index(f, ent_link[ents[b - 1]], path_ptr, path_links) > at:
+                    ents[b] = ents[b - 1]
+                    b -= 1
+                ents[b] = ent
+        i = j
+
+
+@jit
 def live_links(totals, slot, table, link_out, hi_out, lo_out, start):
     """Write kept group ``slot``'s links with a live member, in the order a walk of its live members
     meets them, and their totals, to ``link_out``/``hi_out``/``lo_out`` from ``start``.  Returns (the end, the
     first live member's flow number; -1 when none)."""
-    members, path_ptr, path_links = table.members, table.path_ptr, table.path_links
-    ent_ptr, ent_live, ent_first = totals.ent_ptr, totals.ent_live, totals.ent_first
-    ep_pos, pmax = totals.ep_pos, totals.pmax[0]
+    members = table.members
+    ent_ptr, ent_live, ent_first, ep_pos = totals.ent_ptr, totals.ent_live, totals.ent_first, totals.ep_pos
     lo, hi = ent_ptr[slot], ent_ptr[slot + 1]
     sorted_ents = totals.link_order
     n = totals.link_count[slot]
@@ -424,14 +467,13 @@ def live_links(totals, slot, table, link_out, hi_out, lo_out, start):
         n = 0
         for ent in range(lo, hi):
             if ent_live[ent] > 0:
-                k = ent_first[ent]
                 listed[n] = ent
-                f = members[ep_pos[k]]
-                keys[n] = ep_pos[k] * pmax + _path_index(f, totals.ent_link[ent], path_ptr, path_links)
+                keys[n] = ep_pos[ent_first[ent]]
                 n += 1
         order = stable_argsort(keys, n)
         for i in range(n):
             sorted_ents[lo + i] = listed[order[i]]
+        _path_order_ties(totals, table, sorted_ents, lo, lo + n)
         totals.link_count[slot] = n
     for i in range(n):
         ent = sorted_ents[lo + i]
@@ -445,12 +487,12 @@ def live_links(totals, slot, table, link_out, hi_out, lo_out, start):
 
 
 @jit
-def kept_and_live(totals, slot, members, remaining, path_ptr, exact_above):
+def kept_and_live(totals, slot, table, exact_above):
     """For a kept ``slot``, brought up to date (:func:`refresh`), with more than ``exact_above`` live
     members: how many links it has (an upper bound on those live); else -1 (walk it)."""
     if totals.kept[slot] == 0:
         return -1
-    refresh(totals, slot, members, remaining, path_ptr)
+    refresh(totals, slot, table.members, table.remaining, table.path_ptr, table.path_links)
     if totals.slot_live[slot] <= exact_above:
         return -1
     return totals.ent_ptr[slot + 1] - totals.ent_ptr[slot]
