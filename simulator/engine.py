@@ -108,8 +108,7 @@ BYTES_ATOL = 1e-6
 RESCHEDULING = ("every-flow", "coflow")
 #: A run with this many tasks or more hands the heap's freed build memory back once built, and what its
 #: decisions free after the first and every :data:`TRIM_EVERY_DECISIONS` decisions
-#: (:mod:`simulator.freed_memory`); smaller
-#: runs free too little to be worth the heap walk.
+#: (:mod:`simulator.freed_memory`); smaller runs free too little to be worth the heap walk.
 TRIM_ABOVE_TASKS = 100_000
 #: Each decision allocates and frees arrays sized by the active flows, which glibc keeps (fragmented);
 #: on the FB2010 hour that grew sincronia's process by 43 MiB after it was built, to its peak.  A trim

@@ -1,7 +1,7 @@
 """Freed heap memory handed back after a large run is built (``simulator/freed_memory.py``): the pages
 glibc kept for reuse leave the process's resident set, and the simulator does it once a large run is
-built and every ``TRIM_EVERY_DECISIONS`` decisions after, never for small runs (docs/performance.md,
-"Memory at trace scale", "Memory in the run")."""
+built, after its first decision and every ``TRIM_EVERY_DECISIONS`` decisions, never for small runs
+(docs/performance.md, "Memory at trace scale", "Memory in the run")."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ class CoflowTotals(NamedTuple):
     Per path entry p of a kept member: its place ``ep_of[p]`` among its entry's, and its entry: where
     the kept slots times the links are no more than the path entries (FB2010: 74 x 300 against 1.4
     million), ``ent_map[map_base[slot] + link]`` per kept slot and link, else ``ent_of[p]``
-    (:func:`_entry`); no place's path index is kept (:func:`_path_order_ties`): 10 MiB less on
+    (:func:`_entry`); no place's path index is kept (:func:`_in_path_order`): 10 MiB less on
     FB2010.  Per flow: the bytes left last seen and whether it was live (its units are those of the
     bytes last seen while live, else 0: recomputed, not kept, 8 bytes a flow less).  Per kept slot,
     the flows a decision gave a rate since the slot's last refresh (:func:`mark_moved`):
@@ -425,30 +425,19 @@ def _path_index(f, link, path_ptr, path_links):
 
 
 @jit
-def _path_order_ties(totals, table, ents, lo, hi):
-    """``ents[lo:hi]``, in the order of their first live members, with the entries that share one put
-    in the order of their links along its path (insertion sort: a member heads at most a path's length
-    of them).  A walk meets links so; sorting by member alone reads no path, where a path index per
-    place would take 4 bytes a path entry."""
-    members, path_ptr, path_links = table.members, table.path_ptr, table.path_links
-    ep_pos, ent_first, ent_link = totals.ep_pos, totals.ent_first, totals.ent_link
-    i = lo
-    while i < hi:
-        e = ep_pos[ent_first[ents[i]]]
-        j = i + 1
-        while j < hi and ep_pos[ent_first[ents[j]]] == e:
-            j += 1
-        if j - i > 1:
-            f = members[e]
-            for a in range(i + 1, j):
-                ent = ents[a]
-                at = _path_index(f, ent_link[ent], path_ptr, path_links)
-                b = a
-                while b > i and _path_index(f, ent_link[ents[b - 1]], path_ptr, path_links) > at:
-                    ents[b] = ents[b - 1]
-                    b -= 1
-                ents[b] = ent
-        i = j
+def _in_path_order(table, ents, lo, hi, e, ent_link):
+    """Put ``ents[lo:hi]``, links whose first live member is member position ``e``, in the order of
+    their links along its path (insertion sort: at most a path's length of them)."""
+    f = table.members[e]
+    path_ptr, path_links = table.path_ptr, table.path_links
+    for a in range(lo + 1, hi):
+        ent = ents[a]
+        at = _path_index(f, ent_link[ent], path_ptr, path_links)
+        b = a
+        while b > lo and _path_index(f, ent_link[ents[b - 1]], path_ptr, path_links) > at:
+            ents[b] = ents[b - 1]
+            b -= 1
+        ents[b] = ent
 
 
 @jit
@@ -473,7 +462,16 @@ def live_links(totals, slot, table, link_out, hi_out, lo_out, start):
         order = stable_argsort(keys, n)
         for i in range(n):
             sorted_ents[lo + i] = listed[order[i]]
-        _path_order_ties(totals, table, sorted_ents, lo, lo + n)
+        # by first live member alone, then links that share one in its path's order (a walk meets them
+        # so), where a path index per place would take 4 bytes a path entry
+        i = 0
+        while i < n:
+            j = i + 1
+            while j < n and keys[order[j]] == keys[order[i]]:
+                j += 1
+            if j - i > 1:
+                _in_path_order(table, sorted_ents, lo + i, lo + j, keys[order[i]], totals.ent_link)
+            i = j
         totals.link_count[slot] = n
     for i in range(n):
         ent = sorted_ents[lo + i]
