@@ -787,7 +787,7 @@ class _Run:
         )
         self.active = self.active[:kept]
         numbers = self.finished_buf[:done]
-        if self.check:
+        if self.check and done:
             self._note_leftovers(numbers, self.leftover_buf[:done])
         if done > 1:
             numbers = numbers[np.argsort(self.start_seq[numbers])]
