@@ -780,12 +780,12 @@ class _Run:
         """Move the clock to ``next_s``; return the task numbers of flows and computes that finish then."""
         tol = due_tolerance_s(self.now_s, next_s)
         table = self.table
-        kept, done, self.left_alone = fluid.advance(
+        first, end, done, self.left_alone = fluid.advance(
             self.active, self.rated_buf, self.n_rated, table.remaining, self.rate, self.leftover_buf,
             self.now_s, next_s, tol, BYTES_ATOL, self.finished_buf, self.skipping, table.path_ptr,
             table.path_links, self.link_users,
         )
-        self.active = self.active[:kept]
+        self.active = self.active[first:end]
         numbers = self.finished_buf[:done]
         if self.check and done:
             self._note_leftovers(numbers, self.leftover_buf[:done])

@@ -67,7 +67,8 @@ def listed_positions(active, listed, positions):
 @jit
 def advance(active, rated, n_rated, remaining, rate, leftover, now, next_s, tol, bytes_atol, finished,
             counting, path_ptr, path_links, users):
-    """Move every active flow to ``next_s``; compact ``active`` in place to the ones still running.
+    """Move every active flow to ``next_s``; compact ``active`` in place to the ones still running,
+which end up at ``active[first:end]`` (:func:`_closed_gaps`).
 
     Only the flows :func:`next_finish` listed in ``rated`` move (a flow at rate 0 stays as it is): on a
     coflow trace ``echelon`` gives a rate to about 1 % of the active flows, and moving all of them took
@@ -76,9 +77,9 @@ def advance(active, rated, n_rated, remaining, rate, leftover, now, next_s, tol,
     ``finished`` in ``active`` order, and to ``leftover`` at the same place the bytes the step would
     not have covered beyond what the time tolerance itself explains (``rate * tol``; the delivery check
     looks for more than dust there).  With ``counting``, the finished flows also come off ``users``
-    (active flows per link, kept for skipped decisions: ``engine``).  Returns (flows still active,
-    flows finished, whether some finished and every link of theirs is left without a user; False
-    without ``counting``).
+    (active flows per link, kept for skipped decisions: ``engine``).  Returns (first, end, flows
+    finished, whether some finished and every link of theirs is left without a user; False without
+    ``counting``).
     """
     dt = next_s - now
     done = 0
@@ -99,18 +100,47 @@ def advance(active, rated, n_rated, remaining, rate, leftover, now, next_s, tol,
         finished[done] = f
         rated[done] = k  # the finished flows' positions, in order (done <= i: nothing unread is lost)
         done += 1
-    kept = len(active)
+    first, end = 0, len(active)
     if done > 0:
-        kept = rated[0]
-        for j in range(done):
-            stop = rated[j + 1] if j + 1 < done else len(active)
-            for k in range(rated[j] + 1, stop):
-                active[kept] = active[k]
-                kept += 1
+        first, end = _closed_gaps(active, rated, done)
     alone = False
     if counting and done > 0:
         alone = left_alone(finished, done, path_ptr, path_links, users)
-    return kept, done, alone
+    return first, end, done, alone
+
+
+@jit
+def _closed_gaps(active, gaps, count):
+    """Close the gaps at the increasing positions ``gaps[:count]`` of ``active``, keeping the order:
+    the gaps of the first ``split`` are closed by moving what precedes them towards the end, the
+    others by moving what follows them towards the start, with ``split`` chosen to move the fewest
+    flows.  Returns where the flows now are, ``active[first:end]``.  Moving the whole tail after a
+    finished flow (the array is in flow-number order, so a finish lands anywhere in it) was most of a
+    step on FB2010 offline, with hundreds of thousands of flows active (docs/performance.md)."""
+    n = len(active)
+    split, least = 0, n - gaps[0]
+    for s in range(1, count + 1):
+        moved = gaps[s - 1] + (n - gaps[s] if s < count else 0)
+        if moved < least:
+            split, least = s, moved
+    first = 0
+    if split > 0:
+        w = gaps[split - 1]
+        for j in range(split - 1, -1, -1):
+            lo = gaps[j - 1] + 1 if j > 0 else 0
+            for k in range(gaps[j] - 1, lo - 1, -1):
+                active[w] = active[k]
+                w -= 1
+        first = w + 1
+    end = n
+    if split < count:
+        end = gaps[split]
+        for j in range(split, count):
+            stop = gaps[j + 1] if j + 1 < count else n
+            for k in range(gaps[j] + 1, stop):
+                active[end] = active[k]
+                end += 1
+    return first, end
 
 
 @jit

@@ -230,6 +230,26 @@ def test_past_run_is_the_first_position_at_or_past_the_end(seed: int) -> None:
         assert ek._past_run(sel, k, len(sel), end) == expected
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_first_at_is_the_first_position_at_or_past_a_run_and_place(seed: int) -> None:
+    """Flows listed run by run and, along each run, place by place (some missing: finished or not
+    started): the search finds the first at (run, place) or later, from any start."""
+    rng = np.random.default_rng(seed)
+    n_runs, n_places = int(rng.integers(1, 6)), int(rng.integers(1, 70))
+    keys = [(r, c) for r in range(n_runs) for c in range(n_places) if rng.random() < 0.6]
+    n_flows = len(keys) + 3
+    run_of = np.zeros(n_flows, np.int32)
+    end_place = np.zeros(n_flows, np.int32)
+    sel = np.arange(3, n_flows, dtype=np.int64)  # flow numbers from 3: not positions
+    for f, (r, c) in zip(sel.tolist(), keys):
+        run_of[f], end_place[f] = r, c
+    for _ in range(30):
+        k = int(rng.integers(0, len(sel) + 1))
+        r, c = int(rng.integers(0, n_runs + 1)), int(rng.integers(0, n_places + 1))
+        expected = next((i for i in range(k, len(sel)) if keys[i] >= (r, c)), len(sel))
+        assert ek._first_at(sel, k, len(sel), run_of, end_place, r, c) == expected
+
+
 def _live_bits(table: TableArrays, totals: et.CoflowTotals, run: int, words: int) -> set[int]:
     bits = totals.bits[totals.bits_at[run]:totals.bits_at[run] + words]
     return {w * 64 + b for w in range(words) for b in range(64) if int(bits[w]) >> b & 1}

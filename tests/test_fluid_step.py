@@ -84,8 +84,8 @@ def _steps(x: dict) -> tuple:
     leftover, finished = np.zeros(n_flows), np.zeros(n_flows, dtype=np.int32)
     moved = active.copy()
     path_ptr, path_links = x["path_ptr"], x["path_links"]
-    kept, done, _ = fluid.advance(moved, rated, n_rated, remaining, rate, leftover, now, next_s, tol,
-                                  bytes_atol, finished, True, path_ptr, path_links, users)
+    first, end, done, _ = fluid.advance(moved, rated, n_rated, remaining, rate, leftover, now, next_s, tol,
+                                        bytes_atol, finished, True, path_ptr, path_links, users)
     # the step writes each finished flow's leftover beside it, in finishing order
     per_flow = np.zeros(n_flows)
     per_flow[finished[:done]] = leftover[:done]
@@ -93,7 +93,7 @@ def _steps(x: dict) -> tuple:
     fluid.count_links(np.asarray(plain[0], dtype=np.int64), len(plain[0]), path_ptr, path_links, still, 1)
     same = (np.array_equal(remaining, plain_remaining) and np.array_equal(per_flow, plain_leftover)
             and np.array_equal(users, still))
-    return soonest, n_rated, (moved[:kept].tolist(), finished[:done].tolist()), plain, same
+    return soonest, n_rated, (moved[first:end].tolist(), finished[:done].tolist()), plain, same
 
 
 @pytest.mark.parametrize("seed", range(200))
@@ -117,6 +117,32 @@ def test_the_random_steps_finish_several_flows_among_idle_ones() -> None:
         several += len(finished) >= 2 and bool(kept) and max(finished) < max(kept)
         idle += any(x["rate"][f] == 0 for f in kept)
     assert several > 30 and idle > 100
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_closing_the_gaps_keeps_the_order_and_moves_the_fewest(seed: int) -> None:
+    """The gaps left by finished flows are closed from whichever side moves fewer flows (``first`` > 0
+    when the head moved), and what is left is the other flows in their order."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 200))
+    active = np.sort(rng.choice(10 * n, n, replace=False)).astype(np.int64)
+    gaps = np.sort(rng.choice(n, int(rng.integers(1, min(n, 6) + 1)), replace=False)).astype(np.int32)
+    expected = np.delete(active, gaps).tolist()
+    first, end = fluid._closed_gaps(active, gaps, len(gaps))
+    assert active[first:end].tolist() == expected
+    # the head is moved exactly when that moves fewer flows (ties: the tail, as before)
+    n_gaps = len(gaps)
+    costs = [n - gaps[0]] + [gaps[s - 1] + (n - gaps[s] if s < n_gaps else 0) for s in range(1, n_gaps + 1)]
+    assert (first > 0) == (min(costs[1:]) < costs[0])
+
+
+def test_the_gaps_close_from_either_side() -> None:
+    """A finish near the head moves the head, one near the tail the tail."""
+    for gap, side in ((1, "head"), (8, "tail")):
+        active = np.arange(10, dtype=np.int64)
+        first, end = fluid._closed_gaps(active, np.array([gap], dtype=np.int32), 1)
+        assert active[first:end].tolist() == [f for f in range(10) if f != gap]
+        assert (first, end) == ((1, 10) if side == "head" else (0, 9))
 
 
 class _Listing(EchelonScheduler):

@@ -64,7 +64,7 @@ class CoflowTotals(NamedTuple):
     last) or the next one + 2.  ``in_order[slot]``: 1 if
     the kept slot's members all have a path, one reference slot and one weight, and are numbered in
     member order (:func:`_in_member_order`).  For such slots, the runs of members that share a link
-    (``run_last``, ``run_of``, ``run_start``, ``run_stop``: ``echelon_runs.runs_of``) and the links at
+    (``run_last``, ``run_of``, ``run_links``, ``run_stop``: ``echelon_runs.runs_of``) and the links at
     their other end (``ends_ptr``, ``ends``, ``end_place``, ``bits_at``, ``bits``:
     ``echelon_runs.open_end_bits``; a member's bit follows its liveness, :func:`refresh`).
     ``live_flows[members_ptr[slot]:][:live_count[slot]]``: a kept slot's members that were live when
@@ -94,7 +94,7 @@ class CoflowTotals(NamedTuple):
     in_order: Any
     run_last: Any
     run_of: Any
-    run_start: Any
+    run_links: Any
     run_stop: Any
     ends_ptr: Any
     ends: Any
@@ -256,7 +256,7 @@ def _build(table, exact_above):
     for s in range(len(kept)):
         if kept[s] == 1:
             in_order[s] = _in_member_order(members_ptr, members, ref_slot, table.weight, path_ptr, s)
-    run_last, run_of, run_start, run_stop = runs_of(table, in_order)
+    run_last, run_of, run_links, run_stop = runs_of(table, in_order)
     ends_ptr, ends, end_place, bits_at, bits = open_end_bits(table, in_order, run_last, run_of, len(run_stop))
     ep_of = small_ints(len(path_links))
     ent_ptr, ent_link, count = _link_entries(members_ptr, members, path_ptr, path_links, n_links, kept, bound)
@@ -312,8 +312,8 @@ def _build(table, exact_above):
         ent_first[ent] = k
     return CoflowTotals(kept, slot_live, ent_ptr, ent_link, ent_hi, ent_lo, ent_live, ent_first, ep_ptr,
                         ep_pos, ep_of, ent_of, ent_map, map_base, last, alive, ints(len(kept)),
-                        small_ints(n_flows), in_order, run_last, run_of, run_start, run_stop, ends_ptr, ends,
-                        end_place, bits_at, bits, live_flows, slot_live.copy(), small_ints(n_ent),
+                        small_ints(n_flows), in_order, run_last, run_of, run_links, run_stop, ends_ptr,
+                        ends, end_place, bits_at, bits, live_flows, slot_live.copy(), small_ints(n_ent),
                         _unnumbered(len(kept)))
 
 
