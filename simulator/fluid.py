@@ -114,9 +114,10 @@ def _closed_gaps(active, gaps, count):
     """Close the gaps at the increasing positions ``gaps[:count]`` of ``active``, keeping the order:
     the gaps of the first ``split`` are closed by moving what precedes them towards the end, the
     others by moving what follows them towards the start, with ``split`` chosen to move the fewest
-    flows.  Returns where the flows now are, ``active[first:end]``.  Moving the whole tail after a
-    finished flow (the array is in flow-number order, so a finish lands anywhere in it) was most of a
-    step on FB2010 offline, with hundreds of thousands of flows active (docs/performance.md)."""
+    flows.  Returns where the flows now are, ``active[first:end]``.  The array is in flow-number order,
+    so a finish lands anywhere in it: moving the whole tail after it moved half the active flows on
+    average, hundreds of thousands per step on FB2010 offline (docs/performance.md, "Where echelon's
+    hour goes now")."""
     n = len(active)
     split, least = 0, n - gaps[0]
     for s in range(1, count + 1):
