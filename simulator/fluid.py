@@ -68,7 +68,7 @@ def listed_positions(active, listed, positions):
 def advance(active, rated, n_rated, remaining, rate, leftover, now, next_s, tol, bytes_atol, finished,
             counting, path_ptr, path_links, users):
     """Move every active flow to ``next_s``; compact ``active`` in place to the ones still running,
-which end up at ``active[first:end]`` (:func:`_closed_gaps`).
+    which end up at ``active[first:end]`` (:func:`_closed_gaps`).
 
     Only the flows :func:`next_finish` listed in ``rated`` move (a flow at rate 0 stays as it is): on a
     coflow trace ``echelon`` gives a rate to about 1 % of the active flows, and moving all of them took

@@ -902,7 +902,7 @@ def _first_at(sel, k, b, run_of, end_place, r, c):
     a later run (``b`` if none): a vouched slot's flows, in member order, go run by run and along each
     run place by place, so (run, place) increases along ``sel[k:b]``.  Galloping, then halving: one
     search per flow served, where finding the run's first and last flow and then the place took three
-    (``echelon``'s serving on FB2010 offline went mostly into them)."""
+    (docs/performance.md, "Where echelon's hour goes now")."""
     lo = k
     hi = k
     step = 1

@@ -37,9 +37,9 @@ def runs_of(table, in_order):
     first link, 1: the last) runs along consecutive members the longer (the end that changes less often
     along the members is the one whose runs are long).  ``run_of[f]``: the run of member f (numbered
     across every slot, in member order); ``run_links[run]``: the link its members share (kept, not read
-    off a member's path: a decision looks at every run of the Coflows it serves, and two scattered
-    reads per run were a tenth of ``echelon``'s serving on FB2010 offline); ``run_stop[run]``: one past
-    its last member's flow number.  ``table``: ``columns.TableArrays``."""
+    off a member's path: a decision looks at every run of the Coflows it serves, and that read is two
+    scattered loads per run); ``run_stop[run]``: one past its last member's flow number.  ``table``:
+    ``columns.TableArrays``."""
     members_ptr, members = table.members_ptr, table.members
     path_ptr, path_links = table.path_ptr, table.path_links
     run_last = ints(len(in_order))
