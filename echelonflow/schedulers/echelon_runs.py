@@ -66,10 +66,10 @@ def runs_of(table, in_order):
         side = run_last[s]
         for e in range(members_ptr[s], members_ptr[s + 1]):
             f = members[e]
-            if e == members_ptr[s] or (run_link(f, side, path_ptr, path_links)
-                                       != run_link(members[e - 1], side, path_ptr, path_links)):
+            link = run_link(f, side, path_ptr, path_links)
+            if e == members_ptr[s] or link != run_links[run]:  # the member before is in run ``run``
                 run += 1
-                run_links[run] = run_link(f, side, path_ptr, path_links)
+                run_links[run] = link
             run_of[f] = run
             run_stop[run] = f + 1
     return run_last, run_of, run_links, run_stop
