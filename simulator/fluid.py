@@ -184,3 +184,27 @@ def left_alone(flows, count, path_ptr, path_links, users):
             if users[path_links[p]] != 0:
                 return False
     return True
+
+
+@jit
+def group_sent(active, heads, group_base, group_started, by_start, wire, remaining, position, sent,
+               group_totals):
+    """What non-clairvoyant policies see of the groups (``engine._Run.groups``): each active flow's wire
+    bytes delivered (``sent``, aligned with ``active``) and, per group ``heads[g]``, its active flows'
+    sum in the order they started, as the controller's snapshot lists them, so the floating-point sums
+    agree to the last bit.  A group's started flows are listed in start order (``by_start`` from
+    ``group_base[h]``, ``group_started[h]`` of them), so no decision sorts; ``position`` (per flow, kept
+    between calls) tells which of them are active now: its entry is checked against ``active``."""
+    for k in range(len(active)):
+        f = active[k]
+        sent[k] = wire[f] - remaining[f]
+        position[f] = k
+    for g in range(len(heads)):
+        h = heads[g]
+        total = 0.0
+        for j in range(group_base[h], group_base[h] + group_started[h]):
+            f = by_start[j]
+            k = position[f]
+            if k < len(active) and active[k] == f:
+                total += sent[k]
+        group_totals[g] = total

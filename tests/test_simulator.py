@@ -414,6 +414,29 @@ def test_echelon_online_on_the_flow_table_decides_as_on_snapshots(scenario_name:
         assert fast.tasks[qid].finish_s == task.finish_s, qid
 
 
+def test_echelon_online_renumbering_its_templates_changes_no_decision(monkeypatch) -> None:
+    """What echelon-online keeps per flow number (each flow's template number) is dropped and rebuilt
+    whenever it holds more templates than the active flows need (``PARTS_SLACK`` 0: at nearly every
+    decision with a new flow); every flow must still finish at the same time to the last bit."""
+    from echelonflow.schedulers import echelon_online
+
+    scenario = load_scenario("fattree-gpipe-ring")
+    kept = simulate(scenario.topology, scenario.jobs, EchelonOnlineScheduler(), alone_runs=False)
+    made = []
+    init = echelon_online._TemplateNumbers.__init__
+
+    def counted(numbers) -> None:
+        made.append(1)
+        init(numbers)
+
+    monkeypatch.setattr(echelon_online, "PARTS_SLACK", 0)
+    monkeypatch.setattr(echelon_online._TemplateNumbers, "__init__", counted)
+    renumbered = simulate(scenario.topology, scenario.jobs, EchelonOnlineScheduler(), alone_runs=False)
+    assert len(made) > 3, len(made)  # renumbered again and again, not once at the start
+    for qid, task in kept.tasks.items():
+        assert renumbered.tasks[qid].finish_s == task.finish_s, qid
+
+
 class _SnapshotAalo(AaloScheduler):
     """Aalo forced onto snapshots: a snapshot per decision."""
 

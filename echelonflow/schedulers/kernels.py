@@ -806,14 +806,15 @@ def rated_listing_differs(active, rate, rated, mark):
 
 # --------------------------------------------------------------------------- echelon-online
 @jit
-def online_estimate(active, remaining, sent, known_size, known_offset, group, group_left, min_left_fraction,
-                    est_remaining, est_offset):
+def online_estimate(active, remaining, sent, part, known_size, known_offset, group, group_left,
+                    min_left_fraction, est_remaining, est_offset):
     """echelon-online's estimate of each active flow's bytes left and offset (``echelon_online.py``).
 
-    ``sent``, ``known_size`` and ``known_offset`` are aligned with ``active`` (``known_size < 0``: the
-    flow's part has not been learned yet); ``remaining`` (read only to tell finished dust, which the
-    network knows), ``group``, ``est_remaining`` and ``est_offset`` are indexed by flow number;
-    ``group_left`` by group number (what an unlearned flow of that group is assumed to have left).
+    ``sent`` is aligned with ``active``; ``known_size`` and ``known_offset`` are indexed by template
+    number, ``part[f]`` (``known_size < 0``: nothing learned of that template yet); ``remaining`` (read
+    only to tell finished dust, which the network knows), ``group``, ``part``, ``est_remaining`` and
+    ``est_offset`` are indexed by flow number; ``group_left`` by group number (what an unlearned flow of
+    that group is assumed to have left).
     """
     for k in range(len(active)):
         f = active[k]
@@ -821,14 +822,31 @@ def online_estimate(active, remaining, sent, known_size, known_offset, group, gr
         off = 0.0
         if remaining[f] <= EPS_BYTES:
             pass
-        elif known_size[k] >= 0.0:
-            size = known_size[k]
+        elif known_size[part[f]] >= 0.0:
+            size = known_size[part[f]]
             left = max(size - sent[k], min_left_fraction * size, 1.0)
-            off = known_offset[k]
+            off = known_offset[part[f]]
         else:
             left = group_left[group[f]]
         est_remaining[f] = left
         est_offset[f] = off
+
+
+@jit
+def online_unnumbered(active, part):
+    """The active flows whose template has no number yet (``part`` -1), in ``active``'s order: the only
+    flows whose ids echelon-online reads at a decision."""
+    count = 0
+    for k in range(len(active)):
+        if part[active[k]] < 0:
+            count += 1
+    out = unset_ints(count)
+    count = 0
+    for k in range(len(active)):
+        if part[active[k]] < 0:
+            out[count] = active[k]
+            count += 1
+    return out
 
 
 # --------------------------------------------------------------------------- array helpers
@@ -840,6 +858,18 @@ def float_array(values):
 def int_array(values):
     """``values`` as the kernels' integer array: numpy int64 with numba, a list without."""
     return np.asarray(values, dtype=np.int64) if HAVE_NUMBA else [int(v) for v in values]
+
+
+def minus_ones(count):
+    """``count`` integers, all -1 (per flow: "not looked up yet")."""
+    return np.full(count, -1, dtype=np.int64) if HAVE_NUMBA else [-1] * count
+
+
+def grown(values, count):
+    """``values`` (floats) at the start of a zeroed array of ``count`` entries."""
+    out = floats(count)
+    out[:len(values)] = values
+    return out
 
 
 def to_list(values, count):

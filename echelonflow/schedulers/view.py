@@ -54,7 +54,8 @@ class GroupView:
     Group ``g`` is ``view.active[group_ptr[g]:group_ptr[g + 1]]`` (needs ``active_order`` "group" or
     "group-offset") and has number ``heads[g]`` in the table's ``group`` array.  ``attained_bytes``,
     ``flow_sent_bytes`` and ``slowest_bps`` are filled only when asked for (``seen=True``): what
-    non-clairvoyant policies read instead of sizes.
+    non-clairvoyant policies read instead of sizes (the simulator keeps what it needs for them only:
+    ``clairvoyant = False``).
     """
 
     group_ptr: list[int]
