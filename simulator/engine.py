@@ -576,8 +576,9 @@ class _Run:
         self.started = 0
         # For what a non-clairvoyant policy sees (``groups(seen=True)``): each group's flows in the order
         # they started, group by group (slot ``g`` holds ``by_start[group_base[g]:group_base[g] +
-        # group_started[g]]``), so a group's bytes are summed in start order without sorting at every
-        # decision; ``seen_position`` is scratch for finding a started flow among the active ones.
+        # group_started[g]]``; ``fluid.group_sent`` drops the finished ones), so a group's bytes are
+        # summed in start order without sorting at every decision; ``seen_position`` is scratch for
+        # finding a listed flow among the active ones.
         self.by_start = None
         if not self.scheduler.clairvoyant:
             sizes = np.bincount(self.table.group, minlength=len(by_slot))

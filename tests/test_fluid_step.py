@@ -190,34 +190,39 @@ def test_a_run_with_the_rated_flows_listed_is_the_run_that_walks_for_them(instan
 
 @pytest.mark.parametrize("seed", range(30))
 def test_the_bytes_a_group_has_sent_are_summed_in_start_order(seed: int) -> None:
-    """``fluid.group_sent`` (what a non-clairvoyant policy sees) against its definition: each active flow's
-    wire bytes delivered, and per group their sum over its active flows sorted by when they started,
-    bit for bit.  Flows are numbered in another order than they started, some started flows have
-    finished, and positions left over from an earlier call point at other flows."""
+    """``fluid.group_sent`` (what a non-clairvoyant policy sees) against its definition over a few
+    decisions: each active flow's wire bytes delivered, and per group their sum over its active flows
+    sorted by when they started, bit for bit.  Flows are numbered in another order than they start,
+    flows start and finish between decisions, and positions left over from an earlier call point at
+    other flows."""
     rng = np.random.default_rng(seed)
     n_groups = int(rng.integers(1, 6))
     sizes = rng.integers(1, 12, n_groups)
     group = np.repeat(np.arange(n_groups), sizes)  # numbered group by group
     n = len(group)
     base = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    start_seq = rng.permutation(n)  # the order they started: not their numbering
-    started = rng.random(n) < 0.8
+    start_order = rng.permutation(n).tolist()  # the order they start: not their numbering
+    start_seq = np.argsort(start_order)
     by_start = np.empty(n, dtype=np.int64)
     group_started = np.zeros(n_groups, dtype=np.int64)
-    for f in np.argsort(start_seq):
-        if started[f]:
-            by_start[base[group[f]] + group_started[group[f]]] = f
-            group_started[group[f]] += 1
     wire = rng.random(n) * 1e6
     remaining = wire * rng.random(n)  # 1e6 * a random fraction: sums whose order shows in the last bits
-    position = rng.integers(0, n, n).astype(np.int64)  # stale: left by an earlier call
-    for _ in range(3):
-        active = np.flatnonzero(started & (rng.random(n) < 0.7)).astype(np.int64)
-        heads = np.unique(group[active]).astype(np.int64)
-        sent, totals = np.empty(len(active)), np.empty(len(heads))
-        fluid.group_sent(active, heads, base, group_started, by_start, wire, remaining, position, sent,
+    position = rng.integers(0, n, n).astype(np.int64)  # stale: left by an earlier run
+    active: list[int] = []
+    for _ in range(4):
+        starting, start_order = start_order[:n // 3 + 1], start_order[n // 3 + 1:]
+        for f in starting:  # as the simulator lists them when they start
+            by_start[base[group[f]] + group_started[group[f]]] = f
+            group_started[group[f]] += 1
+        active = sorted([f for f in active if rng.random() < 0.7] + starting)  # some finished
+        flows = np.array(active, dtype=np.int64)
+        heads = np.unique(group[flows]).astype(np.int64)
+        sent, totals = np.empty(len(flows)), np.empty(len(heads))
+        fluid.group_sent(flows, heads, base, group_started, by_start, wire, remaining, position, sent,
                          totals)
-        assert sent.tolist() == (wire[active] - remaining[active]).tolist()
+        assert sent.tolist() == (wire[flows] - remaining[flows]).tolist()
         for g, h in enumerate(heads.tolist()):
-            members = sorted((f for f in active.tolist() if group[f] == h), key=lambda f: start_seq[f])
+            members = sorted((f for f in active if group[f] == h), key=lambda f: start_seq[f])
             assert totals[g] == sum(wire[f] - remaining[f] for f in members), (seed, h)
+            listed = by_start[base[h]:base[h] + group_started[h]].tolist()
+            assert listed == members  # the finished ones dropped, the order kept

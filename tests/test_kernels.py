@@ -287,3 +287,18 @@ def test_varys_kernel_on_a_clean_view_writes_a_rate_madd_cannot_give() -> None:
     assert varys_kernels.varys_decide(active, table, sebf, rate, order, admission, True) == 3
     tiny = int(np.argmin(table.remaining))
     assert rate[tiny] == 0.0 and all(abs(r - 5e5) < 1e-3 for r in sorted(rate.tolist())[1:])
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_groups_rate_is_its_flows_rates_summed_in_order(seed: int) -> None:
+    """``kernels.group_rate_sums`` (Aalo's queue-change expiry reads it) is the Python sum of each
+    group's flows' rates in ``active`` order, to the last bit."""
+    rng = np.random.default_rng(seed)
+    rate = rng.random(60) * 1e9
+    active = np.sort(rng.choice(60, 40, replace=False)).astype(np.int64)
+    cuts = sorted(set(rng.integers(1, 40, 6).tolist()))
+    ptr = np.array([0, *cuts, 40], dtype=np.int64)
+    sums = np.zeros(len(ptr) - 1)
+    kernels.group_rate_sums(active, ptr, rate, sums)
+    want = [sum(float(rate[f]) for f in active[ptr[g]:ptr[g + 1]]) for g in range(len(ptr) - 1)]
+    assert sums.tolist() == want

@@ -804,6 +804,17 @@ def rated_listing_differs(active, rate, rated, mark):
     return given != len(rated)
 
 
+@jit
+def group_rate_sums(active, group_ptr, rate, sums):
+    """Per group ``g`` (``active[group_ptr[g]:group_ptr[g + 1]]``), its flows' rates summed in that order
+    into ``sums[g]``."""
+    for g in range(len(group_ptr) - 1):
+        total = 0.0
+        for k in range(group_ptr[g], group_ptr[g + 1]):
+            total += rate[active[k]]
+        sums[g] = total
+
+
 # --------------------------------------------------------------------------- echelon-online
 @jit
 def online_estimate(active, remaining, sent, part, known_size, known_offset, group, group_left,
