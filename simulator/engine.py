@@ -575,16 +575,15 @@ class _Run:
         self.start_seq = np.zeros(count, dtype=numbers_dtype(count))
         self.started = 0
         # For what a non-clairvoyant policy sees (``groups(seen=True)``): each group's flows in the order
-        # they started, group by group (slot ``g`` holds ``by_start[group_base[g]:group_base[g] +
-        # group_started[g]]``; ``fluid.group_sent`` drops the finished ones), so a group's bytes are
-        # summed in start order without sorting at every decision; ``seen_position`` is scratch for
-        # finding a listed flow among the active ones.
-        self.by_start = None
+        # they started, group by group (``fluid.group_sent``'s listing: base, count, by_start; the
+        # finished ones dropped there), so a group's bytes are summed in start order without sorting at
+        # every decision; ``seen_position`` is scratch for finding a listed flow among the active ones.
+        self.start_listing = None
         if not self.scheduler.clairvoyant:
             sizes = np.bincount(self.table.group, minlength=len(by_slot))
-            self.group_base = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-            self.group_started = np.zeros(len(by_slot), dtype=np.int64)
-            self.by_start = np.empty(count, dtype=numbers_dtype(count))
+            self.start_listing = (np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64),
+                                  np.zeros(len(by_slot), dtype=np.int64),
+                                  np.empty(count, dtype=numbers_dtype(count)))
             self.seen_position = np.zeros(count, dtype=np.int64)
 
     def _paths(self, index: _JobIndex, enforces: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -866,10 +865,11 @@ class _Run:
             self.task_starts += 1
             start_seq[f] = self.started
             self.started += 1
-            if self.by_start is not None:
+            if self.start_listing is not None:
+                base, listed, by_start = self.start_listing
                 slot = flow_slot[f]
-                self.by_start[self.group_base[slot] + self.group_started[slot]] = f
-                self.group_started[slot] += 1
+                by_start[base[slot] + listed[slot]] = f
+                listed[slot] += 1
             self._note_start(f, t, task)
             if task.size_bytes <= 0:  # nothing to move: done the instant it starts
                 self.finish_s[t] = self.now_s
@@ -972,14 +972,14 @@ class _Run:
         out = GroupView(group_ptr=group_ptr, heads=heads.tolist(), start_s=self.group_start_s[heads].tolist(),
                         weight=self.group_weight[heads].tolist())
         if seen:
-            if self.by_start is None:
+            if self.start_listing is None:
                 raise ValueError(f"{self.scheduler.name}: what the network has seen (groups(seen=True)) is "
                                  "kept for non-clairvoyant policies only: set clairvoyant = False")
             # each group's bytes summed in the order its flows started, as a snapshot lists them: the
             # controller's floating-point sums to the last bit (a chaotic run amplifies the last bit)
             sent, totals = np.empty(len(active)), np.empty(len(out.heads))
-            fluid.group_sent(active, heads, self.group_base, self.group_started, self.by_start,
-                             self.wire_array, table.remaining, self.seen_position, sent, totals)
+            fluid.group_sent(active, heads, self.start_listing, self.wire_array, table.remaining,
+                             self.seen_position, sent, totals)
             out.attained_bytes = [self.state_by_slot[slot].finished_bytes + total
                                   for slot, total in zip(out.heads, totals.tolist())]
             out.flow_sent_bytes = sent

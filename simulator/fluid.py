@@ -187,16 +187,16 @@ def left_alone(flows, count, path_ptr, path_links, users):
 
 
 @jit
-def group_sent(active, heads, group_base, group_started, by_start, wire, remaining, position, sent,
-               group_totals):
+def group_sent(active, heads, listing, wire, remaining, position, sent, group_totals):
     """What non-clairvoyant policies see of the groups (``engine._Run.groups``): each active flow's wire
     bytes delivered (``sent``, aligned with ``active``) and, per group ``heads[g]``, its active flows'
     sum in the order they started, as the controller's snapshot lists them, so the floating-point sums
-    agree to the last bit.  A group's started flows are listed in start order (``by_start`` from
-    ``group_base[h]``, ``group_started[h]`` of them), so no decision sorts; ``position`` (per flow, kept
-    between calls) tells which of them are active now: its entry is checked against ``active``.  A flow
-    leaves the active ones only when it finishes, so the flows found finished are dropped from the
-    listing (``group_started[h]`` shrinks): each is passed over once."""
+    agree to the last bit.  ``listing`` = (``base``, ``count``, ``by_start``): group ``h``'s started flows
+    in start order are ``by_start[base[h]:base[h] + count[h]]``, so no decision sorts; ``position`` (per
+    flow, kept between calls) tells which of them are active now: its entry is checked against
+    ``active``.  A flow leaves the active ones only when it finishes, so the flows found finished are
+    dropped from the listing (``count[h]`` shrinks): each is passed over once."""
+    base, count, by_start = listing
     for k in range(len(active)):
         f = active[k]
         sent[k] = wire[f] - remaining[f]
@@ -204,13 +204,13 @@ def group_sent(active, heads, group_base, group_started, by_start, wire, remaini
     for g in range(len(heads)):
         h = heads[g]
         total = 0.0
-        kept = group_base[h]
-        for j in range(group_base[h], group_base[h] + group_started[h]):
+        kept = base[h]
+        for j in range(base[h], base[h] + count[h]):
             f = by_start[j]
             k = position[f]
             if k < len(active) and active[k] == f:
                 total += sent[k]
                 by_start[kept] = f
                 kept += 1
-        group_started[h] = kept - group_base[h]
+        count[h] = kept - base[h]
         group_totals[g] = total

@@ -218,7 +218,7 @@ def test_the_bytes_a_group_has_sent_are_summed_in_start_order(seed: int) -> None
         flows = np.array(active, dtype=np.int64)
         heads = np.unique(group[flows]).astype(np.int64)
         sent, totals = np.empty(len(flows)), np.empty(len(heads))
-        fluid.group_sent(flows, heads, base, group_started, by_start, wire, remaining, position, sent,
+        fluid.group_sent(flows, heads, (base, group_started, by_start), wire, remaining, position, sent,
                          totals)
         assert sent.tolist() == (wire[flows] - remaining[flows]).tolist()
         for g, h in enumerate(heads.tolist()):
