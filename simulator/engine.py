@@ -584,7 +584,7 @@ class _Run:
             self.start_listing = (np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64),
                                   np.zeros(len(by_slot), dtype=np.int64),
                                   np.empty(count, dtype=numbers_dtype(count)))
-            self.seen_position = np.zeros(count, dtype=np.int64)
+            self.seen_position = np.zeros(count, dtype=numbers_dtype(count))
 
     def _paths(self, index: _JobIndex, enforces: bool) -> tuple[np.ndarray, np.ndarray]:
         """One job's pinned paths as (link count per flow row, link numbers), and its wire sizes; both
