@@ -147,7 +147,7 @@ class EchelonOnlineScheduler(EchelonScheduler):
         if self._parts.full(len(view.active)):  # renumber from scratch now and then: bounded
             self._parts = _TemplateNumbers()
             self.parts = {}
-            kept.part = kernels.minus_ones(len(kept.part))
+            kept.part = kernels._unnumbered(len(kept.part))
             new = view.active
         part = kept.part
         numbers = kernels.to_list(new, len(new))
@@ -169,7 +169,7 @@ class EchelonOnlineScheduler(EchelonScheduler):
             return self._kept
         count = len(table.group)
         state = _LayoutState(table.layout, 1 + max(kernels.to_list(table.group, count), default=-1),
-                             kernels.minus_ones(count), kernels.floats(count), kernels.floats(count))
+                             kernels._unnumbered(count), kernels.floats(count), kernels.floats(count))
         self._kept = state if table.layout is not None else None
         return state
 

@@ -363,7 +363,8 @@ def fair_decide(active, remaining, path_ptr, path_links, capacity, rate, whole):
 
 @jit
 def _unnumbered(n_global):
-    """The scratch map global link -> local number that :func:`_fill` expects: all -1."""
+    """A map with nothing numbered yet, all -1: global link -> local number as :func:`_fill` expects
+    it, or flow -> template number (echelon-online)."""
     local_of = ints(n_global)
     for li in range(n_global):
         local_of[li] = -1
@@ -869,11 +870,6 @@ def float_array(values):
 def int_array(values):
     """``values`` as the kernels' integer array: numpy int64 with numba, a list without."""
     return np.asarray(values, dtype=np.int64) if HAVE_NUMBA else [int(v) for v in values]
-
-
-def minus_ones(count):
-    """``count`` integers, all -1 (per flow: "not looked up yet")."""
-    return np.full(count, -1, dtype=np.int64) if HAVE_NUMBA else [-1] * count
 
 
 def grown(values, count):
