@@ -56,3 +56,25 @@ def test_the_flows_listed_as_given_a_rate_are_those_with_a_positive_rate(listing
         assert listing_differs(ACTIVE, rate, np.array(rated, dtype=np.int64), mark) == bad, rated
         assert not mark.any()
     assert not listing_differs(ACTIVE, np.zeros(4), np.array([], dtype=np.int64), mark)
+
+
+@pytest.mark.parametrize("decision_fault", _variants("decision_fault"))
+def test_one_call_finds_each_fault_in_the_order_the_checks_name_them(decision_fault) -> None:
+    """``decision_fault`` (what ``view.check_decision`` calls) gives the capacity check's answer first,
+    then the ranking's, then the rated listing's, and leaves its kept scratch zeroed every time."""
+    scratch = (np.zeros(3), np.zeros(4, dtype=np.int64))
+    paths = (PATH_PTR, PATH_LINKS, CAPACITY)
+    fine_rate = np.array([5.0, 10.0, 5.0, 0.0])
+    ranked = np.array([2, 0, 1], dtype=np.int64)
+    listed = np.array([2, 0, 1], dtype=np.int64)
+    cases = (
+        (fine_rate, (ranked, 3, listed, True), (0, -1, -1, 0.0)),
+        (fine_rate, (ranked, 3, listed[:0], False), (0, -1, -1, 0.0)),  # no listing: not checked
+        (np.array([6.0, 1.0, 5.0, 0.0]), (np.array([2, 2], dtype=np.int64), 2, listed[:1], True),
+         (2, 2, 1, 11.0)),  # over capacity comes first, whatever else is wrong
+        (fine_rate, (np.array([2, 3], dtype=np.int64), 2, listed, True), (kernels.RANKING_BAD, -1, -1, 0.0)),
+        (fine_rate, (ranked, 3, listed[:2], True), (kernels.RATED_BAD, -1, -1, 0.0)),
+    )
+    for rate, ranking, expected in cases:
+        assert tuple(decision_fault(ACTIVE, rate, paths, 1e-9, ranking, scratch)) == expected, expected
+        assert not scratch[0].any() and not scratch[1].any()

@@ -73,6 +73,9 @@ class FlowTable:
     #: membership changes, so that a policy may keep state of its own from one decision to the next
     #: (``echelon``'s exact totals).  None: nothing may be kept (a table per snapshot; the controller's).
     layout: Any = None
+    #: ``view.check_decision``'s scratch (per link, per flow), zeros between checks: kept with the table
+    #: so that a check does not allocate and clear a per-flow array (``kernels.decision_fault``).
+    check_scratch: Any = None
 
     def arrays(self) -> TableArrays:
         """The arrays the kernels read, as one argument (``members_ptr``/``members`` as integer arrays,

@@ -805,6 +805,30 @@ def rated_listing_differs(active, rate, rated, mark):
     return given != len(rated)
 
 
+#: :func:`decision_fault`'s codes beyond :func:`over_capacity`'s 1 and 2.
+RANKING_BAD = 3  # the ranking repeats a flow or ranks one that is not active
+RATED_BAD = 4  # the flows listed as given a rate are not the active flows with a rate
+
+
+@jit
+def decision_fault(active, rate, paths, rtol, ranking, scratch):
+    """Every invariant ``view.check_decision`` checks, in one call: :func:`over_capacity`'s (code, flow,
+    link, load), else :data:`RANKING_BAD` or :data:`RATED_BAD` with no flow or link, else code 0.
+    ``paths``: (path_ptr, path_links, capacity); ``ranking``: (ranked, count, rated, rated_listed), the
+    last False when the decision lists no flows as rated; ``scratch``: (per link, per flow) zeros, zeros
+    again on return, kept by the caller (made afresh at every check, the per-flow array took 40 % of the
+    checks on bench-k8)."""
+    path_ptr, path_links, capacity = paths
+    ranked, count, rated, rated_listed = ranking
+    load, mark = scratch
+    code, bad_flow, bad_link, used = over_capacity(active, rate, path_ptr, path_links, capacity, rtol, load)
+    if code == 0 and ranking_repeats_or_strays(active, ranked, count, mark):
+        code = RANKING_BAD
+    elif code == 0 and rated_listed and rated_listing_differs(active, rate, rated, mark):
+        code = RATED_BAD
+    return code, bad_flow, bad_link, used
+
+
 @jit
 def group_rate_sums(active, group_ptr, rate, sums):
     """Per group ``g`` (``active[group_ptr[g]:group_ptr[g + 1]]``), its flows' rates summed in that order

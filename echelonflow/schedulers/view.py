@@ -174,18 +174,22 @@ def check_decision(view: FlowView, allocation: Allocation) -> None:
     ranked twice or ranked without being active, and the flows listed as given a rate (if listed) are
     those with a positive rate."""
     table = view.table
-    load = kernels.floats(len(table.capacity))
-    code, f, li, used = kernels.over_capacity(view.active, view.rate, table.path_ptr, table.path_links,
-                                              table.capacity, CAPACITY_RTOL, load)
+    scratch = table.check_scratch
+    if scratch is None or len(scratch[0]) != len(table.capacity) or len(scratch[1]) != len(view.rate):
+        scratch = table.check_scratch = (kernels.floats(len(table.capacity)), kernels.ints(len(view.rate)))
+    rated = allocation.rated
+    ranking = (kernels.int_array(allocation.ranked), allocation.count,
+               kernels.int_array(() if rated is None else rated), rated is not None)
+    code, f, li, used = kernels.decision_fault(view.active, view.rate,
+                                               (table.path_ptr, table.path_links, table.capacity),
+                                               CAPACITY_RTOL, ranking, scratch)
     if code == 1:
         raise AssertionError(f"flow {view.flow_ids([f])[0]}: bad rate {float(view.rate[f])!r}")
     if code == 2:
         raise AssertionError(f"link number {li}: {used} bps allocated over capacity {table.capacity[li]} bps")
-    if kernels.ranking_repeats_or_strays(view.active, kernels.int_array(allocation.ranked), allocation.count,
-                                         kernels.ints(len(view.rate))):
+    if code == kernels.RANKING_BAD:
         raise AssertionError("the ranking repeats a flow or ranks one that is not active")
-    if allocation.rated is not None and kernels.rated_listing_differs(
-            view.active, view.rate, kernels.int_array(allocation.rated), kernels.ints(len(view.rate))):
+    if code == kernels.RATED_BAD:
         raise AssertionError("the flows listed as given a rate are not the active flows with a rate")
 
 
