@@ -1,5 +1,6 @@
-"""The invariants the simulator checks on every decision (``view.check_decision``): their kernels name
-the first bad flow and link as the decision lists them, and leave their scratch arrays zeroed."""
+"""The invariants the simulator checks on every decision (``view.check_decision``): their kernel names the
+first bad flow and link as the decision lists them, finds each fault in a fixed order, and leaves its
+kept scratch arrays zeroed."""
 
 from __future__ import annotations
 
@@ -12,69 +13,75 @@ from echelonflow.schedulers import kernels
 PATH_PTR = np.array([0, 1, 2, 4], dtype=np.int64)
 PATH_LINKS = np.array([1, 2, 0, 1], dtype=np.int64)
 CAPACITY = np.array([10.0, 10.0, 10.0])
+PATHS = (PATH_PTR, PATH_LINKS, CAPACITY)
 ACTIVE = np.array([2, 0, 1], dtype=np.int64)  # the decision's order: flow 2 first
+FINE_RATE = np.array([5.0, 10.0, 5.0, 0.0])  # links 1 and 2 exactly full
+NONE = np.array([], dtype=np.int64)
+VARIANTS = [kernels.decision_fault, getattr(kernels.decision_fault, "py_func", kernels.decision_fault)]
 
 
-def _variants(name: str) -> list:
-    compiled = getattr(kernels, name)
-    return [compiled, getattr(compiled, "py_func", compiled)]
+def _ints(values: list[int]) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
 
 
-@pytest.mark.parametrize("over_capacity", _variants("over_capacity"))
-def test_over_capacity_names_the_first_flow_on_an_overloaded_link(over_capacity) -> None:
-    load = np.zeros(3)
-    full = np.array([5.0, 10.0, 5.0])  # links 1 and 2 exactly full
-    assert over_capacity(ACTIVE, full, PATH_PTR, PATH_LINKS, CAPACITY, 1e-9, load)[0] == 0
-    assert not load.any()
-    code, flow, link, used = over_capacity(ACTIVE, np.array([6.0, 1.0, 5.0]), PATH_PTR, PATH_LINKS, CAPACITY,
-                                           1e-9, load)
-    assert (code, flow, link, used) == (2, 2, 1, 11.0)  # flow 2 is listed first; its second link is full
-    assert not load.any()
-    assert over_capacity(ACTIVE, np.array([5.0, 10.0 * (1 + 1e-12), 5.0]), PATH_PTR, PATH_LINKS, CAPACITY,
-                         1e-9, load)[0] == 0  # within the tolerance
-    code, flow, _link, _used = over_capacity(ACTIVE, np.array([1.0, 1.0, np.nan]), PATH_PTR, PATH_LINKS,
-                                             CAPACITY, 1e-9, load)
-    assert (code, flow) == (1, 2) and not load.any()
+def _check(decision_fault, rate: np.ndarray, ranked: list[int], rated: list[int] | None) -> tuple:
+    """decision_fault on the three flows (a fourth, flow 3, in the table but not active), its scratch
+    checked zeroed afterwards."""
+    scratch = (np.zeros(3), np.zeros(4, dtype=np.int64))
+    ranking = (_ints(ranked), len(ranked), NONE if rated is None else _ints(rated), rated is not None)
+    result = tuple(decision_fault(ACTIVE, rate, PATHS, 1e-9, ranking, scratch))
+    assert not scratch[0].any() and not scratch[1].any(), "scratch left dirty"
+    return result
 
 
-@pytest.mark.parametrize("repeats_or_strays", _variants("ranking_repeats_or_strays"))
-def test_the_ranking_may_name_active_flows_once_each(repeats_or_strays) -> None:
-    mark = np.zeros(4, dtype=np.int64)  # four flows in the table; 3 is not active
+@pytest.mark.parametrize("decision_fault", VARIANTS)
+def test_the_first_flow_on_an_overloaded_link_is_named_with_the_link(decision_fault) -> None:
+    assert _check(decision_fault, FINE_RATE, [], None) == (0, -1, -1, 0.0)
+    # flow 2 is listed first and its second link is over; flow 0, listed later, is the one over it
+    over = (kernels.OVER_CAPACITY, 2, 1, 11.0)
+    assert _check(decision_fault, np.array([6.0, 1.0, 5.0, 0.0]), [], None) == over
+    within = np.array([5.0, 10.0 * (1 + 1e-12), 5.0, 0.0])
+    assert _check(decision_fault, within, [], None)[0] == 0  # within the tolerance
+    # a flow at rate 0 on the overloaded link is still the first one named (as the decision lists them)
+    assert _check(decision_fault, np.array([11.0, 1.0, 0.0, 0.0]), [], None) == over
+
+
+@pytest.mark.parametrize("decision_fault", VARIANTS)
+def test_a_bad_rate_names_the_first_such_flow_as_listed(decision_fault) -> None:
+    for bad in (np.nan, -1.0, np.inf):
+        rate = np.array([1.0, bad, bad, 0.0])
+        assert _check(decision_fault, rate, [2, 0, 1], [0])[:2] == (kernels.BAD_RATE, 2), bad
+    assert _check(decision_fault, np.array([1.0, 1.0, np.nan, 0.0]), [], None)[:2] == (kernels.BAD_RATE, 2)
+    assert _check(decision_fault, np.array([np.nan, 1.0, 1.0, 0.0]), [], None)[:2] == (kernels.BAD_RATE, 0)
+    # flow 3 is not active: its rate is not the decision's
+    assert _check(decision_fault, np.array([5.0, 10.0, 5.0, np.nan]), [], None)[0] == 0
+
+
+@pytest.mark.parametrize("decision_fault", VARIANTS)
+def test_the_ranking_may_name_active_flows_once_each(decision_fault) -> None:
     for ranked, bad in (([2, 0, 1], False), ([0], False), ([], False), ([2, 0, 2], True), ([2, 3], True),
-                        ([2, 7], True), ([0, 1, 2, 1], True)):
-        assert repeats_or_strays(ACTIVE, np.array(ranked, dtype=np.int64), len(ranked), mark) == bad, ranked
-        assert not mark.any()
-    assert not repeats_or_strays(ACTIVE, np.array([2, 0, 2], dtype=np.int64), 2, mark)  # only count read
+                        ([2, 7], True), ([-1], True), ([0, 1, 2, 1], True)):
+        code = _check(decision_fault, FINE_RATE, ranked, None)[0]
+        assert code == (kernels.RANKING_BAD if bad else 0), ranked
+    scratch = (np.zeros(3), np.zeros(4, dtype=np.int64))
+    only_two = (_ints([2, 0, 2]), 2, NONE, False)  # only ``count`` of the ranking is read
+    assert decision_fault(ACTIVE, FINE_RATE, PATHS, 1e-9, only_two, scratch)[0] == 0
 
 
-@pytest.mark.parametrize("listing_differs", _variants("rated_listing_differs"))
-def test_the_flows_listed_as_given_a_rate_are_those_with_a_positive_rate(listing_differs) -> None:
-    mark = np.zeros(4, dtype=np.int64)
+@pytest.mark.parametrize("decision_fault", VARIANTS)
+def test_the_flows_listed_as_given_a_rate_are_those_with_a_positive_rate(decision_fault) -> None:
     rate = np.array([3.0, 0.0, 2.0, 5.0])  # flow 3 has a rate but is not active
     for rated, bad in (([2, 0], False), ([0, 2], False), ([0], True), ([0, 2, 1], True), ([0, 2, 2], True),
-                       ([0, 2, 3], True), ([], True)):
-        assert listing_differs(ACTIVE, rate, np.array(rated, dtype=np.int64), mark) == bad, rated
-        assert not mark.any()
-    assert not listing_differs(ACTIVE, np.zeros(4), np.array([], dtype=np.int64), mark)
+                       ([0, 2, 3], True), ([], True), ([0, 9], True)):
+        for ranked in ([], [2, 0, 1]):  # the ranking's check must leave the marks as it found them
+            code = _check(decision_fault, rate, ranked, rated)[0]
+            assert code == (kernels.RATED_BAD if bad else 0), (rated, ranked)
+    assert _check(decision_fault, np.zeros(4), [2, 0, 1], [])[0] == 0
 
 
-@pytest.mark.parametrize("decision_fault", _variants("decision_fault"))
-def test_one_call_finds_each_fault_in_the_order_the_checks_name_them(decision_fault) -> None:
-    """``decision_fault`` (what ``view.check_decision`` calls) gives the capacity check's answer first,
-    then the ranking's, then the rated listing's, and leaves its kept scratch zeroed every time."""
-    scratch = (np.zeros(3), np.zeros(4, dtype=np.int64))
-    paths = (PATH_PTR, PATH_LINKS, CAPACITY)
-    fine_rate = np.array([5.0, 10.0, 5.0, 0.0])
-    ranked = np.array([2, 0, 1], dtype=np.int64)
-    listed = np.array([2, 0, 1], dtype=np.int64)
-    cases = (
-        (fine_rate, (ranked, 3, listed, True), (0, -1, -1, 0.0)),
-        (fine_rate, (ranked, 3, listed[:0], False), (0, -1, -1, 0.0)),  # no listing: not checked
-        (np.array([6.0, 1.0, 5.0, 0.0]), (np.array([2, 2], dtype=np.int64), 2, listed[:1], True),
-         (2, 2, 1, 11.0)),  # over capacity comes first, whatever else is wrong
-        (fine_rate, (np.array([2, 3], dtype=np.int64), 2, listed, True), (kernels.RANKING_BAD, -1, -1, 0.0)),
-        (fine_rate, (ranked, 3, listed[:2], True), (kernels.RATED_BAD, -1, -1, 0.0)),
-    )
-    for rate, ranking, expected in cases:
-        assert tuple(decision_fault(ACTIVE, rate, paths, 1e-9, ranking, scratch)) == expected, expected
-        assert not scratch[0].any() and not scratch[1].any()
+@pytest.mark.parametrize("decision_fault", VARIANTS)
+def test_faults_are_found_in_a_fixed_order(decision_fault) -> None:
+    over = np.array([6.0, 1.0, 5.0, 0.0])
+    assert _check(decision_fault, over, [2, 2], [1])[0] == kernels.OVER_CAPACITY  # before the ranking
+    assert _check(decision_fault, np.array([6.0, np.nan, 5.0, 0.0]), [], None)[0] == kernels.BAD_RATE
+    assert _check(decision_fault, FINE_RATE, [2, 3], [1])[0] == kernels.RANKING_BAD  # before the listing

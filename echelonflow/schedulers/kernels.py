@@ -737,96 +737,105 @@ def bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights):
 
 
 # --------------------------------------------------------------------------- invariants
-@jit
-def over_capacity(active, rate, path_ptr, path_links, capacity, rtol, load):
-    """The first problem with a decision as (code, flow, link, load), code 0 when there is none.
-
-    Codes: 1 = a flow's rate is negative, NaN or infinite; 2 = ``link``'s summed rate exceeds its
-    capacity by more than ``rtol``.  ``load`` (per link) must be zeros; it is zeros again on return.
-    """
-    code, bad_flow, bad_link, used = 0, -1, -1, 0.0
-    for k in range(len(active)):
-        f = active[k]
-        r = rate[f]
-        if not r >= 0 or r == INF:
-            code, bad_flow = 1, f
-            break
-        for p in range(path_ptr[f], path_ptr[f + 1]):
-            load[path_links[p]] += r
-    over = False
-    if code == 0:
-        for li in range(len(load)):  # a pass over the links, not over every flow's path
-            if load[li] > capacity[li] * (1 + rtol):
-                over = True
-                break
-    if over:  # which flow's path meets an overloaded link first, as the decision lists them
-        for k in range(len(active)):
-            f = active[k]
-            for p in range(path_ptr[f], path_ptr[f + 1]):
-                li = path_links[p]
-                if code == 0 and load[li] > capacity[li] * (1 + rtol):
-                    code, bad_flow, bad_link, used = 2, f, li, load[li]
-    for li in range(len(load)):
-        load[li] = 0.0
-    return code, bad_flow, bad_link, used
-
-
-@jit
-def ranking_repeats_or_strays(active, ranked, count, mark):
-    """True when ``ranked[:count]`` names a flow twice or one that is not in ``active``.  ``mark`` (per
-    flow number) must be zeros; it is zeros again on return."""
-    for k in range(len(active)):
-        mark[active[k]] = 1
-    bad = False
-    for k in range(count):
-        f = ranked[k]
-        if f < 0 or f >= len(mark) or mark[f] != 1:
-            bad = True
-            break
-        mark[f] = 2
-    for k in range(len(active)):
-        mark[active[k]] = 0
-    return bad
-
-
-@jit
-def rated_listing_differs(active, rate, rated, mark):
-    """True unless ``rated`` names each flow of ``active`` with a positive rate exactly once, and no other
-    (``Allocation.rated``).  ``mark`` as for :func:`ranking_repeats_or_strays`."""
-    if ranking_repeats_or_strays(active, rated, len(rated), mark):
-        return True
-    for i in range(len(rated)):
-        if not rate[rated[i]] > 0.0:
-            return True
-    given = 0
-    for k in range(len(active)):
-        if rate[active[k]] > 0.0:
-            given += 1
-    return given != len(rated)
-
-
-#: :func:`decision_fault`'s codes beyond :func:`over_capacity`'s 1 and 2.
+#: :func:`decision_fault`'s codes, the first fault found, in this order.
+BAD_RATE = 1  # a flow's rate is negative, NaN or infinite
+OVER_CAPACITY = 2  # a link's summed rate exceeds its capacity by more than the tolerance
 RANKING_BAD = 3  # the ranking repeats a flow or ranks one that is not active
 RATED_BAD = 4  # the flows listed as given a rate are not the active flows with a rate
 
 
 @jit
 def decision_fault(active, rate, paths, rtol, ranking, scratch):
-    """Every invariant ``view.check_decision`` checks, in one call: :func:`over_capacity`'s (code, flow,
-    link, load), else :data:`RANKING_BAD` or :data:`RATED_BAD` with no flow or link, else code 0.
+    """Every invariant ``view.check_decision`` checks, in one call: ``(code, flow, link, load)``, code 0
+    when there is no fault, else the first of :data:`BAD_RATE` (the first such flow as ``active`` lists
+    it), :data:`OVER_CAPACITY` (the first flow whose path meets an overloaded link, that link and its
+    load), :data:`RANKING_BAD`, :data:`RATED_BAD` (no flow or link named).
+
     ``paths``: (path_ptr, path_links, capacity); ``ranking``: (ranked, count, rated, rated_listed), the
-    last False when the decision lists no flows as rated; ``scratch``: (per link, per flow) zeros, zeros
-    again on return, kept by the caller (made afresh at every check, the per-flow array took 40 % of the
-    checks on bench-k8)."""
+    last False when the decision lists no flows as rated; ``scratch``: (per link, per flow) zeros, kept
+    by the caller, zeros again on return.  One walk over the active flows checks their rates, marks
+    them, counts those with a rate and adds each rated flow's rate along its path (a flow at 0 adds
+    nothing: on FB2010 under ``echelon`` fewer than 1 % have a rate); one more clears the marks.  Made
+    afresh at every check, the per-flow array took 40 % of the checks on bench-k8 (docs/performance.md).
+    """
     path_ptr, path_links, capacity = paths
     ranked, count, rated, rated_listed = ranking
     load, mark = scratch
-    code, bad_flow, bad_link, used = over_capacity(active, rate, path_ptr, path_links, capacity, rtol, load)
-    if code == 0 and ranking_repeats_or_strays(active, ranked, count, mark):
+    code, bad_flow, bad_link, used = 0, -1, -1, 0.0
+    walked, given = _loads_and_marks(active, rate, path_ptr, path_links, load, mark)
+    if walked < len(active):
+        code, bad_flow = BAD_RATE, active[walked]
+    elif _overloaded(load, capacity, rtol):
+        code = OVER_CAPACITY
+        bad_flow, bad_link, used = _first_on_overloaded(active, path_ptr, path_links, capacity, rtol, load)
+    elif not _marked_once(ranked, count, mark, 1, 2):
         code = RANKING_BAD
-    elif code == 0 and rated_listed and rated_listing_differs(active, rate, rated, mark):
-        code = RATED_BAD
+    elif rated_listed:
+        _marked_once(ranked, count, mark, 2, 1)  # the ranked flows back to "active, not seen"
+        if given != len(rated) or not _marked_once(rated, len(rated), mark, 1, 2):
+            code = RATED_BAD
+        else:
+            for i in range(len(rated)):
+                if not rate[rated[i]] > 0.0:
+                    code = RATED_BAD
+                    break
+    for k in range(walked):
+        mark[active[k]] = 0
+    for li in range(len(load)):
+        load[li] = 0.0
     return code, bad_flow, bad_link, used
+
+
+@jit
+def _loads_and_marks(active, rate, path_ptr, path_links, load, mark):
+    """:func:`decision_fault`'s walk: (how many active flows it walked, how many have a rate > 0); it stops
+    at the first bad rate, so fewer than ``len(active)`` walked names that flow."""
+    given = 0
+    for k in range(len(active)):
+        f = active[k]
+        r = rate[f]
+        if not r >= 0 or r == INF:
+            return k, given
+        mark[f] = 1
+        if r > 0.0:
+            given += 1
+            for p in range(path_ptr[f], path_ptr[f + 1]):
+                load[path_links[p]] += r
+    return len(active), given
+
+
+@jit
+def _overloaded(load, capacity, rtol):
+    for li in range(len(load)):  # noqa: SIM110 (numba compiles no generator); links, not flows' paths
+        if load[li] > capacity[li] * (1 + rtol):
+            return True
+    return False
+
+
+@jit
+def _first_on_overloaded(active, path_ptr, path_links, capacity, rtol, load):
+    """(flow, link, load): the first active flow, as listed, whose path meets an overloaded link, whatever
+    its own rate, and that link."""
+    for k in range(len(active)):
+        f = active[k]
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            li = path_links[p]
+            if load[li] > capacity[li] * (1 + rtol):
+                return f, li, load[li]
+    return -1, -1, 0.0
+
+
+@jit
+def _marked_once(flows, count, mark, expected, then):
+    """True when each of ``flows[:count]`` is a flow number whose mark is ``expected`` (once each: its mark
+    becomes ``then`` as it is met).  False at the first that is not, marks so far left changed (the
+    caller clears every active flow's mark)."""
+    for k in range(count):
+        f = flows[k]
+        if f < 0 or f >= len(mark) or mark[f] != expected:
+            return False
+        mark[f] = then
+    return True
 
 
 @jit

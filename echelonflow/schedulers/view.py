@@ -183,9 +183,9 @@ def check_decision(view: FlowView, allocation: Allocation) -> None:
     code, f, li, used = kernels.decision_fault(view.active, view.rate,
                                                (table.path_ptr, table.path_links, table.capacity),
                                                CAPACITY_RTOL, ranking, scratch)
-    if code == 1:
+    if code == kernels.BAD_RATE:
         raise AssertionError(f"flow {view.flow_ids([f])[0]}: bad rate {float(view.rate[f])!r}")
-    if code == 2:
+    if code == kernels.OVER_CAPACITY:
         raise AssertionError(f"link number {li}: {used} bps allocated over capacity {table.capacity[li]} bps")
     if code == kernels.RANKING_BAD:
         raise AssertionError("the ranking repeats a flow or ranks one that is not active")
