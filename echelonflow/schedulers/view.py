@@ -176,7 +176,7 @@ def check_decision(view: FlowView, allocation: Allocation) -> None:
     table = view.table
     scratch = table.check_scratch
     if scratch is None or len(scratch[0]) != len(table.capacity) or len(scratch[1]) != len(view.rate):
-        scratch = table.check_scratch = (kernels.floats(len(table.capacity)), kernels.ints(len(view.rate)))
+        scratch = table.check_scratch = (kernels.floats(len(table.capacity)), kernels.flags(len(view.rate)))
     rated = allocation.rated
     ranking = (kernels.int_array(allocation.ranked), allocation.count,
                kernels.int_array(() if rated is None else rated), rated is not None)
