@@ -757,7 +757,7 @@ def decision_fault(active, rate, paths, rtol, ranking, scratch):
     them, counts those with a rate and adds each rated flow's rate along its path (a flow at 0 adds
     nothing: on FB2010 under ``echelon`` fewer than 1 % have a rate); one more clears the marks.  Made
     afresh at every check, the per-flow array took 40 % of the checks on bench-k8; as bytes
-    (``flags``) rather than 64-bit integers, the FB2010 hour's checks took 0.6x the time (its 701,486
+    (``flags``) rather than 64-bit integers, the FB2010 hour with checks took 0.71x the time (its 701,486
     flows' marks fit in a core's cache; docs/performance.md).
     """
     path_ptr, path_links, capacity = paths
