@@ -1,5 +1,9 @@
 """``echelon simulate SCENARIO [--scheduler NAME]... [--json]``: compare schedulers in the fluid simulator.
 
+Every decision is checked against the invariants every scheduler keeps (``view.check_decision``);
+``--no-checks`` leaves the checks out: the same results, sooner on long traces, where the checks walk
+every active flow at every decision.
+
 Human output is one table (per job completion, slowdown, EchelonFlow tardiness); ``--json`` prints
 one document in the result shape of ``echelonflow.results`` (the same one ``echelon emulate`` writes),
 each job also with its scheduler-independent lower bound (``echelonflow.bounds``).  By default that
@@ -54,6 +58,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "the spread: whether a result survives events that no longer coincide exactly")
     parser.add_argument("--samples", type=samples_argument, default=None, metavar="N",
                         help="samples under timing noise (default 20; needs --timing-noise-ms)")
+    parser.add_argument("--no-checks", action="store_true",
+                        help="do not check every decision (rates finite and non-negative, no link over "
+                             "its capacity, rankings of active flows): the same results, for long traces, "
+                             "where the checks walk every active flow at every decision")
     parser.set_defaults(run=run)
 
 
@@ -82,14 +90,16 @@ def run(args: argparse.Namespace) -> int:
     for name in names or scenario.schedulers:
         try:
             results.runs.append(simulate(scenario.topology, scenario.jobs, get_scheduler(name),
-                                        events=scenario.events, rescheduling=args.rescheduling))
+                                        check_invariants=not args.no_checks, events=scenario.events,
+                                        rescheduling=args.rescheduling))
         except SimulationError as exc:
             raise UserError(f"scenario {scenario.name}: scheduler {name}: {exc}") from None
     attach_lower_bounds(results.runs, scenario.jobs, scenario.topology)
     if args.timing_noise_ms:
         results.timing_noise = timing_noise_section(
             scenario.topology, scenario.jobs, [run.scheduler for run in results.runs],
-            args.timing_noise_ms / 1e3, args.samples or DEFAULT_SAMPLES, scenario.events)
+            args.timing_noise_ms / 1e3, args.samples or DEFAULT_SAMPLES, scenario.events,
+            checks=not args.no_checks)
     if args.flows:
         _write_flows(args.flows, results)
     if args.json:

@@ -56,16 +56,18 @@ def jittered(jobs: Sequence[Job], jitter_s: float, seed: int) -> list[Job]:
 
 def noisy_runs(topology: Topology, jobs: Sequence[Job], scheduler_name: str,
                jitter_s: float = DEFAULT_JITTER_S, samples: int = DEFAULT_SAMPLES,
-               events: Sequence[Any] = ()) -> list[RunResult]:
+               events: Sequence[Any] = (), checks: bool = True) -> list[RunResult]:
     """``samples`` simulations of ``jobs`` under ``scheduler_name`` with jittered compute (seeds 1..N);
-    all jobs together only (no alone runs: completions and the objective are what is compared)."""
+    all jobs together only (no alone runs: completions and the objective are what is compared).
+    ``checks``: every decision checked (``simulate``'s ``check_invariants``)."""
     from echelonflow.schedulers import get_scheduler
     from simulator.engine import simulate
 
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     return [simulate(topology, jittered(jobs, jitter_s, seed), get_scheduler(scheduler_name),
-                     alone_runs=False, events=events) for seed in range(1, samples + 1)]
+                     check_invariants=checks, alone_runs=False, events=events)
+            for seed in range(1, samples + 1)]
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -92,10 +94,12 @@ def noisy_summary(runs: Sequence[RunResult]) -> dict[str, Any]:
 
 def timing_noise_section(topology: Topology, jobs: Sequence[Job], schedulers: Sequence[str],
                          jitter_s: float = DEFAULT_JITTER_S, samples: int = DEFAULT_SAMPLES,
-                         events: Sequence[Any] = ()) -> dict[str, Any]:
-    """The ``timing_noise`` section of a result document (docs/results-format.md)."""
+                         events: Sequence[Any] = (), checks: bool = True) -> dict[str, Any]:
+    """The ``timing_noise`` section of a result document (docs/results-format.md); ``checks`` as for
+    :func:`noisy_runs`."""
     return {"jitter_s": jitter_s, "samples": samples,
-            "schedulers": {name: noisy_summary(noisy_runs(topology, jobs, name, jitter_s, samples, events))
+            "schedulers": {name: noisy_summary(noisy_runs(topology, jobs, name, jitter_s, samples, events,
+                                                          checks))
                            for name in schedulers}}
 
 

@@ -100,3 +100,34 @@ def test_a_reader_that_goes_away_stops_it_quietly() -> None:
     proc.stdout.close()  # the reader is gone before the document is written out
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 141 and b"Traceback" not in err, err.decode()
+
+
+def test_no_checks_leaves_out_the_decision_checks_and_nothing_else(monkeypatch, capsys) -> None:
+    """``--no-checks``: a policy that gives a link twice its capacity fails the checked run and runs
+    unchecked (fig2 then ends before the 8 s a real link allows); a sound policy's document is the same
+    with and without the checks, timing noise samples included."""
+    from echelonflow.schedulers import SCHEDULERS
+    from tests.test_adding_a_scheduler import example_class
+
+    class Overcommit(example_class()):
+        name = "overcommit"
+
+        def decide_snapshot(self, snapshot):
+            decision = super().decide_snapshot(snapshot)
+            decision.rate_bps = {fid: 2 * max(snapshot.capacity_bps.values()) for fid in decision.rate_bps}
+            return decision
+
+    monkeypatch.setitem(SCHEDULERS, "overcommit", Overcommit)
+    with pytest.raises(AssertionError, match="over capacity"):
+        main(["simulate", "fig2", "--scheduler", "overcommit"])
+    capsys.readouterr()
+    assert main(["simulate", "fig2", "--scheduler", "overcommit", "--no-checks", "--json",
+                 "--timing-noise-ms", "1", "--samples", "2"]) == 0  # the noise samples unchecked too
+    unchecked = json.loads(capsys.readouterr().out)
+    assert unchecked["runs"][0]["jobs"]["fig2"]["completion_s"] < 8.0 - 0.5
+    documents = []
+    for extra in ([], ["--no-checks"]):
+        args = ["simulate", "fig2", "--json", "--timing-noise-ms", "1", "--samples", "3", *extra]
+        assert main(args) == 0
+        documents.append(json.loads(capsys.readouterr().out))
+    assert documents[0] == documents[1]
