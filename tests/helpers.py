@@ -7,13 +7,16 @@
 * :func:`loopback` and :func:`run_local_agents`: traffic agents as plain processes on
   this machine, hosts on 127.0.0.x addresses (no fabric);
 * :func:`agent_records`: agents' result files with given TCP retransmission timeouts, written as the
-  agents write them (the fidelity monitor's TCP check reads them).
+  agents write them (the fidelity monitor's TCP check reads them);
+* :func:`example_scheduler_class` and :func:`overcommit_class`: the "Adding a scheduler" example policy,
+  loaded from its file, and a broken variant of it that the decision checks must catch.
 
 Fixtures live in ``tests/conftest.py``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 import socket
@@ -26,6 +29,9 @@ if TYPE_CHECKING:
     from echelonflow.model import Job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: The "Adding a scheduler" example (docs/scheduler-design.md), a policy in one file.
+EXAMPLE_SCHEDULER = os.path.join(ROOT, "docs", "examples", "smallest_flow_first.py")
 
 #: The project's top-level packages (the layering and contracts tests walk them).
 PACKAGES = ("echelonflow", "simulator", "topologies", "controller", "traffic", "emulation", "reports", "cli")
@@ -175,3 +181,26 @@ def agent_records(tmp_path: Any, timeouts_by_host: dict[str, int], killed: Seque
         save_result(AgentResult(host, 1_765_000_000.0, "crux", tcp=tcp), path)
         records[host] = load_result(path)
     return {host: record.tcp for host, record in records.items()}
+
+
+def example_scheduler_class() -> Any:
+    """The example policy's class, loaded from its file as a user's own module would be."""
+    spec = importlib.util.spec_from_file_location("smallest_flow_first", EXAMPLE_SCHEDULER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SmallestFlowFirst
+
+
+def overcommit_class() -> Any:
+    """The example policy giving every flow twice the fastest link's capacity: a broken policy, for the
+    decision checks (the simulator's and the controller's ``check_decisions``) to catch."""
+
+    class Overcommit(example_scheduler_class()):
+        name = "overcommit"
+
+        def decide_snapshot(self, snapshot):
+            decision = super().decide_snapshot(snapshot)
+            decision.rate_bps = {fid: 2 * max(snapshot.capacity_bps.values()) for fid in decision.rate_bps}
+            return decision
+
+    return Overcommit

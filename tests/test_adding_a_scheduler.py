@@ -3,7 +3,6 @@ simulator and in the controller's scheduling service, through the one entry poin
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -15,20 +14,11 @@ from echelonflow.scenario import load_scenario
 from echelonflow.schedulers import SCHEDULERS
 from echelonflow.topology import two_hosts
 from simulator.engine import simulate
-from tests.helpers import RecordingSink
-
-EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "smallest_flow_first.py"
-
-
-def example_class():
-    spec = importlib.util.spec_from_file_location("smallest_flow_first", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.SmallestFlowFirst
+from tests.helpers import EXAMPLE_SCHEDULER, RecordingSink, example_scheduler_class, overcommit_class
 
 
 def test_the_example_is_short() -> None:
-    code = [line for line in EXAMPLE.read_text().splitlines() if line.strip()]
+    code = [line for line in Path(EXAMPLE_SCHEDULER).read_text().splitlines() if line.strip()]
     assert len(code) <= 40
 
 
@@ -36,18 +26,18 @@ def test_the_example_runs_in_the_simulator() -> None:
     """Fig. 2 by hand: at t=2 act0 has 1 B.s left against act1's 2, so it goes first and ends at 3;
     act1 and act2 then tie at 2 B.s and go in id order (5, 7): worker 2 ends at 8, as echelon's."""
     scenario = load_scenario("fig2")
-    result = simulate(scenario.topology, scenario.jobs, example_class()())  # invariants checked
+    result = simulate(scenario.topology, scenario.jobs, example_scheduler_class()())  # invariants checked
     finishes = sorted(flow.finish_s for flow in result.flows.values())
     assert finishes == pytest.approx([3.0, 5.0, 7.0], abs=0.05)
     assert result.jobs["fig2"].completion_s == pytest.approx(8.0, abs=0.05)
     gpipe_ring = load_scenario("fattree-gpipe-ring")
-    simulate(gpipe_ring.topology, gpipe_ring.jobs, example_class()(), alone_runs=False)
+    simulate(gpipe_ring.topology, gpipe_ring.jobs, example_scheduler_class()(), alone_runs=False)
 
 
 def test_the_example_runs_in_the_controller(monkeypatch: pytest.MonkeyPatch) -> None:
     """Registered by name, selected in the controller's service like any scheduler: the smaller flow
     gets the link and the top class, the larger one waits in a lower class."""
-    monkeypatch.setitem(SCHEDULERS, "smallest-flow-first", example_class())
+    monkeypatch.setitem(SCHEDULERS, "smallest-flow-first", example_scheduler_class())
     registry = Registry(two_hosts(8e6))
     port = RecordingSink()
     service = SchedulingService(registry, port, ControllerConfig(check_decisions=True), now=lambda: 1.0)
@@ -70,15 +60,7 @@ def test_check_decisions_keeps_a_broken_policy_out_of_the_switches(monkeypatch: 
     gives a link twice its capacity is reported and nothing it decided is installed; without the switch
     the same decision would have been pushed."""
 
-    class Overcommit(example_class()):
-        name = "overcommit"
-
-        def decide_snapshot(self, snapshot):
-            decision = super().decide_snapshot(snapshot)
-            decision.rate_bps = {fid: 2 * max(snapshot.capacity_bps.values()) for fid in decision.rate_bps}
-            return decision
-
-    monkeypatch.setitem(SCHEDULERS, "overcommit", Overcommit)
+    monkeypatch.setitem(SCHEDULERS, "overcommit", overcommit_class())
     for check in (True, False):
         registry = Registry(two_hosts(8e6))
         port = RecordingSink()

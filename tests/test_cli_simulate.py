@@ -107,17 +107,9 @@ def test_no_checks_leaves_out_the_decision_checks_and_nothing_else(monkeypatch, 
     unchecked (fig2 then ends before the 8 s a real link allows); a sound policy's document is the same
     with and without the checks, timing noise samples included."""
     from echelonflow.schedulers import SCHEDULERS
-    from tests.test_adding_a_scheduler import example_class
+    from tests.helpers import overcommit_class
 
-    class Overcommit(example_class()):
-        name = "overcommit"
-
-        def decide_snapshot(self, snapshot):
-            decision = super().decide_snapshot(snapshot)
-            decision.rate_bps = {fid: 2 * max(snapshot.capacity_bps.values()) for fid in decision.rate_bps}
-            return decision
-
-    monkeypatch.setitem(SCHEDULERS, "overcommit", Overcommit)
+    monkeypatch.setitem(SCHEDULERS, "overcommit", overcommit_class())
     with pytest.raises(AssertionError, match="over capacity"):
         main(["simulate", "fig2", "--scheduler", "overcommit"])
     capsys.readouterr()
