@@ -23,7 +23,6 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--dis
 def test_the_page_shows_more_echelonflows_than_a_page_holds(tmp_path, require_browser):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
 
     served = ServedApi(tmp_path)  # on the wall clock: the page shows times relative to its own
     jobs = MAX_HEAVY_LIMIT + 10
@@ -42,12 +41,15 @@ def test_the_page_shows_more_echelonflows_than_a_page_holds(tmp_path, require_br
         try:
             driver.get(f"http://127.0.0.1:{served.server.port}/ui/")
             deadline = time.monotonic() + 20
-            rows = []
-            while time.monotonic() < deadline and len(rows) < jobs:
+            shown: list[str] = []
+            while time.monotonic() < deadline and len(shown) < jobs:
                 time.sleep(0.5)
-                rows = driver.find_elements(By.CSS_SELECTOR, "#flows tbody tr")
-            shown = sorted(r.get_attribute("data-flow") for r in rows)
-            assert shown == sorted(f"j{j}/f" for j in range(jobs))
+                # read in the page's own script, in one go: the page re-renders its table as it polls,
+                # and rows found first and read after could be gone (a stale element; CI run 45)
+                shown = driver.execute_script(
+                    "return Array.from(document.querySelectorAll('#flows tbody tr'), "
+                    "row => row.getAttribute('data-flow'));")
+            assert sorted(shown) == sorted(f"j{j}/f" for j in range(jobs))
         finally:
             driver.quit()
     finally:
