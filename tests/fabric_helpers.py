@@ -113,7 +113,7 @@ def tcp_transfer(fabric, src: str, dst: str, size_bytes: int, ports: tuple[int, 
 REROUTE_TARGET_S = 1.0
 
 
-#: How many times in all a TCP measurement short of its rate is taken (:func:`measured_until`).
+#: How many times in all a TCP measurement short of its target is taken (:func:`measured_until`).
 STARVED_ATTEMPTS = 3
 Measured = TypeVar("Measured")
 
@@ -122,9 +122,9 @@ def measured_until(measure: Callable[[int], Measured],
                    enough: Callable[[Measured], bool]) -> tuple[Measured, int]:
     """``measure(attempt)`` (attempt 0, 1, ...) until ``enough`` of its result, at most
     :data:`STARVED_ATTEMPTS` times; returns the last result and how many were taken.  A busy core (the
-    userspace datapath shares the machine's two) only ever lowers what TCP gets, so a flow short of its
-    rate is measured again; ``measure`` asserts the bounds a broken enforcement would fail (a flow held
-    back getting the link) on every measurement."""
+    userspace datapath shares the machine's two) only ever lowers what TCP gets, and two TCP flows can hold
+    an uneven split for seconds, so a measurement short of its target is taken again; ``measure`` asserts
+    the bounds a broken enforcement would fail (a flow held back getting the link) on every measurement."""
     for attempt in range(STARVED_ATTEMPTS):
         result = measure(attempt)
         if enough(result):

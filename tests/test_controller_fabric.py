@@ -134,20 +134,33 @@ def _two_flows(env, queues, cport):
 
 
 def test_higher_class_takes_the_link(env):
+    """Priority decides the split, the machine the total: on a slower two-core machine the userspace
+    datapath carried the pair at 42-47 of 50 Mbit/s, and queue 3 got 3-5 Mbit/s in the high flow's gaps
+    (CI runs 46-47: queue 1 at 37-44 Mbit/s, 88-94 % of the pair).  Equal classes split 40-60 %
+    (below), one class in BBR's worst phase 36/64, so a share of 80 % is priority's alone."""
     def measure(attempt: int) -> tuple[float, float]:  # each on fresh client ports (TIME_WAIT, above)
         high, low = _two_flows(env, queues=(1, 3), cport=43001 + 2 * attempt)
         print(f"queue 1: {high / 1e6:.1f} Mbit/s, queue 3: {low / 1e6:.1f} Mbit/s")
         assert low <= 0.25 * LINK_BPS, f"queue 3 got {low / 1e6:.1f} Mbit/s beside queue 1's {high / 1e6:.1f}"
+        assert high / (high + low) >= 0.8, f"queue 1 got {high / 1e6:.1f} Mbit/s, queue 3 {low / 1e6:.1f}"
         return high, low
 
     (high, low), _ = measured_until(measure, lambda rates: rates[0] >= 0.9 * LINK_BPS)
-    assert high >= 0.9 * LINK_BPS, f"queue 1 got {high / 1e6:.1f} Mbit/s, queue 3 {low / 1e6:.1f}"
+    assert high >= 0.7 * LINK_BPS, f"queue 1 got {high / 1e6:.1f} Mbit/s, queue 3 {low / 1e6:.1f}"
 
 
 def test_equal_classes_share_the_link(env):
-    a, b = _two_flows(env, queues=(2, 2), cport=43011)
-    print(f"equal classes: {a / 1e6:.1f} / {b / 1e6:.1f} Mbit/s")
-    assert 0.4 <= a / (a + b) <= 0.6, f"equal classes split {a / 1e6:.1f} / {b / 1e6:.1f} Mbit/s"
+    """Two BBR flows in one class can hold an uneven split for seconds (15.7 / 31.8 Mbit/s over 10 s, once
+    here in four runs), so a split outside 40-60 % is measured again; a priority between the two would
+    split them 1/99 (above), which every measurement rules out."""
+    def measure(attempt: int) -> float:  # each on fresh client ports (TIME_WAIT, above)
+        a, b = _two_flows(env, queues=(2, 2), cport=43011 + 2 * attempt)
+        print(f"equal classes: {a / 1e6:.1f} / {b / 1e6:.1f} Mbit/s")
+        assert 0.2 <= a / (a + b) <= 0.8, f"equal classes split {a / 1e6:.1f} / {b / 1e6:.1f} Mbit/s"
+        return a / (a + b)
+
+    share, _ = measured_until(measure, lambda share: 0.4 <= share <= 0.6)
+    assert 0.4 <= share <= 0.6, f"equal classes split {share:.0%} / {1 - share:.0%} in every measurement"
 
 
 def test_removed_flow_leaves_no_rules_or_meter(env):
