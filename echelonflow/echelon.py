@@ -56,6 +56,7 @@ from typing import Callable, NamedTuple
 from echelonflow.errors import UserError
 from echelonflow.model import (
     ComputeTask,
+    FlowColumns,
     FlowTask,
     Job,
     echelon_members,
@@ -166,6 +167,8 @@ def check_job(job: Job, where: str = "", error: Callable[[str], Exception] = Use
     unknown dependency, a dependency cycle, or a flow without an echelon whose id is another group's
     echelon id.  ``where`` defaults to ``job 'id'``; a trace passes its file and job, and its error class."""
     where = where or f"job {job.job_id!r}"
+    if isinstance(job.tasks, FlowColumns):  # flows without dependencies, all of one echelon: nothing to find
+        return
     missing = unknown_deps(job)
     if missing:
         task_id, dep = missing[0]
@@ -282,6 +285,8 @@ def ideal_finish_times(
 
 def echelons_of(job: Job) -> dict[str, EchelonSpec]:
     """echelon id -> its EchelonSpec; every flow of the job is in exactly one spec (module docstring)."""
+    if isinstance(job.tasks, FlowColumns) and not job.explicit_offsets_s:
+        return _columns_spec(job, job.tasks)
     schedule = ideal_schedule(job)
     due = ideal_finish_times(job, schedule)
     order = compute_order_key(job)
@@ -315,6 +320,22 @@ def echelons_of(job: Job) -> dict[str, EchelonSpec]:
             ideal_start_s=FlowTimes(ordered, tuple(schedule[fid][0] for fid in ordered)),
         )
     return specs
+
+
+def _columns_spec(job: Job, columns: FlowColumns) -> dict[str, EchelonSpec]:
+    """:func:`echelons_of` for a trace's coflow: its flows depend on nothing and nothing on them, so each
+    starts and is due at 0 in the ideal schedule, and the one spec lists them in declaration order at
+    offset 0.  Walking the general path made every flow's task about ten times (FB2010: 11 s, where the
+    trace's tasks as objects took 2.4 s)."""
+    label = job.echelon_kinds.get(columns.echelon_id, "coflow")
+    if label not in KINDS:
+        raise UserError(f"job {job.job_id!r}: echelon {columns.echelon_id!r} has kind {label!r}; "
+                        f"valid kinds: {', '.join(KINDS)}")
+    ordered = tuple(columns.ids)
+    zeros = (0.0,) * len(ordered)
+    spec = EchelonSpec(echelon_id=columns.echelon_id, kind=label, flow_ids=ordered,
+                       offsets_s=FlowTimes(ordered, zeros), ideal_start_s=FlowTimes(ordered, zeros))
+    return {columns.echelon_id: spec}
 
 
 def infer_kind(offsets_s: Iterable[float]) -> str:

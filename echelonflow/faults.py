@@ -23,6 +23,7 @@ from echelonflow.errors import UserError
 from echelonflow.fields import Field, FieldError, array, ranged, read, show, text
 from echelonflow.limits import SECONDS
 from echelonflow.linkstate import LinkState
+from echelonflow.model import FlowColumns
 from echelonflow.topology import Topology
 
 
@@ -280,6 +281,11 @@ def flow_pairs(jobs: Iterable[Any]) -> dict[tuple[str, str], str]:
     """(src, dst) -> ``job/flow`` of the first flow of every host pair the jobs use."""
     out: dict[tuple[str, str], str] = {}
     for job in jobs:
+        if isinstance(job.tasks, FlowColumns):  # off the columns: a task object per flow cost FB2010 2 s
+            columns, hosts = job.tasks, job.tasks.hosts
+            for task_id, src, dst in zip(columns.ids, columns.src, columns.dst):
+                out.setdefault((hosts[src], hosts[dst]), f"{job.job_id}/{task_id}")
+            continue
         for task in job.tasks.values():
             if hasattr(task, "src"):
                 out.setdefault((task.src, task.dst), f"{job.job_id}/{task.task_id}")

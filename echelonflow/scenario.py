@@ -33,7 +33,7 @@ from echelonflow.fields import (
 )
 from echelonflow.fileio import path_kind, read_json
 from echelonflow.limits import MAX_TASKS_PER_SCENARIO, RATE_BPS, SECONDS, SIZE_BYTES, WEIGHT
-from echelonflow.model import ComputeTask, Job
+from echelonflow.model import ComputeTask, FlowColumns, Job
 from echelonflow.topology import Topology, TopologyError
 from echelonflow.topology_spec import TopologySpec
 
@@ -191,15 +191,23 @@ def _check_values(job: Job, label: str) -> None:
     _JOB_ID(f"{where}: id", job.job_id)
     seconds(f"{where}: arrival_s", job.arrival_s)
     ranged(WEIGHT)(f"{where}: weight", job.weight)
-    for task in job.tasks.values():
-        at = f"{where}: task {task.task_id!r}"
-        _JOB_ID(f"{at}: id", task.task_id)
-        if isinstance(task, ComputeTask):
-            seconds(f"{at}: duration_s", task.duration_s)
-        else:
-            size(f"{at}: size_bytes", task.size_bytes)
-            if task.echelon_id:
-                _JOB_ID(f"{at}: echelon", task.echelon_id)
+    if isinstance(job.tasks, FlowColumns):  # column by column: a task object per flow cost FB2010 1.5 s
+        columns = job.tasks
+        for task_id, size_bytes in zip(columns.ids, columns.sizes):
+            at = f"{where}: task {task_id!r}"
+            _JOB_ID(f"{at}: id", task_id)
+            size(f"{at}: size_bytes", size_bytes)
+        _JOB_ID(f"{where}: echelon", columns.echelon_id)
+    else:
+        for task in job.tasks.values():
+            at = f"{where}: task {task.task_id!r}"
+            _JOB_ID(f"{at}: id", task.task_id)
+            if isinstance(task, ComputeTask):
+                seconds(f"{at}: duration_s", task.duration_s)
+            else:
+                size(f"{at}: size_bytes", task.size_bytes)
+                if task.echelon_id:
+                    _JOB_ID(f"{at}: echelon", task.echelon_id)
     for flow_id, offset_s in job.explicit_offsets_s.items():
         seconds(f"{where}: offsets_s[{flow_id!r}]", offset_s)
 
@@ -302,6 +310,11 @@ def _multi_tenant_jobs(spec: Any, topology: Topology, label: str) -> list[Job]:
 
 
 def _check_hosts(job: Job, known: set, topology: Topology) -> None:
+    if isinstance(job.tasks, FlowColumns):  # the hosts its columns number, each once
+        columns = job.tasks
+        used = set(columns.src).union(columns.dst)
+        if all(columns.hosts[h] in known for h in used):
+            return
     for task in job.tasks.values():
         for host in [task.host] if isinstance(task, ComputeTask) else [task.src, task.dst]:
             if host not in known:

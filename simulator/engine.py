@@ -79,7 +79,16 @@ from echelonflow.echelon import EchelonSpec
 from echelonflow.errors import UserError
 from echelonflow.faults import FaultEvent
 from echelonflow.linkstate import LinkState
-from echelonflow.model import ComputeTask, FlowTask, Job, qualified
+from echelonflow.model import (
+    ComputeTask,
+    FlowColumns,
+    FlowTask,
+    Job,
+    Task,
+    qualified,
+    task_id_at,
+    task_sequence,
+)
 from echelonflow.results import RunResult, build_run_in_order, completion_after_arrival_s
 from echelonflow.schedulers.base import EPS_BYTES, ActiveFlow, FlowEvent, Scheduler, Snapshot
 from echelonflow.schedulers.columns import FlowTable, numbering
@@ -315,19 +324,23 @@ class _JobIndex:
     def __init__(self, job: Job, specs: Mapping[str, EchelonSpec]) -> None:
         jid = job.job_id
         self.job_id = jid
-        self.tasks = list(job.tasks.values())
-        number = {task.task_id: k for k, task in enumerate(self.tasks)}
+        self.tasks = task_sequence(job.tasks)  # a trace's columns: each task made as it is read
+        columns = job.tasks if isinstance(job.tasks, FlowColumns) else None
         #: task -> how many distinct tasks it waits for, and task -> its dependants (declaration order);
         #: only tasks that have any (a trace's flows have none)
         self.waiting: dict[int, int] = {}
         self.dependants: dict[int, list[int]] = {}
-        for k, task in enumerate(self.tasks):
-            if task.deps:
-                unique = dict.fromkeys(task.deps)
-                self.waiting[k] = len(unique)
-                for dep in unique:
-                    self.dependants.setdefault(number[dep], []).append(k)
-        self.roots = array("q", (k for k, task in enumerate(self.tasks) if not task.deps))
+        task_ids = columns.ids if columns is not None else [task.task_id for task in self.tasks]
+        number = {task_id: k for k, task_id in enumerate(task_ids)}  # for this job's set-up only
+        if columns is None:
+            for k, task in enumerate(self.tasks):
+                if task.deps:
+                    unique = dict.fromkeys(task.deps)
+                    self.waiting[k] = len(unique)
+                    for dep in unique:
+                        self.dependants.setdefault(number[dep], []).append(k)
+        self.roots = (array("q", range(len(self.tasks))) if columns is not None else
+                      array("q", (k for k, task in enumerate(self.tasks) if not task.deps)))
         # echelons_of puts every flow in exactly one spec, so every flow gets a row below.
         self.echelons: list[tuple[str, EchelonSpec]] = []
         # numbers within one job as 32-bit integers (the run's table widens them): FB2010's rows peaked
@@ -348,7 +361,7 @@ class _JobIndex:
         self.offset_s = np.frombuffer(offsets, dtype=np.float64)
         self.delta_s = np.frombuffer(deltas, dtype=np.float64)
         #: the rows in the order of their task ids (a run ranks flows by ``job/task`` id from it)
-        ids = [self.tasks[k].task_id for k in rows]
+        ids = [task_ids[k] for k in rows]
         self.id_order = np.array(sorted(range(len(ids)), key=ids.__getitem__), dtype=np.int32)
         #: per ``enforces``: each row's path as (link count per row, link numbers), pinned with nothing
         #: down (set-up)
@@ -357,7 +370,7 @@ class _JobIndex:
 
     def qid(self, k: int) -> str:
         """The ``job/task`` id of task ``k`` (built on demand: errors, observers, snapshots)."""
-        return qualified(self.job_id, self.tasks[k].task_id)
+        return qualified(self.job_id, task_id_at(self.tasks, k))
 
 
 class _Run:
@@ -396,8 +409,10 @@ class _Run:
         self.scheduler = scheduler
         self.check = check
         self.now_s = 0.0
-        self.tasks: list[ComputeTask | FlowTask] = []  # by task number
-        self.job_base: list[int] = []  # each job's first task number
+        # each job's tasks (a trace's columns stay columns: :meth:`task`) and its first task number
+        self.job_tasks: list[Sequence[Task]] = []
+        self.job_base: list[int] = []
+        self.task_count = 0
         self.roots: list[array] = []  # per job: its tasks without dependencies (numbers within the job)
         self.waiting: dict[int, int] = {}  # task -> dependencies not yet done (tasks that have any)
         self.dependants: dict[int, list[int]] = {}  # task -> the tasks that wait for it (if any)
@@ -427,7 +442,7 @@ class _Run:
             heapq.heappush(self.arrivals, (float(job.arrival_s), job_index))
         self._build_table(indexes)
         del indexes  # the jobs' rows (kept only in ``prepared``, for the runs alone)
-        count = len(self.tasks)
+        count = self.task_count
         # by task number, NaN until set: doubles in place, not a Python float per task (33 MiB of them by
         # the end of FB2010's hour)
         self.start_s = array("d", [math.nan]) * count
@@ -440,9 +455,10 @@ class _Run:
 
     # ------------------------------------------------------------------ setup
     def _index_job(self, job: Job, index: _JobIndex) -> None:
-        base = len(self.tasks)
+        base = self.task_count
         self.job_base.append(base)
-        self.tasks.extend(index.tasks)
+        self.job_tasks.append(index.tasks)
+        self.task_count += len(index.tasks)
         self.roots.append(index.roots)
         self.waiting.update((base + k, n) for k, n in index.waiting.items())
         self.dependants.update((base + k, [base + d for d in deps]) for k, deps in index.dependants.items())
@@ -505,7 +521,7 @@ class _Run:
         # a list, 8 bytes a flow): each flow's task, wire size, delta_j and EchelonFlow slot.
         self.flow_task_array = column((index.flow_task.astype(np.int64) + base
                                        for index, base in zip(indexes, self.job_base)),
-                                      numbers_dtype(len(self.tasks)), perm)
+                                      numbers_dtype(self.task_count), perm)
         deltas = column((index.delta_s for index in indexes), np.float64, perm)
         # None when every flow starts with its group's head (every Coflow: all of FB2010), where
         # ``now - 0.0`` is ``now`` bit for bit: 8 bytes a flow less
@@ -517,7 +533,7 @@ class _Run:
         """The run's per-flow and per-group state, allocated once the jobs' rows are gone."""
         count = len(self.flow_task_array)
         self.flow_task = memoryview(self.flow_task_array)
-        flow_of_task = np.full(len(self.tasks), -1, dtype=numbers_dtype(count))  # -1: a compute task
+        flow_of_task = np.full(self.task_count, -1, dtype=numbers_dtype(count))  # -1: a compute task
         flow_of_task[self.flow_task_array] = np.arange(count)
         self.flow_of_task = memoryview(flow_of_task)
         self.wire_array = self.table.remaining.copy()
@@ -626,7 +642,13 @@ class _Run:
     def qid(self, t: int) -> str:
         """The ``job/task`` id of task ``t``."""
         job_index = bisect.bisect_right(self.job_base, t) - 1
-        return qualified(self.jobs[job_index].job_id, self.tasks[t].task_id)
+        k = t - self.job_base[job_index]
+        return qualified(self.jobs[job_index].job_id, task_id_at(self.job_tasks[job_index], k))
+
+    def task(self, t: int) -> Task:
+        """Task ``t`` (a trace's flow is made as it is read, not kept)."""
+        job_index = bisect.bisect_right(self.job_base, t) - 1
+        return self.job_tasks[job_index][t - self.job_base[job_index]]
 
     def flow_qid(self, f: int) -> str:
         """The ``job/task`` id of flow ``f``."""
@@ -638,7 +660,7 @@ class _Run:
 
     def finish_of(self, qid: str) -> float | None:
         """When task ``job/task`` finished (tests; a linear search)."""
-        return next(self.finish_s[t] for t in range(len(self.tasks)) if self.qid(t) == qid)
+        return next(self.finish_s[t] for t in range(self.task_count) if self.qid(t) == qid)
 
     def _members(self) -> None:
         """Every flow of each EchelonFlow in (offset, flow id) order (``FlowTable.members``): what the
@@ -669,7 +691,7 @@ class _Run:
         table = self.table
         for f, t in enumerate(self.flow_task):
             start, stop = int(table.path_ptr[f]), int(table.path_ptr[f + 1])
-            path = self._path(self.qid(t), self.tasks[t])
+            path = self._path(self.qid(t), self.task(t))
             links = [self.link_index[link] for link in Topology.links_of(path)]
             if links != table.path_links[start:stop].tolist():
                 table.path_links[start:stop] = links  # equal-cost paths have equal lengths
@@ -821,14 +843,14 @@ class _Run:
             finish_s[t] = now_s
             f = flow_of_task[t]
             if f < 0:
-                host = self.tasks[t].host
+                host = self.task(t).host
                 self.host_busy[host] = False
                 self.dispatch_due.add(host)
             else:
                 slot = flow_slot[f]
                 state_by_slot[slot].finished_bytes += wire[f]
                 if self.observing:
-                    task = self.tasks[t]
+                    task = self.task(t)
                     self._observe("finish", t, task, float(task.size_bytes))
                 group_active[slot] -= 1
                 # the coflow rule decides again only once the flow's whole EchelonFlow is done
@@ -848,12 +870,12 @@ class _Run:
         """Tasks whose dependencies are all done: computes queue on their host, flows start now."""
         changed = False
         pending: deque[int] = deque()  # released by the ones released here, after all of those
-        now_s, tasks, flow_of_task, start_seq = self.now_s, self.tasks, self.flow_of_task, self.start_seq
-        start_s, flow_slot, group_active = self.start_s, self.flow_slot, self.group_active
+        now_s, flow_of_task, start_seq = self.now_s, self.flow_of_task, self.start_seq
+        start_s, flow_slot, group_active, wire = self.start_s, self.flow_slot, self.group_active, self.wire
         for t in _then_drained(released, pending):
-            task = tasks[t]
             f = flow_of_task[t]
             if f < 0:  # a compute task: the smallest task number (job, then declaration) runs first
+                task = self.task(t)
                 ready = self.host_ready.get(task.host)
                 if ready is None:
                     ready = self.host_ready[task.host] = []
@@ -870,8 +892,8 @@ class _Run:
                 slot = flow_slot[f]
                 by_start[base[slot] + listed[slot]] = f
                 listed[slot] += 1
-            self._note_start(f, t, task)
-            if task.size_bytes <= 0:  # nothing to move: done the instant it starts
+            self._note_start(f, t)
+            if wire[f] <= 0:  # nothing to move (its wire bytes are its payload's): done the instant it starts
                 self.finish_s[t] = self.now_s
                 for dep in self.dependants.get(t, ()):
                     self.waiting[dep] -= 1
@@ -883,7 +905,7 @@ class _Run:
             changed = True
         return changed
 
-    def _note_start(self, f: int, t: int, task: FlowTask) -> None:
+    def _note_start(self, f: int, t: int) -> None:
         """Re-anchor the flow's EchelonFlow: r = min over its started flows of start_j - delta_j."""
         slot = self.flow_slot[f]
         now_s = self.now_s
@@ -896,7 +918,7 @@ class _Run:
             state.first_start_s = now_s
             self.group_start_s[slot] = now_s
         if self.observing:
-            self._observe("start", t, task, 0.0)
+            self._observe("start", t, self.task(t), 0.0)
 
     def _observe(self, kind: str, t: int, task: FlowTask, size_bytes: float) -> None:
         eqid = self.state_by_slot[self.flow_slot[self.flow_of_task[t]]].eqid
@@ -920,7 +942,7 @@ class _Run:
         ready = self.host_ready[host]
         if ready and not self.host_busy.get(host, False):
             t = heapq.heappop(ready)
-            task = self.tasks[t]
+            task = self.task(t)
             self.host_busy[host] = True
             self.start_s[t] = self.now_s
             self.task_starts += 1
@@ -1047,7 +1069,7 @@ class _Run:
 
     def _check_delivered(self) -> None:
         for f, left in sorted(self.undelivered.items()):
-            size = self.tasks[self.flow_task[f]].size_bytes
+            size = self.task(self.flow_task[f]).size_bytes
             if left > max(BYTES_ATOL, 1e-6 * size):
                 qid = self.flow_qid(f)
                 raise AssertionError(f"flow {qid}: {left} of {size} bytes undelivered at its finish")

@@ -217,7 +217,7 @@ def test_a_flow_finished_with_bytes_left_fails_the_delivery_check() -> None:
     first = np.zeros(1, dtype=run.finished_buf.dtype)
     run._note_leftovers(first, np.array([engine.BYTES_ATOL / 2]))  # dust
     run._check_delivered()
-    size = run.tasks[run.flow_task[0]].size_bytes
+    size = run.task(run.flow_task[0]).size_bytes
     run._note_leftovers(first, np.array([0.01 * size]))
     with pytest.raises(AssertionError, match=f"flow {run.flow_qid(0)}: .* undelivered at its finish"):
         run._check_delivered()

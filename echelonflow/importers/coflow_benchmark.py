@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from echelonflow.errors import TraceError
-from echelonflow.fields import FieldError, identifier, show
+from echelonflow.fields import FieldError, identifier, ranged, show
 from echelonflow.fileio import read_text_bounded
-from echelonflow.limits import MAX_HOSTS
-from echelonflow.model import ComputeTask, FlowTask, Job
+from echelonflow.limits import MAX_HOSTS, SIZE_BYTES
+from echelonflow.model import ComputeTask, FlowColumns, Job
 from echelonflow.workloads.spec import split_bytes
 
 BYTES_PER_MB = 2**20
@@ -56,6 +56,7 @@ COFLOWSIM_EPOCH_MS = 10240.0
 PORT_RATE_BPS = float(2**30)
 ECHELON_ID = "shuffle"
 _COFLOW_ID = identifier()
+_SIZE = ranged(SIZE_BYTES, "a whole number of bytes")  # as the scenario words it
 _INTEGER = re.compile(r"[+-]?[0-9]+")  # what a count or a port may be
 
 
@@ -114,8 +115,8 @@ def read_coflow_benchmark(path: str | Path, ms_per_second: float = 1000.0,
         raise TraceError(f"{source}: the header announces {count} coflows, the file has {len(body)} lines")
     hosts = [host_of(p) for p in range(ports)]
     # one id string per (mapper, reducer) port pair for the whole trace: FB2010 repeats 21,462 pairs
-    # over 700,000 flows; with one int per distinct size below, its jobs take 77 MiB instead of 135
-    # (tracemalloc; docs/performance.md, "Memory")
+    # over 700,000 flows; with the flows as columns (``FlowColumns``) its jobs take 24 MiB (tracemalloc;
+    # docs/performance.md, "Memory")
     flow_ids: dict[tuple[int, int], str] = {}
     jobs: list[Job] = []
     seen: set[str] = set()
@@ -158,7 +159,8 @@ def _coflow(tokens: list[str], hosts: list[str], where: str, ms_per_second: floa
     entries = tokens[4 + n_mappers:]
     if len(entries) != n_reducers:
         raise TraceError(f"{where}: announces {n_reducers} reducers but gives {len(entries)} port:MB entries")
-    job = Job(coflow_id, arrival_s=arrival_s(arrival_ms, ms_per_second, admission_epoch_ms))
+    columns = FlowColumns(hosts, ECHELON_ID)  # one flow per (mapper, reducer) pair, none with dependencies
+    job = Job(coflow_id, tasks=columns, arrival_s=arrival_s(arrival_ms, ms_per_second, admission_epoch_ms))
     job.echelon_kinds[ECHELON_ID] = "coflow"
     seen: set[int] = set()
     kept = local = local_bytes = total_bytes = 0
@@ -175,7 +177,6 @@ def _coflow(tokens: list[str], hosts: list[str], where: str, ms_per_second: floa
         if total < n_mappers:
             raise TraceError(f"{where}: reducer {r} receives {mb_text} MB, less than one byte per mapper")
         total_bytes += total
-        sizes: dict[int, int] = {}  # a reducer's parts take two values: one int object for each
         for mapper, part in zip(mappers, split_bytes(total, n_mappers)):
             if mapper == port:
                 local, local_bytes = local + 1, local_bytes + part
@@ -183,11 +184,16 @@ def _coflow(tokens: list[str], hosts: list[str], where: str, ms_per_second: floa
             flow_id = flow_ids.get((mapper, port))
             if flow_id is None:
                 flow_id = flow_ids[(mapper, port)] = f"m{mapper}.r{port}"
-            size_bytes = sizes.setdefault(part, part)
-            job.add(FlowTask(flow_id, hosts[mapper], hosts[port], size_bytes, (), ECHELON_ID))
+            if part > SIZE_BYTES.high:  # beyond any flow's size, and beyond what a column holds
+                try:
+                    _SIZE(f"task {flow_id!r}: size_bytes", part)
+                except FieldError as err:
+                    raise TraceError(f"{where}: {err}") from None
+            columns.append(flow_id, mapper, port, part)
             kept += 1
     if not kept:
         job.echelon_kinds.clear()
+        job.tasks = {}
         job.add(ComputeTask("local-shuffle", hosts[mappers[0]], 0.0, (), "shuffle within one port"))
     return job, kept, local, local_bytes, total_bytes
 
