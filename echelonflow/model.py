@@ -59,9 +59,9 @@ class FlowColumns(Mapping):
     job), held as columns; a :class:`FlowTask` is made each time one is read.
 
     Why: FB2010's 701,486 ``FlowTask`` objects (88 bytes each) and its jobs' task dictionaries took 77
-    MiB, held by the trace and by every run of it for its whole length, and were the largest share of
-    the exact rule's peak (docs/performance.md, "Memory").  The columns take 24 bytes a flow.  A job
-    holding them is built whole by its importer (:meth:`append`) and read only after.
+    MiB, held by the trace and by every run of it for its whole length, the largest share of the exact
+    rule's peak (docs/performance.md, "A trace's coflows as columns"); the columns take 24 bytes a flow.
+    A job holding them is built whole by its importer (:meth:`append`) and read only after.
     """
 
     __slots__ = ("ids", "hosts", "src", "dst", "sizes", "echelon_id", "_by_id")

@@ -117,7 +117,7 @@ def _flow_tasks_alive() -> int:
 
 def test_a_run_makes_no_lasting_task_objects_of_columns(fb2010_head) -> None:
     """The run reads a trace's flows off their columns (``_Run.task``) and keeps numbers, not the
-    tasks: holding them was 60 MiB of FB2010's peak (docs/performance.md, "Memory")."""
+    tasks: holding them was 60 MiB of FB2010's peak (docs/performance.md, "A trace's coflows as columns")."""
     scenario, jobs = fb2010_head
     jobs = [job for job in jobs if len(job.tasks) < 4_000][:16]
     specs = {job.job_id: echelons_of(job) for job in jobs}

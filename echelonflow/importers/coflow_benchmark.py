@@ -115,8 +115,8 @@ def read_coflow_benchmark(path: str | Path, ms_per_second: float = 1000.0,
         raise TraceError(f"{source}: the header announces {count} coflows, the file has {len(body)} lines")
     hosts = [host_of(p) for p in range(ports)]
     # one id string per (mapper, reducer) port pair for the whole trace: FB2010 repeats 21,462 pairs
-    # over 700,000 flows; with the flows as columns (``FlowColumns``) its jobs take 24 MiB (tracemalloc;
-    # docs/performance.md, "Memory")
+    # over 700,000 flows; with the flows as columns (``FlowColumns``) its jobs take 17 MiB (tracemalloc;
+    # docs/performance.md, "A trace's coflows as columns")
     flow_ids: dict[tuple[int, int], str] = {}
     jobs: list[Job] = []
     seen: set[str] = set()
