@@ -332,15 +332,16 @@ class _JobIndex:
         self.dependants: dict[int, list[int]] = {}
         task_ids = columns.ids if columns is not None else [task.task_id for task in self.tasks]
         number = {task_id: k for k, task_id in enumerate(task_ids)}  # for this job's set-up only
-        if columns is None:
+        if columns is not None:  # flows without dependencies: every one a root
+            self.roots = array("q", range(len(columns)))
+        else:
             for k, task in enumerate(self.tasks):
                 if task.deps:
                     unique = dict.fromkeys(task.deps)
                     self.waiting[k] = len(unique)
                     for dep in unique:
                         self.dependants.setdefault(number[dep], []).append(k)
-        self.roots = (array("q", range(len(self.tasks))) if columns is not None else
-                      array("q", (k for k, task in enumerate(self.tasks) if not task.deps)))
+            self.roots = array("q", (k for k, task in enumerate(self.tasks) if not task.deps))
         # echelons_of puts every flow in exactly one spec, so every flow gets a row below.
         self.echelons: list[tuple[str, EchelonSpec]] = []
         # numbers within one job as 32-bit integers (the run's table widens them): FB2010's rows peaked
