@@ -58,7 +58,7 @@ from echelonflow.fields import (
     text,
 )
 from echelonflow.limits import DILATION, SECONDS, SIZE_BYTES
-from echelonflow.model import ComputeTask, Job, qualified
+from echelonflow.model import ComputeTask, Job, Task, qualified, task_sequence
 
 #: ``__slots__`` on the per-task and per-flow records where dataclasses can add them (Python 3.10+): 48
 #: bytes less per record, 64 MiB on FB2010's 700,000 flows (docs/performance.md, "Memory").
@@ -369,11 +369,12 @@ def build_run_in_order(
     base = 0
     for job in jobs:
         count = len(job.tasks)
+        tasks = task_sequence(job.tasks)  # by number: a trace's columns are not looked up by id per flow
         qids = _job_results(run, job, base, times)
         number = {tid: base + k for k, tid in enumerate(job.tasks)}
         specs = echelons[job.job_id] if echelons is not None else echelon_mod.echelons_of(job)
         for echelon_id, spec in specs.items():
-            _echelon_result(run, job, qualified(job.job_id, echelon_id), spec,
+            _echelon_result(run, tasks, qualified(job.job_id, echelon_id), spec,
                             {fid: number[fid] for fid in spec.flow_ids}, qids, base, times)
             weights.append(job.weight)
         done_s = completion_after_arrival_s(job, (float(finish_s[t]) for t in range(base, base + count)))
@@ -406,15 +407,15 @@ def _job_results(run: RunResult, job: Job, base: int, times: _TaskTimes) -> list
     return qids
 
 
-def _echelon_result(run: RunResult, job: Job, eqid: str, spec: EchelonSpec, number: Mapping[str, int],
-                    qids: Sequence[str], base: int, times: _TaskTimes) -> None:
+def _echelon_result(run: RunResult, tasks: Sequence[Task], eqid: str, spec: EchelonSpec,
+                    number: Mapping[str, int], qids: Sequence[str], base: int, times: _TaskTimes) -> None:
     """The flow records of one EchelonFlow (``number``: its flow ids -> task numbers, in the spec's flow
-    order) and its tardiness."""
+    order; ``tasks``: its job's, by number from ``base``) and its tardiness."""
     start_s, finish_s = times
     reference_s = echelon_mod.reference_time(spec, {f: float(start_s[t]) for f, t in number.items()})
     assert reference_s is not None  # every flow of a finished run has started
-    for (fid, t), offset_s in zip(number.items(), spec.offsets_s.values()):
-        flow = job.tasks[fid]
+    for t, offset_s in zip(number.values(), spec.offsets_s.values()):
+        flow = tasks[t - base]
         # r + 0.0 is r bit for bit unless r is a zero: a Coflow's flows then share r's float object
         # instead of one new float each (24 bytes a flow)
         ideal_finish_s = reference_s if offset_s == 0.0 and reference_s != 0.0 else reference_s + offset_s
