@@ -115,6 +115,8 @@ def contract_run(run: RunResult, factor: float) -> RunResult:
         job.completion_s /= factor
     for ech in out.echelonflows.values():
         ech.tardiness_s /= factor
+    # records of its own to scale (a built run's are made as they are read, a document's were copied)
+    out.flows, out.tasks = dict(out.flows.items()), dict(out.tasks.items())
     for flow in out.flows.values():
         flow.start_s /= factor
         flow.finish_s /= factor

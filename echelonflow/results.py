@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import IO, Any, NamedTuple
+from typing import IO, Any
 
 from echelonflow import echelon as echelon_mod
 from echelonflow.echelon import EchelonSpec
@@ -58,11 +57,16 @@ from echelonflow.fields import (
     text,
 )
 from echelonflow.limits import DILATION, SECONDS, SIZE_BYTES
-from echelonflow.model import ComputeTask, Job, Task, qualified, task_sequence
-
-#: ``__slots__`` on the per-task and per-flow records where dataclasses can add them (Python 3.10+): 48
-#: bytes less per record, 64 MiB on FB2010's 700,000 flows (docs/performance.md, "Memory").
-_SLOTS = {"slots": True} if sys.version_info >= (3, 10) else {}
+from echelonflow.model import Job, qualified
+from echelonflow.run_records import (
+    FlowRecords,
+    FlowResult,
+    RunTasks,
+    TaskRecords,
+    TaskResult,
+    float_column,
+    tasks_with_flows,
+)
 
 #: Keys of the format before units were in the names (a run folder written then cannot be read).
 _OLD_RUN_KEYS = {"objective"}
@@ -92,50 +96,16 @@ class JobResult:
 class EchelonResult:
     tardiness_s: float
     kind: str
-    flows: list[str] = field(default_factory=list)
+    #: Its flows' ``job/flow`` ids (a built run reads them off its records: :class:`FlowIds`).
+    flows: Sequence[str] = field(default_factory=list)
     #: How many flows it has, where a document without per-flow records was read (``flows`` empty then).
     flow_count: int | None = None
 
     def to_json_dict(self, per_flow: bool = True) -> dict[str, Any]:
         if per_flow:
-            return {"tardiness_s": self.tardiness_s, "kind": self.kind, "flows": self.flows}
+            return {"tardiness_s": self.tardiness_s, "kind": self.kind, "flows": list(self.flows)}
         count = len(self.flows) if self.flow_count is None else self.flow_count
         return {"tardiness_s": self.tardiness_s, "kind": self.kind, "flow_count": count}
-
-
-@dataclass(**_SLOTS)
-class FlowResult:
-    start_s: float
-    finish_s: float
-    ideal_finish_s: float
-    src: str
-    dst: str
-    size_bytes: int
-    echelon: str
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(**_SLOTS)
-class TaskResult:
-    """A compute task has ``host``; a flow task has ``src`` and ``dst``."""
-
-    type: str
-    start_s: float
-    finish_s: float
-    host: str | None = None
-    src: str | None = None
-    dst: str | None = None
-
-    def to_json_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.type}
-        if self.type == "compute":
-            out["host"] = self.host
-        else:
-            out["src"], out["dst"] = self.src, self.dst
-        out["start_s"], out["finish_s"] = self.start_s, self.finish_s
-        return out
 
 
 #: Keys only an emulated run has (None: absent from the document): which repeat of its scheduler it is,
@@ -155,8 +125,10 @@ class RunResult:
     scheduler: str
     jobs: dict[str, JobResult] = field(default_factory=dict)
     echelonflows: dict[str, EchelonResult] = field(default_factory=dict)
-    flows: dict[str, FlowResult] = field(default_factory=dict)
-    tasks: dict[str, TaskResult] = field(default_factory=dict)
+    #: Per-flow and per-task records by ``job/task`` id: a built run's are columns over its jobs
+    #: (:mod:`echelonflow.run_records`), a document's dictionaries; both read the same.
+    flows: Mapping[str, FlowResult] = field(default_factory=dict)
+    tasks: Mapping[str, TaskResult] = field(default_factory=dict)
     objective_s: float = 0.0
     #: What users train for (:func:`training_metrics`): None when the run has no job (or no compute task).
     jct_mean_s: float | None = None
@@ -199,14 +171,12 @@ class RunResult:
     def task_records(self) -> Iterable[dict[str, Any]]:
         """One record per task (``--flows FILE``'s lines): its ``tasks`` entry under ``task``, with the
         ``flows`` entry's ideal finish, size and EchelonFlow for a flow."""
-        flows = self.flows
-        for qid, task in self.tasks.items():
+        for qid, task, flow in tasks_with_flows(self.tasks, self.flows):
             record = {"scheduler": self.scheduler}
             if self.repeat is not None:
                 record["repeat"] = self.repeat
             record["task"] = qid
             record.update(task.to_json_dict())
-            flow = flows.get(qid)
             if flow is not None:
                 record.update(ideal_finish_s=flow.ideal_finish_s, size_bytes=flow.size_bytes,
                               echelon=flow.echelon)
@@ -352,8 +322,8 @@ def build_run_in_order(
     ``jobs`` order and within a job in ``job.tasks`` order: the simulator's task numbers.
 
     Times by number, not by ``job/task`` id, because on a trace of 700,000 flows two dictionaries
-    keyed by id cost more memory than the result itself (docs/performance.md, "Memory").  Each task's
-    id is built once and shared by ``tasks``, ``flows`` and its EchelonFlow's list.
+    keyed by id cost more memory than the result itself (docs/performance.md, "Memory"); for the same
+    reason the run's records are columns over ``jobs`` and these times (:mod:`echelonflow.run_records`).
 
     For every EchelonFlow the reference time r comes from its flows' actual starts
     (:func:`echelonflow.echelon.reference_time`), each flow is due at r + o_j and the EchelonFlow's
@@ -364,68 +334,40 @@ def build_run_in_order(
     groups when the caller has them.
     """
     run = RunResult(scheduler)
-    times = _TaskTimes(start_s, finish_s)
+    numbered = RunTasks(jobs)
+    start_s, finish_s = float_column(start_s), float_column(finish_s)
+    flows = FlowRecords(numbered, start_s, finish_s)
     weights: list[float] = []  # each EchelonFlow's job weight, in run.echelonflows order (Eq. 4)
-    base = 0
-    for job in jobs:
-        count = len(job.tasks)
-        tasks = task_sequence(job.tasks)  # by number: a trace's columns are not looked up by id per flow
-        qids = _job_results(run, job, base, times)
+    for job, base, end in zip(numbered.jobs, numbered.bases, numbered.bases[1:]):
         number = {tid: base + k for k, tid in enumerate(job.tasks)}
         specs = echelons[job.job_id] if echelons is not None else echelon_mod.echelons_of(job)
         for echelon_id, spec in specs.items():
-            _echelon_result(run, tasks, qualified(job.job_id, echelon_id), spec,
-                            {fid: number[fid] for fid in spec.flow_ids}, qids, base, times)
+            eqid = qualified(job.job_id, echelon_id)
+            numbers = {fid: number[fid] for fid in spec.flow_ids}
+            run.echelonflows[eqid] = _echelon_result(flows, eqid, spec, numbers)
             weights.append(job.weight)
-        done_s = completion_after_arrival_s(job, (float(finish_s[t]) for t in range(base, base + count)))
+        done_s = completion_after_arrival_s(job, finish_s[base:end])
         base_s = (alone_s or {}).get(job.job_id, done_s)
         run.jobs[job.job_id] = JobResult(done_s, done_s / base_s if base_s > 0 else 1.0)
-        base += count
+    run.flows, run.tasks = flows, TaskRecords(numbered, start_s, finish_s)
     run.alone_s = {job_id: float(time_s) for job_id, time_s in alone_s.items()} if alone_s else None
     run.objective_s = echelon_mod.total_tardiness((e.tardiness_s for e in run.echelonflows.values()), weights)
     run.set_training_metrics()
     return run
 
 
-class _TaskTimes(NamedTuple):
-    """Every task's start and finish (seconds), by the simulator's task number."""
-
-    start_s: Sequence[float]
-    finish_s: Sequence[float]
-
-
-def _job_results(run: RunResult, job: Job, base: int, times: _TaskTimes) -> list[str]:
-    """One task record per task of ``job`` (its tasks are numbers ``base...``); their ids, in order."""
-    start_s, finish_s = times
-    qids = [qualified(job.job_id, tid) for tid in job.tasks]
-    for t, (qid, task) in enumerate(zip(qids, job.tasks.values()), start=base):
-        if isinstance(task, ComputeTask):
-            run.tasks[qid] = TaskResult("compute", float(start_s[t]), float(finish_s[t]), host=task.host)
-        else:
-            run.tasks[qid] = TaskResult("flow", float(start_s[t]), float(finish_s[t]), src=task.src,
-                                        dst=task.dst)
-    return qids
-
-
-def _echelon_result(run: RunResult, tasks: Sequence[Task], eqid: str, spec: EchelonSpec,
-                    number: Mapping[str, int], qids: Sequence[str], base: int, times: _TaskTimes) -> None:
-    """The flow records of one EchelonFlow (``number``: its flow ids -> task numbers, in the spec's flow
-    order; ``tasks``: its job's, by number from ``base``) and its tardiness."""
-    start_s, finish_s = times
-    reference_s = echelon_mod.reference_time(spec, {f: float(start_s[t]) for f, t in number.items()})
+def _echelon_result(flows: FlowRecords, eqid: str, spec: EchelonSpec,
+                    number: Mapping[str, int]) -> EchelonResult:
+    """One EchelonFlow's records added to ``flows`` (``number``: its flow ids -> task numbers, in the
+    spec's flow order), and its result."""
+    start_s, finish_s = flows.start_s, flows.finish_s
+    reference_s = echelon_mod.reference_time(spec, {f: start_s[t] for f, t in number.items()})
     assert reference_s is not None  # every flow of a finished run has started
-    for t, offset_s in zip(number.values(), spec.offsets_s.values()):
-        flow = tasks[t - base]
-        # r + 0.0 is r bit for bit unless r is a zero: a Coflow's flows then share r's float object
-        # instead of one new float each (24 bytes a flow)
-        ideal_finish_s = reference_s if offset_s == 0.0 and reference_s != 0.0 else reference_s + offset_s
-        run.flows[qids[t - base]] = FlowResult(
-            start_s=float(start_s[t]), finish_s=float(finish_s[t]), ideal_finish_s=ideal_finish_s,
-            src=flow.src, dst=flow.dst, size_bytes=flow.size_bytes, echelon=eqid,
-        )
-    tardiness_s = echelon_mod.echelon_tardiness(spec, {f: float(finish_s[t]) for f, t in number.items()},
-                                                reference_s)
-    run.echelonflows[eqid] = EchelonResult(tardiness_s, spec.kind, [qids[t - base] for t in number.values()])
+    ids = flows.add(eqid, number.values(), [reference_s if offset_s == 0.0 else reference_s + offset_s
+                                            for offset_s in spec.offsets_s.values()])
+    finishes_s = {f: finish_s[t] for f, t in number.items()}
+    tardiness_s = echelon_mod.echelon_tardiness(spec, finishes_s, reference_s)
+    return EchelonResult(tardiness_s, spec.kind, ids)
 
 
 @dataclass
