@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from echelonflow.bounds import lower_bound_s
+from echelonflow.echelon import echelons_of
 from echelonflow.errors import UserError
 from echelonflow.model import ComputeTask, FlowTask, Job
 from echelonflow.scenario import load_scenario
@@ -514,3 +515,28 @@ def test_a_tiny_rate_under_aalo_ends(scheduler_name: str = "aalo") -> None:
     job.add(FlowTask("f", "h1", "h2", 10**15))
     result = simulate(build("two_hosts", 1e3, mtu_bytes=None), [job], get_scheduler(scheduler_name))
     assert result.jobs["j"].completion_s == pytest.approx(8e15 / 1e3, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["echelon", "fair"])
+def test_every_flow_is_pinned_where_the_topology_pins_it(name: str) -> None:
+    """A host pair with one shortest path has its links looked up once per run (``_Run._paths``): every
+    flow still gets the path its id pins (``path_for``; ``pair_path`` for a scheduler that enforces
+    nothing), on a fat-tree whose pairs have one path (one edge switch) or several."""
+    scenario = load_scenario("fattree-gpipe-ring")
+    topology = scenario.topology
+    pairs = Job("pairs")  # every ordered pair of six hosts, twice: one edge switch, one pod, across pods
+    for n, (src, dst) in enumerate((a, b) for a in topology.hosts[:6] for b in topology.hosts[:6] if a != b):
+        pairs.add(FlowTask(f"f{n}", src, dst, 1_000 + n, (), "all"))
+        pairs.add(FlowTask(f"g{n}", src, dst, 2_000 + n, (), "all"))
+    jobs = [*scenario.jobs, pairs]
+    specs = {job.job_id: echelons_of(job) for job in jobs}
+    run = engine._Run(topology, jobs, get_scheduler(name), False, specs)
+    table, counts = run.table, {1: 0, 2: 0}
+    for f, t in enumerate(run.flow_task):
+        task, qid = run.task(t), run.qid(t)
+        pinned = (topology.path_for(task.src, task.dst, qid) if run.scheduler.enforces
+                  else topology.pair_path(task.src, task.dst))
+        want = [run.link_index[link] for link in topology.links_of(pinned)]
+        assert table.path_links[table.path_ptr[f]:table.path_ptr[f + 1]].tolist() == want, qid
+        counts[min(2, len(topology.equal_cost_paths(task.src, task.dst)))] += 1
+    assert counts[1] > 0 and counts[2] > 0
