@@ -406,8 +406,8 @@ class Results:
 
     def write_json(self, stream: IO[str], per_flow: bool = False) -> None:
         """The document onto ``stream``, indented; with ``per_flow`` streamed record by record, so that
-        writing 700,000 flows (FB2010) never holds their records as one more dictionary beside the run's
-        (the run's own objects are the only per-flow memory).  Same JSON as :meth:`to_json_dict`."""
+        writing 700,000 flows (FB2010) never holds their records, or their ids, beside the run (a built
+        run's records are made as they are read).  Same JSON as :meth:`to_json_dict`."""
         if not per_flow:
             json.dump(self.to_json_dict(per_flow=False), stream, indent=1, allow_nan=False)
             stream.write("\n")
@@ -416,11 +416,13 @@ class Results:
         stream.write(f'{{\n "scenario": {dumps(self.scenario)},\n "mode": {dumps(self.mode)},\n "runs": [')
         for n, run in enumerate(self.runs):
             stream.write(",\n  {" if n else "\n  {")
-            for key, value in run._head(True).items():
-                stream.write(f"\n   {dumps(key)}: {dumps(value)},")
-            for key, records in (("flows", run.flows), ("tasks", run.tasks)):
+            stream.write(f"\n   \"scheduler\": {dumps(run.scheduler)},")
+            stream.write(f"\n   \"jobs\": {dumps({k: v.to_json_dict() for k, v in run.jobs.items()})},")
+            # each EchelonFlow's id list, like each record, exists only while it is written
+            streamed = {"echelonflows": run.echelonflows, "flows": run.flows, "tasks": run.tasks}
+            for key, entries in streamed.items():
                 stream.write(f"\n   {dumps(key)}: {{")
-                for k, (qid, entry) in enumerate(records.items()):
+                for k, (qid, entry) in enumerate(entries.items()):
                     stream.write(f"{',' if k else ''}\n    {dumps(qid)}: {dumps(entry.to_json_dict())}")
                 stream.write("\n   },")
             tail = run._tail(True)
