@@ -64,6 +64,7 @@ from echelonflow.run_records import (
     RunTasks,
     TaskRecords,
     TaskResult,
+    compute_spans,
     float_column,
     tasks_with_flows,
 )
@@ -244,11 +245,9 @@ def training_metrics(jobs: Mapping[str, JobResult],
     completions = [job.completion_s for job in jobs.values()]
     compute_s: dict[str, float] = {}
     hosts: dict[str, set[str]] = {}
-    for qid, task in tasks.items():
-        if task.type == "compute":
-            job_id = qid.split("/", 1)[0]
-            compute_s[job_id] = compute_s.get(job_id, 0.0) + (task.finish_s - task.start_s)
-            hosts.setdefault(job_id, set()).add(str(task.host))
+    for job_id, host, spent_s in compute_spans(tasks):
+        compute_s[job_id] = compute_s.get(job_id, 0.0) + spent_s
+        hosts.setdefault(job_id, set()).add(host)
     held_s = sum(len(hosts[job_id]) * jobs[job_id].completion_s for job_id in compute_s if job_id in jobs)
     busy_s = sum(spent for job_id, spent in compute_s.items() if job_id in jobs)
     gpu = busy_s / held_s if held_s > 0 else None

@@ -16,7 +16,14 @@ import pytest
 from echelonflow import echelon as echelon_mod
 from echelonflow.dilation import contract_run
 from echelonflow.model import ComputeTask, qualified
-from echelonflow.results import FlowResult, Results, RunResult, TaskResult, build_run_in_order
+from echelonflow.results import (
+    FlowResult,
+    Results,
+    RunResult,
+    TaskResult,
+    build_run_in_order,
+    training_metrics,
+)
 from echelonflow.scenario import load_scenario
 
 
@@ -86,6 +93,9 @@ def test_records_read_as_the_dictionaries_they_replace(mixed_jobs) -> None:
         with pytest.raises(KeyError):
             run.flows[missing]
     assert "no-such-job/x" not in run.tasks and 5 not in run.tasks
+    # the GPU-busy fraction read off the columns (``compute_spans``) is the one read off the records
+    assert run.gpu_busy_fraction is not None and run.gpu_busy_fraction > 0
+    assert training_metrics(run.jobs, run.tasks) == training_metrics(run.jobs, tasks)
 
 
 def test_a_built_run_reads_back_copies_and_contracts_as_its_document(mixed_jobs) -> None:
