@@ -114,6 +114,11 @@ class RunTasks:
                 i = bisect_right(bases, t) - 1
             yield i, t - bases[i], t
 
+    def place(self, t: int) -> tuple[int, int]:
+        """(job index, position in the job) of task number ``t``."""
+        i = bisect_right(self.bases, t) - 1
+        return i, t - self.bases[i]
+
     def every(self) -> Iterator[tuple[int, int, int]]:
         """(job index, position, number) of every task, in number order."""
         t = 0
@@ -178,8 +183,7 @@ class TaskRecords(_Records):
         t = self.tasks.number(qid)
         if t < 0:
             raise KeyError(qid)
-        i = bisect_right(self.tasks.bases, t) - 1
-        return self._record(i, t - self.tasks.bases[i], t)
+        return self._record(*self.tasks.place(t), t)
 
     def __contains__(self, qid: object) -> bool:
         return self.tasks.number(qid) >= 0
@@ -234,8 +238,7 @@ class FlowRecords(_Records):
         t = self.tasks.number(qid)
         if t < 0 or self.echelon[t] < 0:
             raise KeyError(qid)
-        i = bisect_right(self.tasks.bases, t) - 1
-        return self._record(i, t - self.tasks.bases[i], t)
+        return self._record(*self.tasks.place(t), t)
 
     def __contains__(self, qid: object) -> bool:
         t = self.tasks.number(qid)
@@ -266,8 +269,8 @@ class FlowIds(Sequence):
             return [self[n] for n in range(*j.indices(len(self)))]
         if not -len(self) <= j < len(self):
             raise IndexError(j)
-        (i, k, _), = self.records.tasks.located([self.records.order[self.lo + j % len(self)]])
-        return self.records.tasks.qid(i, k)
+        tasks = self.records.tasks
+        return tasks.qid(*tasks.place(self.records.order[self.lo + j % len(self)]))
 
     def __iter__(self) -> Iterator[str]:
         qid = self.records.tasks.qid
