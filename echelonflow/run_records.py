@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -105,7 +105,7 @@ class RunTasks:
             k = positions.get(task_id, -1)
         return -1 if k < 0 else self.bases[i] + k
 
-    def located(self, numbers: Iterator[int] | Sequence[int]) -> Iterator[tuple[int, int, int]]:
+    def located(self, numbers: Iterable[int]) -> Iterator[tuple[int, int, int]]:
         """(job index, position in the job, number) of each of ``numbers``; a job's numbers together
         cost no search."""
         bases, i = self.bases, 0
@@ -135,7 +135,7 @@ class RunTasks:
 
 
 class _Records(Mapping):
-    """What the two views share: read-only, a copy is the view itself; ``items()`` and ``values()``
+    """What the two views share: read-only, so a copy is the view itself; ``items()`` and ``values()``
     walk the columns instead of looking every id up."""
 
     __slots__ = ()
@@ -157,15 +157,35 @@ class _Records(Mapping):
         qid = self.tasks.qid
         return (qid(i, k) for i, k, _ in self._walk())
 
-    def items(self) -> Iterator[tuple[str, Any]]:  # type: ignore[override]
-        qid = self.tasks.qid
-        return ((qid(i, k), self._record(i, k, t)) for i, k, t in self._walk())
+    def items(self) -> _WalkedItems:
+        return _WalkedItems(self)
 
-    def values(self) -> Iterator[Any]:  # type: ignore[override]
-        return (self._record(i, k, t) for i, k, t in self._walk())
+    def values(self) -> _WalkedValues:
+        return _WalkedValues(self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self)} records)"
+
+
+class _WalkedItems(ItemsView):
+    """A view's items, made in one walk of its columns."""
+
+    _mapping: _Records
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        records = self._mapping
+        qid = records.tasks.qid
+        return ((qid(i, k), records._record(i, k, t)) for i, k, t in records._walk())
+
+
+class _WalkedValues(ValuesView):
+    """A view's records, made in one walk of its columns."""
+
+    _mapping: _Records
+
+    def __iter__(self) -> Iterator[Any]:
+        records = self._mapping
+        return (records._record(i, k, t) for i, k, t in records._walk())
 
 
 class TaskRecords(_Records):
@@ -248,9 +268,9 @@ class FlowRecords(_Records):
         return self.tasks.located(self.order)
 
     def _record(self, i: int, k: int, t: int) -> FlowResult:
-        flow = self.tasks.task(i, k)
-        return FlowResult(self.start_s[t], self.finish_s[t], self.ideal_finish_s[t], flow.src,  # type: ignore[union-attr]
-                          flow.dst, flow.size_bytes, self.echelons[self.echelon[t]])  # type: ignore[union-attr]
+        flow = self.tasks.task(i, k)  # a flow: only flows have an EchelonFlow
+        return FlowResult(self.start_s[t], self.finish_s[t], self.ideal_finish_s[t], flow.src, flow.dst,
+                          flow.size_bytes, self.echelons[self.echelon[t]])
 
 
 class FlowIds(Sequence):

@@ -76,6 +76,7 @@ def test_records_read_as_the_dictionaries_they_replace(mixed_jobs) -> None:
     assert list(run.tasks.items()) == list(tasks.items())  # the same keys, in the same order
     assert list(run.flows.items()) == list(flows.items())
     assert list(run.flows) == list(flows) and list(run.tasks.values()) == list(tasks.values())
+    assert len(run.flows.items()) == len(flows) and next(iter(flows.items())) in run.flows.items()
     for qid, record in tasks.items():  # each look-up by id finds what the walk gave
         assert qid in run.tasks and run.tasks[qid] == record
         assert (qid in run.flows) == (qid in flows)
