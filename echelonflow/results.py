@@ -362,8 +362,7 @@ def _echelon_result(flows: FlowRecords, eqid: str, spec: EchelonSpec,
     start_s, finish_s = flows.start_s, flows.finish_s
     reference_s = echelon_mod.reference_time(spec, {f: start_s[t] for f, t in number.items()})
     assert reference_s is not None  # every flow of a finished run has started
-    ids = flows.add(eqid, number.values(), [reference_s if offset_s == 0.0 else reference_s + offset_s
-                                            for offset_s in spec.offsets_s.values()])
+    ids = flows.add(eqid, number.values(), [reference_s + offset_s for offset_s in spec.offsets_s.values()])
     finishes_s = {f: finish_s[t] for f, t in number.items()}
     tardiness_s = echelon_mod.echelon_tardiness(spec, finishes_s, reference_s)
     return EchelonResult(tardiness_s, spec.kind, ids)
