@@ -552,8 +552,8 @@ class _Run:
         self.finished_buf = np.zeros(count, dtype=numbers_dtype(count))
         self.leftover_buf = np.zeros(count)
         self.undelivered: dict[int, float] = {}  # flow -> bytes it had left at its finish, beyond dust
-        # where in ``active`` the flows with a rate are, listed by the step's ``fluid.next_finish`` for its
-        # ``fluid.advance`` (not zeroed: only the listed part is read; untouched pages cost nothing)
+        # the flows with a rate, listed by the decision (``Allocation.rated``) or by the step's
+        # ``fluid.next_finish``, for its ``fluid.advance`` (not zeroed: only the listed part is read)
         self.rated_buf = np.empty(count, dtype=numbers_dtype(count))
         self.n_rated = 0
         self.rated_listed = False  # rated_buf holds the last decision's listing (``Allocation.rated``)
@@ -738,8 +738,8 @@ class _Run:
             if self.deferred_until_s < next_s:
                 next_s = self.deferred_until_s
             if self.rated_listed:  # the decision just made listed its flows with a rate
-                soonest_s = fluid.soonest(self.active, self.rated_buf, self.n_rated, self.table.remaining,
-                                          self.rate, self.now_s)
+                soonest_s = fluid.soonest(self.rated_buf, self.n_rated, self.table.remaining, self.rate,
+                                          self.now_s)
                 self.rated_listed = False  # the step's advance reuses rated_buf
             else:
                 soonest_s, self.n_rated = fluid.next_finish(self.active, self.table.remaining, self.rate,
@@ -985,7 +985,8 @@ class _Run:
             check_decision(view, allocation)
         self.rated_listed = allocation.rated is not None
         if self.rated_listed:
-            self.n_rated = fluid.listed_positions(self.active, allocation.rated, self.rated_buf)
+            self.n_rated = len(rated)
+            self.rated_buf[:self.n_rated] = rated
 
     # ------------------------------------------------------------------ the view's source
     def flow_ids(self, numbers: Sequence[int]) -> list[str]:

@@ -25,15 +25,15 @@ INF = math.inf
 @jit
 def next_finish(active, remaining, rate, now, rated):
     """Earliest ``now + 8 * remaining / rate`` over the active flows with a positive rate (inf if none),
-    and how many those are: their positions in ``active`` go to ``rated`` (in order) for the
-    :func:`advance` that follows."""
+    and how many those are: their flow numbers go to ``rated`` (in order) for the :func:`advance` that
+    follows."""
     best = INF
     n_rated = 0
     for k in range(len(active)):
         f = active[k]
         r = rate[f]
         if r > 0:
-            rated[n_rated] = k
+            rated[n_rated] = f
             n_rated += 1
             done = now + 8.0 * remaining[f] / r
             if done < best:
@@ -42,26 +42,17 @@ def next_finish(active, remaining, rate, now, rated):
 
 
 @jit
-def soonest(active, rated, n_rated, remaining, rate, now):
-    """:func:`next_finish`'s time when the flows with a rate are listed already (their positions in
-    ``active``, ``rated[:n_rated]``, in order: a scheduler that lists them, ``Allocation.rated``): the
-    same minimum over the same flows, without a walk over every active flow."""
+def soonest(rated, n_rated, remaining, rate, now):
+    """:func:`next_finish`'s time when the flows with a rate are listed already (``rated[:n_rated]``,
+    in any order: a scheduler that lists them, ``Allocation.rated``): the same minimum over the same
+    flows, without a walk over every active flow."""
     best = INF
     for i in range(n_rated):
-        f = active[rated[i]]
+        f = rated[i]
         done = now + 8.0 * remaining[f] / rate[f]
         if done < best:
             best = done
     return best
-
-
-@jit
-def listed_positions(active, listed, positions):
-    """Where the flows ``listed`` (any order; ``Allocation.rated``) sit in ``active``, in increasing
-    order as :func:`next_finish` lists them, written to ``positions``; returns how many."""
-    n = len(listed)
-    positions[:n] = np.searchsorted(active, np.sort(listed))
-    return n
 
 
 @jit
@@ -70,9 +61,10 @@ def advance(active, rated, n_rated, remaining, rate, leftover, now, next_s, tol,
     """Move every active flow to ``next_s``; compact ``active`` in place to the ones still running,
     which end up at ``active[first:end]`` (:func:`_closed_gaps`).
 
-    Only the flows :func:`next_finish` listed in ``rated`` move (a flow at rate 0 stays as it is): on a
-    coflow trace ``echelon`` gives a rate to about 1 % of the active flows, and moving all of them took
-    some 8 % of its hour (docs/performance.md, "Steps over the flows with a rate").  Flows
+    Only the flows listed in ``rated[:n_rated]`` move (by :func:`next_finish`, or by the decision, in
+    any order; a flow at rate 0 stays as it is): on a coflow trace ``echelon`` gives a rate to about 1 %
+    of the active flows, and moving all of them took some 8 % of its hour (docs/performance.md, "Steps
+    over the flows with a rate").  Only the finished ones are looked up in ``active``.  Flows
     due by ``next_s + tol`` (or with at most ``bytes_atol`` left) finish: their flow numbers go to
     ``finished`` in ``active`` order, and to ``leftover`` at the same place the bytes the step would
     not have covered beyond what the time tolerance itself explains (``rate * tol``; the delivery check
@@ -84,8 +76,7 @@ def advance(active, rated, n_rated, remaining, rate, leftover, now, next_s, tol,
     dt = next_s - now
     done = 0
     for i in range(n_rated):
-        k = rated[i]
-        f = active[k]
+        f = rated[i]
         r = rate[f]
         if now + 8.0 * remaining[f] / r <= next_s + tol:
             # finished within the time tolerance: up to tol seconds of bytes are legitimately left
@@ -98,15 +89,35 @@ def advance(active, rated, n_rated, remaining, rate, leftover, now, next_s, tol,
         leftover[done] = left if left > 0.0 else 0.0
         remaining[f] = 0.0
         finished[done] = f
-        rated[done] = k  # the finished flows' positions, in order (done <= i: nothing unread is lost)
         done += 1
     first, end = 0, len(active)
     if done > 0:
+        _in_flow_order(finished, leftover, done)
+        for j in range(done):  # where they are: ``rated`` is read already
+            rated[j] = np.searchsorted(active, finished[j])
         first, end = _closed_gaps(active, rated, done)
     alone = False
     if counting and done > 0:
         alone = left_alone(finished, done, path_ptr, path_links, users)
     return first, end, done, alone
+
+
+@jit
+def _in_flow_order(finished, leftover, count):
+    """Sort ``finished[:count]`` (flow numbers) with ``leftover[:count]`` beside them: their order in
+    ``active``.  A decision lists its flows in its own order; :func:`next_finish` lists them sorted."""
+    ordered = True
+    for j in range(1, count):
+        if finished[j - 1] > finished[j]:
+            ordered = False
+            break
+    if ordered:
+        return
+    order = np.argsort(finished[:count])
+    flows = finished[:count][order]
+    left = leftover[:count][order]
+    finished[:count] = flows
+    leftover[:count] = left
 
 
 @jit

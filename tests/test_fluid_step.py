@@ -1,12 +1,13 @@
 """The simulator's step (``simulator/fluid.py``) moves only the flows with a rate, as a walk over every
 active flow would move them.
 
-``next_finish`` lists where the flows with a rate sit in the active array and ``advance`` moves only
-those, then closes the gaps the finished ones leave.  Checked against the plain definition (every active
-flow visited in order, the same arithmetic) on random steps, bit for bit: the remaining bytes, the
-leftovers, the finished flows in order, the active flows left and the per-link user counts.  A decision
-that lists the flows it gave a rate (``Allocation.rated``: ``echelon``) spares the step its walk: whole
-runs with and without the listing are the same run.
+``next_finish`` lists the flows with a rate (a decision may list them instead, in its own order) and
+``advance`` moves only those, then closes the gaps the finished ones leave.  Checked against the plain
+definition (every active flow visited in order, the same arithmetic) on random steps, bit for bit: the
+remaining bytes, the leftovers, the finished flows in order, the active flows left and the per-link user
+counts, with the flows listed in active order and shuffled.  A decision that lists the flows it gave a
+rate (``Allocation.rated``: ``echelon``) spares the step its walk: whole runs with and without the
+listing are the same run.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _steps(x: dict) -> tuple:
     rated = np.empty(n_flows, dtype=np.int32)  # the run's buffers hold 32-bit numbers (engine.numbers_dtype)
     soonest, n_rated = fluid.next_finish(active, remaining, rate, now, rated)
     # a decision that lists its flows with a rate (``Allocation.rated``): the same time from the list
-    assert fluid.soonest(active, rated, n_rated, remaining, rate, now) == soonest
+    assert fluid.soonest(rated, n_rated, remaining, rate, now) == soonest
     horizon = soonest if math.isfinite(soonest) else now + 1.0
     next_s = now + (horizon - now) * x["stretch"]
     tol, bytes_atol = 1e-9 * next_s, 1e-6
@@ -81,19 +82,26 @@ def _steps(x: dict) -> tuple:
     fluid.count_links(active, len(active), x["path_ptr"], x["path_links"], users, 1)
     plain_remaining, plain_leftover = remaining.copy(), np.zeros(n_flows)
     plain = _plain_step(active, plain_remaining, rate, plain_leftover, now, next_s, tol, bytes_atol)
-    leftover, finished = np.zeros(n_flows), np.zeros(n_flows, dtype=np.int32)
-    moved = active.copy()
     path_ptr, path_links = x["path_ptr"], x["path_links"]
-    first, end, done, _ = fluid.advance(moved, rated, n_rated, remaining, rate, leftover, now, next_s, tol,
-                                        bytes_atol, finished, True, path_ptr, path_links, users)
-    # the step writes each finished flow's leftover beside it, in finishing order
-    per_flow = np.zeros(n_flows)
-    per_flow[finished[:done]] = leftover[:done]
     still = np.zeros(x["n_links"], dtype=np.int64)
     fluid.count_links(np.asarray(plain[0], dtype=np.int64), len(plain[0]), path_ptr, path_links, still, 1)
-    same = (np.array_equal(remaining, plain_remaining) and np.array_equal(per_flow, plain_leftover)
-            and np.array_equal(users, still))
-    return soonest, n_rated, (moved[first:end].tolist(), finished[:done].tolist()), plain, same
+    # as next_finish lists the flows (in active order), and as a decision may (in its own order)
+    shuffled = rated.copy()
+    shuffled[:n_rated] = np.random.default_rng(n_flows).permutation(rated[:n_rated])
+    steps, same = [], True
+    for listing in (rated, shuffled):
+        leftover, finished = np.zeros(n_flows), np.zeros(n_flows, dtype=np.int32)
+        moved, moving, counted = active.copy(), remaining.copy(), users.copy()
+        first, end, done, _ = fluid.advance(moved, listing, n_rated, moving, rate, leftover, now, next_s, tol,
+                                            bytes_atol, finished, True, path_ptr, path_links, counted)
+        # the step writes each finished flow's leftover beside it, in active order
+        per_flow = np.zeros(n_flows)
+        per_flow[finished[:done]] = leftover[:done]
+        same = (same and np.array_equal(moving, plain_remaining) and np.array_equal(per_flow, plain_leftover)
+                and np.array_equal(counted, still))
+        steps.append((moved[first:end].tolist(), finished[:done].tolist()))
+    assert steps[0] == steps[1]
+    return soonest, n_rated, steps[0], plain, same
 
 
 @pytest.mark.parametrize("seed", range(200))
