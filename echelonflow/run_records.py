@@ -71,14 +71,18 @@ def float_column(values: Sequence[float]) -> array:
 
 class RunTasks:
     """A run's tasks by number: job by job in run order, within a job in declaration order (the
-    numbering the simulator's times use), and the ``job/task`` id of each."""
+    numbering the simulator's times use), and the ``job/task`` id of each.  The simulator numbers its
+    tasks with one too (``engine._Run.numbered``)."""
 
     __slots__ = ("jobs", "bases", "sequences", "_index", "_positions")
 
-    def __init__(self, jobs: Sequence[Job]) -> None:
+    def __init__(self, jobs: Sequence[Job], sequences: Sequence[Sequence[Task]] | None = None) -> None:
+        """``sequences``: each job's :func:`~echelonflow.model.task_sequence`, where the caller has them."""
         self.jobs = list(jobs)
-        self.sequences = [task_sequence(job.tasks) for job in self.jobs]
-        self.bases = array("q", [0])  # job i's tasks are numbers bases[i] ... bases[i + 1] - 1
+        if sequences is None:
+            sequences = [task_sequence(job.tasks) for job in self.jobs]
+        self.sequences = list(sequences)
+        self.bases = [0]  # job i's tasks are numbers bases[i] ... bases[i + 1] - 1
         for sequence in self.sequences:
             self.bases.append(self.bases[-1] + len(sequence))
         self._index = {job.job_id: i for i, job in enumerate(self.jobs)}

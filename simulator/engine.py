@@ -59,7 +59,6 @@ byte delivered) are checked on every decision unless ``check_invariants=False``.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import copy
 import gc
@@ -90,6 +89,7 @@ from echelonflow.model import (
     task_sequence,
 )
 from echelonflow.results import RunResult, build_run_in_order, completion_after_arrival_s
+from echelonflow.run_records import RunTasks
 from echelonflow.schedulers.base import EPS_BYTES, ActiveFlow, FlowEvent, Scheduler, Snapshot
 from echelonflow.schedulers.columns import FlowTable, numbering
 from echelonflow.schedulers.crux import job_compute_s, job_profile
@@ -410,10 +410,6 @@ class _Run:
         self.scheduler = scheduler
         self.check = check
         self.now_s = 0.0
-        # each job's tasks (a trace's columns stay columns: :meth:`task`) and its first task number
-        self.job_tasks: list[Sequence[Task]] = []
-        self.job_base: list[int] = []
-        self.task_count = 0
         self.roots: list[array] = []  # per job: its tasks without dependencies (numbers within the job)
         self.waiting: dict[int, int] = {}  # task -> dependencies not yet done (tasks that have any)
         self.dependants: dict[int, list[int]] = {}  # task -> the tasks that wait for it (if any)
@@ -432,18 +428,21 @@ class _Run:
         self.valid_until_s = math.inf
         self.observing = type(scheduler).observe is not Scheduler.observe
         indexes: list[_JobIndex] = []
-        for job_index, job in enumerate(self.jobs):
+        for job in self.jobs:
             index = prepared.get(job.job_id) if prepared is not None else None
             if index is None:
                 index = _JobIndex(job, specs[job.job_id])
                 if prepared is not None:
                     prepared[job.job_id] = index
             indexes.append(index)
-            self._index_job(job, index)
+        # the tasks by number, job by job (a trace's columns stay columns: :meth:`task`)
+        self.numbered = RunTasks(self.jobs, [index.tasks for index in indexes])
+        for job_index, (job, index) in enumerate(zip(self.jobs, indexes)):
+            self._index_job(job, index, self.numbered.bases[job_index])
             heapq.heappush(self.arrivals, (float(job.arrival_s), job_index))
         self._build_table(indexes)
         del indexes  # the jobs' rows (kept only in ``prepared``, for the runs alone)
-        count = self.task_count
+        count = len(self.numbered)
         # by task number, NaN until set: doubles in place, not a Python float per task (33 MiB of them by
         # the end of FB2010's hour)
         self.start_s = array("d", [math.nan]) * count
@@ -455,11 +454,8 @@ class _Run:
         self._init_state()
 
     # ------------------------------------------------------------------ setup
-    def _index_job(self, job: Job, index: _JobIndex) -> None:
-        base = self.task_count
-        self.job_base.append(base)
-        self.job_tasks.append(index.tasks)
-        self.task_count += len(index.tasks)
+    def _index_job(self, job: Job, index: _JobIndex, base: int) -> None:
+        """A job's roots, waits, dependants and EchelonFlows, its tasks numbered from ``base``."""
         self.roots.append(index.roots)
         self.waiting.update((base + k, n) for k, n in index.waiting.items())
         self.dependants.update((base + k, [base + d for d in deps]) for k, deps in index.dependants.items())
@@ -522,8 +518,8 @@ class _Run:
         # Per-event bookkeeping reads Python numbers out of these arrays through memoryviews (as fast as
         # a list, 8 bytes a flow): each flow's task, wire size, delta_j and EchelonFlow slot.
         self.flow_task_array = column((index.flow_task.astype(np.int64) + base
-                                       for index, base in zip(indexes, self.job_base)),
-                                      numbers_dtype(self.task_count), perm)
+                                       for index, base in zip(indexes, self.numbered.bases)),
+                                      numbers_dtype(len(self.numbered)), perm)
         deltas = column((index.delta_s for index in indexes), np.float64, perm)
         # None when every flow starts with its group's head (every Coflow: all of FB2010), where
         # ``now - 0.0`` is ``now`` bit for bit: 8 bytes a flow less
@@ -535,7 +531,7 @@ class _Run:
         """The run's per-flow and per-group state, allocated once the jobs' rows are gone."""
         count = len(self.flow_task_array)
         self.flow_task = memoryview(self.flow_task_array)
-        flow_of_task = np.full(self.task_count, -1, dtype=numbers_dtype(count))  # -1: a compute task
+        flow_of_task = np.full(len(self.numbered), -1, dtype=numbers_dtype(count))  # -1: a compute task
         flow_of_task[self.flow_task_array] = np.arange(count)
         self.flow_of_task = memoryview(flow_of_task)
         self.wire_array = self.table.remaining.copy()
@@ -653,14 +649,11 @@ class _Run:
 
     def qid(self, t: int) -> str:
         """The ``job/task`` id of task ``t``."""
-        job_index = bisect.bisect_right(self.job_base, t) - 1
-        k = t - self.job_base[job_index]
-        return qualified(self.jobs[job_index].job_id, task_id_at(self.job_tasks[job_index], k))
+        return self.numbered.qid(*self.numbered.place(t))
 
     def task(self, t: int) -> Task:
         """Task ``t`` (a trace's flow is made as it is read, not kept)."""
-        job_index = bisect.bisect_right(self.job_base, t) - 1
-        return self.job_tasks[job_index][t - self.job_base[job_index]]
+        return self.numbered.task(*self.numbered.place(t))
 
     def flow_qid(self, f: int) -> str:
         """The ``job/task`` id of flow ``f``."""
@@ -672,7 +665,7 @@ class _Run:
 
     def finish_of(self, qid: str) -> float | None:
         """When task ``job/task`` finished (tests; a linear search)."""
-        return next(self.finish_s[t] for t in range(self.task_count) if self.qid(t) == qid)
+        return next(self.finish_s[t] for t in range(len(self.numbered)) if self.qid(t) == qid)
 
     def _members(self) -> None:
         """Every flow of each EchelonFlow in (offset, flow id) order (``FlowTable.members``): what the
@@ -817,7 +810,7 @@ class _Run:
         tol = due_tolerance_s(self.now_s, self.now_s)
         while self.arrivals and self.arrivals[0][0] <= self.now_s + tol:
             _, job_index = heapq.heappop(self.arrivals)
-            base = self.job_base[job_index]
+            base = self.numbered.bases[job_index]
             released.extend(base + k for k in self.roots[job_index])
         return self._release(released)
 
@@ -1036,7 +1029,7 @@ class _Run:
         loaded link, and its links (pinned paths, the links' rates when the run starts).  A job without
         compute has intensity 0 whatever its traffic, so its flows are not walked (FB2010's coflows)."""
         table = self.table
-        flow_job = np.searchsorted(np.array(self.job_base), self.flow_task_array, side="right") - 1
+        flow_job = np.searchsorted(np.array(self.numbered.bases), self.flow_task_array, side="right") - 1
         path_ptr, path_links, wire = table.path_ptr.tolist(), table.path_links, self.wire_array
         by_job: dict[str, JobProfile] = {}
         for j, job in enumerate(self.jobs):
