@@ -272,7 +272,7 @@ def _timed(scenario: Scenario, jobs: list, scheduler: Scheduler, specs: dict, in
         current.clear()
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     times = np.array([engine.completion_after_arrival_s(job, run.finish_s[base:base + len(job.tasks)])
-                      for job, base in zip(jobs, run.job_base)])
+                      for job, base in zip(jobs, run.numbered.bases)])
     return run, wall, cpu, times
 
 
