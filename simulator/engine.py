@@ -608,11 +608,16 @@ class _Run:
         paths = index.paths.get(enforces)
         if paths is None:  # nothing is down while a run is set up: the pinned paths
             lengths, links = array("i"), array("i")
+            # Links carry frames: the flow's payload plus its framing (Topology.wire_bytes); read in the
+            # same walk, at the job's first paths (a trace's flow is made each time it is read)
+            wire = array("d") if index.wire_bytes is None else None
             # a host pair with one shortest path pins every flow to it, and unscheduled traffic takes one
             # route per pair: its links looked up once per run (FB2010's 701,486 flows cross 21,462
             # pairs; a flow's id is hashed only where paths differ)
             for k in index.flow_task.tolist():
                 task = index.tasks[k]
+                if wire is not None:
+                    wire.append(self.topology.wire_bytes(task.size_bytes))
                 path = only_path.get((task.src, task.dst))
                 if path is None:
                     pinned = self._path(index.qid(k), task)
@@ -623,10 +628,8 @@ class _Run:
                 links.extend(path)
             paths = index.paths[enforces] = (np.frombuffer(lengths, dtype=np.int32),
                                              np.frombuffer(links, dtype=np.int32))
-        if index.wire_bytes is None:
-            # Links carry frames: the flow's payload plus its framing (Topology.wire_bytes).
-            index.wire_bytes = np.array([self.topology.wire_bytes(index.tasks[k].size_bytes)
-                                         for k in index.flow_task.tolist()], dtype=np.float64)
+            if wire is not None:
+                index.wire_bytes = np.frombuffer(wire, dtype=np.float64)
         return paths
 
     def _per_flow(self, index: _JobIndex, name: str) -> np.ndarray:
