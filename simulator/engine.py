@@ -526,6 +526,7 @@ class _Run:
         self.delta_s = memoryview(deltas) if deltas.any() else None
         self._members()
         self.table.layout = object()  # replaced when a fault moves a path (``_faults``)
+        self.table.rows = object()  # the run's flows are numbered once
 
     def _init_state(self) -> None:
         """The run's per-flow and per-group state, allocated once the jobs' rows are gone."""

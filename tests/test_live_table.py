@@ -27,7 +27,8 @@ import pytest
 from controller.registry import Registry, _RegistrySource
 from controller.service import SchedulingService
 from controller.store import open_registry
-from echelonflow.schedulers import SCHEDULERS, get_scheduler, kernels
+from echelonflow.schedulers import SCHEDULERS, get_scheduler, kernels, live
+from echelonflow.schedulers.base import FlowEvent
 from echelonflow.schedulers.echelon import ORDERINGS, EchelonVarysScheduler
 from echelonflow.schedulers.live import COMPACT_SLACK, GROUP_SLACK, LiveFlowTable, OrderLabels
 from echelonflow.schedulers.view import decision_on_snapshot
@@ -269,6 +270,55 @@ def test_a_registry_reloaded_from_its_store_has_the_same_table(tmp_path: Path) -
     table = again.scheduler_view(10.0, "id")
     assert set(table.flow_ids(table.active)) == set(reg.active_keys())
     assert compare(again, 10.0, "reloaded") == []
+
+
+class KeptOnline:
+    """A check for :func:`random_run`: one ``echelon-online`` decides on the registry after every event,
+    keeping its template per flow number from one decision to the next (``FlowTable.rows``), and
+    learns sizes as it goes (a finish reported for some active flows: an id is its own template); a
+    fresh one told the same decides on the same view with nothing kept.  Both must give every rate and
+    rank equal."""
+
+    def __init__(self, seed: int) -> None:
+        self.kept = get_scheduler("echelon-online")
+        self.rng = random.Random(seed)
+        self.decisions = 0
+
+    def __call__(self, reg: Registry, now: float, where: str) -> list[str]:
+        for key in reg.active_keys():
+            if self.rng.random() < 0.2:
+                flow = reg.flows[key]
+                self.kept.observe(FlowEvent("finish", key, f"{flow.job_id}/{flow.echelon_id}", flow.src,
+                                            flow.dst, now, self.rng.uniform(1e4, 6e6)))
+        view = reg.scheduler_view(now, self.kept.active_order)
+        got = view.decision_of(self.kept.decide(view))
+        fresh = get_scheduler("echelon-online")
+        fresh.learned, fresh._changed = dict(self.kept.learned), set(self.kept.learned)
+        fresh.group_start_s, fresh.flow_start_s = dict(self.kept.group_start_s), dict(self.kept.flow_start_s)
+        view = reg.scheduler_view(now, fresh.active_order)
+        want = view.decision_of(fresh.decide(view))
+        self.decisions += bool(len(view.active))
+        return [f"{where} echelon-online {part}: fresh {getattr(want, part)} kept {getattr(got, part)}"
+                for part in ("rate_bps", "rank") if getattr(want, part) != getattr(got, part)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_echelon_online_keeps_its_templates_through_new_rows_reroutes_and_compaction(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows added, re-routed (a new row) and compacted (renumbered: a new ``rows`` token) between
+    decisions: what ``echelon-online`` keeps per flow number decides as a fresh instance does."""
+    monkeypatch.setattr(live, "COMPACT_SLACK", 2)  # compact after a few finishes, many times a run
+    check = KeptOnline(seed)
+    reg = Registry(fattree(20e6, 4))
+    tokens = [reg._table.rows]
+
+    def counted(reg: Registry, now: float, where: str) -> list[str]:
+        if reg._table.rows is not tokens[-1]:
+            tokens.append(reg._table.rows)
+        return check(reg, now, where)
+
+    assert random_run(seed, 400, counted, reg) == []
+    assert check.decisions > 200 and len(tokens) >= 3  # it decided, across compactions
 
 
 def test_dead_rows_are_compacted_and_decisions_stay_equal() -> None:

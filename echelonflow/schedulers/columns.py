@@ -73,6 +73,12 @@ class FlowTable:
     #: membership changes, so that a policy may keep state of its own from one decision to the next
     #: (``echelon``'s exact totals).  None: nothing may be kept (a table per snapshot; the controller's).
     layout: Any = None
+    #: Who numbers the flows: the same object for as long as every flow number keeps its flow (numbers
+    #: may be added after the last), replaced when flows are renumbered, so that a policy may keep state
+    #: per flow number (``echelon-online``'s template of each flow).  The simulator numbers a run's flows
+    #: once; the controller's ``LiveFlowTable`` adds rows and renumbers them when it compacts.  None:
+    #: nothing may be kept (a table per snapshot).
+    rows: Any = None
     #: ``view.check_decision``'s scratch (per link, per flow), zeros between checks: kept with the table
     #: so that a check does not allocate and clear a per-flow array (``kernels.decision_fault``).
     check_scratch: Any = None

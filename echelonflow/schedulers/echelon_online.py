@@ -79,7 +79,7 @@ class EchelonOnlineScheduler(EchelonScheduler):
         self.parts: dict[str, int] = {}  # flow id -> its template's number (a regex per flow; PARTS_SLACK)
         self._parts = _TemplateNumbers()
         self._changed: set[str] = set()  # templates learned or forgotten since the last decision
-        self._kept: _LayoutState | None = None
+        self._kept: _RowState | None = None
 
     def observe(self, event: FlowEvent) -> None:
         if event.kind == "start":
@@ -115,7 +115,7 @@ class EchelonOnlineScheduler(EchelonScheduler):
         return super().decide(FlowView(view.now_s, estimates, view.active, view.source, view.rate,
                                        view.every_flow, view.ranked))
 
-    def estimate(self, view: FlowView, groups: GroupView, estimates: FlowTable, kept: _LayoutState) -> None:
+    def estimate(self, view: FlowView, groups: GroupView, estimates: FlowTable, kept: _RowState) -> None:
         """Write the active flows' estimated bytes left and offsets (module docstring) into
         ``estimates``' ``remaining`` and ``offset``; the view's own ``remaining`` is read only to tell
         finished dust, which the network knows.  Only the ids of flows whose template is not numbered in
@@ -139,7 +139,7 @@ class EchelonOnlineScheduler(EchelonScheduler):
                                 known.size, known.offset, estimates.group, group_left, MIN_LEFT_FRACTION,
                                 estimates.remaining, estimates.offset)
 
-    def _look_up(self, view: FlowView, kept: _LayoutState) -> None:
+    def _look_up(self, view: FlowView, kept: _RowState) -> None:
         """Number the templates of the active flows that have none in ``kept`` yet."""
         new = kernels.online_unnumbered(view.active, kept.part)
         if not len(new):
@@ -162,24 +162,40 @@ class EchelonOnlineScheduler(EchelonScheduler):
         if len(parts) > 2 * len(ids) + PARTS_SLACK:  # forget the flows that left, now and then
             self.parts = {fid: parts[fid] for fid in ids}
 
-    def _state_for(self, table: FlowTable) -> _LayoutState:
-        """What is kept per flow number while the table's layout stays (the simulator's run); made
-        afresh at every decision without a layout (the controller's tables)."""
-        if table.layout is not None and self._kept is not None and self._kept.layout is table.layout:
-            return self._kept
+    def _state_for(self, table: FlowTable) -> _RowState:
+        """What is kept per flow number while the table numbers its flows the same way
+        (``FlowTable.rows``: the simulator's run; the controller's table until it compacts, growing as
+        flows are added), so that only new flows' ids are read; made afresh at every decision without
+        (a table per snapshot).  Looking up every active flow's template at each round was a fifth of
+        this policy's controller decision at 10,000 flows (docs/performance.md)."""
         count = len(table.group)
-        state = _LayoutState(table.layout, 1 + max(kernels.to_list(table.group, count), default=-1),
-                             kernels._unnumbered(count), kernels.floats(count), kernels.floats(count))
-        self._kept = state if table.layout is not None else None
-        return state
+        kept = self._kept
+        if table.rows is None or kept is None or kept.rows is not table.rows:
+            kept = _RowState(table.rows, _slots(table.group, 0, count, 0), kernels._unnumbered(count),
+                                kernels.floats(count), kernels.floats(count))
+            self._kept = kept if table.rows is not None else None
+        elif count > len(kept.part):  # flows added since: theirs unnumbered
+            known = len(kept.part)
+            kept.slots = _slots(table.group, known, count, kept.slots)
+            part = kernels._unnumbered(count)
+            part[:known] = kept.part
+            kept.part = part
+            kept.remaining = kernels.grown(kept.remaining, count)
+            kept.offset = kernels.grown(kept.offset, count)
+        return kept
+
+
+def _slots(group: Any, start: int, stop: int, slots: int) -> int:
+    """At least ``slots`` and one more than the group number of each flow from ``start`` to ``stop``."""
+    return max(slots, 1 + max(kernels.to_list(group[start:stop], stop - start), default=-1))
 
 
 @dataclass
-class _LayoutState:
-    """echelon-online's per-flow state for one table layout."""
+class _RowState:
+    """echelon-online's per-flow state while its table numbers its flows the same way."""
 
-    layout: object | None
-    slots: int  # group numbers in the table
+    rows: object | None  # ``FlowTable.rows``
+    slots: int  # more than any group number in the table
     part: Any  # per flow number: its template's number (``_TemplateNumbers``), -1 not looked up yet
     remaining: Any  # per flow number: the estimate of bytes left (written for the active flows)
     offset: Any  # per flow number: the estimated offset

@@ -151,6 +151,7 @@ class LiveFlowTable:
         self.active_rows: set[int] = set()
         self.slot_members: list[list[tuple[float, str, int]]] = []  # per group slot: (offset, id, row)
         self.members_cache: tuple[Any, Any] | None = None  # (members_ptr, members) while unchanged
+        self.rows: object = object()  # ``FlowTable.rows``: renewed when :meth:`_compact` renumbers them
 
     def __len__(self) -> int:
         return len(self.active_rows)
@@ -300,7 +301,7 @@ class LiveFlowTable:
             group=self.group.view(), offset=self.offset.view(), idrank=self.idrank.view(),
             ref_slot=self.group.view(), reference=self.reference.view(), remaining=self.remaining.view(),
             weight=self.weight.view(), members_ptr=members_ptr, members=members,
-            admission_key=self.admission_key.view(),
+            admission_key=self.admission_key.view(), rows=self.rows,
         )
 
     def _members(self) -> tuple[Any, Any]:
@@ -406,6 +407,7 @@ class LiveFlowTable:
             column.replace([old[row] for row in keep])
         self.row_ids = [self.row_ids[row] for row in keep]
         self.ids_cache = None
+        self.rows = object()
         self.row_of = {fid: row for row, fid in enumerate(self.row_ids)}
         renumber = {old: new for new, old in enumerate(keep)}
         self.slot_members = [[(off, fid, renumber[row]) for off, fid, row in members if row in renumber]
