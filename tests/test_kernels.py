@@ -54,6 +54,7 @@ out = {{}}
 for variant, (scan_factor, bssi_factor, skip_blocked) in variants.items():
     kernels.SCAN_FACTOR, kernels.BSSI_SCAN_FACTOR = scan_factor, bssi_factor
     kernels.SKIP_BLOCKED = skip_blocked
+    kernels.BSSI_ONE_USER_FIRST = variant == "as-is"  # the plain search over every link otherwise
     for seed in SEEDS:
         snap = random_snapshot(seed, 1 + seed % 25)
         for key, sched in schedulers():
@@ -167,6 +168,44 @@ def test_filling_skips_flows_on_full_links_without_moving_a_tie(monkeypatch) -> 
         assert skipped.tolist() == listed.tolist(), seed
         tie_cases += _first_used_by_a_blocked_flow(path_ptr, path_links, capacity)
     assert tie_cases >= 100
+
+
+def _bssi_instance(seed: int) -> tuple:
+    """Demands for BSSI on a few links, most with one user, seconds from a few values (exact ties
+    between a group's one-user links, and between links of different groups): (dem_ptr, dem_link,
+    dem_time, n_local, weights)."""
+    rng = np.random.default_rng(seed)
+    n_groups, n_local = int(rng.integers(1, 10)), int(rng.integers(1, 40))
+    ptr, links, times = [0], [], []
+    for _ in range(n_groups):
+        chosen = rng.choice(n_local, int(rng.integers(0, min(n_local, 8) + 1)), replace=False)
+        links += sorted(int(li) for li in chosen)
+        times += [float(rng.choice([0.25, 1.0, 1.0, 2.0, 3.5])) for _ in chosen]
+        ptr.append(len(links))
+    weights = rng.choice([0.5, 1.0, 2.0], n_groups).astype(float)
+    return (np.array(ptr, np.int64), np.array(links, np.int64), np.array(times), n_local, weights)
+
+
+@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not installed in this venv")
+def test_bssi_leaves_out_one_user_links_without_changing_the_order(monkeypatch) -> None:
+    """BSSI's order with the one-user links that cannot be the bottleneck left out of its search
+    (compiled, as it runs) against the plain search over every link, with the heap and with the scan,
+    on random demands full of exact ties."""
+    pruned = 0
+    for seed in range(400):
+        instance = _bssi_instance(seed)
+        got = kernels.bssi_from_demands(*instance).tolist()
+        ptr, links, _, n_local, _ = instance
+        users = np.bincount(links, minlength=n_local)
+        pruned += int(np.sum(users == 1)) - sum(1 for g in range(len(ptr) - 1)
+                                                 if np.any(users[links[ptr[g]:ptr[g + 1]]] == 1))
+        for factor in (0, 10**9):  # the heap, the scan
+            with monkeypatch.context() as patch:
+                patch.setattr(kernels, "BSSI_ONE_USER_FIRST", False)
+                patch.setattr(kernels, "BSSI_SCAN_FACTOR", factor)
+                patch.setattr(kernels, "_bssi_candidates", kernels._bssi_candidates.py_func)
+                assert kernels.bssi_from_demands.py_func(*instance).tolist() == got, (seed, factor)
+    assert pruned > 500  # links were left out
 
 
 # --------------------------------------------------------------------------- Varys's shortcuts

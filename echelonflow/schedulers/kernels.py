@@ -58,6 +58,9 @@ SKIP_BLOCKED = True
 #: a big switch's ports (FB2010 offline) it is the scan again; with many groups each on a few of a
 #: large fabric's links, the heap (docs/performance.md, "Chains through memory").
 BSSI_SCAN_FACTOR = 16
+#: BSSI leaves out of its search, from the start, the links with one user that cannot be the bottleneck
+#: (:func:`_bssi_candidates`); False searches every link (tests/test_kernels.py compares).
+BSSI_ONE_USER_FIRST = True
 
 
 def jit(func):
@@ -637,6 +640,35 @@ def group_demands(flows, group_ptr, remaining, offset, with_offsets, path_ptr, p
 
 
 @jit
+def _bssi_candidates(dem_ptr, dem_link, n_users, load, alive):
+    """Mark in ``alive`` (zeros on entry) the links BSSI's search for the most loaded one must hold;
+    returns how many.  A link with one user carries that group's seconds until the group is ordered and
+    nothing after, so of a group's one-user links only the first in (load, number) order can ever be the
+    bottleneck: it comes before the others while the group is unordered, and they are dead once it is.
+    The others are left out from the start (``BSSI_ONE_USER_FIRST``): on a k=16 fat-tree most links
+    have one user (the multi-tenant cell: 896 demands on 752 links, 37 groups, per decision), and each
+    left in would be re-keyed and sunk through the heap once its group is ordered."""
+    n_alive = 0
+    for li in range(len(alive)):
+        if n_users[li] != 1 or not BSSI_ONE_USER_FIRST:
+            alive[li] = 1
+            n_alive += 1
+    if not BSSI_ONE_USER_FIRST:
+        return n_alive
+    for g in range(len(dem_ptr) - 1):
+        first = -1
+        for d in range(dem_ptr[g], dem_ptr[g + 1]):
+            li = dem_link[d]
+            if n_users[li] == 1 and (first < 0 or load[li] > load[first]
+                                     or (load[li] == load[first] and li < first)):
+                first = li
+        if first >= 0:
+            alive[first] = 1
+            n_alive += 1
+    return n_alive
+
+
+@jit
 def bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights):
     """BSSI (:func:`bssi_order`) on demands given per group: ``dem_link[dem_ptr[g]:dem_ptr[g + 1]]``
     (links numbered 0..``n_local``-1, each at most once per group) with the group's seconds on each in
@@ -681,20 +713,19 @@ def bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights):
     # scan of the links is cheaper and picks the same link at every step (the first valid entry at the
     # top is exactly that link: one entry per link, and (load, number) orders them totally), so the
     # order is the same.
-    scan = n_groups * n_local <= BSSI_SCAN_FACTOR * n_dem
-    heap_cap = 1 if scan else n_local + 1  # one entry per link at most
+    alive = ints(n_local)
+    n_alive = _bssi_candidates(dem_ptr, dem_link, n_users, load, alive)
+    scan = n_groups * n_alive <= BSSI_SCAN_FACTOR * n_dem
+    heap_cap = 1 if scan else n_alive + 1  # one entry per link at most
     hs = floats(heap_cap)
     hl = ints(heap_cap)
     size = 0
-    alive = ints(n_local)
-    n_alive = n_local
-    for li in range(n_local):
-        alive[li] = 1
-        if not scan:
-            hs[li], hl[li] = -load[li], li
     if not scan:  # heapified bottom-up: fewer moves than a push per link
-        size = n_local
-        for k in range((n_local - 2) // 4, -1, -1):
+        for li in range(n_local):
+            if alive[li] == 1:
+                hs[size], hl[size] = -load[li], li
+                size += 1
+        for k in range((size - 2) // 4, -1, -1):
             _heap_sift_down(hs, hl, k, size)
     back = n_groups
     while left > 0 and (n_alive > 0 if scan else size > 0):
