@@ -742,16 +742,24 @@ def bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights):
                 hs[0] = -load[b]
                 _heap_sift_down(hs, hl, 0, size)
                 continue
+        # b's users that are still unordered, kept at the front of its list in group order (``fill``
+        # counts them): a link that stays the bottleneck while its users are ordered one by one is
+        # then read for the users it has left, not for every user it had
         last = -1
         best = 0.0
         last_time = 0.0
-        for q in range(user_ptr[b], user_ptr[b + 1]):
+        kept = user_ptr[b]
+        for q in range(user_ptr[b], user_ptr[b] + fill[b]):
             g = user_group[q]
             if unordered[g] == 0:
                 continue
-            value = weight[g] / user_time[q]
+            t = user_time[q]
+            user_group[kept], user_time[kept] = g, t
+            kept += 1
+            value = weight[g] / t
             if last < 0 or value <= best:  # ties: the larger group index goes last
-                last, best, last_time = g, value, user_time[q]
+                last, best, last_time = g, value, t
+        fill[b] = kept - user_ptr[b]
         if last < 0:
             alive[b] = 0  # every user of b is ordered already; the link is done
             n_alive -= 1
@@ -759,9 +767,9 @@ def bssi_from_demands(dem_ptr, dem_link, dem_time, n_local, weights):
                 size = _heap_pop(hs, hl, size)
             continue
         ratio = weight[last] / last_time
-        for q in range(user_ptr[b], user_ptr[b + 1]):
+        for q in range(user_ptr[b], kept):
             g = user_group[q]
-            if unordered[g] == 1 and g != last:
+            if g != last:
                 weight[g] -= ratio * user_time[q]
         unordered[last] = 0
         left -= 1
