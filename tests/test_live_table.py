@@ -307,7 +307,7 @@ def test_echelon_online_keeps_its_templates_through_new_rows_reroutes_and_compac
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows added, re-routed (a new row) and compacted (renumbered: a new ``rows`` token) between
     decisions: what ``echelon-online`` keeps per flow number decides as a fresh instance does."""
-    monkeypatch.setattr(live, "COMPACT_SLACK", 2)  # compact after a few finishes, many times a run
+    monkeypatch.setattr(live, "COMPACT_SLACK", 2)  # compact after a few finishes
     check = KeptOnline(seed)
     reg = Registry(fattree(20e6, 4))
     tokens = [reg._table.rows]

@@ -172,7 +172,7 @@ class EchelonOnlineScheduler(EchelonScheduler):
         kept = self._kept
         if table.rows is None or kept is None or kept.rows is not table.rows:
             kept = _RowState(table.rows, _slots(table.group, 0, count, 0), kernels._unnumbered(count),
-                                kernels.floats(count), kernels.floats(count))
+                             kernels.floats(count), kernels.floats(count))
             self._kept = kept if table.rows is not None else None
         elif count > len(kept.part):  # flows added since: theirs unnumbered
             known = len(kept.part)
