@@ -251,7 +251,8 @@ def _backfill(order, m, path_ptr, path_links, residual, capacity, rate):
 # --------------------------------------------------------------------------- heaps
 @jit
 def _heap_less(s1, l1, s2, l2):
-    return s1 < s2 or (s1 == s2 and l1 < l2)
+    """Does (key ``s1``, link ``l1``) come before (``s2``, ``l2``)?  Taken without a branch."""
+    return (s1 < s2) | ((s1 == s2) & (l1 < l2))
 
 
 @jit
@@ -267,7 +268,7 @@ def _heap_pop(hs, hl, size):
 @jit
 def _heap_first(hs, hl, a, b):
     """Of heap entries ``a`` and ``b``, the one that comes first in (key, link) order."""
-    return b if (hs[b] < hs[a]) | ((hs[b] == hs[a]) & (hl[b] < hl[a])) else a
+    return b if _heap_less(hs[b], hl[b], hs[a], hl[a]) else a
 
 
 @jit
