@@ -17,12 +17,12 @@ import math
 
 import numpy as np
 
-from echelonflow.schedulers.kernels import jit
+from echelonflow.schedulers.kernels import jit, jit_borrowing
 
 INF = math.inf
 
 
-@jit
+@jit_borrowing
 def next_finish(active, remaining, rate, now, rated):
     """Earliest ``now + 8 * remaining / rate`` over the active flows with a positive rate (inf if none),
     and how many those are: their flow numbers go to ``rated`` (in order) for the :func:`advance` that
@@ -41,7 +41,7 @@ def next_finish(active, remaining, rate, now, rated):
     return best, n_rated
 
 
-@jit
+@jit_borrowing
 def soonest(rated, n_rated, remaining, rate, now):
     """:func:`next_finish`'s time when the flows with a rate are listed already (``rated[:n_rated]``,
     in any order: a scheduler that lists them, ``Allocation.rated``): the same minimum over the same
@@ -120,7 +120,7 @@ def _in_flow_order(finished, leftover, count):
     leftover[:count] = left
 
 
-@jit
+@jit_borrowing
 def _closed_gaps(active, gaps, count):
     """Close the gaps at the increasing positions ``gaps[:count]`` of ``active``, keeping the order:
     the gaps of the first ``split`` are closed by moving what precedes them towards the end, the
@@ -175,7 +175,7 @@ def merged(active, arrived, counting, path_ptr, path_links, users):
     return out
 
 
-@jit
+@jit_borrowing
 def count_links(flows, count, path_ptr, path_links, users, delta):
     """Add ``delta`` to ``users[l]`` for every link l of the first ``count`` flows of ``flows``."""
     for k in range(count):
@@ -184,7 +184,7 @@ def count_links(flows, count, path_ptr, path_links, users, delta):
             users[path_links[p]] += delta
 
 
-@jit
+@jit_borrowing
 def left_alone(flows, count, path_ptr, path_links, users):
     """The first ``count`` flows of ``flows`` leave: take them off ``users`` (active flows per link) and
     say whether they leave every one of their links without a user (one call per step)."""
@@ -197,7 +197,7 @@ def left_alone(flows, count, path_ptr, path_links, users):
     return True
 
 
-@jit
+@jit_borrowing
 def group_sent(active, heads, listing, wire, remaining, position, sent, group_totals):
     """What non-clairvoyant policies see of the groups (``engine._Run.groups``): each active flow's wire
     bytes delivered (``sent``, aligned with ``active``) and, per group ``heads[g]``, its active flows'

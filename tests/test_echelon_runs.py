@@ -119,7 +119,9 @@ def _serve_both(seed: int, **drawn) -> int:
         steps += int(np.sum((link[1:] == link[:-1]) & (residual[link[1:]] == 0.0)))
         rates, left, served = np.zeros(len(table.remaining)), residual.copy(), np.zeros(len(sel), np.int64)
         place = np.full(len(table.capacity), -1, dtype=np.int64)
-        n_served = ek._serve_runs(sel, 0, len(sel), totals, slot, table, left, rates, served, 0, place)
+        stale_words = np.full((len(place) + 63) >> 6, -1, dtype=np.int64)  # left by an earlier slot
+        n_served = ek._serve_runs(sel, 0, len(sel), totals, slot, table, left, rates, served, 0, place,
+                                  stale_words)
         assert sorted(served[:n_served]) == [f for f in sel if rates[f] > 0]
         assert (place == -1).all()
         plain, plain_left = np.zeros(len(table.remaining)), residual.copy()

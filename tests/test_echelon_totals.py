@@ -128,6 +128,7 @@ def _live_links(totals: et.CoflowTotals, slot: int, table: TableArrays, afresh: 
         totals.link_count[slot] = -1
     n = int(totals.ent_ptr[slot + 1] - totals.ent_ptr[slot])
     links, hi, lo = ints(n), ints(n), ints(n)
+    et.sort_live_links(totals, slot, table)
     end, first = et.live_links(totals, slot, table, links, hi, lo, 0)
     return list(links[:end]), list(hi[:end]), list(lo[:end]), first
 

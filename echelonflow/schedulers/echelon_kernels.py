@@ -31,6 +31,7 @@ from echelonflow.schedulers.echelon_totals import (
     live_members,
     mark_moved,
     refresh,
+    sort_live_links,
 )
 from echelonflow.schedulers.kernels import (
     INF,
@@ -47,7 +48,9 @@ from echelonflow.schedulers.kernels import (
     group_demands,
     ints,
     jit,
+    jit_borrowing,
     stable_argsort,
+    unset_ints,
 )
 
 EPS_BYTES = 1e-9
@@ -81,7 +84,7 @@ def _edf_groups(active, table, use_offsets, rate, sel, due, starts):
     return m, n_groups
 
 
-@jit
+@jit_borrowing
 def _run_end(active, group, k, g):
     """The end of group ``g``'s run in ``active`` that starts at ``k`` (groups in group-id order)."""
     lo, hi = k + 1, len(active)
@@ -94,7 +97,7 @@ def _run_end(active, group, k, g):
     return lo
 
 
-@jit
+@jit_borrowing
 def _increasing(values, a, b):
     """Whether ``values[a:b]`` strictly increase."""
     for k in range(a + 1, b):  # noqa: SIM110 (numba compiles the loop, not a generator)
@@ -219,7 +222,7 @@ def _edf_core(active, table, use_offsets, rate, sel, due, starts, in_order, clea
     return m, n_groups, False
 
 
-@jit
+@jit_borrowing
 def _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr):
     """(live members, 1 if they all share one offset else 0) of a group listed at ``[lo:hi]``
     (``members`` when ``whole``, else ``sel``): a live member has bytes left and a path."""
@@ -238,7 +241,7 @@ def _uniform_span(lo, hi, members, sel, whole, remaining, offset, path_ptr):
     return live, same
 
 
-@jit
+@jit_borrowing
 def _group_weight(sel, a, b, idrank, weight):
     """The weight of the group ``sel[a:b]``, read off its flow with the largest id (any flow would do:
     every flow of a group carries its job's weight; this one is the original code's choice)."""
@@ -259,7 +262,7 @@ def _listed(from_live, whole, members, sel, totals):
     return members if whole else sel
 
 
-@jit
+@jit_borrowing
 def _vouched(totals, slot):
     """Is ``slot`` a kept group whose members all have a path, one due time and one weight and are
     numbered in member order (``echelon_totals._in_member_order``, checked once per table layout)?
@@ -280,7 +283,7 @@ def _per_weight(key, w):
 # _bssi_groups and _estimated_tardiness, plain Python that no decision runs: echelon_decide gets the
 # same numbers from one walk (_walk_groups, _estimates_walked), which tests/test_echelon_walk.py compares
 # with these definitions bit for bit.  A change of the rule changes both.
-@jit
+@jit_borrowing
 def _left_span(slot, a, b, members_ptr, whole):
     """Where group ``slot``'s flows are listed for what it has left: ``members[lo:hi]`` when the caller
     gave members (``whole``), else its active flows ``sel[a:b]``."""
@@ -488,7 +491,7 @@ def _estimated_tardiness(group_order, n_groups, sel, starts, due, table, now, ah
     return total_served, total_held
 
 
-@jit
+@jit_borrowing
 def _summed_exactly(lo, hi, members, sel, whole, table, gl_link, gl_hi, gl_lo, n_gl, hi_on, lo_on, seen):
     """A uniform group's links in order of first use by its live members, from ``gl_link[n_gl]`` on,
     with its exact total on each (``gl_hi``/``gl_lo``; ``echelon_totals``).  ``hi_on``, ``lo_on`` and
@@ -520,7 +523,7 @@ def _summed_exactly(lo, hi, members, sel, whole, table, gl_link, gl_hi, gl_lo, n
     return n_gl, rep
 
 
-@jit
+@jit_borrowing
 def _one_offset(m_flow, lo, hi, offset):
     """1 if the walked members ``m_flow[lo:hi]`` (at least one) share one offset, else 0."""
     for k in range(lo + 1, hi):
@@ -630,6 +633,7 @@ def _walk_groups(sel, starts, n_groups, table, totals, exact_above):
         rep = -1
         if kept_links[g] >= 0:
             if totals is not None:  # always, here: kept_links are -1 without totals
+                sort_live_links(totals, slot, table)
                 n_gl, rep = live_links(totals, slot, table, gl_link, gl_hi, gl_lo, n_gl)
             exact = True
         elif hi - lo > exact_above:  # only a group listing that many can have that many live
@@ -707,7 +711,7 @@ def _walk_groups(sel, starts, n_groups, table, totals, exact_above):
     return keys, w, order_bssi, uniform, m_flow, m_ptr, e_link, e_cum, g_mptr, g_lptr, gl_link, gl_cum
 
 
-@jit
+@jit_borrowing
 def _estimates_walked(group_order, n_groups, sel, starts, due, offset, w, now, m_flow, m_ptr, e_link,
                       e_cum, g_mptr, g_lptr, gl_link, gl_cum, uniform, ahead, held, need):
     """:func:`_estimated_tardiness` on what :func:`_walk_groups` kept: the same numbers, without
@@ -771,7 +775,7 @@ def _estimates_walked(group_order, n_groups, sel, starts, due, offset, w, now, m
     return total_served, total_held
 
 
-@jit
+@jit_borrowing
 def _past_run(sel, k, b, end):
     """The first position from k on whose flow number is at least ``end`` (b if none; ``sel[k:b]``
     increasing): galloping, then halving, so stepping over a run of L flows reads about 2 log L."""
@@ -793,7 +797,7 @@ def _past_run(sel, k, b, end):
     return lo
 
 
-@jit
+@jit_borrowing
 def _note_served(served, n_served, f):
     """List flow f among those given a rate (``served``); -1 stays -1 (not listed), and a full buffer
     makes it -1 (the caller then finds them itself)."""
@@ -803,8 +807,8 @@ def _note_served(served, n_served, f):
     return n_served + 1
 
 
-@jit
-def _serve_runs(sel, a, b, totals, slot, table, residual, rate, served, n_served, place):
+@jit_borrowing
+def _serve_runs(sel, a, b, totals, slot, table, residual, rate, served, n_served, place, open_words):
     """Serve a vouched kept Coflow's flows ``sel[a:b]`` one after another on ``residual``, as the
     every-flow rule does, skipping what would get nothing (``echelon_runs``): each run of flows whose run
     link is full (residual only falls, so every flow of the run would get nothing, and its rate is 0
@@ -814,9 +818,10 @@ def _serve_runs(sel, a, b, totals, slot, table, residual, rate, served, n_served
     ``open_bits``, which so always holds every link with room (and maybe some full ones).  On FB2010
     the runs skipped are 86 % of the flows a decision covers and the full other ends 98 % of the rest
     (docs/performance.md, "Runs of flows on a full link stepped over" and "Flows whose other end is
-    full skipped").  ``place``: all -1, for the slot's links' places (returned so).  Returns
-    ``n_served`` with the flows given a rate listed (:func:`_note_served`).  One function: ``totals``
-    is a tuple of some 30 arrays, and handing it to a helper per run cost more than the visits saved."""
+    full skipped").  ``place``: all -1, for the slot's links' places (returned so); ``open_words``:
+    scratch of a bit per link (``open_bits``).  Returns ``n_served`` with the flows given a rate listed
+    (:func:`_note_served`).  It borrows the kept totals (``kernels.jit_borrowing``): counting references
+    on their 32 arrays at each call took more than the runs skipped here saved."""
     path_ptr, path_links, capacity = table.path_ptr, table.path_links, table.capacity
     refresh(totals, slot, table.members, table.remaining, path_ptr, path_links)
     run_of, run_links, run_stop = totals.run_of, totals.run_links, totals.run_stop
@@ -840,7 +845,9 @@ def _serve_runs(sel, a, b, totals, slot, table, residual, rate, served, n_served
         return n_served
     lo, hi = totals.ends_ptr[slot], totals.ends_ptr[slot + 1]
     ends = totals.ends
-    open_bits = ints((hi - lo + 63) >> 6)  # the slot's other-end links with room
+    open_bits = open_words[:(hi - lo + 63) >> 6]  # the slot's other-end links with room
+    for w in range(len(open_bits)):
+        open_bits[w] = 0
     n_open = 0
     for i in range(lo, hi):
         if residual[ends[i]] > 0.0:
@@ -879,7 +886,7 @@ def _serve_runs(sel, a, b, totals, slot, table, residual, rate, served, n_served
     return n_served
 
 
-@jit
+@jit_borrowing
 def _next_open(bits, base, open_bits, c):
     """The first place at or after ``c`` whose bit is set in both the run's ``bits[base:]`` and
     ``open_bits``; -1 if none."""
@@ -896,7 +903,7 @@ def _next_open(bits, base, open_bits, c):
     return (w << 6) + (63 if low < 0 else int(math.log2(float(low))))
 
 
-@jit
+@jit_borrowing
 def _first_at(sel, k, b, run_of, end_place, r, c):
     """The first position from k on (below ``b``) whose flow is in run ``r`` at place ``c`` or later, or in
     a later run (``b`` if none): a vouched slot's flows, in member order, go run by run and along each
@@ -964,6 +971,7 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
     touched = ints(scratch)
     residual = _copied(capacity)
     place = _unnumbered(n_links if every_flow and len(in_order) > 0 else 0)  # for ``_serve_runs``
+    open_words = unset_ints((len(place) + 63) >> 6)  # its other-end links with room, one bit each
 
     group_order = ints(n_groups)  # one group (or none): nothing to order
     if n_groups > 1:
@@ -1006,7 +1014,7 @@ def echelon_decide(active, table, now, every_flow, rate, order, totals, exact_ab
             if totals is not None:  # noqa: SIM102 (numba prunes a branch on ``totals is None`` alone)
                 if len(in_order) > 0 and in_order[group[sel[a]]] == 1:
                     n_served = _serve_runs(sel, a, b, totals, group[sel[a]], table, residual, rate, served,
-                                           n_served, place)
+                                           n_served, place, open_words)
                     continue
             for k in range(a, b):
                 f = sel[k]

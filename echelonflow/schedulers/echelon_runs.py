@@ -21,10 +21,10 @@ Same conventions as ``kernels.py``; kept Python 3.9 compatible.
 
 from __future__ import annotations
 
-from echelonflow.schedulers.kernels import EPS_BYTES, _unnumbered, ints, jit, small_ints
+from echelonflow.schedulers.kernels import EPS_BYTES, _unnumbered, ints, jit, jit_borrowing, small_ints
 
 
-@jit
+@jit_borrowing
 def run_link(f, last, path_ptr, path_links):
     """Flow f's first link (``last`` 0) or last link (1)."""
     return path_links[path_ptr[f + 1] - 1] if last == 1 else path_links[path_ptr[f]]

@@ -33,6 +33,7 @@ from echelonflow.schedulers.kernels import (
     floats,
     ints,
     jit,
+    jit_borrowing,
     small_ints,
     stable_argsort,
 )
@@ -134,7 +135,7 @@ def bits_of(hi, lo):
     return (hi * BASE_FLOAT + lo) / UNITS_PER_BIT
 
 
-@jit
+@jit_borrowing
 def _statically_uniform(members_ptr, members, offset, path_ptr, slot):
     """1 if every member of ``slot`` with a path has one offset (and there is one): its live members
     then always share it, whatever has finished."""
@@ -152,7 +153,7 @@ def _statically_uniform(members_ptr, members, offset, path_ptr, slot):
     return have
 
 
-@jit
+@jit_borrowing
 def _in_member_order(members_ptr, members, ref_slot, weight, path_ptr, slot):
     """1 if every member of ``slot`` has a path, one reference slot and one weight, and the flow numbers
     increase along its members.  For a kept (uniform) slot its active flows then share one due time and,
@@ -238,7 +239,7 @@ def _entry_maps(kept, ent_ptr, ent_link, n_links, n_path_entries):
     return small_ints(0), ent_map, map_base
 
 
-@jit
+@jit_borrowing
 def _entry(ent_of, ent_map, base, p, link):
     """The entry of a kept member's path entry ``p`` (on ``link``), its slot's map at ``base``."""
     if len(ent_of) > 0:
@@ -325,7 +326,7 @@ def coflow_totals(table: Any, exact_above: int) -> CoflowTotals | None:
     return totals if any(totals.kept) else None
 
 
-@jit
+@jit_borrowing
 def refresh(totals, slot, members, remaining, path_ptr, path_links):
     """Bring kept group ``slot`` up to date: each member a decision gave a rate since the last refresh
     (the only ones whose bytes left can have changed: the simulator moves bytes by rates alone) whose
@@ -381,7 +382,7 @@ def refresh(totals, slot, members, remaining, path_ptr, path_links):
                     ent_first[ent] = ep_of[p]
 
 
-@jit
+@jit_borrowing
 def live_members(totals, slot, members_ptr, members):
     """``(lo, hi)``: kept ``slot``'s live members, brought up to date (:func:`refresh`), are
     ``totals.live_flows[lo:hi]`` in member order.  A kept group with few members left live is walked
@@ -405,7 +406,7 @@ def live_members(totals, slot, members_ptr, members):
     return base, base + n
 
 
-@jit
+@jit_borrowing
 def mark_moved(totals, slot, f):
     """Flow ``f`` of group ``slot`` was given a rate: if the group is kept, list the flow for its next
     :func:`refresh` (once)."""
@@ -415,7 +416,7 @@ def mark_moved(totals, slot, f):
     totals.moved_head[slot] = f + 1
 
 
-@jit
+@jit_borrowing
 def _path_index(f, link, path_ptr, path_links):
     """Where ``link`` first is along flow ``f``'s path (0 for its first link)."""
     for p in range(path_ptr[f], path_ptr[f + 1]):
@@ -424,7 +425,7 @@ def _path_index(f, link, path_ptr, path_links):
     return -1
 
 
-@jit
+@jit_borrowing
 def _in_path_order(table, ents, lo, hi, e, ent_link):
     """Put ``ents[lo:hi]``, links whose first live member is member position ``e``, in the order of
     their links along its path (insertion sort: at most a path's length of them)."""
@@ -441,38 +442,49 @@ def _in_path_order(table, ents, lo, hi, e, ent_link):
 
 
 @jit
+def sort_live_links(totals, slot, table):
+    """Sort kept group ``slot``'s entries with a live member into the order a walk of its live members
+    meets them (``totals.link_order``), if a member died or came back to life since the last sort
+    (``link_count[slot] < 0``); :func:`live_links` reads them.  Apart from it because it allocates:
+    the read, once per decision and kept group, borrows the totals' arrays (``kernels.jit_borrowing``)."""
+    n = totals.link_count[slot]
+    if n >= 0:
+        return
+    ent_live, ent_first, ep_pos = totals.ent_live, totals.ent_first, totals.ep_pos
+    lo, hi = totals.ent_ptr[slot], totals.ent_ptr[slot + 1]
+    sorted_ents = totals.link_order
+    listed = ints(hi - lo)
+    keys = ints(hi - lo)
+    n = 0
+    for ent in range(lo, hi):
+        if ent_live[ent] > 0:
+            listed[n] = ent
+            keys[n] = ep_pos[ent_first[ent]]
+            n += 1
+    order = stable_argsort(keys, n)
+    for i in range(n):
+        sorted_ents[lo + i] = listed[order[i]]
+    # by first live member alone, then links that share one in its path's order (a walk meets them
+    # so), where a path index per place would take 4 bytes a path entry
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and keys[order[j]] == keys[order[i]]:
+            j += 1
+        if j - i > 1:
+            _in_path_order(table, sorted_ents, lo + i, lo + j, keys[order[i]], totals.ent_link)
+        i = j
+    totals.link_count[slot] = n
+
+
+@jit_borrowing
 def live_links(totals, slot, table, link_out, hi_out, lo_out, start):
     """Write kept group ``slot``'s links with a live member, in the order a walk of its live members
-    meets them, and their totals, to ``link_out``/``hi_out``/``lo_out`` from ``start``.  Returns (the end, the
-    first live member's flow number; -1 when none)."""
-    members = table.members
-    ent_ptr, ent_live, ent_first, ep_pos = totals.ent_ptr, totals.ent_live, totals.ent_first, totals.ep_pos
-    lo, hi = ent_ptr[slot], ent_ptr[slot + 1]
+    meets them (sorted by :func:`sort_live_links` first), and their totals, to
+    ``link_out``/``hi_out``/``lo_out`` from ``start``.  Returns (the end, the first live member's flow
+    number; -1 when none)."""
+    lo, n = totals.ent_ptr[slot], totals.link_count[slot]
     sorted_ents = totals.link_order
-    n = totals.link_count[slot]
-    if n < 0:  # the order is the last one sorted until a member dies or comes back to life
-        listed = ints(hi - lo)
-        keys = ints(hi - lo)
-        n = 0
-        for ent in range(lo, hi):
-            if ent_live[ent] > 0:
-                listed[n] = ent
-                keys[n] = ep_pos[ent_first[ent]]
-                n += 1
-        order = stable_argsort(keys, n)
-        for i in range(n):
-            sorted_ents[lo + i] = listed[order[i]]
-        # by first live member alone, then links that share one in its path's order (a walk meets them
-        # so), where a path index per place would take 4 bytes a path entry
-        i = 0
-        while i < n:
-            j = i + 1
-            while j < n and keys[order[j]] == keys[order[i]]:
-                j += 1
-            if j - i > 1:
-                _in_path_order(table, sorted_ents, lo + i, lo + j, keys[order[i]], totals.ent_link)
-            i = j
-        totals.link_count[slot] = n
     for i in range(n):
         ent = sorted_ents[lo + i]
         link_out[start + i] = totals.ent_link[ent]
@@ -480,11 +492,11 @@ def live_links(totals, slot, table, link_out, hi_out, lo_out, start):
         lo_out[start + i] = totals.ent_lo[ent]
     first = -1
     if n > 0:
-        first = members[ep_pos[ent_first[sorted_ents[lo]]]]
+        first = table.members[totals.ep_pos[totals.ent_first[sorted_ents[lo]]]]
     return start + n, first
 
 
-@jit
+@jit_borrowing
 def kept_and_live(totals, slot, table, exact_above):
     """For a kept ``slot``, brought up to date (:func:`refresh`), with more than ``exact_above`` live
     members: how many links it has (an upper bound on those live); else -1 (walk it)."""

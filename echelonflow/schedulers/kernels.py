@@ -70,6 +70,26 @@ def jit(func):
     return func
 
 
+#: Every helper compiled by :func:`jit_borrowing` (tests/test_kernels.py checks what they return).
+BORROWING: list = []
+
+
+def jit_borrowing(func):
+    """:func:`jit` for a helper that borrows its callers' arrays and returns none: compiled without
+    numba's reference counting (``_nrt=False``), so a call counts no references on the arrays it is
+    given.  numba counts them atomically (a locked increment and decrement per array at each call of a
+    function with branches, some 5 ns each); echelon's helpers called per flow or per path entry with
+    the kept totals' 32 arrays spent about a quarter of its FB2010 time there (docs/performance.md,
+    "Reference counts").  numba refuses to compile such a helper if it allocates an array, directly or
+    through what it calls; one that returned an array (or a view of one) would hand its caller a
+    reference never counted, so tests/test_kernels.py checks that none returns one."""
+    if HAVE_NUMBA:
+        compiled = njit(cache=True, _nrt=False)(func)
+        BORROWING.append(compiled)
+        return compiled
+    return func
+
+
 if HAVE_NUMBA:
 
     @njit(cache=True)
@@ -132,7 +152,7 @@ else:
 
 
 # --------------------------------------------------------------------------- shared prologue
-@jit
+@jit_borrowing
 def _select(active, start, stop, remaining, path_ptr, rate, sel):
     """Zero the rate of ``active[start:stop]`` and copy into ``sel`` (in order) the flows a decision
     covers: bytes left and a path.  Returns how many; the others keep rate 0 and get no rank."""
@@ -148,7 +168,7 @@ def _select(active, start, stop, remaining, path_ptr, rate, sel):
 
 
 # --------------------------------------------------------------------------- shared by the group policies
-@jit
+@jit_borrowing
 def _bottleneck(sel, bits, base, shift, start, stop, path_ptr, path_links, cap, cumulative, touched):
     """max over links and EDF prefixes of ``C_j / c_l - (base_j - shift)`` for sel[start:stop].
 
@@ -183,7 +203,7 @@ def _bottleneck(sel, bits, base, shift, start, stop, path_ptr, path_links, cap, 
     return worst
 
 
-@jit
+@jit_borrowing
 def _consume(f, amount, path_ptr, path_links, residual, full):
     """Take ``amount`` from every link of flow f; rounding dust below EPS_RELATIVE becomes exactly 0."""
     for p in range(path_ptr[f], path_ptr[f + 1]):
@@ -192,7 +212,7 @@ def _consume(f, amount, path_ptr, path_links, residual, full):
         residual[li] = left if left > full[li] * EPS_RELATIVE else 0.0
 
 
-@jit
+@jit_borrowing
 def _consume_holding(f, amount, path_ptr, path_links, residual, full, held, value):
     """``kernels._consume`` with the residual of one link, ``held``, kept in ``value`` rather than in
     ``residual``: the first link of the last flow that took.  A mapper's flows in a shuffle come one
@@ -226,7 +246,7 @@ def _copied(values):
     return out
 
 
-@jit
+@jit_borrowing
 def _path_min(f, path_ptr, path_links, residual):
     spare = INF
     for p in range(path_ptr[f], path_ptr[f + 1]):
@@ -236,7 +256,7 @@ def _path_min(f, path_ptr, path_links, residual):
     return spare
 
 
-@jit
+@jit_borrowing
 def _backfill(order, m, path_ptr, path_links, residual, capacity, rate):
     """Leftover capacity to the ranked flows in rank order (work conservation)."""
     for k in range(m):
@@ -255,7 +275,7 @@ def _heap_less(s1, l1, s2, l2):
     return (s1 < s2) | ((s1 == s2) & (l1 < l2))
 
 
-@jit
+@jit_borrowing
 def _heap_pop(hs, hl, size):
     """Remove the smallest (key, link) entry into slot ``size - 1``; return the new size."""
     last = size - 1
@@ -265,13 +285,13 @@ def _heap_pop(hs, hl, size):
     return last
 
 
-@jit
+@jit_borrowing
 def _heap_first(hs, hl, a, b):
     """Of heap entries ``a`` and ``b``, the one that comes first in (key, link) order."""
     return b if _heap_less(hs[b], hl[b], hs[a], hl[a]) else a
 
 
-@jit
+@jit_borrowing
 def _heap_sift_down(hs, hl, k, size):
     """Move entry ``k`` down to its place among the first ``size`` (its key grew, or it is new).
 
@@ -308,13 +328,13 @@ def _heap_sift_down(hs, hl, k, size):
 
 
 # --------------------------------------------------------------------------- fair (max-min)
-@jit
+@jit_borrowing
 def _share_less(share, a, b):
     """Does local link ``a`` come before ``b`` in (fair share, local number) order?"""
     return share[a] < share[b] or (share[a] == share[b] and a < b)
 
 
-@jit
+@jit_borrowing
 def _sift_up(heap, pos, share, i):
     li = heap[i]
     while i > 0:
@@ -329,7 +349,7 @@ def _sift_up(heap, pos, share, i):
     pos[li] = i
 
 
-@jit
+@jit_borrowing
 def _sift_down(heap, pos, share, i, size):
     li = heap[i]
     while True:
@@ -641,7 +661,7 @@ def group_demands(flows, group_ptr, remaining, offset, with_offsets, path_ptr, p
     return dem_ptr, dem_link, dem_time, n_local
 
 
-@jit
+@jit_borrowing
 def _bssi_candidates(dem_ptr, dem_link, n_users, load, alive):
     """Mark in ``alive`` (zeros on entry) the links BSSI's search for the most loaded one must hold;
     returns how many.  A link with one user carries that group's seconds until the group is ordered and
@@ -797,7 +817,7 @@ RANKING_BAD = 3  # the ranking repeats a flow or ranks one that is not active
 RATED_BAD = 4  # the flows listed as given a rate are not the active flows with a rate
 
 
-@jit
+@jit_borrowing
 def decision_fault(active, rate, paths, rtol, ranking, scratch):
     """Every invariant ``view.check_decision`` checks, in one call: ``(code, flow, link, load)``, code 0
     when there is no fault, else the first of :data:`BAD_RATE` (the first such flow as ``active`` lists
@@ -841,7 +861,7 @@ def decision_fault(active, rate, paths, rtol, ranking, scratch):
     return code, bad_flow, bad_link, used
 
 
-@jit
+@jit_borrowing
 def _loads_and_marks(active, rate, path_ptr, path_links, load, mark):
     """:func:`decision_fault`'s walk: (how many active flows it walked, how many have a rate > 0); it stops
     at the first bad rate, so fewer than ``len(active)`` walked names that flow."""
@@ -859,7 +879,7 @@ def _loads_and_marks(active, rate, path_ptr, path_links, load, mark):
     return len(active), given
 
 
-@jit
+@jit_borrowing
 def _overloaded(load, capacity, rtol):
     for li in range(len(load)):  # noqa: SIM110 (numba compiles no generator); links, not flows' paths
         if load[li] > capacity[li] * (1 + rtol):
@@ -867,7 +887,7 @@ def _overloaded(load, capacity, rtol):
     return False
 
 
-@jit
+@jit_borrowing
 def _first_on_overloaded(active, path_ptr, path_links, capacity, rtol, load):
     """(flow, link, load): the first active flow, as listed, whose path meets an overloaded link, whatever
     its own rate, and that link."""
@@ -880,7 +900,7 @@ def _first_on_overloaded(active, path_ptr, path_links, capacity, rtol, load):
     return -1, -1, 0.0
 
 
-@jit
+@jit_borrowing
 def _marked_once(flows, count, mark, expected, then):
     """True when each of ``flows[:count]`` is a flow number whose mark is ``expected`` (once each: its mark
     becomes ``then`` as it is met).  False at the first that is not, marks so far left changed (the
@@ -893,7 +913,7 @@ def _marked_once(flows, count, mark, expected, then):
     return True
 
 
-@jit
+@jit_borrowing
 def group_rate_sums(active, group_ptr, rate, sums):
     """Per group ``g`` (``active[group_ptr[g]:group_ptr[g + 1]]``), its flows' rates summed in that order
     into ``sums[g]``."""
@@ -905,7 +925,7 @@ def group_rate_sums(active, group_ptr, rate, sums):
 
 
 # --------------------------------------------------------------------------- echelon-online
-@jit
+@jit_borrowing
 def online_estimate(active, remaining, sent, part, known_size, known_offset, group, group_left,
                     min_left_fraction, est_remaining, est_offset):
     """echelon-online's estimate of each active flow's bytes left and offset (``echelon_online.py``).

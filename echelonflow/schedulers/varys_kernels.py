@@ -28,6 +28,7 @@ from echelonflow.schedulers.kernels import (
     floats,
     ints,
     jit,
+    jit_borrowing,
     stable_argsort,
     unset_floats,
     unset_ints,
@@ -147,7 +148,7 @@ def varys_decide(active, table, order_by, rate, order, admission_key, whole):
     return m
 
 
-@jit
+@jit_borrowing
 def _load_bottleneck(sel, bits, start, stop, path_ptr, path_links, cap, cumulative, touched):
     """``kernels._bottleneck`` with no slack: the largest ``C_l / c_l`` over the links of sel[start:stop]
     (``C_l`` the bits the flows put on link l), infinity if one has no capacity.  Every flow has bits
