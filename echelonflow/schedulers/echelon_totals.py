@@ -71,7 +71,7 @@ class CoflowTotals(NamedTuple):
     ``live_flows[members_ptr[slot]:][:live_count[slot]]``: a kept slot's members that were live when
     last listed, in member order (-1: a member came back to life since, list them afresh;
     :func:`live_members`).  ``link_order[ent_ptr[slot]:][:link_count[slot]]``: a kept slot's entries
-    with a live member in the order :func:`live_links` sorts them (-1: none kept, or a member died or
+    with a live member in the order :func:`sort_live_links` sorts them (-1: none kept, or a member died or
     came back to life since: sort them afresh)."""
 
     kept: Any
@@ -364,7 +364,7 @@ def refresh(totals, slot, members, remaining, path_ptr, path_links):
         if was == 0 and live == 1:
             totals.live_count[slot] = -1  # not among those listed (``live_members``): list them afresh
         if was != live:
-            totals.link_count[slot] = -1  # first live members move: sort the links afresh (``live_links``)
+            totals.link_count[slot] = -1  # first live members move: sort the links afresh (sort_live_links)
         totals.slot_live[slot] += live - was
         for p in range(path_ptr[f], path_ptr[f + 1]):
             ent = _entry(ent_of, ent_map, base, p, path_links[p])
@@ -445,8 +445,9 @@ def _in_path_order(table, ents, lo, hi, e, ent_link):
 def sort_live_links(totals, slot, table):
     """Sort kept group ``slot``'s entries with a live member into the order a walk of its live members
     meets them (``totals.link_order``), if a member died or came back to life since the last sort
-    (``link_count[slot] < 0``); :func:`live_links` reads them.  Apart from it because it allocates:
-    the read, once per decision and kept group, borrows the totals' arrays (``kernels.jit_borrowing``)."""
+    (``link_count[slot] < 0``); :func:`live_links` reads them.  The sort allocates, so it is a function
+    of its own: the read, once per decision and kept group, can then borrow the totals' arrays
+    (``kernels.jit_borrowing``) and the sort runs only when the order changed."""
     n = totals.link_count[slot]
     if n >= 0:
         return

@@ -70,7 +70,7 @@ def jit(func):
     return func
 
 
-#: Every helper compiled by :func:`jit_borrowing` (tests/test_kernels.py checks what they return).
+#: Every helper compiled by :func:`jit_borrowing` (tests/test_precompile.py checks what they return).
 BORROWING: list = []
 
 
@@ -82,7 +82,7 @@ def jit_borrowing(func):
     the kept totals' 32 arrays spent about a quarter of its FB2010 time there (docs/performance.md,
     "Reference counts").  numba refuses to compile such a helper if it allocates an array, directly or
     through what it calls; one that returned an array (or a view of one) would hand its caller a
-    reference never counted, so tests/test_kernels.py checks that none returns one."""
+    reference never counted, so tests/test_precompile.py checks that none returns one."""
     if HAVE_NUMBA:
         compiled = njit(cache=True, _nrt=False)(func)
         BORROWING.append(compiled)
