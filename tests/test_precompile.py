@@ -28,7 +28,7 @@ KERNEL_MODULES = ("kernels", "echelon_kernels", "echelon_totals", "varys_kernels
 #: Run in the child: ``python -m simulator.precompile``'s main, then, per borrowing helper, the return
 #: types it was compiled with.
 CHILD = """
-import json, sys
+import json
 from simulator.precompile import main
 from echelonflow.schedulers.kernels import BORROWING
 main()
@@ -76,6 +76,7 @@ def test_helpers_that_borrow_their_callers_arrays_return_none(fresh_cache):
     often: memory freed while in use (``_covered``, which returns a slice, corrupted the heap so).
     numba refuses allocation there, not such a return, so every such helper, compiled with the
     argument types the schedulers use, must return no array."""
+    importlib.import_module("simulator.precompile")  # what the child imports: every module with a helper
     returns = fresh_cache[1]
     assert len(returns) == len(kernels.BORROWING) >= 30
     never_compiled = [name for name, types in returns.items() if not types]
