@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/exact_rule_scaling.py [--coflows N]... [--own-arrivals]
 [--multitenant K]... [--scheduler NAME]... [--interval-ms MS]... [--held-order] [--order-changes]
-[--rate-changes] [--checks] [--progress-s S]``.
+[--rate-changes] [--reuse] [--checks] [--progress-s S]``.
 
 * ``--coflows N``: the first N coflows of FB2010 (0: the whole hour), every arrival at 0 (offline)
   unless ``--own-arrivals`` keeps the trace's.  Default when nothing is asked: 100 coflows, offline.
@@ -20,15 +20,17 @@ completion time and the largest error of one job (coflow).  ``--held-order`` add
 that only order groups (``sincronia``, ``fifo``, ``aalo``, ...), a run under the exact rule whose group
 order is computed only when the decision's set of groups changes (as Varys and Sincronia re-order online
 at coflow arrivals and departures) and held between, with its error against the exact run.
-``--order-changes`` counts, on every exact run, the decisions whose ranking puts the groups it shares
-with the previous decision in another order (and of those, how many had the very same groups): how
-much an order kept between group events would miss.  ``--rate-changes`` counts, on every exact run, the
-active flows whose rate a decision changes from the previous one's (:class:`RateChanges`): a bound on what
-an incremental decision could save.  Prints per run its rule (the decision interval in
-ms, 0 for the exact rule, or ``held``), the wall time and CPU time (``time.process_time``: on a shared
-machine the steadier of the two), the simulator's decisions (and those skipped as changing nothing),
-the flows, the average and 99th-percentile completion time (CCT for coflows, JCT for jobs) and the
-process's peak resident memory so far.  ``--progress-s`` prints a running simulation's clock every S
+``--order-changes`` counts, on every exact run, the decisions whose ranking puts the groups it shares with
+the previous decision in another order (and of those, how many had the very same groups): how much an
+order kept between group events would miss. ``--rate-changes`` counts, on every exact run, the active
+flows whose rate a decision changes from the previous one's (:class:`RateChanges`): a bound on what an
+incremental decision could save. ``--reuse`` counts, on every exact run of a policy that ranks its groups,
+the ranked flows in the groups an exact shortcut could skip (:class:`GroupReuse`): those served before the
+first group that changed, and those of groups where nothing moved. Prints per run its rule (the decision
+interval in ms, 0 for the exact rule, or ``held``), the wall time and CPU time (``time.process_time``: on
+a shared machine the steadier of the two), the simulator's decisions (and those skipped as changing
+nothing), the flows, the average and 99th-percentile completion time (CCT for coflows, JCT for jobs) and
+the process's peak resident memory so far. ``--progress-s`` prints a running simulation's clock every S
 seconds of wall time, to see how far a run that is cut off got.
 """
 
@@ -133,6 +135,59 @@ class RateChanges:
                 f"({self.changed_bits / share:.1%} in the last bit), positive {self.positive / share:.1%}")
 
 
+class GroupReuse:
+    """Wraps a scheduler's ``decide`` to count what two exact shortcuts could skip, in flows of the groups
+    a decision ranks (its ranking lists each group's flows together, groups in service order):
+
+    * ``prefix``: the flows of the groups before the first place where the decision's sequence of groups
+      (each with the same flows) differs from the previous decision's.  Served with strict priority
+      those groups get the same rates as before, so an exact decision could start its serving there
+      (issue 31's "recompute from the first affected position of the order").
+    * ``still``: the flows of the groups that had the same flows in the previous decision and none of
+      them a rate there, so nothing of theirs moved since: their bytes left, and so their demands,
+      are what they were (a kept per-group sum could skip them).
+
+    ``ranked``: all the flows the decisions ranked, the base of both shares."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.ranked = self.prefix = self.still = 0
+        self._last: list[tuple[int, int, int]] = []  # (group, flows, sum of flow numbers) in order
+        self._moved = np.zeros(0, dtype=bool)  # per flow number: a rate in the previous decision
+        self._decide = scheduler.decide
+        scheduler.decide = self.decide  # type: ignore[method-assign]
+
+    def decide(self, view: FlowView) -> Allocation:
+        allocation = self._decide(view)
+        ranked = np.asarray(allocation.ranked[:allocation.count], dtype=np.int64)
+        rate = np.asarray(view.rate, dtype=float)
+        if len(self._moved) != len(rate):
+            self._moved = np.zeros(len(rate), dtype=bool)
+        slots = view.table.arrays().group[ranked]
+        starts = np.flatnonzero(np.r_[True, slots[1:] != slots[:-1]]) if len(ranked) else np.zeros(0, int)
+        sizes = np.diff(np.r_[starts, len(ranked)])
+        sums = np.add.reduceat(ranked, starts) if len(ranked) else np.zeros(0, int)
+        moved = np.add.reduceat(self._moved[ranked].astype(np.int64), starts) if len(ranked) else sizes
+        sequence = list(zip(slots[starts].tolist(), sizes.tolist(), sums.tolist()))
+        before = {entry[0]: entry for entry in self._last}
+        same_place = 0
+        while (same_place < min(len(sequence), len(self._last))
+               and sequence[same_place] == self._last[same_place]):
+            same_place += 1
+        self.ranked += len(ranked)
+        self.prefix += int(sizes[:same_place].sum())
+        self.still += sum(size for entry, size, m in zip(sequence, sizes.tolist(), moved.tolist())
+                          if m == 0 and before.get(entry[0]) == entry)
+        self._last = sequence
+        self._moved = np.zeros(len(rate), dtype=bool)
+        self._moved[ranked] = rate[ranked] > 0
+        return allocation
+
+    def summary(self) -> str:
+        share = max(self.ranked, 1)
+        return (f"of {self.ranked:,} ranked flow-decisions: {self.prefix / share:.1%} before the first "
+                f"changed group, {self.still / share:.1%} in groups with no flow moved")
+
+
 def hold_order(scheduler: GroupOrderScheduler) -> None:
     """Make ``scheduler`` compute its group order only when a decision's groups differ from those the
     order was computed for, and reuse it otherwise."""
@@ -187,6 +242,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rate-changes", action="store_true",
                         help="count, on every exact run, the active flows whose rate differs from the "
                              "previous decision's (what an incremental decision would have to rewrite)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="count, on every exact run, the ranked flows before the first changed group "
+                             "and in groups where nothing moved (what exact shortcuts could skip)")
     parser.add_argument("--checks", action="store_true",
                         help="check every decision (simulate()'s default) to time what the checks cost")
     parser.add_argument("--progress-s", type=float, default=0.0,
@@ -240,6 +298,7 @@ def main() -> int:
                 exact_run = interval_ms == 0 and not held
                 changes = OrderChanges(scheduler) if args.order_changes and exact_run else None
                 rates = RateChanges(scheduler) if args.rate_changes and exact_run else None
+                reuse = GroupReuse(scheduler) if args.reuse and exact_run else None
                 run, wall, cpu, times = _timed(scenario, jobs, scheduler, specs, interval_ms, args.checks,
                                                current)
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -253,6 +312,8 @@ def main() -> int:
                              f"({changes.same_groups} with the same groups)")
                 if rates is not None:
                     error = "; ".join(filter(None, [error, rates.summary()]))
+                if reuse is not None:
+                    error = "; ".join(filter(None, [error, reuse.summary()]))
                 rule = "held" if held else f"{interval_ms:g}"
                 print(f"{label:<26} {name:<10} {rule:>5} {wall:>8.1f} {cpu:>8.1f} {run.decisions:>9} "
                       f"{run.skipped:>7} {flows:>7} {times.mean():>10.5f} {np.percentile(times, 99):>10.5f} "

@@ -116,3 +116,27 @@ def test_rate_changes_counts_rates_a_decision_rewrites() -> None:
     assert changes.positive == 2 + 2 + 2
     assert changes.changed == 2 + 1 + 2  # flow 2 new; then flows 1 and 2 rewritten
     assert changes.changed_bits == 2 + 2 + 2  # flow 1's dust too
+
+
+def test_group_reuse_counts_the_unchanged_prefix_and_the_groups_where_nothing_moved() -> None:
+    """Flows 0-4 in groups 0, 0, 1, 1, 2.  The second decision repeats the first (its whole ranking is an
+    unchanged prefix; groups 1 and 2 had no rate, group 0 had); the third puts group 1 first after flow 1
+    finished (no prefix; only group 2 is the same with nothing moved, flow 3 of group 1 had a rate)."""
+    group = np.array([0, 0, 1, 1, 2])
+    decisions = iter([([0, 1, 2, 3, 4], [1.0, 1.0, 0.0, 0.0, 0.0]),
+                      ([0, 1, 2, 3, 4], [1.0, 0.0, 0.0, 1.0, 0.0]),
+                      ([2, 3, 0, 4], [1.0, 0.0, 1.0, 0.0, 0.0])])
+
+    class Replay:
+        def decide(self, view):
+            ranked, rate = next(decisions)
+            view.rate[:] = rate
+            return Allocation(view.rate, np.array(ranked), len(ranked))
+
+    scheduler = Replay()
+    reuse = exact_rule_scaling.GroupReuse(scheduler)
+    table = SimpleNamespace(arrays=lambda: SimpleNamespace(group=group))
+    view = SimpleNamespace(rate=np.zeros(5), table=table)
+    for _ in range(3):
+        scheduler.decide(view)
+    assert (reuse.ranked, reuse.prefix, reuse.still) == (5 + 5 + 4, 0 + 5 + 0, 0 + 3 + 1)
