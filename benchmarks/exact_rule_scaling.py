@@ -136,23 +136,34 @@ class RateChanges:
 
 
 class GroupReuse:
-    """Wraps a scheduler's ``decide`` to count what two exact shortcuts could skip, in flows of the groups
-    a decision ranks (its ranking lists each group's flows together, groups in service order):
+    """Wraps a scheduler's ``decide`` to count what exact shortcuts could skip, in flows of the groups a
+    decision ranks (its ranking lists each group's flows together, groups in service order):
 
     * ``prefix``: the flows of the groups before the first place where the decision's sequence of groups
       (each with the same flows) differs from the previous decision's.  Served with strict priority
-      those groups get the same rates as before, so an exact decision could start its serving there
-      (issue 31's "recompute from the first affected position of the order").
+      those groups get the same rates as before, so an exact decision can start its serving there
+      (issue 31's "recompute from the first affected position of the order"; ``priority.KeptClasses``
+      does, for the policies served class by class).
     * ``still``: the flows of the groups that had the same flows in the previous decision and none of
       them a rate there, so nothing of theirs moved since: their bytes left, and so their demands,
       are what they were (a kept per-group sum could skip them).
+    * ``resumable``: where the first changed group is the same group at the same place, only with
+      flows gone, its flows whose previous rate is above 0 and below the least previous rate of those
+      gone.  Progressive filling freezes flows level by level, lowest first, and a gone flow froze
+      at the first step that picked one of its links: the steps before it are the same without it, so
+      a filling resumed there would keep these flows' rates.  Counted among the flows with a rate.
 
-    ``ranked``: all the flows the decisions ranked, the base of both shares."""
+    ``ranked``: all the flows the decisions ranked, the base of ``prefix`` and ``still``; ``rated``:
+    those with a rate, the base of ``rated_prefix`` (``prefix``'s flows with a rate) and
+    ``resumable``."""
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.ranked = self.prefix = self.still = 0
+        self.rated = self.rated_prefix = self.resumable = 0
         self._last: list[tuple[int, int, int]] = []  # (group, flows, sum of flow numbers) in order
-        self._moved = np.zeros(0, dtype=bool)  # per flow number: a rate in the previous decision
+        self._last_ranked = np.zeros(0, dtype=np.int64)
+        self._last_starts = np.zeros(0, dtype=np.int64)
+        self._rate = np.zeros(0)  # per flow number: its rate in the previous decision (0: none)
         self._decide = scheduler.decide
         scheduler.decide = self.decide  # type: ignore[method-assign]
 
@@ -160,32 +171,57 @@ class GroupReuse:
         allocation = self._decide(view)
         ranked = np.asarray(allocation.ranked[:allocation.count], dtype=np.int64)
         rate = np.asarray(view.rate, dtype=float)
-        if len(self._moved) != len(rate):
-            self._moved = np.zeros(len(rate), dtype=bool)
+        if len(self._rate) != len(rate):
+            self._rate = np.zeros(len(rate))
+        before_rate = self._rate[ranked]
         slots = view.table.arrays().group[ranked]
         starts = np.flatnonzero(np.r_[True, slots[1:] != slots[:-1]]) if len(ranked) else np.zeros(0, int)
         sizes = np.diff(np.r_[starts, len(ranked)])
         sums = np.add.reduceat(ranked, starts) if len(ranked) else np.zeros(0, int)
-        moved = np.add.reduceat(self._moved[ranked].astype(np.int64), starts) if len(ranked) else sizes
+        moved = np.add.reduceat((before_rate > 0).astype(np.int64), starts) if len(ranked) else sizes
         sequence = list(zip(slots[starts].tolist(), sizes.tolist(), sums.tolist()))
         before = {entry[0]: entry for entry in self._last}
         same_place = 0
         while (same_place < min(len(sequence), len(self._last))
                and sequence[same_place] == self._last[same_place]):
             same_place += 1
+        has_rate = rate[ranked] > 0
+        first_changed = int(starts[same_place]) if same_place < len(sequence) else len(ranked)
         self.ranked += len(ranked)
-        self.prefix += int(sizes[:same_place].sum())
+        self.prefix += first_changed
+        self.rated += int(np.count_nonzero(has_rate))
+        self.rated_prefix += int(np.count_nonzero(has_rate[:first_changed]))
         self.still += sum(size for entry, size, m in zip(sequence, sizes.tolist(), moved.tolist())
                           if m == 0 and before.get(entry[0]) == entry)
-        self._last = sequence
-        self._moved = np.zeros(len(rate), dtype=bool)
-        self._moved[ranked] = rate[ranked] > 0
+        shared = same_place < min(len(sequence), len(self._last))
+        if shared and sequence[same_place][0] == self._last[same_place][0]:
+            self.resumable += self._resumable(ranked[first_changed:first_changed + sizes[same_place]],
+                                              same_place)
+        self._last, self._last_ranked, self._last_starts = sequence, ranked, starts
+        self._rate = np.zeros(len(rate))
+        self._rate[ranked] = rate[ranked]
         return allocation
 
+    def _resumable(self, flows: np.ndarray, place: int) -> int:
+        """Of ``flows`` (the group at ``place``, whose flows changed), those a resumed filling keeps:
+        none if flows joined it; else those with a previous rate above 0 and below every gone one's."""
+        first = self._last_starts[place]
+        old = self._last_ranked[first:first + self._last[place][1]]
+        if not np.isin(flows, old).all():
+            return 0
+        gone = old[~np.isin(old, flows)]
+        if not len(gone):
+            return 0
+        least = self._rate[gone].min()
+        kept = self._rate[flows]
+        return int(np.count_nonzero((kept > 0) & (kept < least)))
+
     def summary(self) -> str:
-        share = max(self.ranked, 1)
+        share, rated = max(self.ranked, 1), max(self.rated, 1)
         return (f"of {self.ranked:,} ranked flow-decisions: {self.prefix / share:.1%} before the first "
-                f"changed group, {self.still / share:.1%} in groups with no flow moved")
+                f"changed group, {self.still / share:.1%} in groups with no flow moved; of the "
+                f"{self.rated:,} with a rate: {self.rated_prefix / rated:.1%} before the first changed "
+                f"group, {self.resumable / rated:.1%} frozen before its first gone flow")
 
 
 def hold_order(scheduler: GroupOrderScheduler) -> None:

@@ -972,8 +972,9 @@ class _Run:
             self.active = fluid.merged(self.active, arrived, self.skipping, table.path_ptr, table.path_links,
                                        self.link_users)
             self.arrived = array("q")
+        # one policy writes self.rate, and nothing else does between its decisions: ``rates_kept``
         view = FlowView(self.now_s, self.table, self.active, self, self.rate, self.every_flow, self.check,
-                        self.clean, self.rated_before)
+                        self.clean, self.rated_before, rates_kept=True)
         allocation = self.scheduler.decide(view)
         rated = allocation.rated
         self.rated_before = None if rated is None else np.array(rated, dtype=np.int64)

@@ -121,11 +121,13 @@ def test_rate_changes_counts_rates_a_decision_rewrites() -> None:
 def test_group_reuse_counts_the_unchanged_prefix_and_the_groups_where_nothing_moved() -> None:
     """Flows 0-4 in groups 0, 0, 1, 1, 2.  The second decision repeats the first (its whole ranking is an
     unchanged prefix; groups 1 and 2 had no rate, group 0 had); the third puts group 1 first after flow 1
-    finished (no prefix; only group 2 is the same with nothing moved, flow 3 of group 1 had a rate)."""
+    finished (no prefix; only group 2 is the same with nothing moved, flow 3 of group 1 had a rate); in
+    the fourth group 1 stays first without flow 2, which had 1.0, so flow 3, at 0.5, froze before it."""
     group = np.array([0, 0, 1, 1, 2])
     decisions = iter([([0, 1, 2, 3, 4], [1.0, 1.0, 0.0, 0.0, 0.0]),
                       ([0, 1, 2, 3, 4], [1.0, 0.0, 0.0, 1.0, 0.0]),
-                      ([2, 3, 0, 4], [1.0, 0.0, 1.0, 0.0, 0.0])])
+                      ([2, 3, 0, 4], [1.0, 0.0, 1.0, 0.5, 0.0]),
+                      ([3, 0, 4], [0.5, 0.0, 0.0, 1.0, 0.0])])
 
     class Replay:
         def decide(self, view):
@@ -137,6 +139,7 @@ def test_group_reuse_counts_the_unchanged_prefix_and_the_groups_where_nothing_mo
     reuse = exact_rule_scaling.GroupReuse(scheduler)
     table = SimpleNamespace(arrays=lambda: SimpleNamespace(group=group))
     view = SimpleNamespace(rate=np.zeros(5), table=table)
-    for _ in range(3):
+    for _ in range(4):
         scheduler.decide(view)
-    assert (reuse.ranked, reuse.prefix, reuse.still) == (5 + 5 + 4, 0 + 5 + 0, 0 + 3 + 1)
+    assert (reuse.ranked, reuse.prefix, reuse.still) == (5 + 5 + 4 + 3, 0 + 5 + 0 + 0, 0 + 3 + 1 + 1)
+    assert (reuse.rated, reuse.rated_prefix, reuse.resumable) == (2 + 2 + 3 + 2, 0 + 2 + 0 + 0, 0 + 0 + 0 + 1)

@@ -39,7 +39,7 @@ import numpy as np
 
 from echelonflow.model import Job
 from echelonflow.schedulers.base import Scheduler
-from echelonflow.schedulers.priority import serve_classes
+from echelonflow.schedulers.priority import KeptClasses, serve_classes
 from echelonflow.schedulers.view import Allocation, FlowView, GroupView, JobProfile
 
 #: Priority levels (the switches' queues; Crux's simulator assumes 8).
@@ -164,10 +164,14 @@ class CruxScheduler(Scheduler):
     #: The last compression, by its input (the jobs with active flows, in priority order, and their
     #: intensities): the jobs' links are fixed, so only an arrival or a departure changes it.
     _last: tuple[Any, list[int]] | None = None
+    #: what the last decision served (``priority.KeptClasses``), made on the first decision
+    _kept: KeptClasses | None = None
 
     def decide(self, view: FlowView) -> Allocation:
         groups = view.groups()
-        return serve_classes(view, groups, self.classes(view, groups))
+        if self._kept is None:
+            self._kept = KeptClasses()
+        return serve_classes(view, groups, self.classes(view, groups), self._kept)
 
     def classes(self, view: FlowView, groups: GroupView) -> list[list[int]]:
         """The groups by level, highest first; inside a level by job priority, then group id."""

@@ -552,13 +552,18 @@ def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
 
 # --------------------------------------------------------------------------- group-by-group policies
 @jit
-def priority_decide(active, group_ptr, remaining, path_ptr, path_links, capacity, rate, whole):
+def priority_decide(active, group_ptr, remaining, path_ptr, path_links, capacity, rate, whole, kept):
     """Strict priority between groups, max-min fairness inside one (``schedulers/priority.py``).
 
     Group ``g`` is ``active[group_ptr[g]:group_ptr[g + 1]]``, its flows in flow-id order; groups in
     service order.  Each group is filled like :func:`fair_decide` on what the groups before it left,
     then takes its rates off every link of its flows (rounding dust below EPS_RELATIVE of a link's
     capacity becomes exactly 0).  ``whole``: as in :func:`_covered`.
+
+    The first ``kept`` groups are not filled: the caller vouches that ``rate`` holds what the filling
+    would write for them (``priority.KeptClasses``: the previous decision served the very same flows
+    first, on the same capacities).  Their rates are only taken off the links again, in the same order,
+    so every later group sees the residual the filling would have left, bit for bit.
     """
     residual = _copied(capacity)
     local_of = _unnumbered(len(capacity))
@@ -566,7 +571,8 @@ def priority_decide(active, group_ptr, remaining, path_ptr, path_links, capacity
     for g in range(len(group_ptr) - 1):
         a, b = group_ptr[g], group_ptr[g + 1]
         sel, m = _covered(active, a, b, remaining, path_ptr, rate, buffer, whole)
-        _fill(sel, m, path_ptr, path_links, residual, rate, local_of)
+        if g >= kept:
+            _fill(sel, m, path_ptr, path_links, residual, rate, local_of)
         held = -1  # ``_consume_holding``
         value = 0.0
         for k in range(m):
@@ -576,6 +582,22 @@ def priority_decide(active, group_ptr, remaining, path_ptr, path_links, capacity
                 held, value = _consume_holding(f, give, path_ptr, path_links, residual, capacity, held, value)
         if held >= 0:
             residual[held] = value
+
+
+@jit
+def kept_classes(served, served_ptr, before, before_ptr):
+    """How many leading classes of ``served`` (class c is ``served[served_ptr[c]:served_ptr[c + 1]]``)
+    list the very flows, in the same order, that the leading classes of ``before`` did: each one and
+    all before it.  Stops at the first flow that differs, so a decision pays for the classes it keeps
+    and one more."""
+    n = min(len(served_ptr), len(before_ptr)) - 1
+    c = 0
+    while c < n and served_ptr[c + 1] == before_ptr[c + 1]:
+        for i in range(served_ptr[c], served_ptr[c + 1]):
+            if served[i] != before[i]:
+                return c
+        c += 1
+    return c
 
 
 @jit

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from echelonflow.schedulers import kernels
 from echelonflow.schedulers.base import Scheduler
@@ -29,14 +30,45 @@ from echelonflow.schedulers.view import Allocation, FlowView, GroupView
 SLICED_GROUPS = 16
 
 
-def serve(view: FlowView, groups: GroupView, order: Sequence[int]) -> Allocation:
+class KeptClasses:
+    """What a policy served at its last decision, so that the next one keeps the rates of the classes it
+    serves alike.  With strict priority a class's rates depend only on its own flows and on what the
+    classes before it left: when the first k classes list the very flows the previous decision's first k
+    listed, on the same paths and capacities, the filling would write their rates again bit for bit, so
+    ``kernels.priority_decide`` skips it (issue 31's "recompute from the first affected position of the
+    order"; on FB2010's hour a fifth of the flows with a rate, docs/performance.md, "Leading classes
+    served as before keep their rates").  Only where the caller vouches for the rates and capacities
+    (``FlowView.rates_kept``: the simulator) and every active flow is covered (``FlowView.clean``)."""
+
+    def __init__(self) -> None:
+        self.served: Any = None  # the previous decision's served flows (a copy the caller does not touch)
+        self.ptr: Any = None  # where each of its classes starts among them
+        self.rate: Any = None  # the rate array it wrote
+        self.layout: object | None = None  # the table layout it decided on (flow numbers and paths)
+
+    def count(self, view: FlowView, served: Any, served_ptr: Any) -> int:
+        """How many leading classes keep their rates at this decision, which the caller vouches for
+        (``rates_kept`` and ``clean``): none after another table layout or rate array."""
+        layout = view.table.layout
+        if self.served is None or layout is None or layout is not self.layout or view.rate is not self.rate:
+            return 0
+        return int(kernels.kept_classes(served, served_ptr, self.served, self.ptr))
+
+    def remember(self, view: FlowView, served: Any, served_ptr: Any) -> None:
+        self.served, self.ptr, self.rate, self.layout = served, served_ptr, view.rate, view.table.layout
+
+
+def serve(view: FlowView, groups: GroupView, order: Sequence[int],
+          kept: KeptClasses | None = None) -> Allocation:
     """Rates into ``view.rate`` for the groups served in ``order`` (indices into ``groups``, each once);
     a flow's rank is its position in the global order (group order, then flow id), so the controller
-    compresses it into one priority class per group, most urgent first."""
-    return serve_classes(view, groups, [[g] for g in order])
+    compresses it into one priority class per group, most urgent first.  ``kept``: the policy's memory of
+    its last decision (:class:`KeptClasses`), or None."""
+    return serve_classes(view, groups, [[g] for g in order], kept)
 
 
-def serve_classes(view: FlowView, groups: GroupView, classes: Sequence[Sequence[int]]) -> Allocation:
+def serve_classes(view: FlowView, groups: GroupView, classes: Sequence[Sequence[int]],
+                  kept: KeptClasses | None = None) -> Allocation:
     """:func:`serve` with several groups to a class (``crux``: every job of one priority level): the
     classes get strict priority in the order given, and every flow of one class shares max-min fairly
     with the class's other flows, whichever group it belongs to.  Ranks follow the classes, then the
@@ -56,8 +88,13 @@ def serve_classes(view: FlowView, groups: GroupView, classes: Sequence[Sequence[
         else:
             served = [active[k] for g in order for k in range(ptr[g], ptr[g + 1])]
     table = view.table
-    kernels.priority_decide(served, kernels.int_array(served_ptr), table.remaining, table.path_ptr,
-                            table.path_links, table.capacity, view.rate, bool(view.clean))
+    served_ptr = kernels.int_array(served_ptr)
+    vouched = kept is not None and view.rates_kept and view.clean
+    skipped = kept.count(view, served, served_ptr) if vouched else 0
+    kernels.priority_decide(served, served_ptr, table.remaining, table.path_ptr, table.path_links,
+                            table.capacity, view.rate, bool(view.clean), skipped)
+    if vouched:
+        kept.remember(view, served, served_ptr)
     return Allocation(view.rate, served, len(served))
 
 
@@ -85,9 +122,14 @@ class GroupOrderScheduler(Scheduler):
     #: Does :meth:`order` read what the network has seen (``GroupView.attained_bytes``, Aalo)?
     needs_seen = False
 
+    #: what the last decision served (:class:`KeptClasses`), made on the first decision
+    _kept: KeptClasses | None = None
+
     def decide(self, view: FlowView) -> Allocation:
         groups = view.groups(self.needs_seen)
-        allocation = serve(view, groups, self.order(view, groups))
+        if self._kept is None:
+            self._kept = KeptClasses()
+        allocation = serve(view, groups, self.order(view, groups), self._kept)
         allocation.valid_until_s = self.valid_until(view, groups)
         return allocation
 

@@ -121,6 +121,12 @@ class FlowView:
     #: that every other active flow's rate is 0 (the simulator); None where it does not.  A policy may
     #: then clear just those rates instead of every active flow's.
     rated_before: Any = None
+    #: The caller vouches that ``rate`` is the array this policy's previous decision wrote, untouched
+    #: since, and that the table's capacities have not changed since (its paths may have: a new
+    #: ``table.layout`` says so); the simulator does (one run, one policy, capacities fixed at its
+    #: start), the controller and a snapshot do not.  A policy may then leave rates it would write
+    #: again as they are (``priority.KeptClasses``).
+    rates_kept: bool = False
 
     def snapshot(self) -> Snapshot:
         return self.source.snapshot(self)
