@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from echelonflow import echelon as echelon_mod
 from echelonflow.model import Job
 from echelonflow.scenario import load_scenario
-from echelonflow.schedulers import get_scheduler, priority
+from echelonflow.schedulers import get_scheduler, kernels, priority
 from simulator import engine
 from tests.instances import TOPOLOGIES, placeable, workloads
 
@@ -104,3 +104,18 @@ def test_nothing_is_kept_across_runs_or_where_the_caller_does_not_vouch(monkeypa
     before = len(counts)
     engine._Run(fb2010.topology, jobs, scheduler, True, specs).run()
     assert len(counts) == before  # not even asked
+
+
+@pytest.mark.parametrize(("served", "served_ptr", "expected"), [
+    ([3, 4, 7, 8, 9], [0, 2, 5], 2),  # the very same classes
+    ([3, 4, 7, 8], [0, 2, 4], 1),  # the second class lost a flow: its end moved
+    ([3, 4, 7, 9, 8], [0, 2, 5], 1),  # the second class lists its flows in another order
+    ([4, 3, 7, 8, 9], [0, 2, 5], 0),  # the first one does
+    ([3, 4, 7, 8, 9, 11], [0, 2, 5, 6], 2),  # a class more at the end
+    ([3, 4, 7], [0, 2, 3], 1),  # a class fewer, the second cut short
+    ([], [0], 0),
+])
+def test_kept_classes_counts_the_leading_classes_listing_the_same_flows(served, served_ptr, expected) -> None:
+    before, before_ptr = kernels.int_array([3, 4, 7, 8, 9]), kernels.int_array([0, 2, 5])
+    got = kernels.kept_classes(kernels.int_array(served), kernels.int_array(served_ptr), before, before_ptr)
+    assert got == expected
