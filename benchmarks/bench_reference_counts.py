@@ -50,18 +50,22 @@ inlined_tuple = njit(cache=False, inline="always")(_mark_counted)
 borrowing_tuple = njit(cache=False, _nrt=False)(_mark_borrowing)
 
 
-@njit(cache=False)
-def loop_tuple(t, n):
-    for i in range(n):
-        counted_tuple(t, i & 7, i & 1023)
-        t.moved_next[i & 1023] = 0
+def _loop_calling(mark):
+    """A compiled loop calling ``mark`` (a compiled helper given the whole tuple) once per step: one loop
+    for each way of compiling the helper, so the loops differ in nothing else."""
+
+    @njit(cache=False)
+    def loop(t, n):
+        for i in range(n):
+            mark(t, i & 7, i & 1023)
+            t.moved_next[i & 1023] = 0
+
+    return loop
 
 
-@njit(cache=False)
-def loop_inlined(t, n):
-    for i in range(n):
-        inlined_tuple(t, i & 7, i & 1023)
-        t.moved_next[i & 1023] = 0
+loop_tuple = _loop_calling(counted_tuple)
+loop_inlined = _loop_calling(inlined_tuple)
+loop_borrowing = _loop_calling(borrowing_tuple)
 
 
 @njit(cache=False)
@@ -81,13 +85,6 @@ def loop_written_out(t, n):
             nxt[f] = head[slot] + 1
             head[slot] = f + 1
         nxt[f] = 0
-
-
-@njit(cache=False)
-def loop_borrowing(t, n):
-    for i in range(n):
-        borrowing_tuple(t, i & 7, i & 1023)
-        t.moved_next[i & 1023] = 0
 
 
 @njit(cache=False)
