@@ -341,3 +341,60 @@ def test_a_groups_rate_is_its_flows_rates_summed_in_order(seed: int) -> None:
     kernels.group_rate_sums(active, ptr, rate, sums)
     want = [sum(float(rate[f]) for f in active[ptr[g]:ptr[g + 1]]) for g in range(len(ptr) - 1)]
     assert sums.tolist() == want
+
+
+def _blocked_groups_instance(seed: int):
+    """Strict priority on a small big switch (two links a flow, some ports shared by every group), so
+    that the first groups fill links and later groups find some or all of their flows blocked, the
+    first flow of a group blocked while a later one is not among them: (active, group_ptr, remaining,
+    path_ptr, path_links, capacity)."""
+    rng = np.random.default_rng(seed)
+    n_ports, n_groups = int(rng.integers(2, 6)), int(rng.integers(2, 8))
+    sizes = rng.integers(1, 6, n_groups)
+    n_flows = int(sizes.sum())
+    ingress = rng.integers(0, n_ports, n_flows)
+    egress = n_ports + rng.integers(0, n_ports, n_flows)
+    path_links = np.stack([ingress, egress], axis=1).reshape(-1).astype(np.int64)
+    path_ptr = np.arange(0, 2 * n_flows + 1, 2, dtype=np.int64)
+    group_ptr = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(sizes, out=group_ptr[1:])
+    capacity = rng.choice([1e9, 2e9], 2 * n_ports)
+    remaining = rng.choice([0.0, 1e6, 3e6], n_flows, p=[0.1, 0.45, 0.45])
+    return np.arange(n_flows, dtype=np.int64), group_ptr, remaining, path_ptr, path_links, capacity
+
+
+def _groups_blocked(active, group_ptr, path_ptr, path_links, capacity, rate) -> tuple[int, int]:
+    """(groups whose every flow crossed a full link when served, groups whose first flow did but not
+    every flow), replaying strict priority's residuals from the rates given."""
+    residual = capacity.copy()
+    whole = first_only = 0
+    for g in range(len(group_ptr) - 1):
+        flows = active[group_ptr[g]:group_ptr[g + 1]]
+        blocked = [min(residual[path_links[path_ptr[f]:path_ptr[f + 1]]]) <= 0.0 for f in flows]
+        whole += all(blocked)
+        first_only += blocked[0] and not all(blocked)
+        for f in flows:
+            residual[path_links[path_ptr[f]:path_ptr[f + 1]]] -= rate[f]
+        np.maximum(residual, 0.0, out=residual)
+    return whole, first_only
+
+
+@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not installed in this venv")
+def test_groups_whose_every_flow_is_blocked_are_passed_over_with_the_plain_rates(monkeypatch) -> None:
+    """Strict priority passing over a group whose every flow crosses a full link (rate 0 for each,
+    nothing taken off) gives, bit for bit, the rates of the plain Python loop that fills every group;
+    the instances hold such groups and groups whose first flow alone is blocked."""
+    whole = first_only = 0
+    for seed in range(300):
+        active, group_ptr, remaining, path_ptr, path_links, capacity = _blocked_groups_instance(seed)
+        passed, plain = np.full(len(active), -1.0), np.full(len(active), -1.0)
+        kernels.priority_decide(active, group_ptr, remaining, path_ptr, path_links, capacity, passed,
+                                False, 0)
+        with monkeypatch.context() as patch:
+            patch.setattr(kernels, "SKIP_BLOCKED", False)
+            kernels.priority_decide.py_func(active, group_ptr, remaining, path_ptr, path_links, capacity,
+                                            plain, False, 0)
+        assert passed.tolist() == plain.tolist(), seed
+        counts = _groups_blocked(active, group_ptr, path_ptr, path_links, capacity, plain)
+        whole, first_only = whole + counts[0], first_only + counts[1]
+    assert whole >= 100 and first_only >= 20, (whole, first_only)

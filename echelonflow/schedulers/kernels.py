@@ -48,7 +48,9 @@ TINY_S = 1e-12
 #: near 44), the heap 1.25-2.6x faster from 644 on (k=16 with 200-10,000 flows); docs/performance.md.
 SCAN_FACTOR = 400
 #: :func:`_fill` gives a flow crossing a full link rate 0 without listing it (its docstring says why the
-#: rates stay the same bit for bit); False lists it as plain filling does (tests/test_kernels.py compares).
+#: rates stay the same bit for bit), and :func:`priority_decide` passes over a group whose every flow
+#: crosses one (:func:`_zeroed_when_blocked`); False lists them as plain filling does
+#: (tests/test_kernels.py compares).
 SKIP_BLOCKED = True
 #: BSSI (:func:`bssi_from_demands`) scans the links for the most loaded one instead of keeping a heap
 #: when groups x links <= BSSI_SCAN_FACTOR x demands.  The scan costs a pass over the links per group
@@ -550,6 +552,27 @@ def _fill(sel, m, path_ptr, path_links, capacity, rate, local_of):
         local_of[global_of[li]] = -1
 
 
+@jit_borrowing
+def _zeroed_when_blocked(sel, m, path_ptr, path_links, residual, rate):
+    """True, with every rate of ``sel[:m]`` 0, when each of those flows crosses a link with nothing
+    left; False at the first flow that does not (the rates written so far are 0, which :func:`_fill`
+    writes over).  Such a group is what :func:`_fill` would give nothing, flow by flow (``SKIP_BLOCKED``),
+    after numbering its links and building its member lists: under strict priority most groups behind
+    the first few on a coflow trace are that, and a mapper's flows share their first link, so one read
+    a flow decides it."""
+    for k in range(m):
+        f = sel[k]
+        blocked = False
+        for p in range(path_ptr[f], path_ptr[f + 1]):
+            if residual[path_links[p]] <= 0.0:
+                blocked = True
+                break
+        if not blocked:
+            return False
+        rate[f] = 0.0
+    return True
+
+
 # --------------------------------------------------------------------------- group-by-group policies
 @jit
 def priority_decide(active, group_ptr, remaining, path_ptr, path_links, capacity, rate, whole, kept):
@@ -572,6 +595,8 @@ def priority_decide(active, group_ptr, remaining, path_ptr, path_links, capacity
         a, b = group_ptr[g], group_ptr[g + 1]
         sel, m = _covered(active, a, b, remaining, path_ptr, rate, buffer, whole)
         if g >= kept:
+            if SKIP_BLOCKED and _zeroed_when_blocked(sel, m, path_ptr, path_links, residual, rate):
+                continue  # every flow rate 0, nothing to take off the links
             _fill(sel, m, path_ptr, path_links, residual, rate, local_of)
         held = -1  # ``_consume_holding``
         value = 0.0
