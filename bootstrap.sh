@@ -46,15 +46,18 @@ install_debs "${APT_RUNTIME[@]}"
 EXTRAS="controller,experiments,fast,sweep"
 ((WANT_TEST)) && EXTRAS="$EXTRAS,test"
 STAMP="$VENV/.echelon-stamp"
-WANT_STAMP="$EXTRAS $(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+PYPROJECT_HASH="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+WANT_STAMP="$EXTRAS $PYPROJECT_HASH"
 if [[ ! -x "$VENV/bin/python" ]]; then
     say "creating virtualenv $VENV"
     /usr/bin/python3 -m venv --system-site-packages "$VENV"
 fi
-if [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT_STAMP"* ]]; then
+HAVE_STAMP="$(cat "$STAMP" 2>/dev/null || true)"
+# a virtualenv set up for the tests holds the runtime too: `./echelon demo` after `tests/run` installs nothing
+if [[ "$HAVE_STAMP" != "$WANT_STAMP"* && "$HAVE_STAMP" != "$EXTRAS,test $PYPROJECT_HASH"* ]]; then
     say "installing the project into $VENV ($EXTRAS)"
     "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1
-    "$VENV/bin/python" -m pip install -q -e "$ROOT[$EXTRAS]" 2>"$VENV/pip.log" || { cat "$VENV/pip.log" >&2; exit 1; }
+    "$VENV/bin/python" -m pip install -q -e "${ROOT}[${EXTRAS}]" 2>"$VENV/pip.log" || { cat "$VENV/pip.log" >&2; exit 1; }
     # Chakra trace reader: only its protobuf schema is used (echelonflow/importers/chakra.py); its declared
     # dependencies (HolisticTraceAnalysis, pandas, graphviz, ...) serve its converters, so skip them.
     "$VENV/bin/python" -m pip install -q --no-deps "mlc-chakra==1.0.0" 2>"$VENV/pip.log" \
