@@ -86,20 +86,25 @@ def kernel_dispatchers() -> dict[str, Any]:
     return out
 
 
+def compiled_fresh() -> bool:
+    """Whether this process found none of the kernels in numba's cache (a new checkout, or every kernel
+    module's source changed): only then does :func:`report` tell what set-up reaches."""
+    return not any(sum(d.stats.cache_hits.values()) for d in kernel_dispatchers().values())
+
+
 def report() -> dict[str, Any]:
-    """What this process compiled: ``fresh`` (nothing was found in the cache), ``indexed`` (the
-    functions with a cache index: compiled and kept) and ``returns`` (each helper borrowing its
-    callers' arrays, ``kernels.jit_borrowing``, with the return types it was compiled for; a helper
-    found in the cache holds none, so only a fresh compilation tells)."""
+    """What this process compiled: ``fresh`` (:func:`compiled_fresh`), ``indexed`` (the functions with
+    a cache index: compiled and kept) and ``returns`` (each helper borrowing its callers' arrays,
+    ``kernels.jit_borrowing``, with the return types it was compiled for; a helper found in the cache
+    holds none, so only a fresh compilation tells)."""
     from echelonflow.schedulers.kernels import BORROWING
 
     dispatchers = kernel_dispatchers()
-    hits = sum(sum(d.stats.cache_hits.values()) for d in dispatchers.values())
     indexed = sorted(name for name, d in dispatchers.items()
                      if any(Path(d.stats.cache_path).glob(f"{name}-*.nbi")))
     returns = {d.__module__ + "." + d.__name__: [str(s.return_type) for s in d.nopython_signatures]
                for d in BORROWING}
-    return {"digest": sources_digest(), "fresh": hits == 0, "indexed": indexed, "returns": returns}
+    return {"digest": sources_digest(), "fresh": compiled_fresh(), "indexed": indexed, "returns": returns}
 
 
 def recorded(prefix: str | None = None) -> dict[str, Any] | None:
@@ -116,9 +121,8 @@ def main() -> int:
     seconds = compile_all()
     if HAVE_NUMBA:
         print(f"schedulers' kernels compiled or found in the cache in {seconds:.1f} s", file=sys.stderr)
-        done = report()
-        if done["fresh"]:
-            (Path(sys.prefix) / RECORD).write_text(json.dumps(done))
+        if compiled_fresh():  # else the cache says nothing of what set-up reaches: record nothing
+            (Path(sys.prefix) / RECORD).write_text(json.dumps(report()))
     return 0
 
 

@@ -562,12 +562,7 @@ def _zeroed_when_blocked(sel, m, path_ptr, path_links, residual, rate):
     a flow decides it."""
     for k in range(m):
         f = sel[k]
-        blocked = False
-        for p in range(path_ptr[f], path_ptr[f + 1]):
-            if residual[path_links[p]] <= 0.0:
-                blocked = True
-                break
-        if not blocked:
+        if _path_min(f, path_ptr, path_links, residual) > 0.0:
             return False
         rate[f] = 0.0
     return True
