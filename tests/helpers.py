@@ -77,8 +77,8 @@ def xdist_worker_number() -> int:
 
 
 #: Data ports of agents run on loopback, one per run (a port a finished run's sockets linger on is not
-#: taken again), in a range of 300 per xdist worker.
-_PORTS = itertools.count(47100 + 300 * xdist_worker_number())
+#: taken again), in a range of 300 per xdist worker (60 ranges: the last ends below 65,536).
+_PORTS = itertools.count(47100 + 300 * (xdist_worker_number() % 60))
 
 
 def loopback(hosts: Sequence[str]) -> dict[str, str]:
